@@ -1,0 +1,55 @@
+# hpcbsp: the two commands a new user runs are `make run` and `make test`.
+# Both create .venv if it is missing, install hpcbsp into it (editable, Cython kernels compiled,
+# MPICH from PyPI as the embedded MPI) and then run the demonstration / the whole test suite.
+# A second call reinstalls nothing unless pyproject.toml, setup.py or kernels/ changed.
+
+PYTHON   ?= python3
+VENV     ?= .venv
+PY       := $(VENV)/bin/python
+MPIEXEC  := $(VENV)/bin/mpiexec
+STAMP    := $(VENV)/.hpcbsp-installed
+EXTRAS   ?= mpich,test,plot
+# A deadlocked MPI job fails instead of hanging CI: mpiexec (MPICH hydra) kills it after this.
+export MPIEXEC_TIMEOUT ?= 600
+export PYTHONUNBUFFERED := 1
+
+KERNEL_SOURCES := $(wildcard kernels/*.pyx kernels/*.pxd kernels/*.h)
+
+.PHONY: run test test-serial test-mpi install clean bench help
+
+help:
+	@echo "make run    set up .venv and run the demonstration on 2 ranks"
+	@echo "make test   set up .venv and run the whole test suite (serial, then mpiexec -n 2 and -n 3)"
+	@echo "make bench  run the benchmarks (python -m hpcbsp.bench all)"
+	@echo "make clean  remove build products (keeps .venv)"
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "setuptools>=64" wheel "cython>=3.0" "numpy>=1.24"
+
+$(STAMP): $(PY) pyproject.toml setup.py $(KERNEL_SOURCES)
+	$(PY) -m pip install --quiet --no-build-isolation -e ".[$(EXTRAS)]"
+	$(PY) -c "import hpcbsp.kernels as k; k.require_compiled()"
+	@touch $@
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(MPIEXEC) -n 2 $(PY) -m hpcbsp.apps.demo
+
+test: test-serial test-mpi
+
+test-serial: $(STAMP)
+	$(PY) -m pytest -q tests
+
+test-mpi: $(STAMP)
+	$(MPIEXEC) -n 2 $(PY) -m pytest -q --with-mpi --only-mpi tests
+	$(MPIEXEC) -n 3 $(PY) -m pytest -q --with-mpi --only-mpi tests
+
+bench: $(STAMP)
+	$(PY) -m hpcbsp.bench all
+
+clean:
+	rm -rf build *.egg-info hpcbsp/kernels/*.so hpcbsp/kernels/*.c kernels/*.c
+	find . -name __pycache__ -prune -exec rm -rf {} +

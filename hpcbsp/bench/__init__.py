@@ -1,0 +1,1 @@
+"""Benchmarks: ``python -m hpcbsp.bench NAME``. See ``docs/performance.md`` for recorded figures."""

@@ -1,0 +1,50 @@
+"""``python -m hpcbsp.bench NAME [options]``: run one benchmark (``all`` runs every one).
+
+Each benchmark is a module ``hpcbsp.bench.NAME`` with ``main(argv: list[str]) -> int`` and a
+docstring whose first line is its summary. Benchmarks print their figures and, where there is a
+baseline, the ratio measured side by side in the same run.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+
+import hpcbsp.bench as _pkg
+
+
+def available() -> dict[str, str]:
+    names = {}
+    for info in pkgutil.iter_modules(_pkg.__path__):
+        if info.name.startswith("_"):
+            continue
+        doc = importlib.import_module(f"hpcbsp.bench.{info.name}").__doc__ or ""
+        names[info.name] = doc.strip().splitlines()[0] if doc.strip() else ""
+    return names
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    benches = available()
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        print("\nbenchmarks:")
+        for name, summary in sorted(benches.items()):
+            print(f"  {name:10s} {summary}")
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name == "all":
+        status = 0
+        for bench in sorted(benches):
+            print(f"\n=== {bench} ===", flush=True)
+            status |= importlib.import_module(f"hpcbsp.bench.{bench}").main(rest)
+        return status
+    if name not in benches:
+        print(f"hpcbsp.bench: unknown benchmark {name!r}; choose from: {', '.join(sorted(benches))}",
+              file=sys.stderr)
+        return 2
+    return importlib.import_module(f"hpcbsp.bench.{name}").main(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

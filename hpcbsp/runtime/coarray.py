@@ -1,0 +1,121 @@
+"""Registered arrays with one-sided ``put`` and ``get`` (BSPlib DRMA, Bulk's coarray shape)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .errors import BSPError
+from .exchange import PUT
+
+if TYPE_CHECKING:
+    from .context import BSP
+
+
+def as_records(values: object, dtype: np.dtype, what: str) -> np.ndarray:
+    """``values`` as a C-contiguous 1-D array of ``dtype``, or a :class:`BSPError` saying why not.
+
+    Numeric values are cast when numpy's ``same_kind`` rule allows it (int -> float, float64 ->
+    float32); a cast that would change the kind of value (float -> int, complex -> float) or a
+    structured dtype that differs is refused.
+    """
+    arr = np.asarray(values)
+    if arr.dtype != dtype:
+        if arr.dtype.names is not None or dtype.names is not None or not np.can_cast(
+                arr.dtype, dtype, casting="same_kind"):
+            raise BSPError(f"{what}: values of dtype {arr.dtype} cannot be cast to {dtype}")
+        arr = arr.astype(dtype)
+    return np.ascontiguousarray(arr.reshape(-1))
+
+
+class GetFuture:
+    """The result of :meth:`Coarray.get`; ``value`` is valid after the next ``sync``."""
+
+    __slots__ = ("_value", "_dtype", "_count", "_what", "nbytes")
+
+    def __init__(self, dtype: np.dtype, count: int, what: str):
+        self._value: np.ndarray | None = None
+        self._dtype = dtype
+        self._count = count
+        self._what = what
+        self.nbytes = count * dtype.itemsize
+
+    @property
+    def ready(self) -> bool:
+        return self._value is not None
+
+    @property
+    def value(self) -> np.ndarray:
+        if self._value is None:
+            raise BSPError(f"{self._what}: the value is available after the next sync")
+        return self._value
+
+    def _fulfil(self, raw: np.ndarray) -> None:
+        self._value = raw.view(self._dtype).copy()
+
+
+class Coarray:
+    """An array with a part on every rank; created collectively by :meth:`BSP.coarray`.
+
+    ``local`` is this rank's part.  ``sizes[r]`` is the length of rank r's part.
+    """
+
+    def __init__(self, bsp: "BSP", obj_id: int, local: np.ndarray, sizes: tuple[int, ...], name: str):
+        self._bsp = bsp
+        self._id = obj_id
+        self.local = local
+        self.sizes = sizes
+        self.name = name
+        self.dtype = local.dtype
+        self.itemsize = local.dtype.itemsize
+
+    def __repr__(self) -> str:
+        return (f"Coarray({self.name!r}, dtype={self.dtype}, local={self.local.size} elements on "
+                f"rank {self._bsp.pid}, {sum(self.sizes)} in all)")
+
+    def put(self, pid: int, values: object, offset: int = 0) -> None:
+        """Copy ``values`` now; they land in ``pid``'s ``local[offset:offset+len(values)]`` at the next sync.
+
+        h-relation: ``len(values) * itemsize`` bytes and one message out of this rank and into
+        ``pid`` (nothing when ``pid`` is this rank: a local copy at the sync).
+        """
+        arr = as_records(values, self.dtype, self._where("put", pid, offset))
+        self._check_range("put", pid, offset, arr.size)
+        self._bsp._outbox.add(pid, PUT, self._id, offset, arr.size, arr)
+
+    def get(self, pid: int, offset: int = 0, count: int | None = None) -> GetFuture:
+        """Ask for ``pid``'s ``local[offset:offset+count]`` as it is at the next sync, before puts land.
+
+        ``count`` defaults to the rest of ``pid``'s part.  Returns a :class:`GetFuture` whose
+        ``value`` is valid after the next sync.  h-relation: one message out of this rank (the
+        request), ``count * itemsize`` bytes out of ``pid`` and into this rank.
+        """
+        self._bsp._check_pid(pid, f"{self.name}.get")
+        if count is None:
+            count = self.sizes[pid] - offset
+        self._check_range("get", pid, offset, count)
+        fut = GetFuture(self.dtype, count, self._where("get", pid, offset, count))
+        self._bsp._outbox.add_get(pid, self._id, offset, count, fut)
+        return fut
+
+    def _where(self, op: str, pid: int, offset: int, count: int | None = None) -> str:
+        n = "" if count is None else f", count={count}"
+        return f"rank {self._bsp.pid}: {self.name}.{op}(pid={pid}, offset={offset}{n})"
+
+    def _check_range(self, op: str, pid: int, offset: int, count: int) -> None:
+        self._bsp._check_pid(pid, f"{self.name}.{op}")
+        size = self.sizes[pid]
+        if offset < 0 or count < 0 or offset + count > size:
+            raise BSPError(
+                f"rank {self._bsp.pid}: {self.name}.{op} of {count} element(s) at offset {offset} "
+                f"is outside rank {pid}'s part of {self.name} (size {size})")
+
+    # The exchange's side (see exchange.Registered).
+    def _read(self, offset: int, count: int) -> np.ndarray:
+        return self.local[offset:offset + count]
+
+    def _write(self, offset: int, data: np.ndarray) -> None:
+        self.local[offset:offset + data.size] = data
+
+    def _deliver(self, batches: list[np.ndarray]) -> None:  # pragma: no cover - never a target
+        raise AssertionError("queue records addressed to a coarray")

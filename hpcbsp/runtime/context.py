@@ -1,0 +1,336 @@
+"""The BSP context: one object that carries all per-run state (no globals).
+
+>>> with hpcbsp.BSP() as bsp:            # doctest: +SKIP
+...     x = bsp.coarray(4)
+...     x.put((bsp.pid + 1) % bsp.nprocs, np.arange(4.0))
+...     bsp.sync()
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import time
+import warnings
+import weakref
+from typing import Any, Callable, Protocol
+
+import numpy as np
+from mpi4py import MPI
+
+from .coarray import Coarray
+from .control import ControlStep, Kind, signature
+from .errors import BSPError
+from .exchange import Outbox, Traffic, exchange
+from .launch import check_world
+from .ledger import Ledger, SuperstepRecord
+from .queue import Queue
+
+_MPI_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX,
+            "land": MPI.LAND, "lor": MPI.LOR, "band": MPI.BAND, "bor": MPI.BOR}
+
+#: Live contexts of this process, so that a failure at top level can warn their peers.
+_LIVE: "weakref.WeakSet[BSP]" = weakref.WeakSet()
+
+
+def _nap() -> None:
+    time.sleep(0.001)
+
+
+class SyncHook(Protocol):
+    """A participant in ``sync`` besides puts, gets and queues (FA-BSP mailboxes)."""
+
+    def progress(self) -> None:
+        """Move messages without blocking (called while this rank waits in a sync)."""
+
+    def quiesce(self) -> Traffic:
+        """Collective: return when no message is in flight anywhere; report this superstep's traffic."""
+
+
+class BSP:
+    """A BSP computer of ``nprocs`` processors on an MPI communicator.
+
+    Parameters
+    ----------
+    comm
+        The communicator to run on; it is duplicated, so hpcbsp's traffic never mixes with the
+        caller's.  Default: ``MPI.COMM_WORLD``.
+    timeout
+        Seconds a collective BSP call may wait for the other ranks before it raises
+        :class:`BSPError` on this rank (default: ``$HPCBSP_SYNC_TIMEOUT`` or no limit).
+
+    Notes
+    -----
+    Every collective call (``sync``, ``coarray``, ``queue``, ``allreduce``, ``broadcast``,
+    ``split``, leaving the ``with`` block) starts with the same small control collective, so ranks
+    that make different calls get a :class:`BSPError` naming what each did instead of a hang.
+    """
+
+    def __init__(self, comm: MPI.Comm | None = None, *, timeout: float | None = None):
+        check_world(MPI.COMM_WORLD.Get_size())
+        base = MPI.COMM_WORLD if comm is None else comm
+        self.comm: MPI.Comm = base.Dup()
+        self.pid: int = self.comm.Get_rank()
+        self.nprocs: int = self.comm.Get_size()
+        self.superstep: int = 0
+        env_timeout = os.environ.get("HPCBSP_SYNC_TIMEOUT")
+        self.timeout = timeout if timeout is not None else (float(env_timeout) if env_timeout else None)
+        self.ledger = Ledger(self.comm)
+        self._control = ControlStep(self.comm)
+        self._outbox = Outbox(self.nprocs, self.pid)
+        self._objects: list[Coarray | Queue] = []
+        self._queues: list[Queue] = []
+        self._hooks: list[SyncHook] = []
+        self._t0 = time.perf_counter()
+        self._t_mark = self._t0
+        self._state = "open"  # open -> closed | failed
+        _LIVE.add(self)
+
+    def __repr__(self) -> str:
+        return f"BSP(pid={self.pid}, nprocs={self.nprocs}, superstep={self.superstep}, {self._state})"
+
+    # ------------------------------------------------------------------ context management
+    def __enter__(self) -> "BSP":
+        return self
+
+    def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: Any) -> None:
+        if exc is None:
+            self.close()
+        else:
+            self._fail(exc)
+
+    def close(self) -> None:
+        """Leave the BSP program (collective).  Raises :class:`BSPError` if other ranks are still
+        synchronising instead of leaving too."""
+        if self._state != "open":
+            return
+        if self._outbox.nrecords:
+            warnings.warn(f"rank {self.pid}: {self._outbox.nrecords} put/get/send request(s) of "
+                          f"superstep {self.superstep} were never delivered: call sync() before "
+                          "leaving the BSP block", stacklevel=2)
+        try:
+            self._agree(Kind.EXIT, 0, lambda: "left the BSP block (or returned from the BSP function)")
+        finally:
+            self._release()
+
+    def _fail(self, exc: BaseException) -> None:
+        """This rank failed: tell the other ranks at their next collective call, or abort the job.
+
+        The others see the failure as a :class:`BSPError` (``remote=True``) from the control step
+        they are in or enter next.  If they do not get there within ``$HPCBSP_ABORT_GRACE``
+        seconds (default 10: they may be stuck in local work or in MPI calls of their own), the
+        whole job is aborted so that nothing hangs.
+        """
+        if self._state != "open":
+            _LIVE.discard(self)  # the ranks already agreed on the failure (or timed out)
+            return
+        grace = float(os.environ.get("HPCBSP_ABORT_GRACE", "10"))
+        describe = f"failed at superstep {self.superstep} with {type(exc).__name__}: {exc}"
+        try:
+            self._control.agree(Kind.FAIL, self.superstep, 0, describe=lambda: describe,
+                                progress=[_nap], deadline=time.monotonic() + grace)
+        except BSPError as err:
+            if "timed out" in str(err):
+                sys.stderr.write(f"[hpcbsp] rank {self.pid}: the other ranks did not reach a BSP "
+                                 f"call within {grace:g} s of this failure; aborting the job\n")
+                sys.stderr.flush()
+                MPI.COMM_WORLD.Abort(1)
+        self._release()
+
+    def _release(self) -> None:
+        self._state = "closed"
+        _LIVE.discard(self)
+        try:
+            self.comm.Free()
+        except MPI.Exception:
+            pass
+
+    # ------------------------------------------------------------------ registration
+    def coarray(self, n: int, dtype: Any = float, *, name: str | None = None) -> Coarray:
+        """Register an array with ``n`` elements on this rank (collective; n may differ per rank).
+
+        The local part starts zeroed.  Ranks must agree on the dtype.  Registration is not a
+        superstep and moves no data (h-relation: none; one control step and an ``Allgather`` of
+        the sizes).
+        """
+        dt = np.dtype(dtype)
+        if int(n) != n or n < 0:
+            raise BSPError(f"rank {self.pid}: coarray size must be a non-negative integer, got {n!r}")
+        name = name or f"coarray{len(self._objects)}"
+        self._agree(Kind.REGISTER, signature(f"coarray {dt.descr}"),
+                    lambda: f"coarray(n={n}, dtype={dt}, name={name!r})")
+        sizes = np.empty(self.nprocs, dtype=np.int64)
+        self.comm.Allgather(np.array([n], dtype=np.int64), sizes)
+        arr = Coarray(self, len(self._objects), np.zeros(int(n), dtype=dt), tuple(sizes.tolist()), name)
+        self._objects.append(arr)
+        return arr
+
+    def queue(self, dtype: Any, *, name: str | None = None) -> Queue:
+        """Register a typed message queue (collective).  h-relation: none."""
+        dt = np.dtype(dtype)
+        name = name or f"queue{len(self._objects)}"
+        self._agree(Kind.REGISTER, signature(f"queue {dt.descr}"),
+                    lambda: f"queue(dtype={dt}, name={name!r})")
+        q = Queue(self, len(self._objects), dt, name)
+        self._objects.append(q)
+        self._queues.append(q)
+        return q
+
+    def _add_sync_hook(self, hook: SyncHook) -> None:
+        """Register a sync participant (used by FA-BSP mailboxes; call collectively)."""
+        self._hooks.append(hook)
+
+    # ------------------------------------------------------------------ supersteps
+    def sync(self, label: str | None = None) -> None:
+        """End the superstep: deliver all puts, gets and queue records, then start the next one.
+
+        A sync with nothing to move anywhere costs one small ``Allreduce`` (the control step).
+        """
+        t0, traffic = self._begin(Kind.SYNC, 0, lambda: f"sync(label={label!r})")
+        self._end(label, t0, traffic)
+
+    def progress(self) -> None:
+        """Let FA-BSP mailboxes send full buffers, receive and run handlers during long compute."""
+        for hook in self._hooks:
+            hook.progress()
+
+    def allreduce(self, x: Any, op: str = "sum", *, exact: bool = False) -> Any:
+        """Reduce ``x`` element-wise over all ranks and return the result on every rank.
+
+        A superstep of its own (pending puts are delivered first).  ``op`` is one of
+        ``sum, prod, min, max, land, lor, band, bor``.  With ``exact=True`` (float data,
+        ``op="sum"``) ``x`` is this rank's share of a set of values and the result is the
+        correctly rounded sum of *all elements on all ranks*: the same bits for any number of
+        ranks and any distribution of the data.
+
+        h-relation: ``x.nbytes`` out of and into every rank (counted as one message each way;
+        the MPI library's tree or ring moves up to ~2x that); for ``exact`` the fixed-size
+        accumulator instead.
+        """
+        if op not in _MPI_OPS:
+            raise BSPError(f"rank {self.pid}: allreduce op {op!r} is not one of {', '.join(_MPI_OPS)}")
+        arr = np.asarray(x)
+        if arr.dtype == object:
+            raise BSPError(f"rank {self.pid}: allreduce needs numeric data, got {type(x).__name__}")
+        if exact:
+            if op != "sum" or arr.dtype.kind not in "fiu":
+                raise BSPError(f"rank {self.pid}: exact=True needs op='sum' on real numbers")
+            return self._exact_sum(arr)
+        desc = f"allreduce(op={op!r}, dtype={arr.dtype}, shape={arr.shape})"
+        t0, traffic = self._begin(Kind.ALLREDUCE, signature(desc), lambda: desc)
+        send = np.array(arr, order="C")  # keeps 0-d arrays 0-d, unlike ascontiguousarray
+        out = np.empty_like(send)
+        self.comm.Allreduce(send, out, op=_MPI_OPS[op])
+        self._count_collective(traffic, send.nbytes)
+        self._end(f"allreduce:{op}", t0, traffic)
+        return out[()] if arr.ndim == 0 else out
+
+    def _exact_sum(self, arr: np.ndarray) -> float:
+        from .. import kernels
+
+        desc = "allreduce(op='sum', exact=True)"
+        t0, traffic = self._begin(Kind.ALLREDUCE, signature(desc), lambda: desc)
+        state = kernels.exact_sum_state(np.ascontiguousarray(arr, dtype=np.float64).reshape(-1))
+        total = np.empty_like(state)
+        self.comm.Allreduce(state, total, op=MPI.SUM)
+        self._count_collective(traffic, state.nbytes)
+        self._end("allreduce:exact-sum", t0, traffic)
+        return float(kernels.exact_sum_round(total))
+
+    def broadcast(self, x: Any, root: int = 0) -> Any:
+        """Return ``root``'s ``x`` on every rank (collective; a superstep of its own).
+
+        numpy arrays travel as buffers (their shape and dtype in a small control message); other
+        objects are pickled.  h-relation: ``nbytes`` into every rank, ``(p-1)·nbytes`` out of
+        ``root`` (the MPI library's tree spreads that over ranks).
+        """
+        self._check_pid(root, "broadcast")
+        desc = f"broadcast(root={root})"
+        t0, traffic = self._begin(Kind.BROADCAST, signature(desc), lambda: desc)
+        is_root = self.pid == root
+        meta = (x.shape, x.dtype.str) if is_root and isinstance(x, np.ndarray) and x.dtype.kind != "O" else None
+        meta = self.comm.bcast(meta if is_root else None, root=root)
+        if meta is not None:
+            buf = np.ascontiguousarray(x) if is_root else np.empty(meta[0], dtype=np.dtype(meta[1]))
+            self.comm.Bcast(buf, root=root)
+            result, nbytes = buf, buf.nbytes
+        else:
+            result = self.comm.bcast(x if is_root else None, root=root)
+            nbytes = len(pickle.dumps(result)) if is_root else 0
+        if is_root:
+            traffic.bytes_out += nbytes * (self.nprocs - 1)
+            traffic.msgs_out += self.nprocs - 1
+        else:
+            traffic.bytes_in += nbytes if meta is None else result.nbytes
+            traffic.msgs_in += 1
+        self._end(f"broadcast:{root}", t0, traffic)
+        return result
+
+    def split(self, color: int | None, key: int | None = None) -> "BSP | None":
+        """A BSP context on the ranks that pass the same ``color`` (collective; a superstep).
+
+        Ranks passing ``None`` get ``None``.  The sub-context numbers its ranks by ``key`` (default:
+        this rank's pid) and has its own supersteps and ledger.  h-relation: none.
+        """
+        t0, traffic = self._begin(Kind.SPLIT, 0, lambda: f"split(color={color})")
+        sub = self.comm.Split(MPI.UNDEFINED if color is None else int(color),
+                              self.pid if key is None else int(key))
+        self._end("split", t0, traffic)
+        if sub == MPI.COMM_NULL:
+            return None
+        try:
+            return BSP(sub, timeout=self.timeout)
+        finally:
+            sub.Free()
+
+    # ------------------------------------------------------------------ internals
+    def _check_pid(self, pid: Any, what: str) -> int:
+        if isinstance(pid, (bool, np.bool_)) or not isinstance(pid, (int, np.integer)) \
+                or not 0 <= pid < self.nprocs:
+            raise BSPError(f"rank {self.pid}: {what}: pid {pid!r} is not a rank of this BSP program "
+                           f"(0..{self.nprocs - 1})")
+        return int(pid)
+
+    def _agree(self, kind: Kind, sig: int, describe: Callable[[], str], **kw: Any) -> Any:
+        if self._state != "open":
+            raise BSPError(f"rank {self.pid}: this BSP context is {self._state}; no collective "
+                           "call can be made on it any more")
+        deadline = time.monotonic() + self.timeout if self.timeout is not None else None
+        progress = [h.progress for h in self._hooks]
+        try:
+            return self._control.agree(kind, self.superstep, sig, describe=describe,
+                                       progress=progress, deadline=deadline, **kw)
+        except BSPError:
+            # The ranks disagreed and all of them know it (or this rank timed out): no further
+            # collective call could be matched, so _fail must not start one.
+            self._state = "failed"
+            raise
+
+    def _begin(self, kind: Kind, sig: int, describe: Callable[[], str]) -> tuple[float, Traffic]:
+        t0 = time.perf_counter()
+        outbox = self._outbox
+        agreed = self._agree(kind, sig, describe, has_data=outbox.nrecords > 0, has_gets=outbox.has_gets)
+        traffic = Traffic()
+        for hook in self._hooks:
+            traffic.add(hook.quiesce())
+        for q in self._queues:
+            q._clear()
+        if agreed.any_data:
+            traffic.add(exchange(self.comm, outbox, self._objects, agreed.any_gets))
+            outbox.reset()
+        return t0, traffic
+
+    def _end(self, label: str | None, t0: float, traffic: Traffic) -> None:
+        t1 = time.perf_counter()
+        self.ledger.append(SuperstepRecord(
+            self.superstep, label, t0 - self._t_mark, t1 - t0, traffic.bytes_out, traffic.bytes_in,
+            traffic.msgs_out, traffic.msgs_in, self._t_mark - self._t0))
+        self.superstep += 1
+        self._t_mark = t1
+
+    def _count_collective(self, traffic: Traffic, nbytes: int) -> None:
+        if self.nprocs > 1:
+            traffic.bytes_out += nbytes
+            traffic.bytes_in += nbytes
+            traffic.msgs_out += 1
+            traffic.msgs_in += 1

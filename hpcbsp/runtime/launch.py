@@ -1,0 +1,109 @@
+"""How this job was launched, and the checks that catch a wrong launch early.
+
+Nothing here initialises MPI except :func:`check_world`, which is handed a communicator.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import BSPError
+
+#: Environment variables set by process managers for every rank, with the launcher they imply.
+_LAUNCHER_VARS = (
+    ("SLURM_STEP_ID", "srun"),
+    ("PMI_RANK", "mpiexec"),
+    ("PMIX_RANK", "mpiexec"),
+    ("OMPI_COMM_WORLD_RANK", "mpiexec"),
+    ("HYDRA_CONTROL_FD", "mpiexec"),
+)
+
+
+@dataclass(frozen=True)
+class LaunchInfo:
+    """What the environment says about how this process was started."""
+
+    launcher: str  # "srun", "mpiexec" or "singleton"
+    slurm_job_id: str | None
+    slurm_ntasks: int | None
+    slurm_nodelist: str | None
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "launcher": self.launcher,
+            "slurm_job_id": self.slurm_job_id,
+            "slurm_ntasks": self.slurm_ntasks,
+            "slurm_nodelist": self.slurm_nodelist,
+        }
+
+
+def _int_env(name: str, env: dict[str, str]) -> int | None:
+    try:
+        return int(env[name].split("(")[0])
+    except (KeyError, ValueError):
+        return None
+
+
+def detect_launch(env: dict[str, str] | None = None) -> LaunchInfo:
+    """Read the launcher from the environment (no MPI call)."""
+    env = dict(os.environ) if env is None else env
+    launcher = "singleton"
+    for var, name in _LAUNCHER_VARS:
+        if var in env:
+            launcher = name
+            break
+    # Under srun with PMI, PMI_RANK is set too; SLURM_STEP_ID decides (it is checked first).
+    return LaunchInfo(
+        launcher=launcher,
+        slurm_job_id=env.get("SLURM_JOB_ID"),
+        slurm_ntasks=_int_env("SLURM_STEP_NUM_TASKS", env) or _int_env("SLURM_NTASKS", env),
+        slurm_nodelist=env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST"),
+    )
+
+
+def expected_world_size(env: dict[str, str] | None = None) -> int | None:
+    """The number of ranks the process manager says it started, if it says so."""
+    env = dict(os.environ) if env is None else env
+    if "SLURM_STEP_ID" in env:
+        return _int_env("SLURM_STEP_NUM_TASKS", env) or _int_env("SLURM_NTASKS", env)
+    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE"):
+        n = _int_env(var, env)
+        if n is not None:
+            return n
+    return None
+
+
+def check_world(world_size: int, env: dict[str, str] | None = None) -> None:
+    """Raise :class:`BSPError` when the launcher started more ranks than MPI can see.
+
+    The classic case is ``srun`` without ``--mpi=pmi2`` for an MPICH build: every task comes up as
+    rank 0 of a world of size 1 and would silently run the whole program alone.
+    """
+    env = dict(os.environ) if env is None else env
+    expected = expected_world_size(env)
+    if world_size != 1 or expected is None or expected <= 1:
+        return
+    if "SLURM_STEP_ID" in env:
+        raise BSPError(
+            f"srun started {expected} tasks but MPI sees a world of size 1 on each: the MPI library "
+            "could not reach Slurm's process manager. Launch with `srun --mpi=pmi2 ...` (MPICH; "
+            "`srun --mpi=list` shows what this Slurm offers), or run `mpiexec -n "
+            f"{expected} ...` inside the allocation."
+        )
+    raise BSPError(
+        f"the launcher started {expected} processes but MPI sees a world of size 1: mpiexec and "
+        "the MPI library that mpi4py uses do not belong together. Use the mpiexec of the same MPI "
+        f"(for the embedded MPICH: {find_mpiexec() or 'the mpiexec in your venv'})."
+    )
+
+
+def find_mpiexec() -> str | None:
+    """The mpiexec that belongs to this Python environment, else the first on PATH."""
+    candidates = [Path(sys.executable).with_name("mpiexec"), Path(sys.prefix) / "bin" / "mpiexec"]
+    for cand in candidates:
+        if cand.exists():
+            return str(cand)
+    return shutil.which("mpiexec") or shutil.which("mpirun")

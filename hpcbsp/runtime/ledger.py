@@ -1,0 +1,172 @@
+"""The superstep ledger: one record per superstep of work, h-relation and synchronisation time.
+
+Each rank keeps its own records.  ``save`` and ``gather`` are collective and combine all ranks;
+cost models (``hpcbsp.cost``) read the saved files.  Counts follow one rule, documented on each
+primitive: ``bytes_out``/``bytes_in`` are payload bytes moved between *different* ranks (record
+headers and local copies are not counted), ``msgs_out``/``msgs_in`` count communication requests
+(a put, a get, a queue record, a mailbox record).  The h-relation of superstep i is
+``max over ranks of max(bytes_out, bytes_in)``.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+from dataclasses import asdict, dataclass, fields
+from typing import Iterable, Iterator
+
+from mpi4py import MPI
+
+FIELDS = ("index", "label", "work_s", "sync_s", "bytes_out", "bytes_in", "msgs_out", "msgs_in")
+
+
+@dataclass(frozen=True)
+class SuperstepRecord:
+    """What one rank did in one superstep."""
+
+    index: int
+    label: str | None
+    work_s: float        #: local computation: from the end of the previous sync to this one
+    sync_s: float        #: time inside the sync (waiting, exchange, applying puts)
+    bytes_out: int
+    bytes_in: int
+    msgs_out: int
+    msgs_in: int
+    start_s: float       #: when the superstep's work began, seconds since the context started
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+class Ledger:
+    """This rank's superstep records; ``bsp.ledger``."""
+
+    def __init__(self, comm: MPI.Comm):
+        self._comm = comm
+        self._records: list[SuperstepRecord] = []
+
+    def append(self, record: SuperstepRecord) -> None:
+        self._records.append(record)
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __iter__(self) -> Iterator[SuperstepRecord]:
+        return iter(self._records)
+
+    def __getitem__(self, i: int) -> SuperstepRecord:
+        return self._records[i]
+
+    @property
+    def records(self) -> list[SuperstepRecord]:
+        return list(self._records)
+
+    def gather(self, root: int | None = 0) -> list[dict[str, object]] | None:
+        """Collective: every rank's records as dicts with a ``rank`` field.
+
+        Returns the list on ``root`` (on every rank if ``root`` is None), ``None`` elsewhere.
+        """
+        mine = [dict(r.as_dict(), rank=self._comm.Get_rank()) for r in self._records]
+        if root is None:
+            parts = self._comm.allgather(mine)
+        else:
+            parts = self._comm.gather(mine, root=root)
+            if parts is None:
+                return None
+        return [rec for part in parts for rec in part]
+
+    def save(self, path: str | os.PathLike[str]) -> str | None:
+        """Collective: write all ranks' records to ``path`` on rank 0 and return the path there.
+
+        The format follows the extension: ``.json`` (``{"nprocs": P, "records": [...]}``),
+        ``.csv`` (one row per rank and superstep), ``.trace.json`` (Chrome/Perfetto trace events,
+        one track per rank; open in https://ui.perfetto.dev).
+        """
+        path = os.fspath(path)
+        records = self.gather(root=0)
+        if records is None:
+            return None
+        write_records(path, records, self._comm.Get_size())
+        return path
+
+    def summary(self) -> str:
+        """A short text summary of this rank's supersteps (see :func:`summarize` for all ranks)."""
+        rank = self._comm.Get_rank()
+        return summarize([dict(r.as_dict(), rank=rank) for r in self._records])
+
+
+def write_records(path: str, records: list[dict[str, object]], nprocs: int) -> None:
+    """Write gathered ledger records in the format given by ``path``'s extension."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp"
+    if path.endswith(".trace.json"):
+        with open(tmp, "w") as fh:
+            json.dump(_trace_events(records), fh)
+    elif path.endswith(".json"):
+        with open(tmp, "w") as fh:
+            json.dump({"nprocs": nprocs, "records": records}, fh, indent=1)
+    elif path.endswith(".csv"):
+        columns = ["rank", *FIELDS, "start_s"]
+        with open(tmp, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=columns)
+            writer.writeheader()
+            for rec in records:
+                writer.writerow({c: rec.get(c) for c in columns})
+    else:
+        raise ValueError(f"ledger path {path!r}: use a .json, .csv or .trace.json extension")
+    os.replace(tmp, path)
+
+
+def _trace_events(records: Iterable[dict[str, object]]) -> dict[str, object]:
+    events = []
+    for rec in records:
+        rank = rec["rank"]
+        start_us = float(rec["start_s"]) * 1e6
+        work_us = float(rec["work_s"]) * 1e6
+        name = rec["label"] or f"superstep {rec['index']}"
+        args = {k: rec[k] for k in ("index", "bytes_out", "bytes_in", "msgs_out", "msgs_in")}
+        events.append({"name": name, "cat": "work", "ph": "X", "pid": 0, "tid": rank,
+                       "ts": start_us, "dur": work_us, "args": args})
+        events.append({"name": "sync", "cat": "sync", "ph": "X", "pid": 0, "tid": rank,
+                       "ts": start_us + work_us, "dur": float(rec["sync_s"]) * 1e6, "args": args})
+    return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def per_superstep(records: Iterable[dict[str, object]]) -> list[dict[str, object]]:
+    """Combine ranks: per superstep, w = max work, sync = max sync time, h = max bytes in/out."""
+    steps: dict[int, dict[str, object]] = {}
+    for rec in records:
+        i = int(rec["index"])
+        s = steps.setdefault(i, {"index": i, "label": rec["label"], "w_s": 0.0, "sync_s": 0.0,
+                                 "h_bytes": 0, "msgs": 0, "ranks": 0})
+        s["w_s"] = max(float(s["w_s"]), float(rec["work_s"]))
+        s["sync_s"] = max(float(s["sync_s"]), float(rec["sync_s"]))
+        s["h_bytes"] = max(int(s["h_bytes"]), int(rec["bytes_out"]), int(rec["bytes_in"]))
+        s["msgs"] = int(s["msgs"]) + int(rec["msgs_out"])
+        s["ranks"] = int(s["ranks"]) + 1
+    return [steps[i] for i in sorted(steps)]
+
+
+def summarize(records: list[dict[str, object]], max_rows: int = 12) -> str:
+    """A human-readable table of the supersteps (all ranks combined) and totals."""
+    steps = per_superstep(records)
+    if not steps:
+        return "ledger: no supersteps recorded"
+    nranks = max(int(s["ranks"]) for s in steps)
+    lines = [f"ledger: {len(steps)} supersteps on {nranks} rank(s)  "
+             "(w, sync: max over ranks; h: max bytes in or out of one rank)",
+             f"  {'step':>5} {'label':<18} {'w [ms]':>10} {'sync [ms]':>10} {'h [bytes]':>12} {'msgs':>8}"]
+    shown = steps if len(steps) <= max_rows else steps[: max_rows - 2] + steps[-2:]
+    for j, s in enumerate(shown):
+        if len(steps) > max_rows and j == max_rows - 2:
+            lines.append(f"  {'...':>5}")
+        lines.append(f"  {s['index']:>5} {str(s['label'] or '')[:18]:<18} {1e3 * float(s['w_s']):>10.3f} "
+                     f"{1e3 * float(s['sync_s']):>10.3f} {int(s['h_bytes']):>12,} {int(s['msgs']):>8,}")
+    tw = sum(float(s["w_s"]) for s in steps)
+    ts = sum(float(s["sync_s"]) for s in steps)
+    th = sum(int(s["h_bytes"]) for s in steps)
+    lines.append(f"  {'total':>5} {'':<18} {1e3 * tw:>10.3f} {1e3 * ts:>10.3f} {th:>12,}")
+    return "\n".join(lines)
+
+
+assert tuple(f.name for f in fields(SuperstepRecord))[: len(FIELDS)] == FIELDS

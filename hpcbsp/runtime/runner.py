@@ -1,0 +1,82 @@
+"""Running a BSP function on every rank, and what happens when one rank fails.
+
+The rule: a failing rank prints its traceback once, prefixed with its rank; the other ranks learn
+of the failure at their next collective BSP call (a :class:`BSPError` with ``remote=True``, printed
+as one line); the job ends with a non-zero status within seconds.  If the other ranks never reach
+a BSP call (stuck in local work or in MPI calls of their own), the job is aborted after
+``$HPCBSP_ABORT_GRACE`` seconds.
+"""
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import traceback
+from types import TracebackType
+from typing import Any, Callable, TypeVar
+
+from mpi4py import MPI
+
+from .context import _LIVE, BSP
+from .errors import BSPError
+
+T = TypeVar("T")
+
+
+def run(fn: Callable[..., T], *args: Any, comm: MPI.Comm | None = None, **kw: Any) -> T:
+    """Call ``fn(bsp, *args, **kw)`` on every rank of ``comm`` and return this rank's result.
+
+    MPI stays initialised afterwards.  If ``fn`` raises on some rank, the exception propagates
+    there and every other rank raises :class:`BSPError` (``remote=True``) at its next collective
+    BSP call.  An uncaught exception is printed once, with its rank (see :func:`excepthook`).
+    """
+    install_excepthook()
+    bsp = BSP(comm)
+    try:
+        result = fn(bsp, *args, **kw)
+    except BaseException as exc:
+        bsp._fail(exc)
+        raise
+    bsp.close()
+    return result
+
+
+def excepthook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+    """Print an uncaught exception once, with the rank; end the job if peers may still wait."""
+    rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+    if isinstance(exc, BSPError) and exc.remote:
+        sys.stderr.write(f"[hpcbsp] rank {rank}/{size}: {exc}\n")
+    else:
+        text = "".join(traceback.format_exception(exc_type, exc, tb))
+        sys.stderr.write(f"[hpcbsp] rank {rank}/{size} failed:\n"
+                         + "".join(f"[rank {rank}] {line}\n" for line in text.rstrip().splitlines()))
+    sys.stderr.flush()
+    # Peers of live BSP contexts are told through the context; with none, abort so that ranks
+    # blocked in their own MPI calls do not hang.
+    live = list(_LIVE)
+    for bsp in live:
+        bsp._fail(exc)
+    if size > 1 and not live and not isinstance(exc, BSPError):
+        MPI.COMM_WORLD.Abort(1)
+
+
+def install_excepthook() -> None:
+    """Make :func:`excepthook` the interpreter's hook (once; keeps a custom hook in place)."""
+    if sys.excepthook is sys.__excepthook__:
+        sys.excepthook = excepthook
+
+
+def run_script(path: str, argv: list[str]) -> int:
+    """``python -m hpcbsp SCRIPT [ARGS]``: run a script with hpcbsp's failure handling."""
+    install_excepthook()
+    sys.argv = [path, *argv]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    try:
+        runpy.run_path(path, run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    except BaseException:
+        excepthook(*sys.exc_info())  # type: ignore[arg-type]
+        return 1
+    return 0

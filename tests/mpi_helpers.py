@@ -1,0 +1,55 @@
+"""Run a command under mpiexec in a subprocess, with a timeout so a deadlock fails, never hangs."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+
+from hpcbsp.runtime.launch import find_mpiexec
+
+MPIEXEC = find_mpiexec()
+
+
+@dataclass
+class MPIResult:
+    returncode: int
+    stdout: str
+    stderr: str
+    timed_out: bool
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+def run_mpi(nprocs: int, args: list[str], *, timeout: float = 120, env: dict[str, str] | None = None,
+            python: bool = True, cwd: str | None = None) -> MPIResult:
+    """Run ``mpiexec -n nprocs [python] args`` and return its status and output.
+
+    ``timeout`` is enforced twice: by MPICH's MPIEXEC_TIMEOUT (kills all ranks) and by the
+    subprocess call (kills mpiexec) a few seconds later.
+    """
+    assert MPIEXEC is not None, "no mpiexec found next to the Python interpreter or on PATH"
+    full_env = dict(os.environ)
+    # Do not inherit the rank variables of an enclosing mpiexec (tests may run under one).
+    for var in list(full_env):
+        if var.startswith(("PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_")):
+            del full_env[var]
+    full_env["MPIEXEC_TIMEOUT"] = str(int(timeout))
+    full_env["PYTHONUNBUFFERED"] = "1"
+    if env:
+        full_env.update(env)
+    cmd = [MPIEXEC, "-n", str(nprocs)] + ([sys.executable] if python else []) + list(args)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 15,
+                              env=full_env, cwd=cwd, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:
+        return MPIResult(-9, _text(exc.stdout), _text(exc.stderr), True)
+    return MPIResult(proc.returncode, proc.stdout, proc.stderr, False)
+
+
+def _text(data: bytes | str | None) -> str:
+    if data is None:
+        return ""
+    return data if isinstance(data, str) else data.decode(errors="replace")

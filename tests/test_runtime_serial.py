@@ -1,0 +1,92 @@
+"""Runtime pieces that need no second rank: one-rank BSP, ledger files, helpers."""
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import hpcbsp
+from hpcbsp import BSPError
+from hpcbsp.apps.distribution import block_range, block_sizes
+from hpcbsp.runtime.control import signature
+from hpcbsp.runtime.ledger import per_superstep, summarize
+
+
+def test_one_rank_program_and_ledger_files(tmp_path):
+    with hpcbsp.BSP() as bsp:
+        assert (bsp.pid, bsp.nprocs, bsp.superstep) == (0, 1, 0)
+        x = bsp.coarray(5, dtype=np.float32)
+        x.put(0, np.arange(3), offset=2)
+        f = x.get(0, offset=1)
+        q = bsp.queue(np.int16)
+        q.send(0, [5, 6])
+        bsp.sync("step-a")
+        np.testing.assert_array_equal(x.local, [0, 0, 0, 1, 2])
+        np.testing.assert_array_equal(f.value, [0, 0, 0, 0])  # read before the put landed
+        np.testing.assert_array_equal(q.received(), [5, 6])
+        bsp.sync()
+        paths = [bsp.ledger.save(tmp_path / name) for name in ("l.json", "l.csv", "l.trace.json")]
+    data = json.loads((tmp_path / "l.json").read_text())
+    assert data["nprocs"] == 1 and [r["label"] for r in data["records"]] == ["step-a", None]
+    assert data["records"][0]["bytes_out"] == 0  # a rank's traffic to itself is a local copy
+    rows = list(csv.DictReader(open(tmp_path / "l.csv")))
+    assert [int(r["index"]) for r in rows] == [0, 1]
+    trace = json.loads((tmp_path / "l.trace.json").read_text())
+    assert {e["cat"] for e in trace["traceEvents"]} == {"work", "sync"}
+    assert all(p is not None for p in paths)
+
+
+def test_bad_ledger_extension(tmp_path):
+    with hpcbsp.BSP() as bsp:
+        bsp.sync()
+        with pytest.raises(ValueError, match="use a .json, .csv or .trace.json"):
+            bsp.ledger.save(tmp_path / "ledger.txt")
+
+
+def test_closed_context_refuses_collectives():
+    bsp = hpcbsp.BSP()
+    bsp.close()
+    with pytest.raises(BSPError, match="closed"):
+        bsp.sync()
+
+
+def test_undelivered_puts_warn_at_close():
+    with pytest.warns(UserWarning, match="never delivered"):
+        with hpcbsp.BSP() as bsp:
+            bsp.coarray(1).put(0, [1.0])
+
+
+def test_allreduce_errors():
+    with hpcbsp.BSP() as bsp:
+        with pytest.raises(BSPError, match="not one of"):
+            bsp.allreduce(1, op="mean")
+        with pytest.raises(BSPError, match="numeric"):
+            bsp.allreduce({"a": 1})
+
+
+def test_per_superstep_combines_ranks():
+    recs = [dict(rank=r, index=0, label="a", work_s=0.1 * (r + 1), sync_s=0.01, bytes_out=10 * r,
+                 bytes_in=5, msgs_out=1, msgs_in=1, start_s=0.0) for r in range(3)]
+    (step,) = per_superstep(recs)
+    assert step["w_s"] == pytest.approx(0.3) and step["h_bytes"] == 20 and step["ranks"] == 3
+    assert "3 rank(s)" in summarize(recs)
+
+
+def test_signature_is_the_same_in_every_process():
+    code = "from hpcbsp.runtime.control import signature; print(signature('coarray float64'))"
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env={"PYTHONHASHSEED": str(seed)}).stdout for seed in (1, 2)}
+    assert outs == {f"{signature('coarray float64')}\n"}
+
+
+@pytest.mark.parametrize("n,p", [(0, 3), (1, 3), (10, 3), (7, 7), (5, 8)])
+def test_block_distribution_covers_range(n, p):
+    sizes = block_sizes(n, p)
+    assert sizes.sum() == n and sizes.max() - sizes.min() <= 1
+    ranges = [block_range(n, p, r) for r in range(p)]
+    assert [hi - lo for lo, hi in ranges] == sizes.tolist()
+    assert all(ranges[r][1] == ranges[r + 1][0] for r in range(p - 1))
