@@ -117,5 +117,8 @@ class Coarray:
     def _write(self, offset: int, data: np.ndarray) -> None:
         self.local[offset:offset + data.size] = data
 
+    def _view(self, offset: int, count: int) -> np.ndarray:
+        return self.local[offset:offset + count]
+
     def _deliver(self, batches: list[np.ndarray]) -> None:  # pragma: no cover - never a target
         raise AssertionError("queue records addressed to a coarray")

@@ -23,11 +23,15 @@ from .control import ControlStep, Kind, signature
 from .errors import BSPError
 from .exchange import Outbox, Traffic, exchange
 from .launch import check_world
-from .ledger import Ledger, SuperstepRecord
+from .ledger import Ledger
 from .queue import Queue
+from .report import report_failure
 
 _MPI_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX,
             "land": MPI.LAND, "lor": MPI.LOR, "band": MPI.BAND, "bor": MPI.BOR}
+
+_SYNC = int(Kind.SYNC)
+_perf = time.perf_counter
 
 #: Live contexts of this process, so that a failure at top level can warn their peers.
 _LIVE: "weakref.WeakSet[BSP]" = weakref.WeakSet()
@@ -57,7 +61,8 @@ class BSP:
         caller's.  Default: ``MPI.COMM_WORLD``.
     timeout
         Seconds a collective BSP call may wait for the other ranks before it raises
-        :class:`BSPError` on this rank (default: ``$HPCBSP_SYNC_TIMEOUT`` or no limit).
+        :class:`BSPError` on this rank (default: ``$HPCBSP_SYNC_TIMEOUT`` or no limit).  Give every
+        rank the same setting.
 
     Notes
     -----
@@ -77,10 +82,13 @@ class BSP:
         self.timeout = timeout if timeout is not None else (float(env_timeout) if env_timeout else None)
         self.ledger = Ledger(self.comm)
         self._control = ControlStep(self.comm)
+        self._control.nonblocking = self.timeout is not None
         self._outbox = Outbox(self.nprocs, self.pid)
         self._objects: list[Coarray | Queue] = []
         self._queues: list[Queue] = []
         self._hooks: list[SyncHook] = []
+        self._progress: list[Callable[[], None]] = []
+        self._close_hooks: list[Callable[[], None]] = []
         self._t0 = time.perf_counter()
         self._t_mark = self._t0
         self._state = "open"  # open -> closed | failed
@@ -126,19 +134,25 @@ class BSP:
             return
         grace = float(os.environ.get("HPCBSP_ABORT_GRACE", "10"))
         describe = f"failed at superstep {self.superstep} with {type(exc).__name__}: {exc}"
+
+        def abort() -> None:
+            report_failure(exc, MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size())
+            sys.stderr.write(f"[hpcbsp] rank {self.pid}: the other ranks did not reach a BSP "
+                             f"call within {grace:g} s of this failure; aborting the job\n")
+            sys.stderr.flush()
+            MPI.COMM_WORLD.Abort(1)
+
         try:
-            self._control.agree(Kind.FAIL, self.superstep, 0, describe=lambda: describe,
-                                progress=[_nap], deadline=time.monotonic() + grace)
-        except BSPError as err:
-            if "timed out" in str(err):
-                sys.stderr.write(f"[hpcbsp] rank {self.pid}: the other ranks did not reach a BSP "
-                                 f"call within {grace:g} s of this failure; aborting the job\n")
-                sys.stderr.flush()
-                MPI.COMM_WORLD.Abort(1)
+            self._control.agree_or_abort(Kind.FAIL, self.superstep, lambda: describe, grace, abort,
+                                         progress=[_nap, *self._progress])
+        except BSPError:
+            pass  # the expected outcome when the others are in another call: they know now
         self._release()
 
     def _release(self) -> None:
         self._state = "closed"
+        for fn in reversed(self._close_hooks):
+            fn()
         _LIVE.discard(self)
         try:
             self.comm.Free()
@@ -176,9 +190,26 @@ class BSP:
         self._queues.append(q)
         return q
 
+    def mailbox(self, handler: Callable[[np.ndarray], object], dtype: Any, **kw: Any) -> Any:
+        """Register an FA-BSP mailbox (collective); see :class:`hpcbsp.fabsp.mailbox.Mailbox`.
+
+        ``handler(records)`` runs on the receiving rank with batches of records of ``dtype``.
+        """
+        # FA-BSP is a layer above the runtime; it is imported here, on use, so that the runtime
+        # does not depend on it at import time.
+        from ..fabsp.mailbox import Mailbox
+
+        return Mailbox(self, handler, dtype, **kw)
+
     def _add_sync_hook(self, hook: SyncHook) -> None:
         """Register a sync participant (used by FA-BSP mailboxes; call collectively)."""
         self._hooks.append(hook)
+        self._progress.append(hook.progress)
+        self._control.nonblocking = True  # waiting in a sync must keep mailboxes moving
+
+    def _add_close_hook(self, fn: Callable[[], None]) -> None:
+        """Call ``fn()`` when this context closes or fails (free communicators, buffers)."""
+        self._close_hooks.append(fn)
 
     # ------------------------------------------------------------------ supersteps
     def sync(self, label: str | None = None) -> None:
@@ -186,8 +217,34 @@ class BSP:
 
         A sync with nothing to move anywhere costs one small ``Allreduce`` (the control step).
         """
-        t0, traffic = self._begin(Kind.SYNC, 0, lambda: f"sync(label={label!r})")
-        self._end(label, t0, traffic)
+        describe = lambda: f"sync(label={label!r})"  # noqa: E731  (called only on divergence)
+        if self._hooks or self.timeout is not None or self._state != "open":
+            t0, traffic = self._begin(_SYNC, 0, describe)
+            self._end(label, t0, traffic)
+            return
+        # The plain path, inlined: an empty sync is one Allreduce plus about a microsecond.
+        t0 = _perf()
+        outbox = self._outbox
+        try:
+            any_data, any_gets = self._control.agree(_SYNC, self.superstep, 0, describe,
+                                                     outbox.nrecords > 0, outbox.gets_count > 0)
+        except BSPError:
+            self._state = "failed"
+            raise
+        for q in self._queues:
+            q._clear()
+        mark = self._t_mark
+        if any_data:
+            traffic = exchange(self.comm, outbox, self._objects, any_gets)
+            outbox.reset()
+            t1 = _perf()
+            self.ledger.append_row(self.superstep, label, t0 - mark, t1 - t0, traffic.bytes_out,
+                                   traffic.bytes_in, traffic.msgs_out, traffic.msgs_in, mark - self._t0)
+        else:
+            t1 = _perf()
+            self.ledger.append_row(self.superstep, label, t0 - mark, t1 - t0, 0, 0, 0, 0, mark - self._t0)
+        self.superstep += 1
+        self._t_mark = t1
 
     def progress(self) -> None:
         """Let FA-BSP mailboxes send full buffers, receive and run handlers during long compute."""
@@ -217,7 +274,7 @@ class BSP:
                 raise BSPError(f"rank {self.pid}: exact=True needs op='sum' on real numbers")
             return self._exact_sum(arr)
         desc = f"allreduce(op={op!r}, dtype={arr.dtype}, shape={arr.shape})"
-        t0, traffic = self._begin(Kind.ALLREDUCE, signature(desc), lambda: desc)
+        t0, traffic = self._begin(Kind.ALLREDUCE, signature(desc), lambda: desc, counted=True)
         send = np.array(arr, order="C")  # keeps 0-d arrays 0-d, unlike ascontiguousarray
         out = np.empty_like(send)
         self.comm.Allreduce(send, out, op=_MPI_OPS[op])
@@ -229,7 +286,7 @@ class BSP:
         from .. import kernels
 
         desc = "allreduce(op='sum', exact=True)"
-        t0, traffic = self._begin(Kind.ALLREDUCE, signature(desc), lambda: desc)
+        t0, traffic = self._begin(Kind.ALLREDUCE, signature(desc), lambda: desc, counted=True)
         state = kernels.exact_sum_state(np.ascontiguousarray(arr, dtype=np.float64).reshape(-1))
         total = np.empty_like(state)
         self.comm.Allreduce(state, total, op=MPI.SUM)
@@ -246,7 +303,7 @@ class BSP:
         """
         self._check_pid(root, "broadcast")
         desc = f"broadcast(root={root})"
-        t0, traffic = self._begin(Kind.BROADCAST, signature(desc), lambda: desc)
+        t0, traffic = self._begin(Kind.BROADCAST, signature(desc), lambda: desc, counted=True)
         is_root = self.pid == root
         meta = (x.shape, x.dtype.str) if is_root and isinstance(x, np.ndarray) and x.dtype.kind != "O" else None
         meta = self.comm.bcast(meta if is_root else None, root=root)
@@ -291,40 +348,57 @@ class BSP:
                            f"(0..{self.nprocs - 1})")
         return int(pid)
 
-    def _agree(self, kind: Kind, sig: int, describe: Callable[[], str], **kw: Any) -> Any:
+    def _agree(self, kind: Kind, sig: int, describe: Callable[[], str],
+               has_data: bool = False, has_gets: bool = False) -> tuple[bool, bool]:
         if self._state != "open":
             raise BSPError(f"rank {self.pid}: this BSP context is {self._state}; no collective "
                            "call can be made on it any more")
         deadline = time.monotonic() + self.timeout if self.timeout is not None else None
-        progress = [h.progress for h in self._hooks]
         try:
-            return self._control.agree(kind, self.superstep, sig, describe=describe,
-                                       progress=progress, deadline=deadline, **kw)
+            return self._control.agree(kind, self.superstep, sig, describe, has_data, has_gets,
+                                       self._progress, deadline)
         except BSPError:
             # The ranks disagreed and all of them know it (or this rank timed out): no further
             # collective call could be matched, so _fail must not start one.
             self._state = "failed"
             raise
 
-    def _begin(self, kind: Kind, sig: int, describe: Callable[[], str]) -> tuple[float, Traffic]:
+    def _begin(self, kind: Kind, sig: int, describe: Callable[[], str],
+               counted: bool = False) -> tuple[float, Traffic | None]:
+        """Start a superstep-ending call: control step, mailbox quiescence, bulk exchange.
+
+        Returns the start time and the traffic so far (None when nothing moved, unless
+        ``counted``: then always a Traffic for the caller to add its collective's bytes to).
+        """
         t0 = time.perf_counter()
         outbox = self._outbox
-        agreed = self._agree(kind, sig, describe, has_data=outbox.nrecords > 0, has_gets=outbox.has_gets)
-        traffic = Traffic()
-        for hook in self._hooks:
-            traffic.add(hook.quiesce())
+        any_data, any_gets = self._agree(kind, sig, describe, outbox.nrecords > 0, bool(outbox.gets_count))
+        traffic = None
+        if self._hooks:
+            traffic = Traffic()
+            for hook in self._hooks:
+                traffic.add(hook.quiesce())
         for q in self._queues:
             q._clear()
-        if agreed.any_data:
-            traffic.add(exchange(self.comm, outbox, self._objects, agreed.any_gets))
+        if any_data:
+            moved = exchange(self.comm, outbox, self._objects, any_gets)
             outbox.reset()
+            if traffic is None:
+                traffic = moved
+            else:
+                traffic.add(moved)
+        if counted and traffic is None:
+            traffic = Traffic()
         return t0, traffic
 
-    def _end(self, label: str | None, t0: float, traffic: Traffic) -> None:
+    def _end(self, label: str | None, t0: float, traffic: Traffic | None) -> None:
         t1 = time.perf_counter()
-        self.ledger.append(SuperstepRecord(
-            self.superstep, label, t0 - self._t_mark, t1 - t0, traffic.bytes_out, traffic.bytes_in,
-            traffic.msgs_out, traffic.msgs_in, self._t_mark - self._t0))
+        mark = self._t_mark
+        if traffic is None:
+            self.ledger.append_row(self.superstep, label, t0 - mark, t1 - t0, 0, 0, 0, 0, mark - self._t0)
+        else:
+            self.ledger.append_row(self.superstep, label, t0 - mark, t1 - t0, traffic.bytes_out,
+                                   traffic.bytes_in, traffic.msgs_out, traffic.msgs_in, mark - self._t0)
         self.superstep += 1
         self._t_mark = t1
 

@@ -7,12 +7,19 @@ change right after the call).  At ``sync`` one ``Alltoall`` of byte counts is fo
 point-to-point ``Isend``/``Irecv`` of the non-empty buffers only (a sparse exchange: a rank
 talks only to ranks it has data for), and a second, count-free round returns the data of gets.
 
+Large puts (at least ``LARGE_PUT_BYTES``) travel as messages of their own, after their header:
+the receiver posts the receive straight into the target array, so the payload is copied once on
+each side, as in a hand-written ``Alltoallv``.  That is done only when no other put of the
+superstep overlaps the same elements; otherwise it is received into a temporary and applied in
+order like the rest.
+
 Order of effects, as BSPlib prescribes: every get reads its source before any put of the same
 superstep is applied; puts are then applied in ascending source rank and, from one source, in
 program order, so the last writer is well defined and results are deterministic.
 """
 from __future__ import annotations
 
+import os
 import struct
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -23,10 +30,12 @@ from mpi4py import MPI
 if TYPE_CHECKING:
     from .coarray import GetFuture
 
-PUT, GET, SEND = 1, 2, 3
+PUT, GET, SEND, PUT_LARGE = 1, 2, 3, 4
 HEADER = struct.Struct("<4q")  # code, object id, offset, element count
+LARGE_PUT_BYTES = int(os.environ.get("HPCBSP_LARGE_PUT_BYTES", 64 * 1024))
 _TAG_DATA = 101
 _TAG_REPLY = 102
+_TAG_LARGE = 103
 
 
 class Registered(Protocol):
@@ -38,6 +47,7 @@ class Registered(Protocol):
     def _read(self, offset: int, count: int) -> np.ndarray: ...
     def _write(self, offset: int, data: np.ndarray) -> None: ...
     def _deliver(self, batches: list[np.ndarray]) -> None: ...
+    def _view(self, offset: int, count: int) -> np.ndarray: ...
 
 
 @dataclass
@@ -56,6 +66,29 @@ class Traffic:
         self.msgs_in += other.msgs_in
 
 
+class BufferPool:
+    """Send buffers for large puts, kept between supersteps.
+
+    Iterative programs put the same sizes every superstep; reusing the buffers avoids the page
+    faults of fresh 8 MiB allocations, which otherwise cost as much as the copy itself.
+    """
+
+    def __init__(self, keep: int = 64):
+        self._free: dict[int, list[np.ndarray]] = {}
+        self._keep = keep
+
+    def take(self, nbytes: int) -> np.ndarray:
+        stack = self._free.get(nbytes)
+        return stack.pop() if stack else np.empty(nbytes, dtype=np.uint8)
+
+    def give(self, bufs: list[np.ndarray]) -> None:
+        kept = sum(map(len, self._free.values()))
+        for buf in bufs:
+            if kept < self._keep:
+                self._free.setdefault(buf.size, []).append(buf)
+                kept += 1
+
+
 @dataclass
 class Outbox:
     """This superstep's outgoing records, one byte buffer per destination rank."""
@@ -66,24 +99,39 @@ class Outbox:
     gets: list[list["GetFuture"]] = field(init=False)
     traffic: Traffic = field(init=False)
     nrecords: int = field(init=False)
+    gets_count: int = field(init=False)
+    large: list[list[np.ndarray]] = field(init=False)
+    pool: BufferPool = field(init=False, default_factory=BufferPool)
 
     def __post_init__(self) -> None:
+        self.large = [[] for _ in range(self.nprocs)]
         self.reset()
 
     def reset(self) -> None:
+        for bufs in self.large:
+            self.pool.give(bufs)
         self.bufs = [bytearray() for _ in range(self.nprocs)]
         self.gets = [[] for _ in range(self.nprocs)]
         self.traffic = Traffic()
         self.nrecords = 0
+        self.gets_count = 0
+        self.large = [[] for _ in range(self.nprocs)]
 
-    @property
-    def has_gets(self) -> bool:
-        return any(self.gets)
 
     def add(self, dest: int, code: int, obj_id: int, offset: int, count: int,
             payload: np.ndarray | None, msgs: int = 1) -> None:
         """Append one record; ``payload`` must be C-contiguous (it is copied here)."""
         buf = self.bufs[dest]
+        if code == PUT and dest != self.me and payload is not None and payload.nbytes >= LARGE_PUT_BYTES:
+            buf += HEADER.pack(PUT_LARGE, obj_id, offset, count)
+            raw = payload.reshape(-1).view(np.uint8)
+            buf = self.pool.take(raw.size)
+            buf[:] = raw
+            self.large[dest].append(buf)
+            self.traffic.bytes_out += payload.nbytes
+            self.traffic.msgs_out += msgs
+            self.nrecords += 1
+            return
         buf += HEADER.pack(code, obj_id, offset, count)
         if payload is not None and payload.size:
             raw = payload.reshape(-1).view(np.uint8)
@@ -100,6 +148,7 @@ class Outbox:
     def add_get(self, dest: int, obj_id: int, offset: int, count: int, future: "GetFuture") -> None:
         self.add(dest, GET, obj_id, offset, count, None)
         self.gets[dest].append(future)
+        self.gets_count += 1
 
 
 def exchange(comm: MPI.Comm, outbox: Outbox, registry: list[Registered], any_gets: bool) -> Traffic:
@@ -117,6 +166,10 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: list[Registered], any_get
             for s in range(p) if recv_counts[s]]
     reqs += [comm.Isend([np.frombuffer(outbox.bufs[d], np.uint8), MPI.BYTE], d, _TAG_DATA)
              for d in range(p) if send_counts[d]]
+    # Large payloads follow their headers; they complete once the receiver has parsed the headers
+    # and posted receives (MPI keeps the order of messages with one source, tag and communicator).
+    large_sends = [comm.Isend([arr, MPI.BYTE], d, _TAG_LARGE)
+                   for d in range(p) for arr in outbox.large[d]]
     MPI.Request.Waitall(reqs)
     del reqs
 
@@ -135,6 +188,10 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: list[Registered], any_get
             if code == GET:
                 gets.append((src, obj, off, cnt))
                 continue
+            if code == PUT_LARGE:
+                data.append((src, code, obj, off, cnt))  # payload arrives in a message of its own
+                traffic.bytes_in += cnt * registry[obj].itemsize
+                continue
             nbytes = cnt * registry[obj].itemsize
             data.append((src, code, obj, off, buf[pos:pos + nbytes]))
             pos += nbytes + (-nbytes % 8)
@@ -148,9 +205,29 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: list[Registered], any_get
         replies[src] += part.reshape(-1).view(np.uint8).data
         if src != me:
             traffic.bytes_out += part.nbytes
-    # 2. Puts and queue records, in ascending source rank and program order.
+    # 2. Large payloads: straight into the target where nothing else writes those elements.
+    large_recvs = []
+    if large_sends or any(rec[1] == PUT_LARGE for rec in data):
+        alone = _isolated_large_puts(data, registry)
+        for i, rec in enumerate(data):
+            if rec[1] != PUT_LARGE:
+                continue
+            src, _, obj, off, cnt = rec
+            target = registry[obj]
+            if i in alone:
+                dest = target._view(off, cnt)
+                data[i] = None  # delivered in place
+            else:
+                dest = np.empty(cnt, dtype=target.dtype)
+                data[i] = (src, PUT, obj, off, dest.view(np.uint8))
+            large_recvs.append(comm.Irecv([dest.view(np.uint8), MPI.BYTE], src, _TAG_LARGE))
+    MPI.Request.Waitall(large_recvs + large_sends)
+    # 3. Puts and queue records, in ascending source rank and program order.
     batches: dict[int, list[np.ndarray]] = {}
-    for _, code, obj, off, raw in data:
+    for rec in data:
+        if rec is None:
+            continue
+        _, code, obj, off, raw = rec
         target = registry[obj]
         values = raw.view(target.dtype)
         if code == PUT:
@@ -164,6 +241,27 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: list[Registered], any_get
     if any_gets:
         _return_gets(comm, outbox, replies, traffic)
     return traffic
+
+
+def _isolated_large_puts(data: list, registry: list[Registered]) -> set[int]:
+    """Indices of large puts whose target elements no other put of this superstep touches."""
+    spans: dict[int, list[tuple[int, int, int]]] = {}
+    for i, rec in enumerate(data):
+        code = rec[1]
+        if code == PUT_LARGE:
+            spans.setdefault(rec[2], []).append((rec[3], rec[3] + rec[4], i))
+        elif code == PUT:
+            n = rec[4].size // registry[rec[2]].itemsize
+            spans.setdefault(rec[2], []).append((rec[3], rec[3] + n, i))
+    alone = set()
+    for items in spans.values():
+        items.sort()
+        reach = -1  # the furthest end of the spans sorted before this one
+        for j, (lo, hi, i) in enumerate(items):
+            if data[i][1] == PUT_LARGE and reach <= lo and (j + 1 == len(items) or items[j + 1][0] >= hi):
+                alone.add(i)
+            reach = max(reach, hi)
+    return alone
 
 
 def _return_gets(comm: MPI.Comm, outbox: Outbox, replies: list[bytearray], traffic: Traffic) -> None:

@@ -43,30 +43,33 @@ class Ledger:
 
     def __init__(self, comm: MPI.Comm):
         self._comm = comm
-        self._records: list[SuperstepRecord] = []
+        # Plain tuples in SuperstepRecord field order: appending one is the cheapest thing an
+        # empty sync can do; records are built on access.
+        self._rows: list[tuple] = []
 
-    def append(self, record: SuperstepRecord) -> None:
-        self._records.append(record)
+    def append_row(self, index: int, label: str | None, work_s: float, sync_s: float,
+                   bytes_out: int, bytes_in: int, msgs_out: int, msgs_in: int, start_s: float) -> None:
+        self._rows.append((index, label, work_s, sync_s, bytes_out, bytes_in, msgs_out, msgs_in, start_s))
 
     def __len__(self) -> int:
-        return len(self._records)
+        return len(self._rows)
 
     def __iter__(self) -> Iterator[SuperstepRecord]:
-        return iter(self._records)
+        return (SuperstepRecord(*row) for row in self._rows)
 
     def __getitem__(self, i: int) -> SuperstepRecord:
-        return self._records[i]
+        return SuperstepRecord(*self._rows[i])
 
     @property
     def records(self) -> list[SuperstepRecord]:
-        return list(self._records)
+        return list(self)
 
     def gather(self, root: int | None = 0) -> list[dict[str, object]] | None:
         """Collective: every rank's records as dicts with a ``rank`` field.
 
         Returns the list on ``root`` (on every rank if ``root`` is None), ``None`` elsewhere.
         """
-        mine = [dict(r.as_dict(), rank=self._comm.Get_rank()) for r in self._records]
+        mine = [dict(r.as_dict(), rank=self._comm.Get_rank()) for r in self]
         if root is None:
             parts = self._comm.allgather(mine)
         else:
@@ -92,7 +95,7 @@ class Ledger:
     def summary(self) -> str:
         """A short text summary of this rank's supersteps (see :func:`summarize` for all ranks)."""
         rank = self._comm.Get_rank()
-        return summarize([dict(r.as_dict(), rank=rank) for r in self._records])
+        return summarize([dict(r.as_dict(), rank=rank) for r in self])
 
 
 def write_records(path: str, records: list[dict[str, object]], nprocs: int) -> None:

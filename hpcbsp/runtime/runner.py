@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import runpy
 import sys
-import traceback
 from types import TracebackType
 from typing import Any, Callable, TypeVar
 
@@ -19,6 +18,7 @@ from mpi4py import MPI
 
 from .context import _LIVE, BSP
 from .errors import BSPError
+from .report import report_failure
 
 T = TypeVar("T")
 
@@ -43,14 +43,8 @@ def run(fn: Callable[..., T], *args: Any, comm: MPI.Comm | None = None, **kw: An
 
 def excepthook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
     """Print an uncaught exception once, with the rank; end the job if peers may still wait."""
-    rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
-    if isinstance(exc, BSPError) and exc.remote:
-        sys.stderr.write(f"[hpcbsp] rank {rank}/{size}: {exc}\n")
-    else:
-        text = "".join(traceback.format_exception(exc_type, exc, tb))
-        sys.stderr.write(f"[hpcbsp] rank {rank}/{size} failed:\n"
-                         + "".join(f"[rank {rank}] {line}\n" for line in text.rstrip().splitlines()))
-    sys.stderr.flush()
+    size = MPI.COMM_WORLD.Get_size()
+    report_failure(exc.with_traceback(tb), MPI.COMM_WORLD.Get_rank(), size)
     # Peers of live BSP contexts are told through the context; with none, abort so that ranks
     # blocked in their own MPI calls do not hang.
     live = list(_LIVE)
