@@ -44,8 +44,8 @@ test-serial: $(STAMP)
 	$(PY) -m pytest -q tests
 
 test-mpi: $(STAMP)
-	$(MPIEXEC) -n 2 $(PY) -m pytest -q --with-mpi --only-mpi tests
-	$(MPIEXEC) -n 3 $(PY) -m pytest -q --with-mpi --only-mpi tests
+	$(MPIEXEC) -n 2 $(PY) -m pytest -q --only-mpi tests
+	$(MPIEXEC) -n 3 $(PY) -m pytest -q --only-mpi tests
 
 bench: $(STAMP)
 	$(PY) -m hpcbsp.bench all

@@ -1,7 +1,8 @@
 """Shared pytest set-up.
 
 Serial run: ``pytest tests`` (MPI-marked tests are skipped with pytest-mpi's reason).
-MPI run:    ``mpiexec -n 2 python -m pytest --with-mpi --only-mpi tests`` (and ``-n 3``).
+MPI run:    ``mpiexec -n 2 python -m pytest --only-mpi tests`` (and ``-n 3``).  Note: with pytest-mpi
+0.6, ``--with-mpi`` runs the serial tests too; ``--only-mpi`` alone runs just the MPI-marked ones.
 Under mpiexec only rank 0 prints the usual report; a failure on another rank is printed to
 stderr with its rank, and every rank's exit status counts.
 """
@@ -25,7 +26,8 @@ def _mpi_rank() -> int:
 
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
-    if config.getoption("--with-mpi", default=False) and _mpi_rank() > 0:
+    under_mpi = config.getoption("--with-mpi", default=False) or config.getoption("--only-mpi", default=False)
+    if under_mpi and _mpi_rank() > 0:
         reporter = config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             config.pluginmanager.unregister(reporter)

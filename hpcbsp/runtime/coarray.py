@@ -60,8 +60,10 @@ class Coarray:
     ``local`` is this rank's part.  ``sizes[r]`` is the length of rank r's part.
     """
 
-    def __init__(self, bsp: "BSP", obj_id: int, local: np.ndarray, sizes: tuple[int, ...], name: str):
+    def __init__(self, bsp: "BSP", obj_id: int, local: np.ndarray, sizes: tuple[int, ...], name: str,
+                 scratch: bool = False):
         self._bsp = bsp
+        self.scratch = scratch
         self._id = obj_id
         self.local = local
         self.sizes = sizes

@@ -83,6 +83,7 @@ class BSP:
         self.ledger = Ledger(self.comm)
         self._control = ControlStep(self.comm)
         self._control.nonblocking = self.timeout is not None
+        self._control.track_arrivals = self.timeout is not None
         self._outbox = Outbox(self.nprocs, self.pid)
         self._objects: list[Coarray | Queue] = []
         self._queues: list[Queue] = []
@@ -160,10 +161,12 @@ class BSP:
             pass
 
     # ------------------------------------------------------------------ registration
-    def coarray(self, n: int, dtype: Any = float, *, name: str | None = None) -> Coarray:
+    def coarray(self, n: int, dtype: Any = float, *, name: str | None = None,
+                scratch: bool = False) -> Coarray:
         """Register an array with ``n`` elements on this rank (collective; n may differ per rank).
 
-        The local part starts zeroed.  Ranks must agree on the dtype.  Registration is not a
+        The local part starts zeroed.  Ranks must agree on the dtype.  ``scratch=True`` marks
+        temporary storage (halos, buffers) that :meth:`checkpoint` does not save.  Registration is not a
         superstep and moves no data (h-relation: none; one control step and an ``Allgather`` of
         the sizes).
         """
@@ -175,7 +178,8 @@ class BSP:
                     lambda: f"coarray(n={n}, dtype={dt}, name={name!r})")
         sizes = np.empty(self.nprocs, dtype=np.int64)
         self.comm.Allgather(np.array([n], dtype=np.int64), sizes)
-        arr = Coarray(self, len(self._objects), np.zeros(int(n), dtype=dt), tuple(sizes.tolist()), name)
+        arr = Coarray(self, len(self._objects), np.zeros(int(n), dtype=dt), tuple(sizes.tolist()), name,
+                      scratch)
         self._objects.append(arr)
         return arr
 
@@ -339,6 +343,40 @@ class BSP:
             return BSP(sub, timeout=self.timeout)
         finally:
             sub.Free()
+
+    # ------------------------------------------------------------------ checkpoints
+    def checkpoint(self, path: str, *, program: str | None = None, **state: Any) -> str:
+        """Save all coarrays and the replicated ``state`` at this superstep boundary (collective).
+
+        Atomic and checksummed; see :mod:`hpcbsp.runtime.checkpoint`.  ``program`` tags the
+        checkpoint (default: the main script or module name) so that another program cannot
+        restore it by mistake.  Call it right after a ``sync``: pending puts are refused.
+        h-relation: none (file I/O; a gather of checksums to rank 0).
+        """
+        from . import checkpoint as ckpt
+
+        if self._outbox.nrecords:
+            raise BSPError(f"rank {self.pid}: checkpoint between supersteps only: "
+                           f"{self._outbox.nrecords} request(s) are pending; call sync() first")
+        self._agree(Kind.CHECKPOINT, signature(f"checkpoint {sorted(state)}"),
+                    lambda: f"checkpoint(state={sorted(state)})")
+        return ckpt.save(self, path, program, state)
+
+    def restore(self, path: str, *, program: str | None = None) -> "Any":
+        """Load a checkpoint into the registered coarrays (by name) and return it (collective).
+
+        Works on a different number of ranks: each coarray is read as one global array (the parts
+        in rank order) and redistributed by this run's part sizes.  Returns a
+        :class:`~hpcbsp.runtime.checkpoint.Checkpoint` with ``superstep`` and ``state``; the
+        context's superstep counter continues from the saved one.  A missing, truncated,
+        modified or foreign checkpoint raises :class:`BSPError` on every rank.
+        """
+        from . import checkpoint as ckpt
+
+        self._agree(Kind.CHECKPOINT, signature("restore"), lambda: f"restore({path!r})")
+        result = ckpt.restore(self, path, program)
+        self.superstep = result.superstep
+        return result
 
     # ------------------------------------------------------------------ internals
     def _check_pid(self, pid: Any, what: str) -> int:

@@ -26,7 +26,7 @@ from typing import Callable, Sequence
 import numpy as np
 from mpi4py import MPI
 
-from .errors import BSPError
+from .errors import BSPError, SyncTimeout
 
 
 class Kind(enum.IntEnum):
@@ -39,6 +39,7 @@ class Kind(enum.IntEnum):
     SPLIT = 5
     EXIT = 6
     FAIL = 7
+    CHECKPOINT = 8
 
 
 # Field positions in the control record.
@@ -46,6 +47,7 @@ _KIND, _STEP, _SIG, _DATA, _GETS = range(5)
 _NFIELDS = 5
 _RECORD = struct.Struct(f"<{2 * _NFIELDS}q")
 _MAX = MPI.MAX
+_TAG_ARRIVE = 77
 
 
 def signature(text: str) -> int:
@@ -67,6 +69,11 @@ class ControlStep:
     def __init__(self, comm: MPI.Comm):
         self.comm = comm
         self.nonblocking = False
+        #: With a timeout, each rank announces its arrival at every control step to every other
+        #: rank (p-1 small messages each way), so that a rank that gives up can name the ranks
+        #: that never came.  Off by default: it costs O(p) messages per step.
+        self.track_arrivals = False
+        self._seq = 0
         self._sbuf = bytearray(_RECORD.size)
         self._rbuf = bytearray(_RECORD.size)
         self._sspec = [self._sbuf, MPI.INT64_T]
@@ -99,8 +106,11 @@ class ControlStep:
         g = 1 if has_gets else 0
         _RECORD.pack_into(self._sbuf, 0, kind, superstep, sig, d, g, -kind, -superstep, -sig, -d, -g)
         if self.nonblocking:
+            arrivals = self._announce() if self.track_arrivals else None
             req = self.comm.Iallreduce(self._sspec, self._rspec, _MAX)
             self._wait(req, progress, deadline, Kind(kind), superstep)
+            if arrivals is not None:
+                self._collect_arrivals(arrivals)
         else:
             self.comm.Allreduce(self._sspec, self._rspec, _MAX)
         r = _RECORD.unpack_from(self._rbuf)
@@ -118,9 +128,8 @@ class ControlStep:
             try:
                 self.agree(kind, superstep, 0, describe, progress=progress,
                            deadline=time.monotonic() + grace)
-            except BSPError as err:
-                if "timed out" in str(err):
-                    on_timeout()
+            except SyncTimeout:
+                on_timeout()
                 raise
             return
         # Blocking mode: a watchdog thread aborts (mpi4py initialises MPI_THREAD_MULTIPLE).
@@ -132,16 +141,44 @@ class ControlStep:
         finally:
             watchdog.cancel()
 
+    def _announce(self) -> list[MPI.Request]:
+        self._seq += 1
+        me, p = self.comm.Get_rank(), self.comm.Get_size()
+        self._seq_buf = np.array([self._seq], dtype=np.int64)
+        return [self.comm.Isend(self._seq_buf, q, _TAG_ARRIVE) for q in range(p) if q != me]
+
+    def _collect_arrivals(self, sends: list[MPI.Request]) -> None:
+        """After the step: consume the other ranks' announcements of this step (all were sent)."""
+        buf = np.empty(1, dtype=np.int64)
+        for q in range(self.comm.Get_size()):
+            if q != self.comm.Get_rank():
+                self.comm.Recv(buf, q, _TAG_ARRIVE)
+        MPI.Request.Waitall(sends)
+
+    def _missing(self) -> list[int]:
+        """The ranks whose announcement of the current step has not arrived."""
+        me, p = self.comm.Get_rank(), self.comm.Get_size()
+        arrived = set()
+        status = MPI.Status()
+        buf = np.empty(1, dtype=np.int64)
+        while self.comm.Iprobe(MPI.ANY_SOURCE, _TAG_ARRIVE, status):
+            self.comm.Recv(buf, status.Get_source(), _TAG_ARRIVE)
+            if buf[0] == self._seq:
+                arrived.add(status.Get_source())
+        return [q for q in range(p) if q != me and q not in arrived]
+
     def _wait(self, req: MPI.Request, progress: Sequence[Callable[[], object]],
               deadline: float | None, kind: Kind, superstep: int) -> None:
         while not req.Test():
             for fn in progress:
                 fn()
             if deadline is not None and time.monotonic() > deadline:
-                raise BSPError(
+                missing = f"ranks not arrived: {', '.join(map(str, self._missing()))}" \
+                    if self.track_arrivals else "the ranks that are late are not tracked"
+                raise SyncTimeout(
                     f"rank {self.comm.Get_rank()}: {kind.name.lower()} at superstep {superstep} "
-                    "timed out waiting for the other ranks (some rank is stuck in local work, "
-                    "dead, or never calls sync)")
+                    f"timed out waiting for the other ranks ({missing}); they are stuck in local "
+                    "work, dead, or never call sync")
             if not progress:
                 time.sleep(0)  # yield the core: ranks are often oversubscribed
 

@@ -9,9 +9,20 @@ class BSPError(RuntimeError):
     between ranks, a rank that left while others synchronise).
 
     ``remote`` is True when this rank did nothing wrong and is stopping because another rank
-    failed; the runner then prints one line instead of a traceback.
+    failed; the runner then prints one line instead of a traceback.  ``collective`` is True when
+    every rank raised this same error about bad input (a damaged checkpoint, say); the runner then
+    prints the message once, on rank 0, without a traceback.
     """
 
-    def __init__(self, message: str, *, remote: bool = False):
+    def __init__(self, message: str, *, remote: bool = False, collective: bool = False):
         super().__init__(message)
         self.remote = remote
+        self.collective = collective
+
+
+class SyncTimeout(BSPError):
+    """A collective BSP call waited longer than the context's ``timeout``.
+
+    The waiting collective cannot be completed or cancelled, so the job cannot go on: uncaught,
+    it ends the job (see :func:`hpcbsp.runtime.runner.excepthook`).
+    """

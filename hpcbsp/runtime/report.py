@@ -9,7 +9,10 @@ from .errors import BSPError
 
 def report_failure(exc: BaseException, rank: int, size: int) -> None:
     """Write ``exc`` to stderr: one line for a remote failure, else the rank-prefixed traceback."""
-    if isinstance(exc, BSPError) and exc.remote:
+    if isinstance(exc, BSPError) and exc.collective:
+        if rank == 0:
+            sys.stderr.write(f"[hpcbsp] error: {exc}\n")
+    elif isinstance(exc, BSPError) and exc.remote:
         sys.stderr.write(f"[hpcbsp] rank {rank}/{size}: {exc}\n")
     else:
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))

@@ -17,7 +17,7 @@ from typing import Any, Callable, TypeVar
 from mpi4py import MPI
 
 from .context import _LIVE, BSP
-from .errors import BSPError
+from .errors import BSPError, SyncTimeout
 from .report import report_failure
 
 T = TypeVar("T")
@@ -50,7 +50,7 @@ def excepthook(exc_type: type[BaseException], exc: BaseException, tb: TracebackT
     live = list(_LIVE)
     for bsp in live:
         bsp._fail(exc)
-    if size > 1 and not live and not isinstance(exc, BSPError):
+    if size > 1 and (isinstance(exc, SyncTimeout) or (not live and not isinstance(exc, BSPError))):
         MPI.COMM_WORLD.Abort(1)
 
 

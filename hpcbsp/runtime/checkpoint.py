@@ -1,0 +1,253 @@
+"""Checkpoint and restore at superstep boundaries, also onto a different number of ranks.
+
+A checkpoint is a directory::
+
+    PATH/meta.json     what is saved: program, superstep, ranks, coarrays (dtype and the length of
+                       every rank's part), replicated state, and a BLAKE2 checksum of every file
+    PATH/rank{r}.npz   rank r's coarray parts (and, in rank0.npz, the replicated state)
+
+Writing is atomic: every rank writes into ``PATH.tmp``, the ranks agree that all writes
+succeeded, and only then does rank 0 swap the new directory in (``PATH`` -> ``PATH.old``,
+``PATH.tmp`` -> ``PATH``, remove ``PATH.old``).  A crash at any point leaves the previous
+checkpoint readable (``restore`` falls back to ``PATH.old`` if the swap was interrupted), and a
+failed write never replaces it.  Files are read with ``allow_pickle=False``: loading never runs
+code from the file.
+
+Coarrays are matched by name (those registered with ``scratch=True``, such as halos and
+buffers, are not saved) and treated as one global array, the concatenation of the parts in
+rank order; on restore each rank takes the slice that its current part covers, so a block
+distribution saved on 3 ranks restores onto 2 or 4.  State passed as keywords is *replicated*
+(the same on every rank, e.g. an iteration counter or a global vector): rank 0's copy is saved,
+and every rank checks at save time that its copy is identical.  Assumes a file system that all
+ranks see (one node, or a cluster's shared file system).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .coarray import Coarray
+from .errors import BSPError
+
+if TYPE_CHECKING:
+    from .context import BSP
+
+FORMAT = "hpcbsp-checkpoint"
+VERSION = 1
+
+
+@dataclass
+class Checkpoint:
+    """What :meth:`BSP.restore` returns: the saved superstep, rank count and replicated state."""
+
+    path: str
+    program: str
+    superstep: int
+    nprocs: int
+    state: dict[str, np.ndarray]
+
+
+def default_program() -> str:
+    """The name a checkpoint is tagged with when none is given: the main script's file name."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name:
+        return spec.name.removesuffix(".__main__")
+    return os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
+
+
+def _digest(path: str) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _agree_or_raise(bsp: "BSP", error: str | None, what: str) -> None:
+    """Collective: if any rank has an error, every rank raises the first one."""
+    errors = bsp.comm.allgather(error)
+    bad = [(r, e) for r, e in enumerate(errors) if e]
+    if bad:
+        rank, msg = bad[0]
+        more = f" (and on {len(bad) - 1} more rank(s))" if len(bad) > 1 else ""
+        raise BSPError(f"{what} failed on rank {rank}: {msg}{more}", collective=True)
+
+
+def save(bsp: "BSP", path: str, program: str | None, state: dict[str, Any]) -> str:
+    """Write a checkpoint (collective).  See the module docstring for the format."""
+    path = os.path.abspath(os.fspath(path))
+    program = program or default_program()
+    arrays = {name: np.asarray(value) for name, value in state.items()}
+    for name, arr in arrays.items():
+        if arr.dtype.hasobject:
+            raise BSPError(f"rank {bsp.pid}: checkpoint state {name!r} holds Python objects; "
+                           "only numeric/string numpy data can be saved (no pickle)")
+    coarrays = {obj.name: obj for obj in bsp._objects if isinstance(obj, Coarray) and not obj.scratch}
+    tmp = path + ".tmp"
+
+    # 1. Rank 0 prepares an empty staging directory.
+    error = None
+    if bsp.pid == 0:
+        try:
+            shutil.rmtree(tmp, ignore_errors=True)
+            os.makedirs(tmp)
+        except OSError as exc:
+            error = f"cannot create {tmp}: {exc}"
+    _agree_or_raise(bsp, error, f"checkpoint {path}")
+
+    # 2. Every rank writes its file; replicated state must really be replicated.
+    error, digest = None, None
+    fname = f"rank{bsp.pid}.npz"
+    try:
+        payload = {f"coarray:{name}": c.local for name, c in coarrays.items()}
+        if bsp.pid == 0:
+            payload.update({f"state:{name}": arr for name, arr in arrays.items()})
+        with open(os.path.join(tmp, fname), "wb") as fh:
+            np.savez(fh, **payload)
+            fh.flush()
+            os.fsync(fh.fileno())
+        digest = _digest(os.path.join(tmp, fname))
+    except OSError as exc:
+        error = f"cannot write {os.path.join(tmp, fname)}: {exc}"
+    state_digest = hashlib.blake2b(b"".join(
+        name.encode() + arr.dtype.str.encode() + str(arr.shape).encode() + arr.tobytes()
+        for name, arr in sorted(arrays.items())), digest_size=16).hexdigest()
+    reports = bsp.comm.gather((error, digest, state_digest), root=0)
+
+    # 3. Rank 0 checks everything, writes meta.json last, and swaps the directories.
+    error = None
+    if bsp.pid == 0:
+        errs = [(r, e) for r, (e, _, _) in enumerate(reports) if e]
+        differ = [r for r, (_, _, sd) in enumerate(reports) if sd != reports[0][2]]
+        if errs:
+            error = f"rank {errs[0][0]}: {errs[0][1]}"
+        elif differ:
+            error = (f"the state passed to checkpoint differs between ranks (rank(s) "
+                     f"{', '.join(map(str, differ))} differ from rank 0); state must be replicated "
+                     "— keep distributed data in coarrays")
+        else:
+            meta = {
+                "format": FORMAT, "version": VERSION, "program": program,
+                "superstep": bsp.superstep, "nprocs": bsp.nprocs,
+                "coarrays": {name: {"dtype": c.dtype.str, "sizes": list(c.sizes)}
+                             for name, c in coarrays.items()},
+                "state": {name: {"dtype": arr.dtype.str, "shape": list(arr.shape)}
+                          for name, arr in arrays.items()},
+                "checksums": {f"rank{r}.npz": d for r, (_, d, _) in enumerate(reports)},
+            }
+            try:
+                with open(os.path.join(tmp, "meta.json"), "w") as fh:
+                    json.dump(meta, fh, indent=1)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                old = path + ".old"
+                shutil.rmtree(old, ignore_errors=True)
+                if os.path.exists(path):
+                    os.rename(path, old)
+                os.rename(tmp, path)
+                shutil.rmtree(old, ignore_errors=True)
+            except OSError as exc:
+                error = f"cannot complete {path}: {exc}"
+        if error:
+            shutil.rmtree(tmp, ignore_errors=True)  # the previous checkpoint stays as it was
+    _agree_or_raise(bsp, error, f"checkpoint {path}")
+    return path
+
+
+def _read_meta(path: str) -> tuple[str, dict[str, Any]]:
+    """Find and parse a checkpoint's meta.json, or raise a BSPError saying what is wrong."""
+    if not os.path.isdir(path) and os.path.isdir(path + ".old"):
+        path = path + ".old"  # a save was interrupted between its two renames
+    meta_path = os.path.join(path, "meta.json")
+    if not os.path.isdir(path):
+        raise BSPError(f"checkpoint {path} not found (no such directory)")
+    try:
+        with open(meta_path) as fh:
+            meta = json.load(fh)
+    except FileNotFoundError:
+        raise BSPError(f"checkpoint {path} is incomplete: {meta_path} is missing") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BSPError(f"checkpoint {path} is damaged: {meta_path} is not valid JSON ({exc})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise BSPError(f"{path} is not an hpcbsp checkpoint ({meta_path} has no format "
+                       f"{FORMAT!r})")
+    if meta.get("version") != VERSION:
+        raise BSPError(f"checkpoint {path} has format version {meta.get('version')}; this hpcbsp "
+                       f"reads version {VERSION}")
+    return path, meta
+
+
+def _load(path: str, fname: str, meta: dict[str, Any]) -> dict[str, np.ndarray]:
+    fpath = os.path.join(path, fname)
+    expected = meta["checksums"].get(fname)
+    if not os.path.exists(fpath):
+        raise BSPError(f"checkpoint {path} is incomplete: {fname} is missing")
+    if _digest(fpath) != expected:
+        raise BSPError(f"checkpoint {path} is damaged: {fname} does not match its checksum "
+                       "(truncated or modified)")
+    try:
+        with np.load(fpath, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except (ValueError, OSError, EOFError) as exc:
+        raise BSPError(f"checkpoint {path} is damaged: {fname} cannot be read ({exc})") from None
+
+
+def restore(bsp: "BSP", path: str, program: str | None = None) -> Checkpoint:
+    """Read a checkpoint into the registered coarrays (collective); return its state."""
+    path = os.path.abspath(os.fspath(path))
+    coarrays = {obj.name: obj for obj in bsp._objects if isinstance(obj, Coarray) and not obj.scratch}
+    error, result = None, None
+    try:
+        path, meta = _read_meta(path)
+        want = program or default_program()
+        if meta["program"] != want:
+            raise BSPError(f"checkpoint {path} was written by program {meta['program']!r}, not "
+                           f"{want!r}")
+        saved = meta["coarrays"]
+        missing = sorted(set(coarrays) - set(saved))
+        extra = sorted(set(saved) - set(coarrays))
+        if missing or extra:
+            raise BSPError(f"checkpoint {path} does not match this program's coarrays: "
+                           + (f"not in the checkpoint: {', '.join(missing)}; " if missing else "")
+                           + (f"not registered here: {', '.join(extra)}" if extra else ""))
+        cache: dict[int, dict[str, np.ndarray]] = {}
+        for name, c in coarrays.items():
+            info = saved[name]
+            if np.dtype(info["dtype"]) != c.dtype:
+                raise BSPError(f"checkpoint {path}: coarray {name!r} was saved as "
+                               f"{np.dtype(info['dtype'])}, is {c.dtype} here")
+            old_sizes = np.asarray(info["sizes"], dtype=np.int64)
+            if old_sizes.sum() != sum(c.sizes):
+                raise BSPError(f"checkpoint {path}: coarray {name!r} holds {old_sizes.sum()} "
+                               f"elements in all, this program's has {sum(c.sizes)}")
+            _fill(c, old_sizes, lambda r: cache.setdefault(r, _load(path, f"rank{r}.npz", meta)))
+        state0 = cache.get(0) or _load(path, "rank0.npz", meta)
+        state = {name: state0[f"state:{name}"] for name in meta["state"]}
+        result = Checkpoint(path, meta["program"], int(meta["superstep"]), int(meta["nprocs"]), state)
+    except BSPError as exc:
+        error = str(exc)
+    except (KeyError, TypeError, ValueError) as exc:
+        error = f"checkpoint {path} is damaged: unexpected content ({type(exc).__name__}: {exc})"
+    _agree_or_raise(bsp, error, "restore")
+    assert result is not None
+    return result
+
+
+def _fill(c: Coarray, old_sizes: np.ndarray, part_of: Any) -> None:
+    """Copy this rank's slice of the global array from the saved parts that overlap it."""
+    new_start = int(sum(c.sizes[: c._bsp.pid]))
+    new_stop = new_start + c.local.size
+    old_starts = np.concatenate([[0], np.cumsum(old_sizes)])
+    for r in range(old_sizes.size):
+        lo, hi = max(new_start, int(old_starts[r])), min(new_stop, int(old_starts[r + 1]))
+        if lo < hi:
+            part = part_of(r)[f"coarray:{c.name}"]
+            c.local[lo - new_start:hi - new_start] = part[lo - int(old_starts[r]):hi - int(old_starts[r])]

@@ -1,0 +1,173 @@
+"""Checkpoint/restart: same and different rank counts, damaged files, atomicity, no hangs."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+
+import numpy as np
+import pytest
+
+import hpcbsp
+from hpcbsp import BSPError
+from hpcbsp.apps.distribution import block_range
+from hpcbsp.apps.heat import reference
+from mpi_helpers import run_mpi
+
+HEAT = ["-m", "hpcbsp.apps.heat", "--n", "600", "--steps", "60"]
+
+
+def _rod(path):
+    return np.load(path)
+
+
+def test_kill_a_rank_then_restart_on_2_and_4_ranks(tmp_path):
+    ck = str(tmp_path / "ck")
+    t0 = time.monotonic()
+    res = run_mpi(3, HEAT + ["--checkpoint", ck, "--every", "10", "--die-at", "35"], timeout=60)
+    assert not res.timed_out and time.monotonic() - t0 < 30, "the job must end soon after a rank dies"
+    assert res.returncode != 0
+    meta = json.loads(open(os.path.join(ck, "meta.json")).read())
+    assert meta["nprocs"] == 3 and meta["superstep"] == 30  # the last checkpoint before the death
+    expected = reference(600, 60, 0.25)
+    for nprocs in (2, 4):
+        out = str(tmp_path / f"rod{nprocs}.npy")
+        res = run_mpi(nprocs, HEAT + ["--checkpoint", ck, "--restart", "--out", out], timeout=60)
+        assert res.returncode == 0, res.output
+        assert f"restarted from {ck} at step 30 (saved on 3 ranks, now {nprocs})" in res.stdout
+        np.testing.assert_array_equal(_rod(out), expected)  # bit-identical to the uninterrupted run
+
+
+def _damage_and_restore(tmp_path, damage, match):
+    ck = str(tmp_path / "ck")
+    assert run_mpi(2, HEAT + ["--checkpoint", ck, "--every", "30"], timeout=60).returncode == 0
+    damage(ck)
+    res = run_mpi(2, HEAT + ["--checkpoint", ck, "--restart"], timeout=60)
+    assert res.returncode != 0 and not res.timed_out
+    assert "Traceback" not in res.stderr, res.stderr
+    assert match in res.stderr, res.stderr
+    assert res.stderr.count("[hpcbsp] error:") == 1
+
+
+def test_truncated_file(tmp_path):
+    def truncate(ck):
+        path = os.path.join(ck, "rank1.npz")
+        data = open(path, "rb").read()
+        open(path, "wb").write(data[: len(data) // 2])
+    _damage_and_restore(tmp_path, truncate, "rank1.npz does not match its checksum")
+
+
+def test_flipped_bytes(tmp_path):
+    def flip(ck):
+        path = os.path.join(ck, "rank0.npz")
+        data = bytearray(open(path, "rb").read())
+        data[len(data) // 2] ^= 0xFF
+        open(path, "wb").write(bytes(data))
+    _damage_and_restore(tmp_path, flip, "rank0.npz does not match its checksum")
+
+
+def test_damaged_meta_and_wrong_program_and_missing(tmp_path):
+    _damage_and_restore(tmp_path, lambda ck: open(os.path.join(ck, "meta.json"), "w").write('{"form'),
+                        "meta.json is not valid JSON")
+
+
+def test_checkpoint_of_another_program(tmp_path):
+    def relabel(ck):
+        meta_path = os.path.join(ck, "meta.json")
+        meta = json.load(open(meta_path))
+        meta["program"] = "someone.else"
+        json.dump(meta, open(meta_path, "w"))
+    _damage_and_restore(tmp_path, relabel, "written by program 'someone.else', not 'hpcbsp.apps.heat'")
+
+
+def test_missing_rank_file(tmp_path):
+    _damage_and_restore(tmp_path, lambda ck: os.remove(os.path.join(ck, "rank1.npz")),
+                        "rank1.npz is missing")
+
+
+def test_one_rank_checkpoint_roundtrip_and_errors(tmp_path):
+    path = str(tmp_path / "c")
+    with hpcbsp.BSP() as bsp:
+        x = bsp.coarray(5, dtype=np.int32, name="x")
+        x.local[:] = np.arange(5)
+        bsp.sync()
+        bsp.checkpoint(path, program="t", it=np.int64(7), v=np.arange(3.0))
+        x.local[:] = 0
+        ck = bsp.restore(path, program="t")
+        np.testing.assert_array_equal(x.local, np.arange(5))
+        assert ck.superstep == 1 and int(ck.state["it"]) == 7
+        np.testing.assert_array_equal(ck.state["v"], np.arange(3.0))
+        with pytest.raises(BSPError, match="not found"):
+            bsp.restore(str(tmp_path / "nope"), program="t")
+        with pytest.raises(BSPError, match="Python objects"):
+            bsp.checkpoint(path, program="t", bad=np.array([{}], dtype=object))
+        x.put(0, [1])
+        with pytest.raises(BSPError, match="call sync"):
+            bsp.checkpoint(path, program="t")
+        bsp.sync()
+
+
+def test_interrupted_swap_falls_back_to_old(tmp_path):
+    path = str(tmp_path / "c")
+    with hpcbsp.BSP() as bsp:
+        x = bsp.coarray(2, name="x")
+        x.local[:] = [1.0, 2.0]
+        bsp.checkpoint(path, program="t")
+        os.rename(path, path + ".old")  # as if the save stopped between its two renames
+        x.local[:] = 0
+        bsp.restore(path, program="t")
+        np.testing.assert_array_equal(x.local, [1.0, 2.0])
+
+
+@pytest.mark.mpi(min_size=2)
+def test_failed_save_keeps_previous_checkpoint(tmp_path_factory):
+    from mpi4py import MPI
+    base = MPI.COMM_WORLD.bcast(str(tmp_path_factory.mktemp("ck")) if MPI.COMM_WORLD.rank == 0 else None)
+    path = os.path.join(base, "c")
+    with hpcbsp.BSP() as bsp:
+        n = 10
+        lo, hi = block_range(n, bsp.nprocs, bsp.pid)
+        x = bsp.coarray(hi - lo, name="x")
+        x.local[:] = np.arange(lo, hi)
+        bsp.checkpoint(path, program="t", step=np.int64(1))
+        x.local[:] = -1
+        # Replicated state that differs between ranks: the save must fail everywhere...
+        with pytest.raises(BSPError, match="differs between ranks"):
+            bsp.checkpoint(path, program="t", step=np.int64(bsp.pid))
+        # ...and the first checkpoint is still there and intact.
+        ck = bsp.restore(path, program="t")
+        assert int(ck.state["step"]) == 1
+        np.testing.assert_array_equal(x.local, np.arange(lo, hi))
+        assert not os.path.exists(path + ".tmp")
+
+
+@pytest.mark.mpi(min_size=2)
+def test_restore_redistributes_within_the_same_job(tmp_path_factory):
+    """Checkpoint with one block layout, restore into another (uneven parts)."""
+    from mpi4py import MPI
+    base = MPI.COMM_WORLD.bcast(str(tmp_path_factory.mktemp("rd")) if MPI.COMM_WORLD.rank == 0 else None)
+    path = os.path.join(base, "c")
+    n = 23
+    with hpcbsp.BSP() as bsp:
+        lo, hi = block_range(n, bsp.nprocs, bsp.pid)
+        x = bsp.coarray(hi - lo, dtype=np.int64, name="x")
+        x.local[:] = np.arange(lo, hi) * 10
+        bsp.checkpoint(path, program="t")
+    with hpcbsp.BSP() as bsp:
+        # Reversed layout: rank r holds the block that rank p-1-r would.
+        lo, hi = block_range(n, bsp.nprocs, bsp.nprocs - 1 - bsp.pid)
+        sizes_before = block_range(n, bsp.nprocs, bsp.nprocs - 1 - bsp.pid)
+        x = bsp.coarray(hi - lo, dtype=np.int64, name="x")
+        bsp.restore(path, program="t")
+        start = sum(x.sizes[: bsp.pid])
+        np.testing.assert_array_equal(x.local, np.arange(start, start + x.local.size) * 10)
+        assert sizes_before == (lo, hi)
+
+
+def test_sync_timeout_names_the_late_rank():
+    t0 = time.monotonic()
+    res = run_mpi(3, [os.path.join(os.path.dirname(__file__), "programs", "late_rank.py")], timeout=60)
+    assert not res.timed_out and time.monotonic() - t0 < 30
+    assert res.returncode != 0
+    assert "ranks not arrived: 2" in res.stderr
