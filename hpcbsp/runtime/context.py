@@ -41,6 +41,18 @@ def _nap() -> None:
     time.sleep(0.001)
 
 
+class _SyncDescription:
+    """What a sync was, said only if the ranks diverge (cheaper than building a closure)."""
+
+    __slots__ = ("label",)
+
+    def __init__(self, label: str | None):
+        self.label = label
+
+    def __call__(self) -> str:
+        return f"sync(label={self.label!r})"
+
+
 class SyncHook(Protocol):
     """A participant in ``sync`` besides puts, gets and queues (FA-BSP mailboxes)."""
 
@@ -81,6 +93,7 @@ class BSP:
         env_timeout = os.environ.get("HPCBSP_SYNC_TIMEOUT")
         self.timeout = timeout if timeout is not None else (float(env_timeout) if env_timeout else None)
         self.ledger = Ledger(self.comm)
+        self._ledger_rows = self.ledger._rows  # the sync fast path appends rows directly
         self._control = ControlStep(self.comm)
         self._control.nonblocking = self.timeout is not None
         self._control.track_arrivals = self.timeout is not None
@@ -221,16 +234,15 @@ class BSP:
 
         A sync with nothing to move anywhere costs one small ``Allreduce`` (the control step).
         """
-        describe = lambda: f"sync(label={label!r})"  # noqa: E731  (called only on divergence)
         if self._hooks or self.timeout is not None or self._state != "open":
-            t0, traffic = self._begin(_SYNC, 0, describe)
+            t0, traffic = self._begin(_SYNC, 0, _SyncDescription(label))
             self._end(label, t0, traffic)
             return
         # The plain path, inlined: an empty sync is one Allreduce plus about a microsecond.
         t0 = _perf()
         outbox = self._outbox
         try:
-            any_data, any_gets = self._control.agree(_SYNC, self.superstep, 0, describe,
+            any_data, any_gets = self._control.agree(_SYNC, self.superstep, 0, _SyncDescription(label),
                                                      outbox.nrecords > 0, outbox.gets_count > 0)
         except BSPError:
             self._state = "failed"
@@ -242,11 +254,11 @@ class BSP:
             traffic = exchange(self.comm, outbox, self._objects, any_gets)
             outbox.reset()
             t1 = _perf()
-            self.ledger.append_row(self.superstep, label, t0 - mark, t1 - t0, traffic.bytes_out,
-                                   traffic.bytes_in, traffic.msgs_out, traffic.msgs_in, mark - self._t0)
+            self._ledger_rows.append((self.superstep, label, t0 - mark, t1 - t0, traffic.bytes_out,
+                                      traffic.bytes_in, traffic.msgs_out, traffic.msgs_in, mark - self._t0))
         else:
             t1 = _perf()
-            self.ledger.append_row(self.superstep, label, t0 - mark, t1 - t0, 0, 0, 0, 0, mark - self._t0)
+            self._ledger_rows.append((self.superstep, label, t0 - mark, t1 - t0, 0, 0, 0, 0, mark - self._t0))
         self.superstep += 1
         self._t_mark = t1
 
