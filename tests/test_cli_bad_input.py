@@ -1,0 +1,83 @@
+"""Property tests: command lines given bad input exit with status 2 and one clear line, never a
+traceback.  Each CLI's ``main(argv)`` runs in-process (fast); a few whole-process checks confirm
+the console scripts behave the same."""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import subprocess
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+# (module with main(argv), options that take a value, flags)
+CLIS = {
+    "hpcbsp.apps.heat": (["--n", "--steps", "--alpha", "--every", "--checkpoint"], ["--restart", "--check"]),
+    "hpcbsp.apps.demo": (["--n"], []),
+    "hpcbsp.cli.info": ([], ["--json"]),
+}
+
+BAD_VALUES = ["abc", "-5", "-1", "", "1e9x", "nan", "--", "0.0.1", "١", "-0"]
+
+
+def call(module: str, argv: list[str]) -> tuple[int, str]:
+    main = importlib.import_module(module).main
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    return code, err.getvalue()
+
+
+@st.composite
+def bad_argv(draw, module: str) -> list[str]:
+    valued, flags = CLIS[module]
+    argv: list[str] = []
+    for _ in range(draw(st.integers(1, 3))):
+        kind = draw(st.sampled_from(["valued", "unknown", "positional"] + (["flag"] if flags else [])))
+        if kind == "valued" and valued:
+            argv += [draw(st.sampled_from(valued)), draw(st.sampled_from(BAD_VALUES))]
+        elif kind == "flag":
+            argv.append(draw(st.sampled_from(flags)))
+        elif kind == "unknown":
+            # "--zz..." is no option and no abbreviation of one (argparse accepts "--h" for --help)
+            argv.append("--zz" + draw(st.text("abcdefghij-", max_size=8)))
+        else:
+            argv.append(draw(st.text("xyz0123", min_size=1, max_size=5)))
+    # Always at least one thing that is wrong: an unknown option at the end.
+    return argv + ["--definitely-not-an-option"]
+
+
+@pytest.mark.parametrize("module", sorted(CLIS))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_bad_input_exits_2_without_traceback(module, data):
+    argv = data.draw(bad_argv(module))
+    code, err = call(module, argv)
+    assert code == 2, (argv, err)
+    assert "Traceback" not in err
+    assert "error:" in err
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--n", "2"], "--n must be at least 3"),
+    (["--alpha", "0.9"], "--alpha must be in (0, 0.5]"),
+    (["--every", "5"], "need --checkpoint"),
+])
+def test_heat_semantic_errors(argv, needle):
+    code, err = call("hpcbsp.apps.heat", argv)
+    assert code == 2 and needle in err
+
+
+def test_console_scripts_exit_2():
+    bindir = sys.executable.rsplit("/", 1)[0]
+    for cmd in ([f"{bindir}/hpcbsp", "frobnicate"], [f"{bindir}/hpcbsp", "run"],
+                [f"{bindir}/hpcbsp", "info", "--bad"], [sys.executable, "-m", "hpcbsp", "nope.py"]):
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert res.returncode == 2, (cmd, res.stderr)
+        assert "Traceback" not in res.stderr
