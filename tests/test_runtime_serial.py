@@ -90,3 +90,17 @@ def test_block_distribution_covers_range(n, p):
     ranges = [block_range(n, p, r) for r in range(p)]
     assert [hi - lo for lo, hi in ranges] == sizes.tolist()
     assert all(ranges[r][1] == ranges[r + 1][0] for r in range(p - 1))
+
+
+def test_summary_with_a_cost_profile():
+    class Flat:  # g = 1 ns/byte, l = 1 ms
+        def superstep_cost(self, w, h_bytes, messages):
+            return w + 1e-9 * h_bytes + 1e-3
+
+    recs = [dict(rank=r, index=i, label=None, work_s=0.01, sync_s=0.001 + 1e-9 * 1000 * i,
+                 bytes_out=1000 * i, bytes_in=1000 * i, msgs_out=1, msgs_in=1, start_s=0.0)
+            for r in range(2) for i in range(3)]
+    text = summarize(recs, profile=Flat())
+    assert "predicted" in text
+    # measured = w + sync = exactly the model's prediction here: zero error
+    assert "mean error 0.0%" in text

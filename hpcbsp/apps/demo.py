@@ -1,41 +1,85 @@
-"""``make run``: a short demonstration of hpcbsp on 2 ranks.
+"""``make run``: hpcbsp in one minute, on 2 ranks.
 
-    mpiexec -n 2 python -m hpcbsp.apps.demo [--n N]
+    mpiexec -n 2 python -m hpcbsp.apps.demo [--n N] [--out-dir DIR]
 
-Runs a block-distributed matrix-vector product as a BSP program, checks it against numpy and
-prints the superstep ledger.
+1. runs a BSF Jacobi solve with the farm skeleton (rank 0 master, rank 1 worker) and checks it
+   against ``numpy.linalg.solve``;
+2. prints the superstep ledger of that run;
+3. calibrates the BSF cost model from the parameters the run measured of itself and prints the
+   predicted speedup curve and scalability boundary K_max for this machine;
+4. writes the model and a speedup plot under ``runs/demo/``.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from typing import Any
 
 import hpcbsp
-from hpcbsp.apps.classic import distributed_matvec
+from hpcbsp.apps.bsfsystem import solve
+from hpcbsp.apps.jacobi import build as jacobi
+from hpcbsp.cli.cost import OneLineParser
 from hpcbsp.runtime.ledger import summarize
 
 
-def demo(bsp: "hpcbsp.BSP", n: int) -> int:
-    if bsp.pid == 0:
-        print(f"hpcbsp demo: y = A x with A {n}x{n} in row blocks on {bsp.nprocs} ranks")
-    _, err = distributed_matvec(bsp, n)
-    worst = bsp.allreduce(err, op="max")
-    records = bsp.ledger.gather()
-    if bsp.pid == 0:
-        ok = worst < 1e-9 * n
-        print(f"check against numpy A @ x: max |error| = {worst:.2e}  {'OK' if ok else 'FAILED'}")
-        print(summarize(records))
-        return 0 if ok else 1
-    return 0
+def run_demo(bsp: "hpcbsp.BSP", n: int) -> tuple[dict[str, Any], list[dict[str, object]] | None]:
+    """The Jacobi solve and every rank's ledger records (on rank 0)."""
+    args = argparse.Namespace(n=n, seed=0, eps=1e-10, max_iter=500, ledger=None)
+    out = solve(bsp, "BSF Jacobi", jacobi, args)
+    return out, bsp.ledger.gather()
+
+
+def report(out: dict[str, Any], records: list[dict[str, object]], nprocs: int, out_dir: str) -> int:
+    """Rank 0: print the run, its ledger, the model's prediction; write the model and the plot."""
+    from hpcbsp.cost.farmmodel import format_farm_parameters, model_from_farm
+    from hpcbsp.cost.modelfile import save_model
+    from hpcbsp.cost.plot import plot_speedup
+    from hpcbsp.cost.predict import format_prediction, prediction
+
+    ok = out["converged"] and out["max_error"] < 1e-7
+    print(f"hpcbsp demo: BSF Jacobi, n = {out['n']}, on {nprocs} ranks "
+          f"(rank 0 master, {out['workers']} worker{'s' if out['workers'] != 1 else ''})")
+    print(f"  {out['iterations']} iterations, {'converged' if out['converged'] else 'NOT converged'}; "
+          f"max |x - numpy.linalg.solve(A, b)| = {out['max_error']:.1e}  {'OK' if ok else 'FAILED'}")
+    print()
+    print(summarize(records))
+    print()
+    print(format_farm_parameters(out["timings"]))
+    cm = model_from_farm(out["timings"], n_boot=200)
+    k_max = cm.model.k_max()
+    top = max(16, 4 * k_max) if k_max else 256
+    workers = sorted({1, 2, 4, 8, 16, 32, 64, 128, 256, top} & set(range(1, top + 1)) | ({k_max} if k_max else set()))
+    print()
+    print("predicted on this machine from that one run:")
+    print(format_prediction(prediction(cm, workers)))
+    os.makedirs(out_dir, exist_ok=True)
+    model_path = os.path.join(out_dir, "MODEL.json")
+    plot_path = os.path.join(out_dir, "speedup.png")
+    save_model(model_path, cm)
+    plot_speedup(cm, plot_path, title=f"BSF Jacobi n = {out['n']}: predicted speedup on this machine")
+    print()
+    print(f"wrote {model_path} and the plot {plot_path}")
+    print(f"next: hpcbsp-cost predict {model_path} --workers 1,2,4,...,1024   "
+          f"(or hpcbsp-cost calibrate -- python -m hpcbsp.apps.jacobi)")
+    return 0 if ok else 1
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hpcbsp.apps.demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n", type=int, default=2000, help="matrix order (default 2000)")
+    parser = OneLineParser(prog="mpiexec -n 2 python -m hpcbsp.apps.demo", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=2000, help="order of the linear system (default 2000)")
+    parser.add_argument("--out-dir", default=os.path.join("runs", "demo"),
+                        help="where the model and the plot go (default runs/demo)")
     args = parser.parse_args(argv)
-    if args.n < 1:
-        parser.error("--n must be at least 1")
-    return hpcbsp.run(demo, args.n)
+    from mpi4py import MPI
+
+    size = MPI.COMM_WORLD.Get_size()
+    if args.n < max(2, size - 1):
+        parser.error(f"--n must be at least {max(2, size - 1)}, got {args.n}")
+    out, records = hpcbsp.run(run_demo, args.n)
+    if MPI.COMM_WORLD.Get_rank() != 0:
+        return 0
+    return report(out, records, size, args.out_dir)
 
 
 if __name__ == "__main__":

@@ -13,9 +13,16 @@ import csv
 import json
 import os
 from dataclasses import asdict, dataclass, fields
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Protocol
 
 from mpi4py import MPI
+
+class CostModel(Protocol):
+    """What :func:`summarize` needs of a machine profile (``hpcbsp.cost.profile.Profile`` is one)."""
+
+    def superstep_cost(self, w: float, h_bytes: float, messages: float) -> float:
+        """Predicted seconds of a superstep with work ``w``, h-relation ``h_bytes``."""
+
 
 FIELDS = ("index", "label", "work_s", "sync_s", "bytes_out", "bytes_in", "msgs_out", "msgs_in")
 
@@ -92,10 +99,11 @@ class Ledger:
         write_records(path, records, self._comm.Get_size())
         return path
 
-    def summary(self) -> str:
-        """A short text summary of this rank's supersteps (see :func:`summarize` for all ranks)."""
+    def summary(self, profile: CostModel | None = None) -> str:
+        """A short text summary of this rank's supersteps (see :func:`summarize` for all ranks);
+        with a machine ``profile``, the predicted cost w + g·h + l beside the measured time."""
         rank = self._comm.Get_rank()
-        return summarize([dict(r.as_dict(), rank=rank) for r in self])
+        return summarize([dict(r.as_dict(), rank=rank) for r in self], profile=profile)
 
 
 def write_records(path: str, records: list[dict[str, object]], nprocs: int) -> None:
@@ -141,34 +149,61 @@ def per_superstep(records: Iterable[dict[str, object]]) -> list[dict[str, object
     for rec in records:
         i = int(rec["index"])
         s = steps.setdefault(i, {"index": i, "label": rec["label"], "w_s": 0.0, "sync_s": 0.0,
-                                 "h_bytes": 0, "msgs": 0, "ranks": 0})
+                                 "measured_s": 0.0, "h_bytes": 0, "h_msgs": 0, "msgs": 0, "ranks": 0})
         s["w_s"] = max(float(s["w_s"]), float(rec["work_s"]))
         s["sync_s"] = max(float(s["sync_s"]), float(rec["sync_s"]))
-        s["h_bytes"] = max(int(s["h_bytes"]), int(rec["bytes_out"]), int(rec["bytes_in"]))
+        s["measured_s"] = max(float(s["measured_s"]), float(rec["work_s"]) + float(rec["sync_s"]))
+        for nbytes, msgs in ((rec["bytes_out"], rec["msgs_out"]), (rec["bytes_in"], rec["msgs_in"])):
+            if int(nbytes) > int(s["h_bytes"]):
+                s["h_bytes"], s["h_msgs"] = int(nbytes), int(msgs)
         s["msgs"] = int(s["msgs"]) + int(rec["msgs_out"])
         s["ranks"] = int(s["ranks"]) + 1
     return [steps[i] for i in sorted(steps)]
 
 
-def summarize(records: list[dict[str, object]], max_rows: int = 12) -> str:
-    """A human-readable table of the supersteps (all ranks combined) and totals."""
+def summarize(records: list[dict[str, object]], max_rows: int = 12,
+              profile: CostModel | None = None) -> str:
+    """A human-readable table of the supersteps (all ranks combined) and totals.
+
+    With a machine ``profile`` (``hpcbsp-cost probe``), each row also shows the BSP prediction
+    w + g·h + l beside the measured time (max over ranks of work + sync), and a last line gives
+    the model's mean and largest error.
+    """
     steps = per_superstep(records)
     if not steps:
         return "ledger: no supersteps recorded"
     nranks = max(int(s["ranks"]) for s in steps)
+    pred = [profile.superstep_cost(float(s["w_s"]), float(s["h_bytes"]), float(s["h_msgs"]))
+            for s in steps] if profile is not None else None
+    extra = f" {'measured':>10} {'predicted':>10}" if pred else ""
     lines = [f"ledger: {len(steps)} supersteps on {nranks} rank(s)  "
-             "(w, sync: max over ranks; h: max bytes in or out of one rank)",
-             f"  {'step':>5} {'label':<18} {'w [ms]':>10} {'sync [ms]':>10} {'h [bytes]':>12} {'msgs':>8}"]
-    shown = steps if len(steps) <= max_rows else steps[: max_rows - 2] + steps[-2:]
-    for j, s in enumerate(shown):
+             "(w, sync: max over ranks; h: max bytes in or out of one rank; times in ms)",
+             f"  {'step':>5} {'label':<18} {'w':>10} {'sync':>10} {'h [bytes]':>12} {'msgs':>8}{extra}"]
+    rows = list(range(len(steps))) if len(steps) <= max_rows else \
+        list(range(max_rows - 2)) + [len(steps) - 2, len(steps) - 1]
+    for j, i in enumerate(rows):
+        s = steps[i]
         if len(steps) > max_rows and j == max_rows - 2:
             lines.append(f"  {'...':>5}")
-        lines.append(f"  {s['index']:>5} {str(s['label'] or '')[:18]:<18} {1e3 * float(s['w_s']):>10.3f} "
-                     f"{1e3 * float(s['sync_s']):>10.3f} {int(s['h_bytes']):>12,} {int(s['msgs']):>8,}")
+        row = (f"  {s['index']:>5} {str(s['label'] or '')[:18]:<18} {1e3 * float(s['w_s']):>10.3f} "
+               f"{1e3 * float(s['sync_s']):>10.3f} {int(s['h_bytes']):>12,} {int(s['msgs']):>8,}")
+        if pred:
+            row += f" {1e3 * float(s['measured_s']):>10.3f} {1e3 * pred[i]:>10.3f}"
+        lines.append(row)
     tw = sum(float(s["w_s"]) for s in steps)
     ts = sum(float(s["sync_s"]) for s in steps)
     th = sum(int(s["h_bytes"]) for s in steps)
-    lines.append(f"  {'total':>5} {'':<18} {1e3 * tw:>10.3f} {1e3 * ts:>10.3f} {th:>12,}")
+    total = f"  {'total':>5} {'':<18} {1e3 * tw:>10.3f} {1e3 * ts:>10.3f} {th:>12,}"
+    if pred:
+        measured = [float(s["measured_s"]) for s in steps]
+        total += f" {'':>8} {1e3 * sum(measured):>10.3f} {1e3 * sum(pred):>10.3f}"
+        errs = [abs(p - m) / m for p, m in zip(pred, measured) if m > 0]
+        lines.append(total)
+        if errs:
+            lines.append(f"  BSP model w + g·h + l vs measured: mean error {100 * sum(errs) / len(errs):.1f}%, "
+                         f"max {100 * max(errs):.1f}%, total {100 * (sum(pred) - sum(measured)) / sum(measured):+.1f}%")
+        return "\n".join(lines)
+    lines.append(total)
     return "\n".join(lines)
 
 

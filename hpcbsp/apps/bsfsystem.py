@@ -1,0 +1,119 @@
+"""What the BSF linear-system apps (Jacobi, Cimmino) share: the test system, the run, the check,
+the report and the command line.
+
+An app supplies a function ``problem(a, b, args) -> BSFProblem`` and its own options; this module
+builds the system from a seed on every rank, runs the farm, checks the answer against
+``numpy.linalg.solve`` on rank 0 and prints what the run measured of itself.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any, Callable
+
+import numpy as np
+
+import hpcbsp
+from hpcbsp.cli.cost import OneLineParser
+from hpcbsp.farm import BSFProblem, run_farm
+
+ProblemBuilder = Callable[[np.ndarray, np.ndarray, argparse.Namespace], BSFProblem]
+
+
+def diagonally_dominant_system(n: int, seed: int = 0, dominance: float = 1.5) -> tuple[np.ndarray, np.ndarray]:
+    """A reproducible n×n system whose diagonal is ``dominance`` times its row's off-diagonal sum.
+
+    ``dominance > 1`` makes A strictly diagonally dominant, so Jacobi converges with rate at
+    most 1/dominance; the off-diagonal entries are positive, so the rate is close to that bound
+    and a run takes a few dozen iterations (enough to time).  The same seed gives the same
+    system on every rank.
+    """
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(0.0, 1.0, size=(n, n))
+    np.fill_diagonal(a, 0.0)
+    off = np.abs(a).sum(axis=1)
+    np.fill_diagonal(a, dominance * off + 1.0)
+    b = rng.uniform(-1.0, 1.0, size=n)
+    return a, b
+
+
+def vector_sum_problem(n: int, map_fn: Callable[[np.ndarray, slice], np.ndarray],
+                       compute: Callable[[np.ndarray, np.ndarray], np.ndarray], eps: float) -> BSFProblem:
+    """A BSF problem over the n rows or columns of a system: a sublist is a ``slice``, ⊕ is vector
+    addition, and the master stops when ||x' − x||₂ < eps."""
+    def stop(x_next: np.ndarray, x: np.ndarray) -> bool:
+        diff = x_next - x
+        return float(diff @ diff) < eps * eps
+
+    return BSFProblem(items=lambda start, end: slice(start, end), list_length=n, map=map_fn, reduce=np.add,
+                      fold=lambda blk: blk.sum(axis=0), compute=compute, stop=stop)
+
+
+def solve(bsp: "hpcbsp.BSP", name: str, build: ProblemBuilder, args: argparse.Namespace,
+          dominance: float = 1.5) -> dict[str, Any]:
+    """Run one app on this BSP context; rank 0's result carries the check against numpy."""
+    a, b = diagonally_dominant_system(args.n, args.seed, dominance)
+    result = run_farm(bsp, build(a, b, args), np.zeros(args.n), max_iter=args.max_iter,
+                      label=f"{name} n={args.n}")
+    if args.ledger:
+        bsp.ledger.save(args.ledger)
+    out: dict[str, Any] = {"n": args.n, "iterations": result.iterations, "converged": result.converged,
+                           "workers": result.workers, "timings": result.timings.as_dict()}
+    if bsp.pid == 0:
+        out["max_error"] = float(np.max(np.abs(result.x - np.linalg.solve(a, b))))
+    return out
+
+
+def report(out: dict[str, Any], tolerance: float, name: str) -> int:
+    """Print rank 0's summary; return the exit status (1 if the check failed)."""
+    from hpcbsp.cost.farmmodel import format_farm_parameters, model_from_farm
+
+    ok = out["converged"] and out["max_error"] <= tolerance
+    print(f"{name}: n = {out['n']}, K = {out['workers']} worker(s), {out['iterations']} iterations, "
+          f"{'converged' if out['converged'] else 'NOT converged'}")
+    print(f"check against numpy.linalg.solve: max |x - x*| = {out['max_error']:.2e} "
+          f"(tolerance {tolerance:.0e})  {'OK' if ok else 'FAILED'}")
+    print(format_farm_parameters(out["timings"]))
+    cm = model_from_farm(out["timings"])
+    lo, hi = cm.k_max_interval()
+    k_max = cm.model.k_max()
+    print(f"predicted scalability boundary K_max = {k_max if k_max else 'none (no turnover)'} "
+          f"(95% interval over iterations [{lo}, {hi if hi is not None else 'no turnover'}])")
+    return 0 if ok else 1
+
+
+def app_parser(module: str, description: str, n: int, max_iter: int) -> OneLineParser:
+    """The options every linear-system app has."""
+    parser = OneLineParser(prog=f"mpiexec -n P python -m hpcbsp.apps.{module}", description=description)
+    parser.add_argument("--n", type=int, default=n, help=f"system order, also the list length l (default {n})")
+    parser.add_argument("--eps", type=float, default=1e-10, help="stop when ||x' - x||_2 < eps (default 1e-10)")
+    parser.add_argument("--max-iter", type=int, default=max_iter, help=f"iteration limit (default {max_iter})")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random system (default 0)")
+    parser.add_argument("--ledger", metavar="PATH", help="save the superstep ledger (.json or .csv)")
+    parser.add_argument("--json", action="store_true", help="print rank 0's result as JSON")
+    return parser
+
+
+def app_main(parser: OneLineParser, argv: list[str] | None, name: str, build: ProblemBuilder, *,
+             dominance: float, tolerance_factor: float) -> int:
+    """Parse and check the options, run the app on MPI.COMM_WORLD, report on rank 0."""
+    args = parser.parse_args(argv)
+    if args.n < 1:
+        parser.error(f"--n must be >= 1, got {args.n}")
+    if not args.eps > 0:
+        parser.error(f"--eps must be > 0, got {args.eps}")
+    if args.max_iter < 1:
+        parser.error(f"--max-iter must be >= 1, got {args.max_iter}")
+    from mpi4py import MPI
+
+    size = MPI.COMM_WORLD.Get_size()
+    if size - 1 > args.n:
+        parser.error(f"{size - 1} workers but a list of only {args.n}: use at most {args.n + 1} ranks")
+    out = hpcbsp.run(solve, name, build, args, dominance)
+    if MPI.COMM_WORLD.Get_rank() != 0:
+        return 0
+    tolerance = tolerance_factor * args.eps
+    if args.json:
+        print(json.dumps(out))
+        return 0 if out["converged"] and out["max_error"] <= tolerance else 1
+    return report(out, tolerance, name)

@@ -1,0 +1,300 @@
+"""The BSF (Bulk Synchronous Farm) cost model: iteration time, speedup and the scalability boundary.
+
+A BSF machine is one master and K workers.  Per iteration the master sends the current
+approximation (the *order*) to every worker, each worker maps its share of the list of length l
+and folds it, the master folds the K partial results, runs its compute step and the stop test.
+With the cost parameters
+
+========  ==================================================================================
+L         latency: the cost of one one-byte message (here: of one synchronisation)
+t_c       master-worker exchange of one order and one partial result, latency excluded
+t_Map     Map over the *whole* list on one worker
+t_a       one ``⊕`` of the Reduce
+t_p       the master's compute step and stop test
+l         list length
+========  ==================================================================================
+
+one iteration on K workers costs (``g(K)`` is the slowest worker's share of the list)::
+
+    T(K) = c(K)·(2L + t_c) + t_Map·g(K) + (l·g(K) − 1)·t_a + (K − 1)·t_a + t_p
+
+* ``comm="linear"``: the master exchanges with the workers one by one, ``c(K) = K``;
+* ``comm="tree"``: the order is broadcast and the results gathered along a binomial tree,
+  ``c(K) = 1 + log2 K`` (one exchange's worth at K = 1, one more per tree level); the master still
+  folds the K partial results itself, hence the ``(K − 1)·t_a`` term in both forms;
+* ``granularity="continuous"``: ``g(K) = 1/K``; ``granularity="ceil"``: ``g(K) = ⌈l/K⌉/l``, the
+  slowest worker holds ⌈l/K⌉ elements, which produces the staircase real runs show.
+
+T(1) = 2L + t_c + t_Map + (l − 1)·t_a + t_p in every form, so the speedup a(K) = T(1)/T(K) has
+a(1) = 1 exactly.  In the continuous linear form T(K) = A·K + B/K + C with A = 2L + t_c + t_a,
+B = t_Map + l·t_a, C = t_p − 2·t_a and the scalability boundary is K_BSF = sqrt(B/A); in the
+continuous tree form dT/dK = 0 is the quadratic t_a·K² + (2L + t_c)/ln 2·K − B = 0.
+
+When l is unknown (``list_length=None``) the model has no t_a term of its own: t_a is taken as 0,
+so t_Map stands for the whole parallel work B and ``ceil`` granularity is unavailable.
+
+The model is data (:class:`BSFParams`) plus a form (:class:`BSFModel`); the same basis functions
+(:func:`basis`) serve prediction and least-squares fitting (:mod:`hpcbsp.cost.fit`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+from typing import Iterable
+
+import numpy as np
+
+from .errors import CostInputError
+
+COMM_FORMS: tuple[str, ...] = ("linear", "tree")
+GRANULARITIES: tuple[str, ...] = ("continuous", "ceil")
+#: Names of the coefficients multiplying the columns of :func:`basis`, in order.
+COEFFICIENTS: tuple[str, ...] = ("exchange", "t_map", "t_a", "t_p")
+#: Largest K the numeric argmax searches when the list length does not bound it.
+DEFAULT_K_LIMIT = 1_000_000
+
+
+@dataclass(frozen=True)
+class BSFParams:
+    """The BSF cost parameters of one program on one machine (seconds; ``list_length`` elements)."""
+
+    latency: float
+    t_c: float
+    t_map: float
+    t_a: float
+    t_p: float
+    list_length: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("latency", "t_c", "t_map", "t_a", "t_p"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                raise CostInputError(f"BSF parameter {name} must be a finite number >= 0, got {value!r}")
+        if self.list_length is not None and int(self.list_length) < 1:
+            raise CostInputError(f"list length must be a positive integer, got {self.list_length!r}")
+        if self.list_length is None and self.t_a != 0:
+            raise CostInputError("t_a needs the list length (the Reduce folds l elements); give --list-length")
+
+    @property
+    def exchange(self) -> float:
+        """Cost of one master-worker exchange, latency included: 2L + t_c."""
+        return 2.0 * self.latency + self.t_c
+
+    def coefficients(self) -> np.ndarray:
+        """The coefficient vector matching the columns of :func:`basis`."""
+        return np.array([self.exchange, self.t_map, self.t_a, self.t_p], dtype=float)
+
+    @classmethod
+    def from_coefficients(cls, coef: Iterable[float], list_length: int | None) -> "BSFParams":
+        """Parameters from fitted coefficients; the exchange cannot be split, so it all goes to t_c."""
+        exchange, t_map, t_a, t_p = (max(0.0, float(c)) for c in coef)
+        return cls(latency=0.0, t_c=exchange, t_map=t_map, t_a=t_a if list_length else 0.0, t_p=t_p,
+                   list_length=list_length)
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "BSFParams":
+        try:
+            length = data.get("list_length")
+            return cls(latency=float(data["latency"]), t_c=float(data["t_c"]), t_map=float(data["t_map"]),
+                       t_a=float(data.get("t_a", 0.0)), t_p=float(data["t_p"]),
+                       list_length=None if length is None else int(length))
+        except KeyError as exc:
+            raise CostInputError(f"BSF parameters lack {exc.args[0]!r}") from None
+        except (TypeError, ValueError) as exc:
+            raise CostInputError(f"BSF parameters are not numbers: {exc}") from None
+
+
+def check_form(comm: str, granularity: str, list_length: int | None) -> None:
+    """Raise :class:`CostInputError` for an unknown or impossible model form."""
+    if comm not in COMM_FORMS:
+        raise CostInputError(f"unknown communication form {comm!r}; choose from {', '.join(COMM_FORMS)}")
+    if granularity not in GRANULARITIES:
+        raise CostInputError(f"unknown granularity {granularity!r}; choose from {', '.join(GRANULARITIES)}")
+    if granularity == "ceil" and not list_length:
+        raise CostInputError("granularity 'ceil' needs the list length (give --list-length)")
+
+
+def as_workers(workers: Iterable[int] | int | np.ndarray) -> np.ndarray:
+    """Worker counts as a float array, checked to be >= 1."""
+    k = np.atleast_1d(np.asarray(workers, dtype=float))
+    if k.size and (not np.all(np.isfinite(k)) or k.min() < 1):
+        raise CostInputError("worker counts must be >= 1")
+    return k
+
+
+def share(workers: np.ndarray, granularity: str, list_length: int | None) -> np.ndarray:
+    """g(K): the slowest worker's share of the list, 1/K or ⌈l/K⌉/l."""
+    if granularity == "ceil":
+        assert list_length, "checked by check_form"
+        return np.ceil(list_length / workers) / list_length
+    return 1.0 / workers
+
+
+def basis(workers: Iterable[int] | np.ndarray, comm: str, granularity: str,
+          list_length: int | None) -> np.ndarray:
+    """Design matrix of T(K): one row per K, columns matching :data:`COEFFICIENTS`.
+
+    ``T(K) = basis(K) @ [2L + t_c, t_Map, t_a, t_p]``.  Without a list length the t_a column is
+    zero (t_a is then part of t_Map).
+    """
+    check_form(comm, granularity, list_length)
+    k = as_workers(workers)
+    exchanges = k if comm == "linear" else 1.0 + np.log2(k)
+    g = share(k, granularity, list_length)
+    if list_length:
+        folds = (list_length * g - 1.0) + (k - 1.0)  # worker folds its share, master folds K results
+    else:
+        folds = np.zeros_like(k)
+    return np.column_stack([exchanges, g, folds, np.ones_like(k)])
+
+
+@dataclass(frozen=True)
+class BSFModel:
+    """A BSF cost model: parameters plus the communication form and the granularity."""
+
+    params: BSFParams
+    comm: str = "linear"
+    granularity: str = "continuous"
+
+    def __post_init__(self) -> None:
+        check_form(self.comm, self.granularity, self.params.list_length)
+
+    def with_params(self, params: BSFParams) -> "BSFModel":
+        return replace(self, params=params)
+
+    # -- time, speedup, efficiency -------------------------------------------------------------
+    def time(self, workers: Iterable[int] | int | np.ndarray) -> np.ndarray:
+        """Predicted seconds per iteration T(K) for each K."""
+        x = basis(workers, self.comm, self.granularity, self.params.list_length)
+        c = self.params.coefficients()
+        # Column by column, not a matrix product: equal rows then give bit-equal times, so a(1) == 1.
+        return x[:, 0] * c[0] + x[:, 1] * c[1] + x[:, 2] * c[2] + x[:, 3] * c[3]
+
+    def speedup(self, workers: Iterable[int] | int | np.ndarray) -> np.ndarray:
+        """a(K) = T(1)/T(K)."""
+        return self.time(1)[0] / self.time(workers)
+
+    def efficiency(self, workers: Iterable[int] | int | np.ndarray) -> np.ndarray:
+        """e(K) = a(K)/K."""
+        k = as_workers(workers)
+        return self.speedup(k) / k
+
+    # -- the scalability boundary ---------------------------------------------------------------
+    def aggregate(self) -> dict[str, float]:
+        """The continuous form's aggregate coefficients.
+
+        Linear: ``T = A·K + B/K + C``; tree: ``T = A·(1 + log2 K) + t_a·K + B/K + C``.
+        """
+        p = self.params
+        length = p.list_length or 0
+        b = p.t_map + length * p.t_a
+        if self.comm == "linear":
+            return {"A": p.exchange + p.t_a, "B": b, "C": p.t_p - 2.0 * p.t_a}
+        return {"A": p.exchange, "t_a": p.t_a, "B": b, "C": p.t_p - 2.0 * p.t_a}
+
+    def k_bsf(self) -> float | None:
+        """The real-valued closed-form boundary of the continuous form; None if T never turns up.
+
+        Linear: sqrt(B/A).  Tree: the positive root of t_a·K² + A/ln2·K − B = 0, that is
+        ½·(sqrt((A/(t_a·ln2))² + 4B/t_a) − A/(t_a·ln2)) (B·ln2/A when t_a = 0).  For ``ceil``
+        granularity this is the boundary of the continuous envelope.
+        """
+        agg = self.aggregate()
+        a, b = agg["A"], agg["B"]
+        if self.comm == "linear":
+            if a <= 0:
+                return None
+            return math.sqrt(b / a)
+        t_a = agg["t_a"]
+        q = a / math.log(2.0)
+        if q > 0:
+            # The positive root of t_a·K² + q·K − B = 0 in the cancellation-free form (also t_a = 0).
+            return 2.0 * b / (q + math.sqrt(q * q + 4.0 * t_a * b))
+        if t_a > 0:
+            return math.sqrt(b / t_a)
+        return None
+
+    def k_limit(self, k_limit: int | None = None) -> int:
+        """Largest K worth considering: the list length (a worker needs an element) or a bound."""
+        limit = DEFAULT_K_LIMIT if k_limit is None else int(k_limit)
+        if self.params.list_length:
+            limit = min(limit, int(self.params.list_length))
+        return max(1, limit)
+
+    def k_max_closed(self, k_limit: int | None = None) -> int | None:
+        """Integer K_max from the closed form: the better of ⌊K_BSF⌋ and ⌈K_BSF⌉ (first on ties).
+
+        None when the model has no turnover (K_BSF infinite or beyond the limit).
+        """
+        k = self.k_bsf()
+        limit = self.k_limit(k_limit)
+        if limit == 1:
+            return 1  # one worker is all there can be
+        if k is None or k >= limit:
+            return None  # rising up to the limit: no turnover within it
+        lo, hi = max(1, math.floor(k)), max(1, math.ceil(k))
+        if lo == hi:
+            return lo
+        # Compare on the continuous envelope (the closed form's own model), not the staircase.
+        t_lo, t_hi = replace(self, granularity="continuous").time([lo, hi])
+        best = lo if t_lo <= t_hi else hi
+        return None if best >= limit and limit > 1 else best
+
+    def k_max_numeric(self, k_limit: int | None = None) -> int | None:
+        """Integer K_max as the least K where a(K) is largest on 1..limit, by brute force.
+
+        None when the maximum sits at the limit (no turnover within 1..limit).  With ``ceil``
+        granularity only the first K of each plateau of ⌈l/K⌉ is evaluated: within a plateau the
+        work is constant and every other term grows with K (all coefficients are >= 0), so a
+        plateau's best K is its first.
+        """
+        limit = self.k_limit(k_limit)
+        if limit == 1:
+            return 1
+        if self.granularity == "ceil":
+            k = plateau_starts(int(self.params.list_length), limit).astype(float)
+        else:
+            k = np.arange(1, limit + 1, dtype=float)
+        t = self.time(k)
+        best = int(np.argmin(t))  # the first minimum: the least K reaching the largest speedup
+        if int(k[best]) == limit:
+            return None
+        return int(k[best])
+
+    def k_max(self, k_limit: int | None = None) -> int | None:
+        """The scalability boundary used in reports.
+
+        The closed form for continuous granularity (the tests check it equals the brute-force
+        argmax), the plateau search for ``ceil``.
+        """
+        if self.granularity == "continuous":
+            return self.k_max_closed(k_limit)
+        return self.k_max_numeric(k_limit)
+
+    def as_dict(self) -> dict:
+        return {"comm": self.comm, "granularity": self.granularity, "params": self.params.as_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "BSFModel":
+        try:
+            return cls(params=BSFParams.from_dict(data["params"]), comm=str(data.get("comm", "linear")),
+                       granularity=str(data.get("granularity", "continuous")))
+        except KeyError as exc:
+            raise CostInputError(f"model lacks {exc.args[0]!r}") from None
+
+
+def plateau_starts(list_length: int, limit: int) -> np.ndarray:
+    """The least K of every plateau of ⌈l/K⌉ on 1..limit, ascending.
+
+    The smallest K with ⌈l/K⌉ = v is ⌈l/v⌉; the plateau values are every K up to sqrt(l) and
+    every l/v rounded up for v up to sqrt(l), so O(sqrt(l)) candidates cover all plateaus.
+    """
+    root = math.isqrt(list_length) + 1
+    small = np.arange(1, root + 1)
+    values = np.ceil(list_length / small)  # plateau values reached at K <= sqrt(l)
+    candidates = np.concatenate([small, np.ceil(list_length / values), np.ceil(list_length / small), [limit]])
+    candidates = np.unique(candidates.astype(np.int64))
+    return candidates[(candidates >= 1) & (candidates <= limit)]

@@ -1,0 +1,168 @@
+"""``hpcbsp-cost calibrate -- COMMAND ...``: run a BSF program at a few small K, write RUNS.csv and MODEL.json.
+
+COMMAND must run a program built on :mod:`hpcbsp.farm`: the farm appends its measured
+timings to the file named by ``$HPCBSP_FARM_REPORT``, which this command sets for every run.
+Each K runs under ``mpiexec -n K+1`` (rank 0 is the master); a leading ``python`` in COMMAND is
+replaced by this interpreter so the runs use the same environment.
+
+The model written is
+
+* fitted to the measured seconds per iteration (:func:`hpcbsp.cost.fit.fit_runs`) when the runs
+  cover at least three distinct K (and four rows), else
+* taken from the farm's own measurements at the smallest K (:mod:`hpcbsp.cost.farmmodel`),
+  with a bootstrap over iterations.
+
+In both cases the components model of the smallest K is also checked against every measured K,
+which is the prediction-versus-measurement the issue asks for.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any, Sequence, TextIO
+
+import numpy as np
+
+from ..farm.timings import REPORT_ENV, SAMPLE_FIELDS
+from ..runtime.launch import find_mpiexec
+from .errors import CostInputError
+from .farmmodel import model_from_farm
+from .fit import MIN_DISTINCT_WORKERS, fit_runs, n_parameters
+from .modelfile import CalibratedModel, save_model
+from .runs import Runs, write_runs
+from .validate import validation
+
+RUN_COLUMNS = ("workers", "seconds", "repeat", "list_length", "iterations", "latency", "t_c", "t_map", "t_a", "t_p")
+
+
+def _command(command: Sequence[str]) -> list[str]:
+    cmd = list(command)
+    if cmd and os.path.basename(cmd[0]) in ("python", "python3"):
+        cmd[0] = sys.executable
+    return cmd
+
+
+def _clean_env(report: str, timeout: float) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_"))}
+    env[REPORT_ENV] = report
+    env["MPIEXEC_TIMEOUT"] = str(int(timeout))
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def run_once(command: Sequence[str], workers: int, repeat: int, out_dir: str, *, timeout: float,
+             mpiexec: str) -> dict[str, Any]:
+    """One run at K workers; returns the last farm report it wrote."""
+    report = os.path.join(out_dir, f"report-K{workers}-r{repeat}.jsonl")
+    log = os.path.join(out_dir, f"run-K{workers}-r{repeat}.log")
+    if os.path.exists(report):
+        os.remove(report)
+    cmd = [mpiexec, "-n", str(workers + 1), *_command(command)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 15,
+                              env=_clean_env(report, timeout), stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise CostInputError(f"the run at K = {workers} did not finish within {timeout:g} s: {' '.join(cmd)}") from None
+    except OSError as exc:
+        raise CostInputError(f"cannot start {cmd[0]}: {exc.strerror or exc}") from None
+    with open(log, "w") as fh:
+        fh.write(f"$ {' '.join(cmd)}\n{proc.stdout}\n--- stderr ---\n{proc.stderr}")
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise CostInputError(f"the run at K = {workers} failed with status {proc.returncode}: {last} (log: {log})")
+    try:
+        with open(report) as fh:
+            lines = [json.loads(line) for line in fh if line.strip()]
+    except FileNotFoundError:
+        lines = []
+    if not lines:
+        raise CostInputError(f"the program wrote no farm report at K = {workers}: calibrate needs a program "
+                             f"built on hpcbsp.farm (log: {log})")
+    return lines[-1]
+
+
+def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """One report from the repeats at one K: their iterations pooled, parameters re-taken as medians."""
+    base = dict(reports[0])
+    base["samples"] = {k: [v for r in reports for v in r["samples"][k]] for k in SAMPLE_FIELDS}
+    for key in ("latency", "t_c", "t_map", "t_a", "t_p", "seconds_per_iteration"):
+        base[key] = float(np.median([r[key] for r in reports]))
+    base["iterations"] = sum(int(r["iterations"]) for r in reports)
+    return base
+
+
+def calibrate(command: Sequence[str], *, workers: Sequence[int] = (1, 2, 3), repeats: int = 2,
+              out_dir: str = "runs/calibrate", timeout: float = 300.0, mpiexec: str | None = None,
+              list_length: int | None = None, n_boot: int = 200,
+              progress: TextIO | None = None) -> dict[str, Any]:
+    """Run, record and model; returns a summary document (the ``--json`` output)."""
+    mpiexec = mpiexec or find_mpiexec()
+    if not mpiexec:
+        raise CostInputError("no mpiexec found beside this Python or on PATH; give --mpiexec")
+    os.makedirs(out_dir, exist_ok=True)
+    rows, by_k = [], {}
+    cpus = os.cpu_count() or 1
+    for k in sorted(set(int(w) for w in workers)):
+        for rep in range(repeats):
+            report = run_once(command, k, rep, out_dir, timeout=timeout, mpiexec=mpiexec)
+            by_k.setdefault(k, []).append(report)
+            rows.append({"workers": k, "seconds": report["seconds_per_iteration"], "repeat": rep,
+                         **{c: report[c] for c in RUN_COLUMNS[3:]}})
+            if progress is not None:
+                note = " (oversubscribed)" if k + 1 > cpus else ""
+                progress.write(f"calibrate: K = {k} repeat {rep + 1}/{repeats}: "
+                               f"{1e3 * report['seconds_per_iteration']:.3f} ms per iteration, "
+                               f"{report['iterations']} iterations{note}\n")
+                progress.flush()
+    runs_path = os.path.join(out_dir, "RUNS.csv")
+    model_path = os.path.join(out_dir, "MODEL.json")
+    write_runs(runs_path, rows, RUN_COLUMNS)
+    runs = Runs.from_arrays([r["workers"] for r in rows], [r["seconds"] for r in rows], source=runs_path)
+    length = list_length or int(rows[0]["list_length"])
+    smallest = min(by_k)
+    components = model_from_farm(merge_reports(by_k[smallest]), n_boot=n_boot)
+    if length != components.model.params.list_length:
+        components.model = components.model.with_params(
+            type(components.model.params)(**{**components.model.params.as_dict(), "list_length": length}))
+    if runs.distinct_workers().size >= MIN_DISTINCT_WORKERS and len(runs) >= n_parameters(length):
+        model: CalibratedModel = fit_runs(runs, list_length=length, n_boot=n_boot)
+        method = "fit"
+    else:
+        model, method = components, "components"
+    model.fit["command"] = " ".join(command)
+    save_model(model_path, model)
+    check = validation(components, runs)
+    lo, hi = model.k_max_interval()
+    oversubscribed = [k for k in by_k if k + 1 > cpus]
+    return {
+        "runs_csv": runs_path, "model_json": model_path, "method": method,
+        "workers": sorted(by_k), "repeats": repeats, "list_length": length,
+        "k_max": model.model.k_max(), "k_max_interval": [lo, hi], "k_bsf": model.model.k_bsf(),
+        "params": model.model.params.as_dict(), "comm": model.model.comm, "granularity": model.model.granularity,
+        "components_check": {"from_workers": smallest, "mape": check["mape"], "max_ape": check["max_ape"],
+                             "points": check["points"]},
+        "oversubscribed_workers": oversubscribed,
+    }
+
+
+def format_calibration(doc: dict[str, Any]) -> str:
+    """The calibration summary for people."""
+    p = doc["params"]
+    lo, hi = doc["k_max_interval"]
+    lines = [f"calibrated from {doc['repeats']} run(s) at each K in {doc['workers']} ({doc['method']}); "
+             f"l = {doc['list_length']}",
+             f"model: {doc['comm']} exchange, {doc['granularity']} granularity; L = {p['latency']:.3g} s, "
+             f"t_c = {p['t_c']:.3g} s, t_Map = {p['t_map']:.3g} s, t_a = {p['t_a']:.3g} s, t_p = {p['t_p']:.3g} s",
+             f"K_max = {doc['k_max'] if doc['k_max'] else 'none (no turnover)'}, "
+             f"95% interval [{lo}, {hi if hi is not None else 'no turnover'}]",
+             f"model measured at K = {doc['components_check']['from_workers']} vs every measured K:"]
+    for q in doc["components_check"]["points"]:
+        lines.append(f"  K = {q['workers']:>3}: measured {1e3 * q['measured_mean']:.3f} ms, predicted "
+                     f"{1e3 * q['predicted']:.3f} ms, error {q['mape']:.1f} %")
+    if doc["oversubscribed_workers"]:
+        lines.append(f"note: K = {doc['oversubscribed_workers']} ran more ranks than this machine has cores; "
+                     "their times measure oversubscription, not the model")
+    lines.append(f"wrote {doc['runs_csv']} and {doc['model_json']}")
+    return "\n".join(lines)

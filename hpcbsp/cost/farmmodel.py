@@ -1,0 +1,74 @@
+"""A BSF model from one farm run's own measurements (white-box calibration).
+
+``hpcbsp.farm`` records, per iteration, T and its parts (see :mod:`hpcbsp.farm.timings`); the
+medians give the BSF parameters, and resampling the iterations gives bootstrap replicates, so a
+single run at small K yields a model with an interval for K_max.  The input is the run's report
+as a mapping (``FarmTimings.as_dict()`` or one JSON line of ``$HPCBSP_FARM_REPORT``), so this
+module needs nothing from MPI.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..farm.timings import SAMPLE_FIELDS, per_iteration_params
+from .bsf import BSFModel, BSFParams
+from .errors import CostInputError
+from .modelfile import CalibratedModel, provenance
+
+
+def model_from_farm(report: Mapping[str, Any], *, n_boot: int = 200, seed: int = 0,
+                    granularity: str = "continuous") -> CalibratedModel:
+    """The linear-exchange BSF model measured by one farm run, with bootstrap over iterations.
+
+    Parameters
+    ----------
+    report
+        A farm run's timings (``FarmTimings.as_dict()`` or a report line).
+    n_boot
+        Bootstrap replicates over iterations (0: none).
+    granularity
+        Granularity of the returned model (the farm's split is ``ceil``-exact; ``continuous``
+        gives the classical smooth curve and closed-form K_BSF).
+    """
+    try:
+        params = BSFParams(latency=float(report["latency"]), t_c=float(report["t_c"]),
+                           t_map=float(report["t_map"]), t_a=float(report["t_a"]),
+                           t_p=float(report["t_p"]), list_length=int(report["list_length"]))
+        workers = int(report["workers"])
+        samples = {k: np.asarray(report["samples"][k], dtype=float) for k in SAMPLE_FIELDS}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CostInputError(f"not a farm report: missing or malformed {exc}") from None
+    model = BSFModel(params, "linear", granularity)
+    boot = None
+    n_iter = samples["seconds"].size
+    if n_boot > 0 and n_iter >= 2:
+        rng = np.random.default_rng(seed)
+        reps = []
+        for _ in range(n_boot):
+            pick = rng.integers(0, n_iter, size=n_iter)
+            per = per_iteration_params({k: v[pick] for k, v in samples.items()}, workers,
+                                       params.list_length, params.latency)
+            reps.append([2.0 * params.latency + np.median(per["t_c"]), np.median(per["t_map"]), np.median(per["t_a"]),
+                         np.median(per["t_p"])])
+        boot = np.maximum(np.array(reps), 0.0)
+    fit = {
+        "source": "farm run",
+        "workers": [workers],
+        "iterations": n_iter,
+        "seconds_per_iteration": float(report.get("seconds_per_iteration", np.nan)),
+        "label": report.get("label"),
+        "method": "components measured by the farm (medians over iterations)",
+    }
+    return CalibratedModel(model, boot, None if boot is None else "iterations", fit,
+                           provenance(source="farm", nprocs=report.get("nprocs")))
+
+
+def format_farm_parameters(report: Mapping[str, Any]) -> str:
+    """The measured BSF parameters in one readable block."""
+    return (f"measured BSF parameters (K = {report['workers']}, l = {report['list_length']}, "
+            f"{report['iterations']} iterations, median T = {1e3 * report['seconds_per_iteration']:.3f} ms):\n"
+            f"  L = {report['latency'] * 1e6:.1f} us, t_c = {report['t_c'] * 1e6:.1f} us, "
+            f"t_Map = {report['t_map'] * 1e3:.3f} ms, t_a = {report['t_a'] * 1e9:.1f} ns, "
+            f"t_p = {report['t_p'] * 1e6:.1f} us")

@@ -1,0 +1,100 @@
+"""The BSF cost parameters a farm run measures of itself, and the report file ``calibrate`` reads.
+
+Per iteration the master records its iteration time T and the parts it can attribute: the
+workers' Map times (summed: t_Map is the Map of the *whole* list on one worker), the folds
+(workers' local Reduce plus the master's fold of the K partial results: l − 1 ⊕ in all), and its
+compute + stop time t_p.  What remains of T after the model's own work terms at this K is the
+master-worker exchange: ``c(K)·(2L + t_c)`` with c(K) = K for the farm's one-by-one exchange.
+L is measured separately (one-byte put and sync), so t_c = exchange − 2L.
+
+Taking the model's terms (rather than, say, the slowest worker's clock) means the calibrated
+model reproduces the measured T at the measured K; the test of the model is at other K.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+#: Environment variable naming a file to which the master appends one JSON line per farm run.
+REPORT_ENV = "HPCBSP_FARM_REPORT"
+
+#: Per-iteration columns the master records.
+SAMPLE_FIELDS = ("seconds", "map_s", "fold_s", "master_fold_s", "compute_s")
+
+
+@dataclass
+class FarmTimings:
+    """What one farm run measured (seconds; medians over iterations unless said otherwise)."""
+
+    workers: int
+    list_length: int
+    iterations: int
+    total_s: float                  #: the whole iteration loop, exit message included
+    latency: float                  #: L: median one-byte put + sync
+    t_c: float                      #: exchange − 2L, clipped at 0
+    t_map: float
+    t_a: float
+    t_p: float
+    seconds_per_iteration: float    #: median iteration time T(K)
+    samples: dict[str, list[float]] = field(default_factory=dict)  #: per iteration, SAMPLE_FIELDS
+
+    def params(self) -> dict[str, float | int]:
+        """The BSF parameters as a mapping (the keys of :class:`hpcbsp.cost.bsf.BSFParams`)."""
+        return {"latency": self.latency, "t_c": self.t_c, "t_map": self.t_map, "t_a": self.t_a,
+                "t_p": self.t_p, "list_length": self.list_length}
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def exchanges(workers: int) -> int:
+    """c(K) of the farm's one-by-one exchange: K master-worker exchanges per iteration."""
+    return workers
+
+
+def per_iteration_params(samples: dict[str, np.ndarray], workers: int, list_length: int,
+                         latency: float) -> dict[str, np.ndarray]:
+    """BSF parameters from each iteration's measurements (arrays, one value per iteration).
+
+    With g = ⌈l/K⌉/l the slowest worker's share, the model's work at K is
+    ``t_Map·g + (l·g − 1)·t_a + (K − 1)·t_a + t_p``; the rest of T, divided by c(K), is 2L + t_c.
+    """
+    t = samples["seconds"]
+    t_map = samples["map_s"]
+    folds = max(list_length - 1, 1)
+    t_a = (samples["fold_s"] + samples["master_fold_s"]) / folds if list_length > 1 else np.zeros_like(t)
+    t_p = samples["compute_s"]
+    g = math.ceil(list_length / workers) / list_length
+    work = t_map * g + (list_length * g - 1.0) * t_a + (workers - 1.0) * t_a + t_p
+    exchange = np.maximum(t - work, 0.0) / exchanges(workers)
+    t_c = np.maximum(exchange - 2.0 * latency, 0.0)
+    return {"t_map": t_map, "t_a": t_a, "t_p": t_p, "t_c": t_c, "exchange": exchange}
+
+
+def summarise(samples: dict[str, list[float]], *, workers: int, list_length: int, iterations: int,
+              total_s: float, latency: float) -> FarmTimings:
+    """Medians over iterations of the per-iteration parameters."""
+    arrays = {k: np.asarray(v, dtype=float) for k, v in samples.items()}
+    if iterations == 0 or arrays["seconds"].size == 0:
+        return FarmTimings(workers, list_length, 0, total_s, latency, 0.0, 0.0, 0.0, 0.0, 0.0, samples)
+    per = per_iteration_params(arrays, workers, list_length, latency)
+    return FarmTimings(
+        workers=workers, list_length=list_length, iterations=iterations, total_s=total_s,
+        latency=latency, t_c=float(np.median(per["t_c"])), t_map=float(np.median(per["t_map"])),
+        t_a=float(np.median(per["t_a"])), t_p=float(np.median(per["t_p"])),
+        seconds_per_iteration=float(np.median(arrays["seconds"])), samples=samples)
+
+
+def append_report(timings: FarmTimings, path: str | None = None, **extra: Any) -> str | None:
+    """Append the run's timings as one JSON line to ``path`` (default: ``$HPCBSP_FARM_REPORT``)."""
+    path = path or os.environ.get(REPORT_ENV)
+    if not path:
+        return None
+    with open(path, "a") as fh:
+        fh.write(json.dumps({**timings.as_dict(), **extra}) + "\n")
+    return path

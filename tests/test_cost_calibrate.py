@@ -1,0 +1,51 @@
+"""``hpcbsp-cost calibrate``: runs a farm program under mpiexec and writes RUNS.csv and MODEL.json."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+from hpcbsp.cli.cost import main
+from hpcbsp.cost.modelfile import load_model
+from hpcbsp.cost.runs import read_runs
+
+# Under `mpiexec -n P pytest --with-mpi` every rank runs the serial tests too (pytest-mpi 0.6 does not
+# skip them); a test that launches MPI jobs of its own would then start P copies of them at once.
+SERIAL_ONLY = pytest.mark.skipif(int(os.environ.get("PMI_SIZE", os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))) > 1,
+                                 reason="launches its own MPI jobs: runs in the serial pass, not once per rank")
+
+pytestmark = SERIAL_ONLY
+
+
+def test_calibrate_jacobi(tmp_path, capsys):
+    code = main(["calibrate", "--workers", "1,2", "--repeats", "2", "--out-dir", str(tmp_path), "--json",
+                 "--timeout", "120", "--", "python", "-m", "hpcbsp.apps.jacobi", "--n", "120"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    doc = json.loads(out)
+    runs = read_runs(tmp_path / "RUNS.csv")
+    assert sorted(runs.workers.tolist()) == [1, 1, 2, 2] and runs.list_length() == 120
+    assert doc["method"] == "components"  # two distinct K: too few to fit
+    cm = load_model(tmp_path / "MODEL.json")
+    assert cm.model.params.list_length == 120 and cm.fit["command"].endswith("--n 120")
+    # The check compares the K = 1 model with both measured K, with the APE computed per row.
+    points = {p["workers"]: p for p in doc["components_check"]["points"]}
+    assert set(points) == {1, 2}
+    for k, p in points.items():
+        t = runs.seconds[runs.workers == k]
+        assert p["measured_mean"] == pytest.approx(t.mean())
+        assert p["mape"] == pytest.approx((100 * abs(p["predicted"] - t) / t).mean())
+
+
+def test_calibrate_needs_a_farm_program(tmp_path, capsys):
+    code = main(["calibrate", "--workers", "1", "--repeats", "1", "--out-dir", str(tmp_path), "--",
+                 sys.executable, "-c", "pass"])
+    err = capsys.readouterr().err
+    assert code == 2 and "no farm report" in err and err.count("\n") == 1
+
+
+def test_calibrate_without_command(capsys):
+    assert main(["calibrate", "--workers", "1"]) == 2
+    assert "after '--'" in capsys.readouterr().err

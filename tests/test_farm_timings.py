@@ -1,0 +1,58 @@
+"""From a farm run's per-iteration measurements to BSF parameters (and back to T)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hpcbsp.cost.bsf import BSFModel, BSFParams
+from hpcbsp.cost.farmmodel import model_from_farm
+from hpcbsp.cost.errors import CostInputError
+from hpcbsp.farm.timings import per_iteration_params, summarise
+
+
+def synthetic_samples(p: BSFParams, k: int, iterations: int, noise: float = 0.0, seed: int = 0):
+    """What a farm would record if its iterations followed the model exactly (ceil split)."""
+    rng = np.random.default_rng(seed)
+    jitter = 1.0 + noise * rng.standard_normal(iterations)
+    length = p.list_length
+    t = BSFModel(p, "linear", "ceil").time([k])[0] * jitter
+    folds_workers = (length - k) * p.t_a  # Σ_j (m_j − 1) ⊕ on the workers
+    return {"seconds": t.tolist(), "map_s": [p.t_map] * iterations, "fold_s": [folds_workers] * iterations,
+            "master_fold_s": [(k - 1) * p.t_a] * iterations, "compute_s": [p.t_p] * iterations}
+
+
+@pytest.mark.parametrize("k, length", [(1, 100), (3, 100), (7, 50)])
+def test_exact_iterations_give_back_the_parameters(k, length):
+    p = BSFParams(latency=2e-5, t_c=3e-4, t_map=0.02, t_a=1e-7, t_p=5e-5, list_length=length)
+    samples = synthetic_samples(p, k, 10)
+    per = per_iteration_params({kk: np.asarray(v) for kk, v in samples.items()}, k, length, p.latency)
+    np.testing.assert_allclose(per["exchange"], 2 * p.latency + p.t_c, rtol=1e-9)
+    np.testing.assert_allclose(per["t_a"], p.t_a, rtol=1e-9)
+    t = summarise(samples, workers=k, list_length=length, iterations=10, total_s=1.0, latency=p.latency)
+    assert (t.t_c, t.t_map, t.t_p) == pytest.approx((p.t_c, p.t_map, p.t_p), rel=1e-9)
+    # The model from these parameters reproduces the measured T at the measured K.
+    model = model_from_farm(t.as_dict(), n_boot=0, granularity="ceil").model
+    assert model.time([k])[0] == pytest.approx(t.seconds_per_iteration, rel=1e-9)
+
+
+def test_time_below_the_work_clips_the_exchange_at_zero():
+    p = BSFParams(latency=1e-5, t_c=0.0, t_map=0.01, t_a=0.0, t_p=0.0, list_length=10)
+    samples = synthetic_samples(p, 2, 4)
+    samples["seconds"] = [0.001] * 4  # less than the Map alone: clock noise
+    per = per_iteration_params({k: np.asarray(v) for k, v in samples.items()}, 2, 10, p.latency)
+    assert (per["exchange"] == 0).all() and (per["t_c"] == 0).all()
+
+
+def test_bootstrap_over_iterations_brackets_the_point_estimate():
+    p = BSFParams(latency=2e-5, t_c=3e-4, t_map=0.02, t_a=1e-7, t_p=5e-5, list_length=1000)
+    samples = synthetic_samples(p, 1, 40, noise=0.05, seed=4)
+    t = summarise(samples, workers=1, list_length=1000, iterations=40, total_s=1.0, latency=p.latency)
+    cm = model_from_farm(t.as_dict(), n_boot=100, seed=1)
+    lo, hi = cm.k_max_interval()
+    assert lo is not None and hi is not None and lo <= cm.model.k_max() <= hi
+    assert cm.boot_coefficients.shape == (100, 4)
+
+
+def test_malformed_report():
+    with pytest.raises(CostInputError, match="not a farm report"):
+        model_from_farm({"workers": 1})
