@@ -11,7 +11,7 @@ import pytest
 import hpcbsp
 from hpcbsp import BSPError
 from hpcbsp.apps.classic import distributed_matvec, inner_product, prefix_sum
-from hpcbsp.apps.distribution import block_range
+from hpcbsp.runtime.distribution import block_range
 
 mpi = pytest.mark.mpi(min_size=2)
 

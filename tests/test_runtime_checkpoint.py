@@ -11,7 +11,7 @@ import pytest
 
 import hpcbsp
 from hpcbsp import BSPError
-from hpcbsp.apps.distribution import block_range
+from hpcbsp.runtime.distribution import block_range
 from hpcbsp.apps.heat import reference
 from mpi_helpers import run_mpi
 

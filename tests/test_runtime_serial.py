@@ -11,7 +11,7 @@ import pytest
 
 import hpcbsp
 from hpcbsp import BSPError
-from hpcbsp.apps.distribution import block_range, block_sizes
+from hpcbsp.runtime.distribution import block_range, block_sizes
 from hpcbsp.runtime.control import signature
 from hpcbsp.runtime.ledger import per_superstep, summarize
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime import BSP
-from .distribution import block_range
+from ..runtime.distribution import block_range
 
 
 def inner_product(bsp: BSP, x_block: np.ndarray, y_block: np.ndarray) -> float:

@@ -20,7 +20,7 @@ import sys
 import numpy as np
 
 import hpcbsp
-from hpcbsp.apps.distribution import block_range
+from hpcbsp.runtime.distribution import block_range
 from hpcbsp.runtime.ledger import summarize
 
 

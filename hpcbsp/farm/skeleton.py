@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ..apps.distribution import block_range
+from ..runtime.distribution import block_range
 from ..runtime import BSP, BSPError
 from .problem import BSFProblem
 from .timings import SAMPLE_FIELDS, FarmTimings, append_report, summarise
