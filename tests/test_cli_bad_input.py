@@ -13,17 +13,28 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-# (module with main(argv), options that take a value, flags)
+# "module [subcommand]" with main(argv) -> (options that take a value, flags)
 CLIS = {
     "hpcbsp.apps.heat": (["--n", "--steps", "--alpha", "--every", "--checkpoint"], ["--restart", "--check"]),
     "hpcbsp.apps.demo": (["--n"], []),
+    "hpcbsp.apps.jacobi": (["--n", "--max-iter"], []),
+    "hpcbsp.apps.cimmino": (["--n", "--max-iter"], []),
     "hpcbsp.cli.info": ([], ["--json"]),
+    "hpcbsp.cli.cost bsf": (["--latency", "--t-c", "--t-map", "--t-a", "--t-p", "--list-length",
+                             "--comm", "--granularity", "--workers"], ["--json"]),
+    "hpcbsp.cli.cost fit": (["--runs", "--list-length", "--granularity", "--comm", "-o"], ["--json"]),
+    "hpcbsp.cli.cost predict": (["--workers"], ["--json"]),
+    "hpcbsp.cli.cost validate": (["--runs"], ["--json"]),
+    "hpcbsp.cli.cost plot": (["--runs", "-o"], ["--json"]),
+    "hpcbsp.cli.cost ledger": (["--profile"], ["--json"]),
 }
 
 BAD_VALUES = ["abc", "-5", "-1", "", "1e9x", "nan", "--", "0.0.1", "١", "-0"]
 
 
 def call(module: str, argv: list[str]) -> tuple[int, str]:
+    module, *sub = module.split()
+    argv = sub + argv
     main = importlib.import_module(module).main
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
