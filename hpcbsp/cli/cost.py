@@ -21,7 +21,7 @@ import math
 import sys
 from typing import Any, Sequence
 
-from hpcbsp.cli.args import OneLineParser
+from hpcbsp.util.args import OneLineParser
 from hpcbsp.cost.bsf import COMM_FORMS, GRANULARITIES, BSFModel, BSFParams
 from hpcbsp.cost.errors import CostInputError
 from hpcbsp.cost.klist import parse_workers

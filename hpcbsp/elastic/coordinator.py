@@ -1,0 +1,134 @@
+"""The server side of the parameter server, without transport: weights, held gradients, policy.
+
+Both the virtual-clock simulator and the MPI server feed pushes to a :class:`Coordinator` and
+carry out what it returns, so the two differ only in how time passes and how bytes move. The
+coordinator also enforces the push/release protocol, so a faulty policy fails loudly instead of
+deadlocking a run.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .policies.base import SyncPolicy
+from .runlog import RunLog
+
+__all__ = ["Coordinator", "Outcome", "ProtocolError"]
+
+
+class ProtocolError(RuntimeError):
+    """A push or a policy decision broke the protocol (push while held, release while computing...)."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """After one push: workers to send the weights to, and workers to tell to stop."""
+
+    release: tuple[int, ...] = ()
+    stop: tuple[int, ...] = ()
+
+
+class Coordinator:
+    """Apply a policy's decisions to the global weights and keep the run's log.
+
+    Parameters
+    ----------
+    policy : SyncPolicy
+        Reset here for ``n_workers`` workers, all released at ``now`` with version 0.
+    n_workers : int
+        Number of workers.
+    weights : numpy.ndarray or None
+        Initial flat weights (copied); None runs timing only (gradients are ignored).
+    lr : float
+        SGD step: an update is ``weights -= lr * mean(applied gradients)``.
+    now : float
+        Start time.
+    max_updates : int, optional
+        Stop the run at the push that makes this many updates: the workers that push would
+        release, and all waiting ones, are told to stop instead (no gradient is computed in vain).
+    """
+
+    def __init__(self, policy: SyncPolicy, n_workers: int, weights: np.ndarray | None, lr: float,
+                 now: float = 0.0, max_updates: int | None = None):
+        self.policy = policy
+        self.max_updates = max_updates
+        self.n_workers = n_workers
+        self.lr = float(lr)
+        self.weights = None if weights is None else np.array(weights, dtype=np.float64).ravel()
+        size = 0 if self.weights is None else self.weights.size
+        self._grads = np.zeros((n_workers, size), dtype=np.float64)
+        self._pending = np.zeros(n_workers, dtype=bool)   # a gradient waits to be applied/dropped
+        self._waiting = np.zeros(n_workers, dtype=bool)   # the worker waits to be released
+        self._stopped = np.zeros(n_workers, dtype=bool)
+        self._pushed_at = np.zeros(n_workers, dtype=np.float64)
+        self.pulled_version = np.zeros(n_workers, dtype=np.int64)  # version each worker computes on
+        self.version = 0
+        self.stopping = False
+        self.log = RunLog(n_workers)
+        policy.reset(n_workers, now)
+
+    @property
+    def finished(self) -> bool:
+        """True once every worker has been told to stop."""
+        return bool(self._stopped.all())
+
+    def push(self, worker: int, grad: np.ndarray | None, now: float) -> Outcome:
+        """Worker ``worker`` pushed ``grad`` (computed on ``pulled_version[worker]``) at ``now``."""
+        if not 0 <= worker < self.n_workers:
+            raise ProtocolError(f"push from unknown worker {worker}")
+        if self._waiting[worker] or self._stopped[worker]:
+            raise ProtocolError(f"worker {worker} pushed while it should be waiting or stopped")
+        self.log.pushes[worker] += 1
+        self.log.push_times.append((worker, now))
+        if self.stopping:
+            self._stopped[worker] = True
+            return Outcome(stop=(worker,))
+        if self.weights is not None:
+            self._grads[worker] = grad
+        self._pending[worker] = True
+        self._waiting[worker] = True
+        self._pushed_at[worker] = now
+        decision = self.policy.on_push(worker, now)
+        if decision.apply:
+            self._apply(decision.apply)
+        for w in decision.drop:
+            self._consume(w)
+            self.log.dropped[w] += 1
+        for w in decision.release:
+            if not self._waiting[w] or self._pending[w]:
+                raise ProtocolError(f"{self.policy.name}: released worker {w}, which is not waiting "
+                                    "or whose gradient was neither applied nor dropped")
+            self._waiting[w] = False
+            self.log.wait_s[w] += now - self._pushed_at[w]
+            self.pulled_version[w] = self.version
+        if self.max_updates is not None and self.version >= self.max_updates:
+            self._stopped[list(decision.release)] = True
+            return Outcome(stop=tuple(decision.release) + self.stop(now))
+        return Outcome(release=tuple(decision.release))
+
+    def stop(self, now: float) -> tuple[int, ...]:
+        """Stop the run: return the waiting workers (to be told now); later pushes get STOP."""
+        self.stopping = True
+        waiting = tuple(int(w) for w in np.flatnonzero(self._waiting & ~self._stopped))
+        for w in waiting:
+            self.log.wait_s[w] += now - self._pushed_at[w]
+            self._waiting[w] = False
+            self._stopped[w] = True
+        return waiting
+
+    def _consume(self, w: int) -> None:
+        if not self._pending[w]:
+            raise ProtocolError(f"{self.policy.name}: gradient of worker {w} used twice or never pushed")
+        self._pending[w] = False
+
+    def _apply(self, workers: tuple[int, ...]) -> None:
+        idx = np.asarray(workers, dtype=np.int64)
+        for w in workers:
+            self._consume(w)
+        self.log.staleness.extend((self.version - self.pulled_version[idx]).tolist())
+        self.log.applied[idx] += 1
+        if self.weights is not None:
+            self.weights -= self.lr * (self._grads[idx].mean(axis=0) if idx.size > 1 else self._grads[idx[0]])
+        self.version += 1
+        self.log.updates = self.version

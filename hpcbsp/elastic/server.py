@@ -1,0 +1,271 @@
+"""The parameter server on MPI: rank 0 serves, ranks ``1..n`` are workers ``0..n-1``.
+
+Protocol (point-to-point on an explicit communicator, numpy buffers of ``P + 2`` float64):
+
+* reply, server -> worker (tag ``REPLY_TAG``): ``[command, version, weights...]``; the server
+  sends one at the start and one per release; ``command`` is ``CONTINUE`` or ``STOP``.
+* push, worker -> server (tag ``PUSH_TAG``): ``[version computed on, iteration, gradient...]``.
+
+A worker pushes once per reply and waits for the next reply, so the server sees every push time
+(its clock at receipt) and can withhold a reply: that is all a policy needs. The server keeps
+one receive posted per computing worker and serves whichever push arrives first.
+
+h-relation per iteration of worker ``w``: the worker sends 1 message of ``8 (P + 2)`` bytes and
+receives 1 of the same size; the server receives and sends ``n`` such messages per round of pushes.
+
+Both sides take the communicator explicitly; ``None`` means a private duplicate of
+``MPI.COMM_WORLD`` (made and freed collectively by the server and every worker), so the
+protocol's tags cannot meet other traffic.
+
+Every wait polls with a short sleep instead of blocking inside MPI: an MPICH rank blocked in a
+receive spins on its core, which on an oversubscribed machine would steal the time the workers'
+compute needs; polling also bounds every wait by ``timeout`` so that a broken run fails instead
+of hanging.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from .coordinator import Coordinator
+from .policies.base import SyncPolicy
+from .runlog import RunLog
+
+__all__ = ["serve", "work", "ServerResult", "WorkerResult", "PUSH_TAG", "REPLY_TAG", "CONTINUE", "STOP",
+           "ServerTimeout"]
+
+PUSH_TAG = 7101
+REPLY_TAG = 7102
+CONTINUE = 0.0
+STOP = 1.0
+_HEADER = 2
+
+
+class ServerTimeout(TimeoutError):
+    """A wait of the parameter server or a worker exceeded its bound."""
+
+
+@dataclass
+class ServerResult:
+    """What rank 0 returns."""
+
+    policy: str
+    log: RunLog
+    policy_stats: dict[str, Any]
+    weights: np.ndarray
+
+
+@dataclass
+class WorkerResult:
+    """What a worker rank returns: its iterations, time spent waiting for replies, versions seen."""
+
+    iterations: int = 0
+    blocked_s: float = 0.0
+    versions: list[int] = field(default_factory=list)
+
+
+def _poll(test: Callable[[], Any], until: float, timeout_at: float, what: str) -> Any:
+    """Call ``test()`` until it returns something other than None, sleeping a little between.
+
+    Returns None when ``until`` (a soft deadline, ``time.monotonic`` clock) passes; raises
+    :class:`ServerTimeout` when ``timeout_at`` passes.
+    """
+    pause = 2e-5
+    while True:
+        got = test()
+        if got is not None:
+            return got
+        now = time.monotonic()
+        if now >= timeout_at:
+            raise ServerTimeout(f"parameter server: no {what} within the timeout")
+        if now >= until:
+            return None
+        time.sleep(pause)
+        pause = min(pause * 2, 1e-3)
+
+
+def _wait(req: MPI.Request, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    _poll(lambda: True if req.Test() else None, np.inf, deadline, what)
+
+
+def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: float, *,
+          duration: float | None = None, max_updates: int | None = None,
+          eval_fn: Callable[[np.ndarray], tuple[float, float]] | None = None,
+          eval_every: float | None = None,
+          progress: Callable[[float, RunLog], None] | None = None,
+          timeout: float = 60.0) -> ServerResult:
+    """Run the server on rank 0 of ``comm`` until the run stops; workers run :func:`work`.
+
+    h-relation: per push served, 1 message of ``8 (P + 2)`` bytes in and, when the policy
+    releases or stops workers, 1 message of ``8 (P + 2)`` bytes out to each of them.
+
+    Parameters
+    ----------
+    comm : MPI.Comm or None
+        Rank 0 is the server, ranks ``1..size-1`` the workers (None: a duplicate of COMM_WORLD).
+    policy : SyncPolicy
+        Decides when pushes are applied and workers released.
+    weights : numpy.ndarray
+        Initial flat weights (copied).
+    lr : float
+        SGD step of each update.
+    duration : float, optional
+        Stop after this many seconds.
+    max_updates : int, optional
+        Stop once this many updates were applied. At least one stop condition is required.
+    eval_fn, eval_every : optional
+        ``eval_fn(weights) -> (accuracy, loss)``, recorded every ``eval_every`` seconds and at the end.
+    progress : callable, optional
+        Called as ``progress(elapsed, log)`` after each evaluation.
+    timeout : float
+        Longest any single wait may take before :class:`ServerTimeout` is raised.
+    """
+    if duration is None and max_updates is None:
+        raise ValueError("serve() needs a stop condition: duration or max_updates")
+    if comm is None:
+        comm = MPI.COMM_WORLD.Dup()
+        try:
+            return serve(comm, policy, weights, lr, duration=duration, max_updates=max_updates,
+                         eval_fn=eval_fn, eval_every=eval_every, progress=progress, timeout=timeout)
+        finally:
+            comm.Free()
+    n = comm.Get_size() - 1
+    if n < 1:
+        raise ValueError("the parameter server needs at least 2 ranks (1 server + workers)")
+    coord = Coordinator(policy, n, weights, lr, 0.0, max_updates=max_updates)
+    size = coord.weights.size  # type: ignore[union-attr]
+    inbox = np.zeros((n, size + _HEADER))
+    outbox = np.zeros((n, size + _HEADER))
+    recv: list[MPI.Request] = [MPI.REQUEST_NULL] * n
+    sent: list[MPI.Request] = [MPI.REQUEST_NULL] * n
+
+    def reply(w: int, command: float) -> None:
+        # The previous reply to w was received before w pushed again, so this wait is immediate.
+        _wait(sent[w], timeout, f"completion of the reply to worker {w}")
+        outbox[w, 0] = command
+        outbox[w, 1] = coord.version
+        outbox[w, _HEADER:] = coord.weights
+        sent[w] = comm.Isend(outbox[w], dest=w + 1, tag=REPLY_TAG)
+
+    def release(w: int) -> None:
+        recv[w] = comm.Irecv(inbox[w], source=w + 1, tag=PUSH_TAG)
+        reply(w, CONTINUE)
+
+    t0 = time.monotonic()
+    for w in range(n):
+        release(w)
+    stop_at = t0 + duration if duration is not None else np.inf
+    next_eval = t0 if eval_fn is not None and eval_every else np.inf
+
+    def pending() -> int | None:
+        idx, flag = MPI.Request.Testany(recv)
+        return idx if flag and idx != MPI.UNDEFINED else None
+
+    stopped_at = np.inf
+
+    def stop_all(now: float) -> None:
+        nonlocal stopped_at
+        stopped_at = now
+        for w in coord.stop(now - t0):
+            reply(w, STOP)
+
+    while not coord.finished:
+        now = time.monotonic()
+        if now >= next_eval and not coord.stopping:
+            coord.log.record_eval(now - t0, *eval_fn(coord.weights))  # type: ignore[misc, arg-type]
+            next_eval += eval_every  # type: ignore[operator]
+            if progress is not None:
+                progress(now - t0, coord.log)
+        if not coord.stopping and now >= stop_at:
+            stop_all(now)
+            continue
+        until = np.inf if coord.stopping else min(next_eval, stop_at)
+        w = _poll(pending, until, now + timeout, "push from any worker")
+        if w is None:
+            continue
+        now = time.monotonic()
+        recv[w] = MPI.REQUEST_NULL
+        if not coord.stopping and int(inbox[w, 0]) != coord.pulled_version[w]:
+            raise RuntimeError(f"worker {w} pushed a gradient for version {int(inbox[w, 0])}, "
+                               f"but was sent version {coord.pulled_version[w]}")
+        was_stopping = coord.stopping
+        out = coord.push(w, inbox[w, _HEADER:], now - t0)
+        if coord.stopping and not was_stopping:
+            stopped_at = now  # max_updates reached at this push
+        for r in out.release:
+            release(r)
+        for r in out.stop:
+            reply(r, STOP)
+    coord.log.duration_s = min(stopped_at, stop_at) - t0
+    for w in range(n):
+        _wait(sent[w], timeout, f"completion of the last reply to worker {w}")
+    if eval_fn is not None:
+        coord.log.record_eval(coord.log.duration_s, *eval_fn(coord.weights))  # type: ignore[arg-type]
+    return ServerResult(policy.describe(), coord.log, policy.stats, coord.weights)  # type: ignore[arg-type]
+
+
+def work(comm: MPI.Comm | None, grad_fn: Callable[[np.ndarray], np.ndarray], n_params: int, *,
+         iteration_time: Callable[[float], float] | None = None, timeout: float = 60.0,
+         record_versions: bool = False) -> WorkerResult:
+    """Run a worker (rank >= 1 of ``comm``) until the server says stop.
+
+    h-relation: per iteration, 1 message of ``8 (P + 2)`` bytes out (the push) and 1 of the same
+    size in (the reply with the weights).
+
+    Parameters
+    ----------
+    comm : MPI.Comm or None
+        The communicator the server uses (None: a duplicate of COMM_WORLD, as in :func:`serve`).
+    grad_fn : callable
+        ``grad_fn(weights) -> gradient`` (flat, ``n_params`` long).
+    n_params : int
+        Number of parameters.
+    iteration_time : callable, optional
+        ``iteration_time(start) -> seconds``: the injected iteration time (``start`` is seconds
+        since this worker began); the worker sleeps for whatever the gradient left of it.
+    timeout : float
+        Longest wait for a reply before :class:`ServerTimeout`.
+    record_versions : bool
+        Keep the version of every weights received (for tests).
+    """
+    if comm is None:
+        comm = MPI.COMM_WORLD.Dup()
+        try:
+            return work(comm, grad_fn, n_params, iteration_time=iteration_time, timeout=timeout,
+                        record_versions=record_versions)
+        finally:
+            comm.Free()
+    inbox = np.zeros(n_params + _HEADER)
+    outbox = np.zeros(n_params + _HEADER)
+    result = WorkerResult()
+    t0 = time.monotonic()
+
+    def receive() -> None:
+        tic = time.monotonic()
+        req = comm.Irecv(inbox, source=0, tag=REPLY_TAG)
+        _wait(req, timeout, "reply from the server")
+        result.blocked_s += time.monotonic() - tic
+        if record_versions:
+            result.versions.append(int(inbox[1]))
+
+    receive()
+    while inbox[0] == CONTINUE:
+        start = time.monotonic()
+        outbox[_HEADER:] = grad_fn(inbox[_HEADER:])
+        if iteration_time is not None:
+            left = iteration_time(start - t0) - (time.monotonic() - start)
+            if left > 0:
+                time.sleep(left)
+        outbox[0] = inbox[1]
+        outbox[1] = result.iterations
+        result.iterations += 1
+        req = comm.Isend(outbox, dest=0, tag=PUSH_TAG)
+        _wait(req, timeout, "delivery of a push to the server")
+        receive()
+    return result

@@ -1,0 +1,1 @@
+"""Dependency-free helpers that every layer may use (command-line parsing)."""

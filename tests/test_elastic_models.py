@@ -1,0 +1,107 @@
+"""Models (Numba kernels) against finite differences and numpy; datasets and shards."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from hpcbsp.elastic.data import (DatasetUnavailable, MinibatchGradient, load_dataset, load_digits,
+                                 make_generated, shard)
+from hpcbsp.elastic.models import MLP, SoftmaxRegression, make_model
+from hpcbsp.runtime.launch import expected_world_size
+
+# pytest-mpi 0.6 runs unmarked tests on every rank under `mpiexec ... --with-mpi`.
+pytestmark = pytest.mark.skipif((expected_world_size() or 1) > 1,
+                                reason="serial test: runs in the serial pass, not once per rank")
+
+
+def _numpy_softmax_loss(w: np.ndarray, X: np.ndarray, y: np.ndarray, k: int) -> float:
+    d = X.shape[1]
+    logits = X @ w[:d * k].reshape(d, k) + w[d * k:]
+    logits -= logits.max(axis=1, keepdims=True)
+    logp = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+    return float(-logp[np.arange(len(y)), y].mean())
+
+
+def _finite_difference(loss, w: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+    g = np.zeros_like(w)
+    for j in range(w.size):
+        e = np.zeros_like(w)
+        e[j] = eps
+        g[j] = (loss(w + e) - loss(w - e)) / (2 * eps)
+    return g
+
+
+@pytest.mark.parametrize("model", [SoftmaxRegression(5, 3), MLP(5, 4, 3)], ids=["softmax", "mlp"])
+def test_gradient_matches_finite_differences(model) -> None:
+    rng = np.random.default_rng(1)
+    X, y = rng.normal(size=(9, 5)), rng.integers(0, 3, size=9)
+    w = model.init(2) + rng.normal(0, 0.3, model.n_params)
+    g, loss = model.grad(w, X, y)
+    fd = _finite_difference(lambda v: model.grad(v, X, y)[1], w)
+    np.testing.assert_allclose(g, fd, atol=1e-7)
+    assert g.shape == (model.n_params,)
+
+
+def test_softmax_loss_and_accuracy_match_numpy() -> None:
+    rng = np.random.default_rng(2)
+    model = SoftmaxRegression(6, 4)
+    X, y = rng.normal(size=(30, 6)), rng.integers(0, 4, size=30)
+    w = rng.normal(size=model.n_params)
+    _, loss = model.grad(w, X, y)
+    assert loss == pytest.approx(_numpy_softmax_loss(w, X, y, 4), rel=1e-12)
+    acc, eval_loss = model.evaluate(w, X, y)
+    pred = np.argmax(X @ w[:24].reshape(6, 4) + w[24:], axis=1)
+    assert acc == pytest.approx(np.mean(pred == y))
+    assert eval_loss == pytest.approx(loss, rel=1e-12)
+
+
+def test_mlp_parameter_count_and_symmetry_breaking_init() -> None:
+    m = MLP(64, 32, 10)
+    assert m.n_params == 64 * 32 + 32 + 32 * 10 + 10
+    w = m.init(0)
+    assert np.unique(w[:64 * 32]).size > 1000 and np.all(w[64 * 32:64 * 32 + 32] == 0)
+    with pytest.raises(ValueError, match="unknown model"):
+        make_model("cnn", 3, 2)
+
+
+def test_sgd_on_generated_data_learns() -> None:
+    data = make_generated(n_samples=600, n_features=8, n_classes=3, seed=4)
+    model = make_model("softmax", data.n_features, data.n_classes)
+    grad = MinibatchGradient(model, data.X_train, data.y_train, batch=32, seed=0)
+    w = model.init(0)
+    before, _ = model.evaluate(w, data.X_test, data.y_test)
+    for _ in range(150):
+        w -= 0.1 * grad(w)
+    after, _ = model.evaluate(w, data.X_test, data.y_test)
+    assert before < 0.5 < 0.8 < after
+
+
+def test_shards_partition_the_samples() -> None:
+    parts = shard(103, 4, seed=1)
+    assert [len(p) for p in parts] == [26, 26, 26, 25]
+    np.testing.assert_array_equal(np.sort(np.concatenate(parts)), np.arange(103))
+
+
+def test_datasets_are_standardised_and_split_reproducibly() -> None:
+    a, b = make_generated(seed=3), make_generated(seed=3)
+    np.testing.assert_array_equal(a.X_test, b.X_test)
+    np.testing.assert_allclose(a.X_train.mean(axis=0), 0.0, atol=1e-12)
+    assert len(a.y_train) + len(a.y_test) == 2000
+    with pytest.raises(ValueError, match="unknown dataset"):
+        load_dataset("mnist")
+
+
+def test_digits_loads_when_scikit_learn_is_installed() -> None:
+    pytest.importorskip("sklearn", reason="the digits dataset is the optional extra 'digits'")
+    d = load_digits()
+    assert d.n_features == 64 and d.n_classes == 10
+    assert len(d.y_train) + len(d.y_test) == 1797
+
+
+def test_digits_without_scikit_learn_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "sklearn", None)
+    monkeypatch.setitem(sys.modules, "sklearn.datasets", None)
+    with pytest.raises(DatasetUnavailable, match=r"needs scikit-learn.*hpcbsp\[digits\].*--dataset generated"):
+        load_digits()

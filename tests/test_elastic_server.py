@@ -1,0 +1,149 @@
+"""The MPI parameter server: rank 0 serves, the other ranks work (run under mpiexec -n 2 and -n 3).
+
+    mpiexec -n 2 python -m pytest -q --with-mpi --only-mpi tests/test_elastic_server.py
+
+Every wait inside the server and the workers is bounded (``timeout``), so a broken protocol
+fails the test instead of hanging it.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hpcbsp.elastic.policies import BSP, Backup, Decision, ElasticBSP, make_policy
+
+TIMEOUT = 30.0
+
+
+@pytest.fixture
+def comm():
+    from mpi4py import MPI
+
+    c = MPI.COMM_WORLD.Dup()
+    yield c
+    c.Free()
+
+
+def _delay(comm) -> float:
+    # Worker k (rank k + 1) takes (k + 1) ms: heterogeneous but quick.
+    return 0.001 * comm.Get_rank()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_bsp_server_is_gradient_descent_in_closed_form(comm) -> None:
+    from hpcbsp.elastic.server import serve, work
+
+    target = np.array([3.0, -1.0, 0.5, 2.0])
+    w0 = np.zeros(4)
+    if comm.Get_rank() == 0:
+        res = serve(comm, BSP(), w0, 0.2, max_updates=15, timeout=TIMEOUT)
+        np.testing.assert_allclose(res.weights, target + 0.8 ** 15 * (w0 - target), rtol=1e-12)
+        assert res.log.updates == 15
+        assert res.log.staleness == [0] * (15 * (comm.Get_size() - 1))
+    else:
+        res_w = work(comm, lambda w: w - target, 4, iteration_time=lambda t: _delay(comm),
+                     timeout=TIMEOUT, record_versions=True)
+        # BSP: each reply carries the next version; the last one (stop) carries version 15.
+        assert res_w.versions == list(range(16))
+        assert res_w.iterations == 15
+
+
+@pytest.mark.mpi(min_size=2)
+def test_asp_server_applies_every_gradient_once(comm) -> None:
+    from hpcbsp.elastic.server import serve, work
+
+    w0 = np.full(3, 10.0)
+    if comm.Get_rank() == 0:
+        res = serve(comm, make_policy("asp"), w0, 0.5, max_updates=40, timeout=TIMEOUT)
+        iterations = comm.gather(None, root=0)[1:]
+        # Constant gradient 1: each update subtracts lr * 1.
+        np.testing.assert_allclose(res.weights, w0 - 0.5 * res.log.updates)
+        assert res.log.updates == 40 == res.log.applied.sum()
+        # The 40th update's pusher is told to stop at once; nobody is ever held, so the other
+        # workers are computing then, and push once more to hear "stop".
+        extra = (res.log.pushes - res.log.applied).tolist()
+        assert sorted(extra) == [0] + [1] * (comm.Get_size() - 2)
+        assert iterations == res.log.pushes.tolist()
+        assert res.log.wait_s.sum() == 0.0
+    else:
+        res_w = work(comm, lambda w: np.ones(3), 3, iteration_time=lambda t: _delay(comm),
+                     timeout=TIMEOUT, record_versions=True)
+        comm.gather(res_w.iterations, root=0)
+        assert all(b > a for a, b in zip(res_w.versions, res_w.versions[1:]))
+
+
+class _BarrierVersions:
+    """Wraps ElasticBSP: the weights version at each barrier (every push applies one update)."""
+
+    def __init__(self, policy: ElasticBSP):
+        self.versions: list[int] = []
+        applied = [0]
+        inner = policy.on_push
+
+        def on_push(worker: int, now: float) -> Decision:
+            d = inner(worker, now)
+            applied[0] += len(d.apply) > 0
+            if len(d.release) == policy.n_workers:
+                self.versions.append(applied[0])
+            return d
+
+        policy.on_push = on_push  # type: ignore[method-assign]
+
+
+@pytest.mark.mpi(min_size=2)
+def test_elastic_server_releases_everyone_on_the_same_weights_at_barriers(comm) -> None:
+    from hpcbsp.elastic.server import serve, work
+
+    if comm.Get_rank() == 0:
+        policy = ElasticBSP(R=4)
+        spy = _BarrierVersions(policy)
+        res = serve(comm, policy, np.zeros(2), 0.1, max_updates=60, timeout=TIMEOUT)
+        barriers = comm.bcast(spy.versions, root=0)
+        assert res.policy_stats["barriers"] == len(barriers) >= 3
+        assert res.log.updates == res.log.applied.sum()
+        seen = comm.gather(None, root=0)[1:]
+        assert all(v is True for v in seen)
+    else:
+        res_w = work(comm, lambda w: np.ones(2), 2, iteration_time=lambda t: 2 * _delay(comm),
+                     timeout=TIMEOUT, record_versions=True)
+        barriers = comm.bcast(None, root=0)
+        # Every worker left every barrier with exactly the barrier's weights version.
+        has_all = set(barriers) <= set(res_w.versions)
+        comm.gather(has_all, root=0)
+        assert has_all, (barriers, res_w.versions)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_backup_server_counts_the_first_gradients_and_drops_the_late(comm) -> None:
+    from hpcbsp.elastic.server import serve, work
+
+    n_workers = comm.Get_size() - 1
+    if n_workers < 2:
+        pytest.skip("backup workers need at least 2 workers: run under mpiexec -n 3")
+    if comm.Get_rank() == 0:
+        res = serve(comm, Backup(1), np.zeros(1), 1.0, max_updates=20, timeout=TIMEOUT)
+        log = res.log
+        assert log.updates == 20
+        # Each step averages exactly n - 1 gradients; the rest are dropped or answered "stop".
+        assert log.applied.sum() == 20 * (n_workers - 1)
+        assert np.all(log.pushes - log.applied - log.dropped <= 1)
+        assert log.dropped.sum() >= 1  # the slowest worker (10x) is late
+        assert log.staleness == [0] * int(log.applied.sum())
+    else:
+        slow = comm.Get_rank() == comm.Get_size() - 1
+        work(comm, lambda w: np.ones(1), 1, iteration_time=lambda t: 0.02 if slow else 0.002,
+             timeout=TIMEOUT)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_default_communicator_is_a_private_duplicate() -> None:
+    from mpi4py import MPI
+
+    from hpcbsp.elastic.server import serve, work
+
+    if MPI.COMM_WORLD.Get_rank() == 0:
+        res = serve(None, BSP(), np.ones(2), 0.5, max_updates=3, timeout=TIMEOUT)
+        np.testing.assert_allclose(res.weights, 0.5 ** 3)  # gradient w: w <- w / 2 per step
+    else:
+        res_w = work(None, lambda w: w.copy(), 2, timeout=TIMEOUT, record_versions=True)
+        assert res_w.versions == [0, 1, 2, 3]

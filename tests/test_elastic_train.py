@@ -1,0 +1,153 @@
+"""The training command: bad input, simulated runs and their outputs, and a real 5-rank MPI run."""
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hpcbsp.elastic.train import main
+from hpcbsp.runtime.launch import expected_world_size
+from mpi_helpers import run_mpi
+
+# pytest-mpi 0.6 runs unmarked tests on every rank under `mpiexec ... --with-mpi`.
+pytestmark = pytest.mark.skipif((expected_world_size() or 1) > 1,
+                                reason="launches its own MPI jobs: runs in the serial pass, not once per rank")
+
+QUICK = ["--dataset", "generated", "--duration", "1.5", "--eval-every", "0.1", "--base-delay", "0.01"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--R", "0"], "R must be at least 1"),
+    (["--s-lower", "4", "--s-upper", "2"], "s_L must not exceed s_U"),
+    (["--policy", "bsp,fastest"], "unknown policy 'fastest'"),
+    (["--workers", "3", "--slowdown", "1,2"], "--slowdown lists 2 workers but there are 3"),
+    (["--slowdown", "1,x"], "comma-separated numbers"),
+    (["--slowdown", "1,-1"], "slowdowns must be positive"),
+    (["--backup", "4"], "must be fewer than the 4 workers"),
+    (["--duration", "0"], "--duration must be positive"),
+])
+def test_bad_input_is_one_line_and_status_2(args: list[str], message: str,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--simulate", *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+
+
+def test_argparse_errors_are_one_line_too(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--simulate", "--R", "many"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--R" in err[0]
+
+
+def test_help_shows_the_mpi_example(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0
+    assert "mpiexec -n 5 python -m hpcbsp.elastic.train" in capsys.readouterr().out
+
+
+def test_real_run_without_mpiexec_explains_what_to_do() -> None:
+    proc = subprocess.run([sys.executable, "-m", "hpcbsp.elastic.train", "--dataset", "generated"],
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2
+    assert "needs at least 2 ranks" in proc.stderr and "--simulate" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def _read_curves(path: Path) -> dict[str, list[tuple[float, float]]]:
+    curves: dict[str, list[tuple[float, float]]] = {}
+    with path.open() as fh:
+        for row in csv.DictReader(fh):
+            curves.setdefault(row["policy"], []).append((float(row["time_s"]), float(row["accuracy"])))
+    return curves
+
+
+def test_simulated_run_writes_curves_waits_staleness_and_plot(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    assert main(["--simulate", "--policy", "bsp,elastic,ssp", "--R", "8", *QUICK, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "time to reach BSP's final accuracy" in printed
+    curves = _read_curves(out / "curves.csv")
+    assert set(curves) == {"bsp", "elastic(R=8)", "ssp(s=3)"}
+    for points in curves.values():
+        times = [t for t, _ in points]
+        assert times == sorted(times) and times[-1] == 1.5
+        assert all(0.0 <= a <= 1.0 for _, a in points)
+    # Recompute the headline from the CSV: BSP's final accuracy = mean of its last 3 points.
+    summary = json.loads((out / "summary.json").read_text())
+    target = float(np.mean([a for _, a in curves["bsp"][-3:]]))
+    table = summary["comparison"]["simulated"]
+    for label, points in curves.items():
+        first = next((t for t, a in points if a >= target - 1e-6), None)  # the CSV rounds to 1e-6
+        assert first is not None
+        assert table[label]["time_to_bsp_final_s"] == pytest.approx(first, abs=1e-6)
+    with (out / "workers.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 3 * 4
+    wait = {(r["policy"], int(r["worker"])): float(r["wait_s"]) for r in rows}
+    # The fastest worker waits for the 3x-slower one at every BSP barrier, far less under ElasticBSP.
+    assert wait[("bsp", 0)] > 2 * wait[("elastic(R=8)", 0)]
+    runs = {r["policy"]: r for r in summary["runs"]}
+    with (out / "pushes.csv").open() as fh:
+        pushes = list(csv.DictReader(fh))
+    for label, r in runs.items():
+        mine = [float(p["time_s"]) for p in pushes if p["policy"] == label]
+        assert len(mine) == sum(r["pushes"]) and max(mine) >= 1.5  # the stop answers a push
+    assert runs["bsp"]["staleness"]["max"] == 0
+    assert runs["ssp(s=3)"]["staleness"]["max"] > 0
+    assert runs["elastic(R=8)"]["policy_stats"]["barriers"] > 1
+    assert (out / "accuracy.png").stat().st_size > 1000
+
+
+def test_plot_is_skipped_with_a_message_without_matplotlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    out = tmp_path / "noplot"
+    assert main(["--simulate", "--policy", "asp", *QUICK, "--out", str(out)]) == 0
+    assert "matplotlib is not installed" in capsys.readouterr().out
+    assert not (out / "accuracy.png").exists() and (out / "curves.csv").exists()
+
+
+def test_mpi_run_with_wrong_slowdown_length_fails_cleanly() -> None:
+    res = run_mpi(3, ["-m", "hpcbsp.elastic.train", "--dataset", "generated", "--slowdown", "1,1,2"],
+                  timeout=60)
+    assert not res.timed_out and res.returncode == 2
+    lines = [ln for ln in res.stderr.splitlines() if "error" in ln]
+    assert len(lines) == 1 and "--slowdown lists 3 workers but there are 2" in lines[0]
+
+
+def test_five_rank_mpi_run_trains_and_writes_outputs(tmp_path: Path) -> None:
+    out = tmp_path / "mpi"
+    res = run_mpi(5, ["-m", "hpcbsp.elastic.train", "--policy", "elastic,bsp", "--R", "20",
+                      "--slowdown", "1,1,1.5,3", *QUICK, "--duration", "1", "--out", str(out)],
+                  timeout=150)
+    assert not res.timed_out, res.output[-2000:]
+    assert res.returncode == 0, res.output[-2000:]
+    assert "[elastic(R=20)]" in res.stdout and "accuracy" in res.stdout  # progress lines
+    summary = json.loads((out / "summary.json").read_text())
+    runs = {r["policy"]: r for r in summary["runs"]}
+    assert set(runs) == {"elastic(R=20)", "bsp"}
+    for r in runs.values():
+        assert len(r["pushes"]) == 4 and r["updates"] > 0
+        assert len(r["worker_blocked_s"]) == 4
+    # BSP applies one averaged update per step: every worker contributes to every update.
+    assert runs["bsp"]["applied"] == [runs["bsp"]["updates"]] * 4
+    assert runs["elastic(R=20)"]["policy_stats"]["barriers"] >= 1
+    assert set(_read_curves(out / "curves.csv")) == {"elastic(R=20)", "bsp"}
+
+
+def test_mlp_trains_on_generated_data(tmp_path: Path) -> None:
+    out = tmp_path / "mlp"
+    assert main(["--simulate", "--policy", "elastic", "--model", "mlp", "--hidden", "16", *QUICK,
+                 "--no-plot", "--out", str(out)]) == 0
+    accuracy = [a for _, a in _read_curves(out / "curves.csv")["elastic(R=20)"]]
+    assert accuracy[0] < 0.5 < 0.8 < accuracy[-1]  # 5 classes: from chance to well above it
+    assert not (out / "accuracy.png").exists()
