@@ -20,6 +20,8 @@ CLIS = {
     "hpcbsp.apps.jacobi": (["--n", "--max-iter"], []),
     "hpcbsp.apps.cimmino": (["--n", "--max-iter"], []),
     "hpcbsp.cli.info": ([], ["--json"]),
+    "hpcbsp.elastic.train": (["--policy", "--R", "--s", "--s-lower", "--s-upper", "--slowdown",
+                              "--workers", "--backup"], ["--simulate"]),
     "hpcbsp.cli.cost bsf": (["--latency", "--t-c", "--t-map", "--t-a", "--t-p", "--list-length",
                              "--comm", "--granularity", "--workers"], ["--json"]),
     "hpcbsp.cli.cost fit": (["--runs", "--list-length", "--granularity", "--comm", "-o"], ["--json"]),
@@ -73,6 +75,17 @@ def test_bad_input_exits_2_without_traceback(module, data):
     assert code == 2, (argv, err)
     assert "Traceback" not in err
     assert "error:" in err
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--simulate", "--R", "0"], "R"),
+    (["--simulate", "--policy", "nosuch"], "nosuch"),
+    (["--simulate", "--s-lower", "5", "--s-upper", "2"], "s_L"),
+    (["--simulate", "--workers", "4", "--slowdown", "1,2"], "slowdown"),
+])
+def test_elastic_semantic_errors(argv, needle):
+    code, err = call("hpcbsp.elastic.train", argv)
+    assert code == 2 and needle in err and "Traceback" not in err, err
 
 
 @pytest.mark.parametrize("argv,needle", [
