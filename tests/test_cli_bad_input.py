@@ -20,6 +20,8 @@ CLIS = {
     "hpcbsp.apps.jacobi": (["--n", "--max-iter"], []),
     "hpcbsp.apps.cimmino": (["--n", "--max-iter"], []),
     "hpcbsp.cli.info": ([], ["--json"]),
+    "hpcbsp.apps.snn.__main__": (["--mode", "--neurons", "--fanout", "--delay-min", "--time-ms", "--dt",
+                                  "--seed", "--superstep", "--window"], ["--json", "--quiet"]),
     "hpcbsp.elastic.train": (["--policy", "--R", "--s", "--s-lower", "--s-upper", "--slowdown",
                               "--workers", "--backup"], ["--simulate"]),
     "hpcbsp.cli.cost bsf": (["--latency", "--t-c", "--t-map", "--t-a", "--t-p", "--list-length",

@@ -48,7 +48,7 @@ class Queue:
                            f"per record ({recs.size} records, got pid of shape {dests.shape}, "
                            f"dtype {dests.dtype})")
         try:
-            perm, counts = group_by_dest(dests.astype(np.int64, copy=False), self._bsp.nprocs)
+            perm, counts = group_by_dest(np.ascontiguousarray(dests, dtype=np.int64), self._bsp.nprocs)
         except ValueError as exc:
             raise BSPError(f"{where}: {exc} (ranks of this BSP program: 0..{self._bsp.nprocs - 1})") from None
         grouped = recs[perm]

@@ -1,2 +1,0 @@
-"""Moved to :mod:`hpcbsp.runtime.distribution` (kept until every importer is updated)."""
-from ..runtime.distribution import block_range, block_sizes  # noqa: F401
