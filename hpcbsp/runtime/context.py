@@ -37,6 +37,14 @@ _perf = time.perf_counter
 _LIVE: "weakref.WeakSet[BSP]" = weakref.WeakSet()
 
 
+def _mark_peers_told(exc: BaseException) -> None:
+    """Record on ``exc`` that every other rank has been told of it (no abort needed)."""
+    try:
+        exc.hpcbsp_peers_told = True  # type: ignore[attr-defined]
+    except AttributeError:  # an exception type that takes no attributes
+        pass
+
+
 def _nap() -> None:
     time.sleep(0.001)
 
@@ -84,6 +92,9 @@ class BSP:
     """
 
     def __init__(self, comm: MPI.Comm | None = None, *, timeout: float | None = None):
+        from .runner import install_excepthook  # (runner imports this module)
+
+        install_excepthook()  # uncaught errors: one report per rank, and no hang (see runner)
         check_world(MPI.COMM_WORLD.Get_size())
         base = MPI.COMM_WORLD if comm is None else comm
         self.comm: MPI.Comm = base.Dup()
@@ -161,6 +172,7 @@ class BSP:
                                          progress=[_nap, *self._progress])
         except BSPError:
             pass  # the expected outcome when the others are in another call: they know now
+        _mark_peers_told(exc)
         self._release()
 
     def _release(self) -> None:
@@ -428,6 +440,10 @@ class BSP:
             traffic = Traffic()
             for hook in self._hooks:
                 traffic.add(hook.quiesce())
+            # Handlers that ran during quiescence may have put or sent: agree again, so that
+            # their data moves in this sync, not the next.
+            any_data, any_gets = self._agree(kind, sig, describe, outbox.nrecords > 0,
+                                             bool(outbox.gets_count))
         for q in self._queues:
             q._clear()
         if any_data:

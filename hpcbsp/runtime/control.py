@@ -106,6 +106,10 @@ class ControlStep:
         g = 1 if has_gets else 0
         _RECORD.pack_into(self._sbuf, 0, kind, superstep, sig, d, g, -kind, -superstep, -sig, -d, -g)
         if self.nonblocking:
+            # Fresh buffers: if this wait is abandoned (an exception in a progress hook), MPI may
+            # still read and write them, so the next step must not reuse them.
+            self._sbuf, self._rbuf = bytearray(self._sbuf), bytearray(_RECORD.size)
+            self._sspec, self._rspec = [self._sbuf, MPI.INT64_T], [self._rbuf, MPI.INT64_T]
             arrivals = self._announce() if self.track_arrivals else None
             req = self.comm.Iallreduce(self._sspec, self._rspec, _MAX)
             self._wait(req, progress, deadline, Kind(kind), superstep)

@@ -91,12 +91,12 @@ def check_world(world_size: int, env: dict[str, str] | None = None) -> None:
             f"srun started {expected} tasks but MPI sees a world of size 1 on each: the MPI library "
             "could not reach Slurm's process manager. Launch with `srun --mpi=pmi2 ...` (MPICH; "
             "`srun --mpi=list` shows what this Slurm offers), or run `mpiexec -n "
-            f"{expected} ...` inside the allocation."
+            f"{expected} ...` inside the allocation.", collective=True
         )
     raise BSPError(
         f"the launcher started {expected} processes but MPI sees a world of size 1: mpiexec and "
         "the MPI library that mpi4py uses do not belong together. Use the mpiexec of the same MPI "
-        f"(for the embedded MPICH: {find_mpiexec() or 'the mpiexec in your venv'})."
+        f"(for the embedded MPICH: {find_mpiexec() or 'the mpiexec in your venv'}).", collective=True
     )
 
 

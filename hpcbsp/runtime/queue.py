@@ -5,9 +5,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..kernels import group_by_dest
 from .coarray import as_records
-from .errors import BSPError
+from .destinations import split_by_destination
 from .exchange import SEND
 
 if TYPE_CHECKING:
@@ -35,28 +34,11 @@ class Queue:
         h-relation: ``itemsize`` bytes and one message per record, out of this rank and into its
         destination (records to this rank itself are not counted).
         """
-        where = f"rank {self._bsp.pid}: {self.name}.send"
-        recs = as_records(records, self.dtype, where)
+        recs = as_records(records, self.dtype, f"rank {self._bsp.pid}: {self.name}.send")
+        grouped, groups, _ = split_by_destination(self._bsp, pid, recs, f"{self.name}.send")
         outbox = self._bsp._outbox
-        if np.ndim(pid) == 0:
-            dest = self._bsp._check_pid(pid, f"{self.name}.send")
-            outbox.add(dest, SEND, self._id, 0, recs.size, recs, msgs=recs.size)
-            return
-        dests = np.asarray(pid)
-        if dests.shape != (recs.size,) or dests.dtype.kind not in "iu":
-            raise BSPError(f"{where}: pid must be an int or an integer array with one destination "
-                           f"per record ({recs.size} records, got pid of shape {dests.shape}, "
-                           f"dtype {dests.dtype})")
-        try:
-            perm, counts = group_by_dest(np.ascontiguousarray(dests, dtype=np.int64), self._bsp.nprocs)
-        except ValueError as exc:
-            raise BSPError(f"{where}: {exc} (ranks of this BSP program: 0..{self._bsp.nprocs - 1})") from None
-        grouped = recs[perm]
-        start = 0
-        for dest, count in enumerate(counts.tolist()):
-            if count:
-                outbox.add(dest, SEND, self._id, 0, count, grouped[start:start + count], msgs=count)
-                start += count
+        for dest, start, stop in groups:
+            outbox.add(dest, SEND, self._id, 0, stop - start, grouped[start:stop], msgs=stop - start)
 
     def received(self) -> np.ndarray:
         """What was sent to this rank in the previous superstep: by source rank, then send order."""

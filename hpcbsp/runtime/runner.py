@@ -50,7 +50,8 @@ def excepthook(exc_type: type[BaseException], exc: BaseException, tb: TracebackT
     live = list(_LIVE)
     for bsp in live:
         bsp._fail(exc)
-    if size > 1 and (isinstance(exc, SyncTimeout) or (not live and not isinstance(exc, BSPError))):
+    told = getattr(exc, "hpcbsp_peers_told", False)
+    if size > 1 and (isinstance(exc, SyncTimeout) or not (live or told or isinstance(exc, BSPError))):
         MPI.COMM_WORLD.Abort(1)
 
 

@@ -1,0 +1,212 @@
+"""FA-BSP mailboxes vs plain-BSP bulk exchange vs one message per update, and overlap.
+
+    mpiexec -n 2 python -m hpcbsp.bench fabsp [--quick] [--updates N] [--repeat R]
+
+Side by side in one run, on the same ranks:
+
+1. histogram and index-gather throughput (updates or reads per second per rank) in the three
+   modes of ``hpcbsp.apps.histogram`` / ``index_gather``: FA-BSP mailboxes, plain BSP (one bulk
+   exchange), naive (one MPI message per update, with a smaller N); the ratios FA-BSP/BSP
+   (target >= 1.0) and FA-BSP/naive (target >= 50);
+2. overlap: a histogram whose every chunk of updates costs some local computation.  Measured
+   alone: compute only (T_comp), FA-BSP communication only (T_comm), and both interleaved
+   (T_both: compute a chunk, send it, compute the next, ...).  The fraction of communication
+   hidden behind compute is ``(T_comp + T_comm - T_both) / T_comm``; the plain-BSP program
+   (compute everything, then one exchange) is timed too, for comparison.  Measured balanced
+   and with rank 0 computing ``--imbalance`` times as much: with one thread per rank and
+   every rank busy there is no idle core to hide communication behind; with imbalance, the
+   ranks that finish early handle the busy rank's records while it still computes.
+
+Every time is the slowest rank's, best of ``--repeat`` runs; every run's result is checked
+against the apps' serial oracles (exit status 1 if one fails).  Absolute figures depend on the
+machine and its load; the ratios are what the run is for.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Callable
+
+import numpy as np
+
+import hpcbsp
+from ..apps.histogram import oracle as histogram_oracle, run_histogram, updates_of
+from ..apps.index_gather import run_index_gather
+from ..apps.irregular_common import OneLineParser, Outcome, positive_int, timed
+from ..kernels import scatter_add
+from ..runtime import BSP
+
+HIST_TARGET_BSP = 1.0
+HIST_TARGET_NAIVE = 50.0
+
+
+def _best(bsp: BSP, repeat: int, once: Callable[[bool], Outcome]) -> tuple[float, int, bool]:
+    """Best (smallest) slowest-rank time of ``repeat`` runs; the first run is checked."""
+    best, updates, ok = float("inf"), 0, True
+    for i in range(repeat):
+        out = once(i == 0)
+        seconds = float(bsp.allreduce(out.seconds, op="max"))
+        ok = ok and bool(bsp.allreduce(0 if out.ok is False else 1, op="min"))
+        best, updates = min(best, seconds), out.updates
+    return best, updates, ok
+
+
+def _say(bsp: BSP, text: str) -> None:
+    if bsp.pid == 0:
+        print(text, flush=True)
+
+
+def _throughput(bsp: BSP, args: argparse.Namespace) -> bool:
+    ok_all = True
+    table = args.table
+    for app, runner in (("histogram", run_histogram), ("index_gather", run_index_gather)):
+        rates = {}
+        for mode in ("fabsp", "bsp", "naive"):
+            n = args.naive_updates if mode == "naive" else args.updates
+            _say(bsp, f"  [{app} {mode}] {n:,} per rank x {args.repeat} ...")
+            seconds, n, ok = _best(bsp, args.repeat, lambda check, mode=mode, n=n: runner(
+                bsp, mode, n, table, args.seed, args.chunk, check))
+            ok_all = ok_all and ok
+            rates[mode] = n / seconds
+            _say(bsp, f"  {app:<13} {mode:<6} {n:>10,} per rank  {seconds:8.3f} s  "
+                      f"{rates[mode]:>14,.0f} per s per rank  {'' if ok else 'CHECK FAILED'}")
+        vs_bsp, vs_naive = rates["fabsp"] / rates["bsp"], rates["fabsp"] / rates["naive"]
+        _say(bsp, f"  {app}: FA-BSP / BSP = {vs_bsp:.2f}x (target >= {HIST_TARGET_BSP:.1f}x: "
+                  f"{'met' if vs_bsp >= HIST_TARGET_BSP else 'NOT met'}),  FA-BSP / naive = "
+                  f"{vs_naive:,.0f}x (target >= {HIST_TARGET_NAIVE:.0f}x: "
+                  f"{'met' if vs_naive >= HIST_TARGET_NAIVE else 'NOT met'})")
+    return ok_all
+
+
+def _work(x: np.ndarray, rounds: int) -> float:
+    """Local computation of a fixed cost (the "compute" of the overlap run)."""
+    acc = 0.0
+    for _ in range(rounds):
+        acc += float(np.sin(x).sum())
+    return acc
+
+
+def _overlap(bsp: BSP, args: argparse.Namespace, imbalance: int) -> bool:
+    """One overlap measurement; rank 0 computes ``imbalance`` times as much as the others."""
+    n, table, chunk = args.updates, args.table, args.chunk
+    owner, off = updates_of(bsp.pid, bsp.nprocs, n, table, args.seed)
+    x = np.linspace(0.0, 1.0, args.work_size)
+    starts = range(0, n, chunk)
+    rounds = args.work_rounds * (imbalance if bsp.pid == 0 else 1)
+
+    def compute_only() -> None:
+        for _ in starts:
+            _work(x, rounds)
+        bsp.sync("compute")
+
+    def run_fabsp(with_compute: bool) -> np.ndarray:
+        counts = np.zeros(table, dtype=np.int64)
+        box = bsp.mailbox(lambda offs: scatter_add(counts, offs, 1), np.int64, name="overlap")
+
+        def body() -> None:
+            for s in starts:
+                if with_compute:
+                    _work(x, rounds)
+                box.send(owner[s:s + chunk], off[s:s + chunk])
+                bsp.progress()
+            bsp.sync("fabsp")
+
+        seconds, _ = timed(bsp, body)
+        result[0] = seconds
+        return counts
+
+    def run_bsp() -> np.ndarray:
+        counts = np.zeros(table, dtype=np.int64)
+        queue = bsp.queue(np.int64, name="overlap")
+
+        def body() -> None:
+            for _ in starts:
+                _work(x, rounds)
+            queue.send(owner, off)
+            bsp.sync("bsp")
+            scatter_add(counts, queue.received(), 1)
+
+        seconds, _ = timed(bsp, body)
+        result[0] = seconds
+        return counts
+
+    result = [0.0]
+    expected = histogram_oracle(bsp.pid, bsp.nprocs, n, table, args.seed)
+    best = {"comp": float("inf"), "comm": float("inf"), "both": float("inf"), "bsp": float("inf")}
+    ok = True
+    for _ in range(args.repeat):
+        t_comp, _ = timed(bsp, compute_only)
+        best["comp"] = min(best["comp"], float(bsp.allreduce(t_comp, op="max")))
+        for key, fn in (("comm", lambda: run_fabsp(False)), ("both", lambda: run_fabsp(True)),
+                        ("bsp", run_bsp)):
+            counts = fn()
+            ok = ok and bool(bsp.allreduce(int(np.array_equal(counts, expected)), op="min"))
+            best[key] = min(best[key], float(bsp.allreduce(result[0], op="max")))
+    t_comp, t_comm, t_both, t_bsp = best["comp"], best["comm"], best["both"], best["bsp"]
+    hidden = min(1.0, max(0.0, (t_comp + t_comm - t_both) / t_comm)) if t_comm > 0 else 0.0
+    what = "balanced" if imbalance == 1 else f"rank 0 computes {imbalance}x as much"
+    _say(bsp, f"  {what}: T_comp = {t_comp:.3f} s (compute only), T_comm = {t_comm:.3f} s "
+              f"(FA-BSP communication only), T_both = {t_both:.3f} s (interleaved)")
+    _say(bsp, f"    hidden fraction of communication = (T_comp + T_comm - T_both) / T_comm = "
+              f"{hidden:.0%};  plain BSP (compute, then exchange) = {t_bsp:.3f} s, "
+              f"BSP / FA-BSP interleaved = {t_bsp / t_both:.2f}x")
+    if not ok:
+        _say(bsp, "  CHECK FAILED: a histogram differs from the serial oracle")
+    return ok
+
+
+def _bench(bsp: BSP, args: argparse.Namespace) -> int:
+    t0 = time.perf_counter()
+    _say(bsp, f"FA-BSP benchmark on {bsp.nprocs} rank(s): {args.updates:,} updates per rank "
+              f"(naive: {args.naive_updates:,}), table {args.table:,} per rank, best of {args.repeat}")
+    if bsp.nprocs == 1:
+        _say(bsp, "  (one rank: every update is local; run under `mpiexec -n 2` for meaningful ratios)")
+    _say(bsp, "1. throughput")
+    ok = _throughput(bsp, args)
+    _say(bsp, f"2. overlap: {len(range(0, args.updates, args.chunk))} chunks of {args.chunk:,} "
+              f"updates, each after {args.work_rounds} x sin() of {args.work_size:,} values")
+    for imbalance in sorted({1, args.imbalance}):
+        ok = _overlap(bsp, args, imbalance) and ok
+    _say(bsp, f"done in {time.perf_counter() - t0:.1f} s")
+    return 0 if ok else 1
+
+
+def main(argv: list[str]) -> int:
+    parser = OneLineParser(prog="python -m hpcbsp.bench fabsp", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="small sizes, one repetition (a few seconds; for tests)")
+    parser.add_argument("--updates", type=positive_int, default=None,
+                        help="updates / reads per rank for FA-BSP and BSP (default 5,000,000; "
+                             "quick: 200,000)")
+    parser.add_argument("--naive-updates", type=positive_int, default=None,
+                        help="per rank for the naive mode (default 50,000; quick: 5,000)")
+    parser.add_argument("--table", type=positive_int, default=10_000,
+                        help="table entries per rank (default 10,000)")
+    parser.add_argument("--repeat", type=positive_int, default=None,
+                        help="runs per measurement, best kept (default 3; quick: 1)")
+    parser.add_argument("--chunk", type=positive_int, default=1 << 16,
+                        help="updates per send in the FA-BSP runs (default 65,536)")
+    parser.add_argument("--work-size", type=positive_int, default=1 << 15,
+                        help="overlap run: values per sin() of the local work (default 32,768)")
+    parser.add_argument("--work-rounds", type=positive_int, default=4,
+                        help="overlap run: sin() calls per chunk (default 4)")
+    parser.add_argument("--imbalance", type=positive_int, default=3,
+                        help="overlap run: also measure with rank 0 computing this many times as "
+                             "much as the others (default 3; 1: balanced only)")
+    parser.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    quick = args.quick
+    args.updates = args.updates or (200_000 if quick else 5_000_000)
+    args.naive_updates = args.naive_updates or (5_000 if quick else 50_000)
+    args.repeat = args.repeat or (1 if quick else 3)
+    if quick:
+        args.chunk = min(args.chunk, 1 << 14)
+    return hpcbsp.run(_bench, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,16 @@
+"""Fine-grained asynchronous BSP (FA-BSP): mailboxes with handlers, aggregation, quiescence.
+
+Use through the BSP context::
+
+    box = bsp.mailbox(handler, dtype, buffer=..., max_pending=...)   # collective
+    box.send(pids, records)      # any time during the superstep; handlers run on the receivers
+    bsp.progress()               # let messages move during long local work
+    bsp.sync()                   # returns when every mailbox is quiescent on every rank
+
+Modules: :mod:`.mailbox` (the user-facing class), :mod:`.aggregation` (per-destination buffers),
+:mod:`.engine` (transport, handler loop, failure notices: the context's sync hook) and
+:mod:`.termination` (double-wave quiescence detection).
+"""
+from .mailbox import Mailbox
+
+__all__ = ["Mailbox"]

@@ -1,0 +1,90 @@
+"""Per-destination aggregation buffers of one mailbox (the conveyor "porter" in numpy form).
+
+Records bound for rank d are appended to d's buffer of ``capacity`` records; a full buffer is
+handed out as one message and a fresh buffer takes its place.  A large group of records for one
+destination is cut into capacity-sized slices that go out directly, without a copy into the
+buffer, when the caller owns the array.  Order is kept: the partial buffer is completed first,
+then the direct slices, then the rest starts the next buffer, so records to one destination leave
+in the order they were added (the mailbox's per-pair FIFO guarantee rests on this).
+
+Buffers are allocated on a destination's first record and recycled after their send completes,
+so memory is ``capacity * itemsize`` per destination in use plus the messages in flight.  No MPI
+in here: the caller ships what :meth:`Aggregator.add` and :meth:`Aggregator.drain` return.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+
+
+class Aggregator:
+    """Per-destination buffers of ``capacity`` records of ``dtype`` for ``nprocs`` ranks."""
+
+    def __init__(self, nprocs: int, dtype: np.dtype, capacity: int):
+        self.capacity = capacity
+        self.dtype = dtype
+        self._bufs: list[np.ndarray | None] = [None] * nprocs
+        self._fill = [0] * nprocs
+        self._spare: list[np.ndarray] = []
+        #: Records added but not yet handed out, over all destinations.
+        self.nbuffered = 0
+
+    def add(self, dest: int, recs: np.ndarray, owned: bool) -> list[np.ndarray]:
+        """Append ``recs`` (1-D, ``dtype``) for ``dest``; return the messages that became full.
+
+        ``owned``: the caller gives up ``recs`` (it will not change), so capacity-sized slices of
+        it may be sent as they are; otherwise every record is copied.
+        """
+        cap = self.capacity
+        n = recs.shape[0]
+        out: list[np.ndarray] = []
+        i = 0
+        fill = self._fill[dest]
+        if fill:
+            buf = self._bufs[dest]
+            assert buf is not None
+            i = min(cap - fill, n)
+            buf[fill:fill + i] = recs[:i]
+            fill += i
+            if fill < cap:
+                self._fill[dest] = fill
+                self.nbuffered += n
+                return out
+            out.append(buf)
+            self._bufs[dest] = None
+            self.nbuffered -= cap - i  # the records that were already buffered left
+            fill = 0
+        while n - i >= cap:
+            piece = recs[i:i + cap]
+            out.append(piece if owned else piece.copy())
+            i += cap
+        rest = n - i
+        if rest:
+            buf = self._spare.pop() if self._spare else np.empty(cap, dtype=self.dtype)
+            buf[:rest] = recs[i:]
+            self._bufs[dest] = buf
+            self.nbuffered += rest
+        self._fill[dest] = rest
+        return out
+
+    def drain(self) -> Iterator[tuple[int, np.ndarray]]:
+        """Hand out every partly filled buffer as ``(dest, records)`` and empty it."""
+        for dest, fill in enumerate(self._fill):
+            if fill:
+                buf = self._bufs[dest]
+                assert buf is not None
+                self._bufs[dest] = None
+                self._fill[dest] = 0
+                self.nbuffered -= fill
+                yield dest, buf[:fill]
+
+    def recycle(self, msg: np.ndarray) -> None:
+        """Take back a message whose send completed, if it is a whole buffer this object made.
+
+        Only arrays that own their memory qualify (full buffers and copies); slices of the
+        caller's arrays and drained partial buffers are left to the garbage collector.
+        """
+        if msg.base is None and msg.shape == (self.capacity,) and msg.dtype == self.dtype \
+                and len(self._spare) < 4:
+            self._spare.append(msg)

@@ -1,0 +1,92 @@
+"""The irregular apps in every mode against serial oracles, at small sizes, on several ranks
+(run under mpiexec -n 2 and -n 3).
+
+Oracles are written here: the histogram by ``np.bincount`` of every rank's regenerated updates,
+index-gather by indexing the whole table, triangles by trace(A^3)/6 on a dense matrix (checked
+against brute force in test_fabsp_serial.py), BFS by a queue-based serial search.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hpcbsp
+from hpcbsp.apps import bfs, histogram, index_gather, triangles
+from hpcbsp.apps.irregular_graphs import bfs_levels, erdos_renyi, rmat, triangles_dense
+
+mpi = pytest.mark.mpi(min_size=2)
+MODES = ["fabsp", "bsp", "naive"]
+
+
+@pytest.fixture
+def bsp():
+    with hpcbsp.BSP() as ctx:
+        yield ctx
+
+
+@mpi
+@pytest.mark.parametrize("mode", MODES)
+def test_histogram(bsp, mode):
+    p, me, n, table = bsp.nprocs, bsp.pid, 3000, 37
+    owner, off = histogram.updates_of(me, p, n, table, seed=5)
+    if mode == "fabsp":
+        counts, _ = histogram.histogram_fabsp(bsp, owner, off, table, chunk=500, buffer=50)
+    elif mode == "bsp":
+        counts, _ = histogram.histogram_bsp(bsp, owner, off, table)
+    else:
+        counts, _ = histogram.histogram_naive(bsp, owner, off, table)
+    whole = np.zeros(table * p, dtype=np.int64)
+    for r in range(p):
+        g = np.random.default_rng([5, r]).integers(0, table * p, n)  # what rank r drew
+        whole += np.bincount(g, minlength=table * p)
+    np.testing.assert_array_equal(counts, whole[me::p])
+
+
+@mpi
+@pytest.mark.parametrize("mode", MODES)
+def test_index_gather(bsp, mode):
+    p, me, n, table = bsp.nprocs, bsp.pid, 2000, 23
+    whole = index_gather.global_table(p, table, seed=3)
+    g = index_gather.reads_of(me, p, n, table, seed=3)
+    owner, off = g % p, g // p
+    local = np.ascontiguousarray(whole[me::p])
+    if mode == "fabsp":
+        tgt, _ = index_gather.gather_fabsp(bsp, owner, off, local, chunk=300, buffer=40, max_pending=2)
+    elif mode == "bsp":
+        tgt, _ = index_gather.gather_bsp(bsp, owner, off, local)
+    else:
+        tgt, _ = index_gather.gather_naive(bsp, owner, off, local)
+    np.testing.assert_array_equal(tgt, whole[g])
+
+
+@mpi
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("graph", ["er", "rmat"])
+def test_triangles(bsp, mode, graph):
+    edges, n = (erdos_renyi(300, 16, seed=2), 300) if graph == "er" else (rmat(8, 8, seed=2), 256)
+    graph_part = triangles.Graph(edges, n, bsp.pid, bsp.nprocs)
+    if mode == "fabsp":
+        found, sent, _ = triangles.count_fabsp(bsp, graph_part, chunk_rows=9, buffer=32)
+    elif mode == "bsp":
+        found, sent, _ = triangles.count_bsp(bsp, graph_part)
+    else:
+        found, sent, _ = triangles.count_naive(bsp, graph_part)
+    assert bsp.allreduce(found) == triangles_dense(edges, n)
+    # Every wedge i > j > w with both (i, j) and (i, w) edges is asked once, by the owner of i.
+    lower = [[v for u, v in edges.tolist() if u == i] for i in range(n)]
+    wedges = sum(len(r) * (len(r) - 1) // 2 for i, r in enumerate(lower) if i % bsp.nprocs == bsp.pid)
+    assert sent == wedges
+
+
+@mpi
+@pytest.mark.parametrize("mode", MODES)
+def test_bfs(bsp, mode):
+    edges, n = erdos_renyi(400, 2.5, seed=9), 400  # sparse: several components, long paths
+    part = bfs.Part(edges, n, bsp.pid, bsp.nprocs)
+    if mode == "fabsp":
+        bfs.bfs_fabsp(bsp, part, source=7, buffer=8)
+    else:
+        bfs.bfs_levelwise(bsp, part, source=7, exchange=mode)
+    want = bfs_levels(edges, n, 7)
+    np.testing.assert_array_equal(part.global_levels(), want[bsp.pid::bsp.nprocs])
+    assert want.max() > 5 and (want < 0).any(), "the graph exercises depth and unreachable vertices"

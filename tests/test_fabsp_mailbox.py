@@ -1,0 +1,263 @@
+"""FA-BSP mailbox semantics on several ranks (run under mpiexec -n 2 and -n 3).
+
+Oracles: every rank knows what every other rank sends (the records are functions of the rank
+numbers and a seed), so each rank computes what it must have handled by brute force.
+"""
+from __future__ import annotations
+
+import time
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import hpcbsp
+from hpcbsp import BSPError
+from hpcbsp.fabsp.engine import Engine
+
+mpi = pytest.mark.mpi(min_size=2)
+
+
+@pytest.fixture
+def bsp():
+    with hpcbsp.BSP() as ctx:
+        yield ctx
+
+
+def _records_from(src: int, p: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """What rank ``src`` sends in the tests: destinations and values (value encodes src, i)."""
+    dests = np.random.default_rng([11, src]).integers(0, p, n)
+    return dests, 1_000_000 * src + np.arange(n)
+
+
+@mpi
+@pytest.mark.parametrize("buffer", [1, 7, None])
+def test_every_record_handled_once_by_its_owner_in_order_per_source(bsp, buffer):
+    p, me, n = bsp.nprocs, bsp.pid, 500
+    batches: list[tuple[int, np.ndarray]] = []
+    box = bsp.mailbox(lambda recs, src: batches.append((src, recs.copy())), np.int64,
+                      buffer=buffer, max_pending=3, with_source=True)
+    dests, values = _records_from(me, p, n)
+    for start in range(0, n, 60):  # several sends, vector pids
+        box.send(dests[start:start + 60], values[start:start + 60])
+    box.send(me, [-1 - me])  # a scalar pid: to itself
+    bsp.sync()
+    for src in range(p):
+        want = [v for d, v in zip(*_records_from(src, p, n)) if d == me]
+        want += [-1 - me] if src == me else []
+        got = [v for s, recs in batches if s == src for v in recs.tolist()]
+        assert got == want, f"records from rank {src}: all of them, once, in send order"
+    rec = bsp.ledger[-1]
+    remote_out = int(np.count_nonzero(dests != me))
+    remote_in = sum(int(np.count_nonzero(_records_from(s, p, n)[0] == me)) for s in range(p) if s != me)
+    assert (rec.msgs_out, rec.bytes_out) == (remote_out, 8 * remote_out)
+    assert (rec.msgs_in, rec.bytes_in) == (remote_in, 8 * remote_in)
+
+
+@mpi
+def test_handler_generated_traffic_of_any_depth(bsp):
+    """Forwarding chains around the ring: a record with h hops left is handled, then sent on
+    with h - 1; the superstep ends only when every chain has run out."""
+    p, me = bsp.nprocs, bsp.pid
+    handled: list[int] = []
+
+    def forward(hops: np.ndarray) -> None:
+        handled.extend(hops.tolist())
+        more = hops[hops > 0] - 1
+        if more.size:
+            ring.send((me + 1) % p, more)
+
+    ring = bsp.mailbox(forward, np.int64, buffer=3, max_pending=1)
+    ring.send((me + 1) % p, np.arange(me, 25 + me))  # chains of length up to 25 + p
+    bsp.sync()
+    # Brute force: simulate where each hop count lands.
+    want = []
+    for src in range(p):
+        for h0 in range(src, 25 + src):
+            for step, h in enumerate(range(h0, -1, -1)):
+                if (src + 1 + step) % p == me:
+                    want.append(h)
+    assert sorted(handled) == sorted(want)
+    assert Engine.of(bsp).last_waves >= 2
+
+
+@mpi
+def test_request_reply_between_two_mailboxes(bsp):
+    p, me = bsp.nprocs, bsp.pid
+    table = 100 * me + np.arange(10) ** 2  # rank r holds 100 r + k^2 at offset k
+    got = np.full(40, -1)
+    rec = np.dtype([("slot", np.int64), ("val", np.int64)])
+
+    def answer(reqs: np.ndarray, src: int) -> None:
+        out = np.empty(reqs.size, dtype=rec)
+        out["slot"], out["val"] = reqs["slot"], table[reqs["val"]]
+        reply.send(src, out)
+
+    def store(reps: np.ndarray) -> None:
+        got[reps["slot"]] = reps["val"]
+
+    request = bsp.mailbox(answer, rec, buffer=4, with_source=True)
+    reply = bsp.mailbox(store, rec, buffer=4)
+    rng = np.random.default_rng(me)
+    owner, off = rng.integers(0, p, 40), rng.integers(0, 10, 40)
+    reqs = np.empty(40, dtype=rec)
+    reqs["slot"], reqs["val"] = np.arange(40), off
+    request.send(owner, reqs)
+    bsp.sync()
+    np.testing.assert_array_equal(got, 100 * owner + off ** 2)
+
+
+@mpi
+def test_mailbox_puts_and_queue_sends_in_one_superstep(bsp):
+    p, me = bsp.nprocs, bsp.pid
+    x = bsp.coarray(p, dtype=np.int64)
+    q = bsp.queue(np.int32)
+    seen = []
+    box = bsp.mailbox(lambda recs: seen.extend(recs.tolist()), np.int16, buffer=2)
+    right = (me + 1) % p
+    x.put(right, [me + 5], offset=me)
+    box.send(right, [me, me + 10, me + 20])
+    q.send(right, [7 * me])
+    bsp.sync()
+    left = (me - 1) % p
+    assert x.local[left] == left + 5
+    assert q.received().tolist() == [7 * left]
+    assert sorted(seen) == [left, left + 10, left + 20]
+    rec = bsp.ledger[-1]
+    # put: 8 bytes, 1 message; mailbox: 3 records of 2 bytes; queue: 1 record of 4 bytes.
+    assert (rec.bytes_out, rec.msgs_out) == (8 + 6 + 4, 1 + 3 + 1)
+    assert (rec.bytes_in, rec.msgs_in) == (8 + 6 + 4, 1 + 3 + 1)
+
+
+@mpi
+def test_progress_runs_handlers_before_the_sync(bsp):
+    """Overlap: a rank that calls bsp.progress() during its local work sees records handled
+    while the sender has not reached the sync yet."""
+    me = bsp.pid
+    seen = []
+    box = bsp.mailbox(lambda recs: seen.extend(recs.tolist()), np.int64, buffer=4)
+    bsp.sync()
+    if me == 0:
+        box.send(1, [1, 2, 3, 4])  # one full buffer: it leaves at once
+        time.sleep(0.3)            # rank 0 is "computing" and not in the sync
+        early = None
+    elif me == 1:
+        deadline = time.monotonic() + 20
+        while len(seen) < 4 and time.monotonic() < deadline:
+            bsp.progress()
+        early = list(seen)
+    bsp.sync()
+    if me == 1:
+        assert early == [1, 2, 3, 4]
+
+
+@mpi
+def test_records_of_a_superstep_are_handled_in_that_superstep(bsp):
+    """A fast rank that leaves a sync and sends at once must not have its records handled by a
+    slower rank still finishing the previous superstep (epochs are kept apart)."""
+    p, me = bsp.nprocs, bsp.pid
+    wrong = []
+
+    def check(recs: np.ndarray) -> None:
+        steps, relayed = recs // 2, recs % 2  # a record is 2 * its superstep + relayed
+        if np.any(steps != bsp.superstep):
+            wrong.append((bsp.superstep, steps.tolist()))
+        again = (relayed == 0) & (steps % 3 == 0)  # some records make traffic inside the sync
+        if again.any():
+            relay.send((me + 1) % p, recs[again] + 1)
+        handled[0] += recs.size
+
+    handled = [0]
+    relay = bsp.mailbox(check, np.int64, buffer=1, max_pending=1)
+    rng = np.random.default_rng(me)
+    for _ in range(12):
+        if rng.random() < 0.5:
+            time.sleep(0.01 * rng.random())
+        relay.send(rng.integers(0, p, 5), np.full(5, 2 * bsp.superstep))
+        bsp.sync()
+    assert wrong == []
+    # 12 supersteps x 5 records per rank, plus one relay each in supersteps 0, 3, 6, 9.
+    assert bsp.allreduce(handled[0]) == p * 5 * (12 + 4)
+
+
+@mpi
+def test_all_to_all_with_replies_under_tight_flow_control(bsp):
+    """Every rank floods every rank with one-record messages and one pending send; handlers
+    reply from inside the flow-control wait.  Must finish (no deadlock) with exact counts."""
+    p = bsp.nprocs
+    acks = [0]
+
+    def ping(recs: np.ndarray, src: int) -> None:
+        pong.send(src, recs)
+
+    pong = bsp.mailbox(lambda recs: acks.__setitem__(0, acks[0] + recs.size), np.int64,
+                       buffer=1, max_pending=1)
+    ping_box = bsp.mailbox(ping, np.int64, buffer=1, max_pending=1, with_source=True)
+    n = 300
+    ping_box.send(np.arange(n) % p, np.arange(n))
+    bsp.sync()
+    assert acks[0] == n
+
+
+@mpi
+def test_bad_input_raises_at_the_call_on_that_rank(bsp):
+    box = bsp.mailbox(lambda recs: None, np.float32, name="values")
+    with pytest.raises(BSPError, match=f"pid {bsp.nprocs} is not a rank"):
+        box.send(bsp.nprocs, [1.0])
+    with pytest.raises(BSPError, match="destination -1 at position 2"):
+        box.send(np.array([0, 1, -1]), [1.0, 2.0, 3.0])
+    with pytest.raises(BSPError, match="cannot be cast"):
+        box.send(0, np.array([1 + 2j]))
+    with pytest.raises(BSPError, match=r"one destination per record \(2 records"):
+        box.send(np.array([0, 1, 0]), [1.0, 2.0])
+    bsp.sync()
+    rec = bsp.ledger[-1]
+    assert rec.msgs_out == rec.msgs_in == 0, "refused sends send nothing"
+
+
+@mpi
+def test_mailboxes_that_differ_between_ranks_raise_on_every_rank():
+    with hpcbsp.BSP() as bsp:
+        dtype = np.int64 if bsp.pid == 0 else np.float64
+        with pytest.raises(BSPError, match="diverged"):
+            bsp.mailbox(lambda recs: None, dtype)
+    with hpcbsp.BSP() as bsp:  # MPI still usable
+        assert bsp.allreduce(1) == bsp.nprocs
+
+
+def _stream(bsp, n: int, max_pending: int) -> int:
+    """Rank 0 streams n records to rank 1, which computes without progress for a while first.
+    Returns the peak of Python-visible memory (tracemalloc) during the superstep."""
+    handled = [0]
+    box = bsp.mailbox(lambda recs: handled.__setitem__(0, handled[0] + recs.size), np.int64,
+                      buffer=1024, max_pending=max_pending)
+    bsp.sync()
+    tracemalloc.reset_peak()
+    base = tracemalloc.get_traced_memory()[0]
+    if bsp.pid == 0:
+        chunk = np.arange(4096, dtype=np.int64)
+        for _ in range(n // chunk.size):
+            box.send(1, chunk)
+    elif bsp.pid == 1:
+        time.sleep(0.3)  # slow receiver: a sender without flow control piles messages up
+    bsp.sync()
+    peak = tracemalloc.get_traced_memory()[1] - base
+    assert handled[0] == (n // 4096) * 4096 * (bsp.pid == 1)
+    return peak
+
+
+@mpi
+def test_peak_memory_does_not_grow_with_the_number_of_messages(bsp):
+    tracemalloc.start()
+    try:
+        n = 1 << 18  # 256 Ki records of 8 bytes = 2 MiB per "N"
+        bounded_n, bounded_4n = _stream(bsp, n, 4), _stream(bsp, 4 * n, 4)
+        # Control: with (practically) no limit on pending sends the same measurement grows.
+        free_n, free_4n = _stream(bsp, n, 1 << 20), _stream(bsp, 4 * n, 1 << 20)
+    finally:
+        tracemalloc.stop()
+    # Sender and receiver alike: about (P + max_pending) buffers of 8 KiB, not 4N * 8 bytes.
+    assert bounded_4n < 1.25 * bounded_n + (256 << 10), (bounded_n, bounded_4n)
+    assert bounded_4n < 1 << 20, bounded_4n
+    if bsp.pid == 0:
+        assert free_4n > free_n + 4 * n, (free_n, free_4n)  # the measurement does see growth

@@ -1,0 +1,61 @@
+"""Whole FA-BSP programs under mpiexec (subprocesses, each with a timeout so a hang fails).
+
+A handler that raises must end the job with that rank's traceback, wherever the other ranks are;
+the apps and the benchmark must run, check themselves and report; bad options exit 2.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from mpi_helpers import run_mpi
+
+PROGRAMS = os.path.join(os.path.dirname(__file__), "programs")
+
+
+@pytest.mark.parametrize("where", ["quiesce", "control", "compute"])
+def test_handler_exception_ends_the_job_with_its_traceback(where):
+    t0 = time.monotonic()
+    res = run_mpi(3, [os.path.join(PROGRAMS, "fabsp_handler_fails.py"), where], timeout=60,
+                  env={"HPCBSP_ABORT_GRACE": "10"})
+    elapsed = time.monotonic() - t0
+    assert not res.timed_out, res.output
+    assert res.returncode != 0
+    # Well within the abort grace: the ranks learn of the failure, nobody waits for the grace.
+    assert elapsed < 9 + 5, (elapsed, res.output)
+    assert res.stderr.count("Traceback (most recent call last)") == 1, res.stderr
+    assert f"[rank 1] ValueError: handler on rank one got hop 7 ({where})" in res.stderr
+    assert "aborting the job" not in res.stderr
+    assert "UNREACHABLE" not in res.stdout
+
+
+@pytest.mark.parametrize("app, args", [
+    ("histogram", ["-n", "20000", "-T", "100"]),
+    ("index_gather", ["-n", "20000", "-T", "100", "--buffer", "64"]),
+    ("triangles", ["--graph", "rmat", "--scale", "9"]),
+    ("bfs", ["--n", "2000", "--mode", "bsp"]),
+])
+def test_apps_run_check_and_report(app, args):
+    res = run_mpi(2, ["-m", f"hpcbsp.apps.{app}", *args], timeout=120)
+    assert res.returncode == 0, res.output
+    assert "check against the serial oracle: OK" in res.stdout
+    assert "updates/s per rank" in res.stdout and "ledger:" in res.stdout
+
+
+def test_app_bad_option_under_mpiexec_is_one_line_and_status_2():
+    res = run_mpi(2, ["-m", "hpcbsp.apps.histogram", "--table", "0"], timeout=60)
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--table" in lines[0] and "positive integer" in lines[0], res.stderr
+
+
+def test_benchmark_quick_run():
+    res = run_mpi(2, ["-m", "hpcbsp.bench", "fabsp", "--quick"], timeout=120)
+    assert res.returncode == 0, res.output
+    out = res.stdout
+    for needle in ("histogram: FA-BSP / BSP =", "index_gather: FA-BSP / BSP =",
+                   "FA-BSP / naive =", "hidden fraction of communication"):
+        assert needle in out, out
+    assert "CHECK FAILED" not in out

@@ -1,0 +1,260 @@
+"""FA-BSP pieces that need no second rank: aggregation buffers, one-rank mailboxes, the app
+helpers and oracles, the apps in every mode on one rank, and their command lines.
+
+Oracles: brute force in plain Python (itertools, lists), numpy written independently of the
+code under test, and hand-computed small cases.
+"""
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import hpcbsp
+from hpcbsp import BSPError
+from hpcbsp.apps import bfs, histogram, index_gather, triangles
+from hpcbsp.apps.irregular_common import cyclic_owner, naive_exchange, positive_int
+from hpcbsp.apps.irregular_graphs import bfs_levels, erdos_renyi, local_rows, ragged_arange, rmat, \
+    triangles_dense, triangles_sparse
+from hpcbsp.fabsp.aggregation import Aggregator
+from hpcbsp.fabsp.engine import Engine, default_buffer
+from hpcbsp.fabsp.termination import DoubleWave
+
+
+# ---------------------------------------------------------------------------- aggregation
+@pytest.mark.parametrize("owned", [True, False])
+def test_aggregator_keeps_order_and_emits_full_buffers(owned):
+    rng = np.random.default_rng(3)
+    agg = Aggregator(3, np.dtype(np.int64), capacity=5)
+    sent: dict[int, list[int]] = {0: [], 1: [], 2: []}
+    added: dict[int, list[int]] = {0: [], 1: [], 2: []}
+    value = 0
+    for _ in range(40):
+        dest = int(rng.integers(3))
+        n = int(rng.integers(0, 13))
+        recs = np.arange(value, value + n, dtype=np.int64)
+        value += n
+        added[dest] += recs.tolist()
+        for msg in agg.add(dest, recs, owned=owned):
+            assert msg.shape == (5,), "only full buffers leave before a drain"
+            sent[dest] += msg.tolist()
+        assert agg.nbuffered == sum(len(added[d]) - len(sent[d]) for d in range(3))
+    for dest, msg in agg.drain():
+        assert 0 < msg.size < 5
+        sent[dest] += msg.tolist()
+    assert agg.nbuffered == 0
+    assert sent == added, "every record leaves exactly once, in the order added per destination"
+    assert list(agg.drain()) == []
+
+
+def test_aggregator_copies_unowned_records_and_recycles_buffers():
+    agg = Aggregator(2, np.dtype(np.int32), capacity=4)
+    src = np.arange(8, dtype=np.int32)
+    out = agg.add(1, src, owned=False)
+    src[:] = -1  # the caller may reuse its array after send: messages must not change
+    assert [m.tolist() for m in out] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    agg.recycle(out[0])
+    partial = agg.add(1, np.array([9], dtype=np.int32), owned=True)
+    assert partial == [] and agg.nbuffered == 1
+    (dest, msg), = agg.drain()
+    assert dest == 1 and msg.tolist() == [9]
+
+
+def test_default_buffer_bounds():
+    assert default_buffer(8, 2) == (512 << 10) // 8
+    assert default_buffer(8, 4096) == (64 << 10) // 8
+    assert default_buffer(1 << 20, 2) == 1  # never zero records
+
+
+def _complete(wave: DoubleWave) -> bool:
+    done = False
+    while wave.in_flight:
+        done = wave.test()
+    return done
+
+
+def test_double_wave_needs_two_equal_waves():
+    wave = DoubleWave(MPI.COMM_SELF)
+    wave.start(3, 3)
+    assert not _complete(wave), "(3, 3) differs from the epoch's start (0, 0): not over yet"
+    wave.start(3, 3)
+    assert _complete(wave) and wave.waves == 2
+    idle = DoubleWave(MPI.COMM_SELF)
+    idle.start(0, 0)
+    assert _complete(idle) and idle.waves == 1, "an epoch without traffic ends after one wave"
+    busy = DoubleWave(MPI.COMM_SELF)
+    for _ in range(3):
+        busy.start(5, 4)
+        assert not _complete(busy), "sent != handled is never quiescent"
+    moving = DoubleWave(MPI.COMM_SELF)
+    for sent in (2, 4, 4):
+        moving.start(sent, sent)
+        done = _complete(moving)
+    assert done and moving.waves == 3, "the totals must repeat before the epoch ends"
+
+
+# ---------------------------------------------------------------------------- one-rank mailboxes
+def test_one_rank_mailbox_self_sends_and_handler_chains():
+    with hpcbsp.BSP() as bsp:
+        seen: list[int] = []
+
+        def countdown(recs: np.ndarray) -> None:
+            seen.extend(recs.tolist())
+            more = recs[recs > 0] - 1
+            if more.size:
+                box.send(0, more)
+
+        box = bsp.mailbox(countdown, np.int64, buffer=2)
+        box.send(0, [3, 1])
+        box.send(np.zeros(1, dtype=np.int32), [2])
+        bsp.sync()
+        assert sorted(seen) == sorted([3, 2, 1, 0, 1, 0, 2, 1, 0])
+        assert bsp.ledger[-1].bytes_out == 0, "records to this rank itself are not counted"
+        assert Engine.of(bsp).last_waves >= 2
+        bsp.sync()
+        assert Engine.of(bsp).last_waves == 1, "a superstep without records ends after one wave"
+
+
+def test_one_rank_bad_input_raises_at_the_call():
+    with hpcbsp.BSP() as bsp:
+        got: list[np.ndarray] = []
+        box = bsp.mailbox(got.append, np.dtype([("a", np.int32), ("b", np.float64)]), name="pairs")
+        with pytest.raises(BSPError, match="pid 1 is not a rank"):
+            box.send(1, np.zeros(1, dtype=box.dtype))
+        with pytest.raises(BSPError, match="destination 3 at position 0"):
+            box.send(np.array([3]), np.zeros(1, dtype=box.dtype))
+        with pytest.raises(BSPError, match="cannot be cast"):
+            box.send(0, np.zeros(2, dtype=np.int32))
+        with pytest.raises(BSPError, match="one destination per record"):
+            box.send(np.zeros(3, dtype=np.int64), np.zeros(2, dtype=box.dtype))
+        with pytest.raises(BSPError, match="one destination per record"):
+            box.send(np.zeros(1), np.zeros(1, dtype=box.dtype))  # float pids
+        bsp.sync()
+        assert got == [], "a refused send sends nothing"
+        for kw, msg in (({"buffer": 0}, "buffer must be a positive integer"),
+                        ({"max_pending": -1}, "max_pending must be a positive integer"),
+                        ({"buffer": 2.5}, "buffer must be a positive integer")):
+            with pytest.raises(BSPError, match=msg):
+                bsp.mailbox(got.append, np.int64, **kw)
+        with pytest.raises(BSPError, match="plain data"):
+            bsp.mailbox(got.append, object)
+        with pytest.raises(BSPError, match="callable"):
+            bsp.mailbox("not a function", np.int64)
+
+
+def test_one_rank_handler_exception_propagates_from_sync():
+    with pytest.raises(ZeroDivisionError):
+        with hpcbsp.BSP() as bsp:
+            box = bsp.mailbox(lambda recs: 1 // 0, np.int64)
+            box.send(0, [1])
+            bsp.sync()
+
+
+# ---------------------------------------------------------------------------- helpers
+def test_cyclic_owner_matches_divmod():
+    g = np.arange(1000, dtype=np.int64)
+    for p in (1, 2, 3, 4, 7, 8):
+        owner, off = cyclic_owner(g, p)
+        np.testing.assert_array_equal(owner, [x % p for x in range(1000)])
+        np.testing.assert_array_equal(off, [x // p for x in range(1000)])
+
+
+def test_positive_int():
+    assert positive_int("5") == 5 and positive_int("1e6") == 1_000_000 and positive_int("2_000") == 2000
+    for bad in ("0", "-3", "1.5", "x", "1e-3"):
+        with pytest.raises(Exception, match="positive integer"):
+            positive_int(bad)
+
+
+def test_ragged_arange_and_local_rows_against_brute_force():
+    starts, lengths = np.array([5, 0, 9, 2]), np.array([2, 0, 3, 1])
+    assert ragged_arange(starts, lengths).tolist() == [5, 6, 9, 10, 11, 2]
+    edges = erdos_renyi(40, 6, seed=2)
+    for p, pid in ((1, 0), (3, 1), (4, 3)):
+        for symmetric in (False, True):
+            indptr, indices = local_rows(edges, 40, pid, p, symmetric)
+            for r, v in enumerate(range(pid, 40, p)):
+                want = sorted([b for a, b in edges.tolist() if a == v]
+                              + ([a for a, b in edges.tolist() if b == v] if symmetric else []))
+                assert indices[indptr[r]:indptr[r + 1]].tolist() == want
+
+
+def test_graph_generators():
+    e = erdos_renyi(100, 8, seed=1)
+    assert np.all(e[:, 0] > e[:, 1]) and len({tuple(x) for x in e.tolist()}) == e.shape[0]
+    assert 300 < e.shape[0] <= 400
+    r = rmat(8, 8, seed=1)
+    assert np.all(r[:, 0] > r[:, 1]) and r.max() < 256
+    deg = np.bincount(r.ravel(), minlength=256)
+    assert deg.max() > 4 * deg.mean(), "R-MAT degrees are skewed"
+    np.testing.assert_array_equal(erdos_renyi(100, 8, seed=1), e)
+
+
+def test_triangle_oracles_against_brute_force():
+    for edges, n in ((erdos_renyi(30, 10, seed=5), 30), (rmat(5, 6, seed=3), 32),
+                     (np.array([[1, 0], [2, 0], [2, 1], [3, 2]]), 4)):
+        s = {tuple(x) for x in edges.tolist()}
+        brute = sum(1 for a, b, c in itertools.combinations(range(n), 3)
+                    if (b, a) in s and (c, a) in s and (c, b) in s)
+        assert triangles_dense(edges, n) == brute
+        sparse = triangles_sparse(edges, n)
+        assert sparse is None or sparse == brute
+    assert brute == 1  # the last graph: one triangle, as drawn by hand
+
+
+def test_bfs_oracle_on_hand_made_graphs():
+    path = np.array([[1, 0], [2, 1], [3, 2], [5, 4]])
+    assert bfs_levels(path, 6, 0).tolist() == [0, 1, 2, 3, -1, -1]
+    assert bfs_levels(path, 6, 2).tolist() == [2, 1, 0, 1, -1, -1]
+    star = np.array([[k, 0] for k in range(1, 5)])
+    assert bfs_levels(star, 5, 3).tolist() == [1, 2, 2, 0, 2]
+
+
+def test_naive_exchange_on_one_rank():
+    recs = np.arange(5, dtype=np.int64) * 3
+    got = naive_exchange(MPI.COMM_SELF, np.zeros(5, dtype=np.int64), recs)
+    assert got.tolist() == recs.tolist()
+    assert naive_exchange(MPI.COMM_SELF, np.zeros(0, dtype=np.int64), recs[:0]).size == 0
+
+
+# ---------------------------------------------------------------------------- apps on one rank
+@pytest.mark.parametrize("mode", ["fabsp", "bsp", "naive"])
+def test_apps_on_one_rank(mode):
+    idx = np.random.default_rng(1).integers(0, 50, 500)
+    owner = np.zeros(500, dtype=np.int64)
+    with hpcbsp.BSP() as bsp:
+        if mode == "fabsp":
+            counts, _ = histogram.histogram_fabsp(bsp, owner, idx, 50, chunk=64, buffer=16)
+        elif mode == "bsp":
+            counts, _ = histogram.histogram_bsp(bsp, owner, idx, 50)
+        else:
+            counts, _ = histogram.histogram_naive(bsp, owner, idx, 50)
+        assert counts.tolist() == [int((idx == k).sum()) for k in range(50)]
+        assert index_gather.run_index_gather(bsp, mode, 300, 40, seed=2, chunk=50).ok
+        edges = erdos_renyi(60, 12, seed=4)
+        assert triangles.run_triangles(bsp, mode, edges, 60, chunk_rows=7).ok
+        assert bfs.run_bfs(bsp, mode, edges, 60, source=5).ok
+
+
+# ---------------------------------------------------------------------------- command lines
+@pytest.mark.parametrize("app", ["histogram", "index_gather", "triangles", "bfs"])
+def test_app_help_and_bad_options(app):
+    mod = f"hpcbsp.apps.{app}"
+    res = subprocess.run([sys.executable, "-m", mod, "--help"], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0 and "--mode" in res.stdout and "naive" in res.stdout
+    res = subprocess.run([sys.executable, "-m", mod, "--mode", "bulk"], capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 2
+    assert res.stderr.count("\n") == 1 and "invalid choice: 'bulk'" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_bench_bad_option_is_one_line():
+    res = subprocess.run([sys.executable, "-m", "hpcbsp.bench", "fabsp", "--updates", "-4"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1 and "positive integer" in res.stderr
