@@ -295,3 +295,35 @@ def test_large_puts_keep_order_and_overlap_semantics(bsp, overlap):
     np.testing.assert_array_equal(f.value, np.full(5, -1.0))
     # h-relation: the puts to the other ranks, plus the 5 values this rank serves to a get
     assert bsp.ledger[-1].bytes_out == 8 * (n + (1 if overlap else 0)) * (p - 1) + 8 * 5
+
+
+def _hard_sum_data(n: int = 3000) -> np.ndarray:
+    """Values whose float64 sum depends on the order: huge cancelling terms and tiny ones."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(n) * 10.0 ** rng.integers(-20, 20, n)
+    x[::7] = 1e16
+    x[1::7] = -1e16
+    return x
+
+
+@pytest.mark.mpi(min_size=1)
+def test_exact_allreduce_same_bits_for_any_distribution(bsp):
+    import math
+    data = _hard_sum_data()
+    expected = math.fsum(data)
+    lo, hi = block_range(data.size, bsp.nprocs, bsp.pid)
+    block = bsp.allreduce(data[lo:hi], exact=True)
+    cyclic = bsp.allreduce(data[bsp.pid::bsp.nprocs], exact=True)
+    assert block == expected and cyclic == expected
+    assert np.float64(block).tobytes() == np.float64(expected).tobytes()
+    # the plain sum of the same blocks is order-dependent: show the data would catch a sloppy sum
+    assert float(np.sum(data)) != expected
+
+
+def test_exact_allreduce_on_one_rank():
+    import math
+    data = _hard_sum_data()
+    with hpcbsp.BSP() as bsp:
+        assert bsp.allreduce(data, exact=True) == math.fsum(data)
+        with pytest.raises(BSPError, match="op='sum'"):
+            bsp.allreduce(data, op="max", exact=True)

@@ -10,10 +10,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from dataclasses import dataclass
-from typing import Callable, NoReturn
+from typing import Callable
 
 import numpy as np
 from mpi4py import MPI
@@ -21,6 +20,7 @@ from mpi4py import MPI
 from ..runtime import BSP
 from ..runtime import run as run_bsp
 from ..runtime.ledger import summarize
+from ..util.args import OneLineParser
 
 MODES = ("fabsp", "bsp", "naive")
 _TAG_NAIVE = 7
@@ -45,15 +45,6 @@ def positive_int(text: str) -> int:
     if value != int(value) or value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
     return int(value)
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse whose usage errors are one line on stderr, printed by the first rank only."""
-
-    def error(self, message: str) -> NoReturn:
-        # The rank from the launcher's environment: MPI need not be initialised to report.
-        first = all(os.environ.get(v, "0") == "0" for v in ("PMI_RANK", "OMPI_COMM_WORLD_RANK"))
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n" if first else None)
 
 
 def app_parser(prog: str, doc: str) -> argparse.ArgumentParser:

@@ -1,0 +1,126 @@
+"""Plain numpy (and math) reference implementations of every kernel: the tests' oracles.
+
+Each function states the intended result as directly as numpy allows, with no attention to
+speed; the compiled kernels must agree with it exactly (integer and indexing kernels, exact
+summation) or to rounding (floating-point reductions and the Numba kernels).
+"""
+from __future__ import annotations
+
+import builtins
+import math
+from fractions import Fraction
+
+import numpy as np
+
+
+def group_by_dest(dest: np.ndarray, nprocs: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(np.argsort(dest, kind="stable"), np.bincount(dest, minlength=nprocs))``."""
+    dest = np.asarray(dest).reshape(-1)
+    if dest.size and (dest.min() < 0 or dest.max() >= nprocs):
+        raise ValueError("destination out of range")
+    perm = np.argsort(dest, kind="stable").astype(np.int64)
+    counts = np.bincount(dest.astype(np.int64), minlength=nprocs).astype(np.int64)
+    return perm, counts
+
+
+def scatter_add(table: np.ndarray, idx: np.ndarray, values) -> None:
+    """``np.add.at(table, idx, values)``."""
+    np.add.at(table, idx, values)
+
+
+def gather(table: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """``table[idx]``."""
+    return table[np.asarray(idx)]
+
+
+def sum(x: np.ndarray) -> float | int:  # noqa: A001 - mirrors the kernel's name
+    """``np.sum`` in float64 for floats; exact Python-int sum modulo 2**64 for integers."""
+    x = np.asarray(x)
+    if x.dtype.kind == "f":
+        return float(np.sum(x, dtype=np.float64))
+    total = int(np.sum(x.astype(object))) if x.size else 0
+    if x.dtype == np.uint64:
+        return total % (1 << 64)
+    return (total + (1 << 63)) % (1 << 64) - (1 << 63)  # int64 wrap-around
+
+
+def dot(x: np.ndarray, y: np.ndarray) -> float:
+    """``np.dot`` of the flattened arrays in float64."""
+    return float(np.dot(np.asarray(x, dtype=np.float64).ravel(), np.asarray(y, dtype=np.float64).ravel()))
+
+
+def sqnorm(x: np.ndarray) -> float:
+    """``np.dot(x, x)`` in float64."""
+    return dot(x, x)
+
+
+def minmax(x: np.ndarray) -> tuple:
+    """``(np.min(x), np.max(x))`` (NaN if any NaN)."""
+    x = np.asarray(x)
+    return x.min(), x.max()
+
+
+def exact_sum(x: np.ndarray) -> float:
+    """The correctly rounded sum: ``math.fsum``, with IEEE special values and no spurious
+    overflow (an exact rational sum when ``math.fsum`` overflows in an intermediate step)."""
+    vals = [float(v) for v in np.asarray(x, dtype=np.float64).ravel()]
+    if any(math.isnan(v) for v in vals):
+        return math.nan
+    pos, neg = math.inf in vals, -math.inf in vals
+    if pos and neg:
+        return math.nan
+    if pos or neg:
+        return math.inf if pos else -math.inf
+    try:
+        return math.fsum(vals)
+    except OverflowError:
+        exact = builtins.sum(Fraction(v) for v in vals)
+        try:
+            return float(exact)  # Fraction -> float is correctly rounded
+        except OverflowError:
+            return math.inf if exact > 0 else -math.inf
+
+
+def csr_matvec(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``A @ x`` for the CSR matrix ``(indptr, indices, data)``, via a dense matrix."""
+    return csr_to_dense(indptr, indices, data, len(x)) @ np.asarray(x, dtype=np.float64)
+
+
+def csr_to_dense(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, ncols: int) -> np.ndarray:
+    """The dense matrix of a CSR triple (duplicate entries add up)."""
+    nrows = len(indptr) - 1
+    dense = np.zeros((nrows, ncols))
+    rows = np.repeat(np.arange(nrows), np.diff(indptr))
+    np.add.at(dense, (rows, np.asarray(indices)), np.asarray(data, dtype=np.float64))
+    return dense
+
+
+def jacobi_sweep_dense(a_rows: np.ndarray, b: np.ndarray, x: np.ndarray, row0: int) -> np.ndarray:
+    """``(b - (A x - diag * x_diag)) / diag`` for the rows ``row0 ..`` of A held in ``a_rows``."""
+    a_rows = np.asarray(a_rows, dtype=np.float64)
+    rows = np.arange(a_rows.shape[0])
+    diag = a_rows[rows, row0 + rows]
+    off = a_rows @ x - diag * x[row0 + rows]
+    return (np.asarray(b, dtype=np.float64) - off) / diag
+
+
+def jacobi_sweep_csr(indptr, indices, data, b, x, row0: int) -> np.ndarray:
+    """The Jacobi sweep of a row block held in CSR form (see :func:`jacobi_sweep_dense`)."""
+    return jacobi_sweep_dense(csr_to_dense(indptr, indices, data, len(x)), b, x, row0)
+
+
+def softmax_loss_grad(w: np.ndarray, x: np.ndarray, y: np.ndarray, average: bool = True):
+    """Cross-entropy loss and gradient of softmax regression ``softmax(x @ w)``."""
+    x = np.asarray(x, dtype=np.float64)
+    z = x @ np.asarray(w, dtype=np.float64)
+    z = z - z.max(axis=1, keepdims=True)
+    lse = np.log(np.exp(z).sum(axis=1))
+    m = x.shape[0]
+    loss = float(np.sum(lse - z[np.arange(m), y]))
+    p = np.exp(z - lse[:, None])
+    p[np.arange(m), y] -= 1.0
+    grad = x.T @ p
+    if average and m:
+        loss, grad = loss / m, grad / m
+    return loss, grad
+

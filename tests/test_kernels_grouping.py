@@ -1,0 +1,105 @@
+"""group_by_dest against its numpy oracle (stable argsort + bincount)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hpcbsp import kernels
+from hpcbsp.kernels import reference
+from hpcbsp.kernels._arrays import as_index_array
+
+INT_DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
+
+
+def check(dest, nprocs: int) -> None:
+    perm, counts = kernels.group_by_dest(dest, nprocs)
+    ref_perm, ref_counts = reference.group_by_dest(np.asarray(dest), nprocs)
+    assert perm.dtype == np.int64 and counts.dtype == np.int64
+    np.testing.assert_array_equal(perm, ref_perm)
+    np.testing.assert_array_equal(counts, ref_counts)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 40).flatmap(
+    lambda p: st.tuples(st.just(p), st.lists(st.integers(0, p - 1), max_size=300))))
+def test_matches_stable_argsort_and_bincount(case):
+    nprocs, dest = case
+    check(np.array(dest, dtype=np.int64), nprocs)
+
+
+@pytest.mark.parametrize("dtype", INT_DTYPES)
+def test_every_integer_dtype(dtype):
+    dest = np.random.default_rng(1).integers(0, 7, 1000).astype(dtype)
+    check(dest, 7)
+
+
+def test_empty_one_element_and_single_rank():
+    perm, counts = kernels.group_by_dest(np.empty(0, dtype=np.int64), 3)
+    assert perm.shape == (0,) and counts.tolist() == [0, 0, 0]
+    perm, counts = kernels.group_by_dest([], 0)
+    assert perm.shape == (0,) and counts.shape == (0,)
+    check(np.array([2]), 3)
+    check(np.zeros(10, dtype=np.int64), 1)
+
+
+def test_non_contiguous_views_and_lists():
+    base = np.random.default_rng(2).integers(0, 5, (40, 3))
+    check(base[::2, 1], 5)
+    check(base[::-1, 0], 5)
+    check(base[:, 2].tolist(), 5)
+
+
+def test_many_ranks_most_empty():
+    dest = np.random.default_rng(3).integers(0, 100_000, 500)
+    check(dest, 100_000)
+
+
+def test_contiguous_int64_is_used_without_copy():
+    dest = np.arange(10, dtype=np.int64)
+    assert as_index_array(dest, "destination") is dest
+    assert as_index_array(dest.astype(np.int32), "destination") is not dest
+
+
+def test_destinations_at_the_bounds_are_accepted():
+    check(np.array([0, 4, 0, 4]), 5)
+
+
+@pytest.mark.parametrize("bad, pos", [(5, 2), (-1, 1), (2**40, 0)])
+def test_out_of_range_destination_is_named(bad, pos):
+    dest = np.array([0, 1, 4, 3])
+    dest[pos] = bad
+    with pytest.raises(ValueError, match=rf"destination {bad} at position {pos} is outside \[0, 5\)"):
+        kernels.group_by_dest(dest, 5)
+
+
+def test_uint64_beyond_int64_is_named_not_wrapped():
+    dest = np.array([1, 2**64 - 1], dtype=np.uint64)
+    with pytest.raises(ValueError, match=str(2**64 - 1)):
+        kernels.group_by_dest(dest, 4)
+
+
+def test_bad_arguments():
+    with pytest.raises(TypeError, match="integers"):
+        kernels.group_by_dest(np.array([0.0, 1.0]), 2)
+    with pytest.raises(ValueError, match=">= 0"):
+        kernels.group_by_dest(np.array([], dtype=np.int64), -1)
+    with pytest.raises(TypeError):
+        kernels.group_by_dest(np.array([0]), 2.5)
+
+
+@pytest.mark.parametrize("n", [4095, 4096, 4097, 10_001])
+@pytest.mark.parametrize("nprocs", [1, 3, 1000])
+def test_long_inputs_counted_in_interleaved_parts(n, nprocs):
+    # from 4096 items on, the kernel counts and places four parts in one interleaved loop
+    dest = np.random.default_rng(n + nprocs).integers(0, nprocs, n)
+    check(dest, nprocs)
+
+
+def test_first_bad_destination_is_named_even_when_a_later_part_meets_one_first():
+    dest = np.zeros(10_000, dtype=np.int64)
+    dest[9_999] = 9   # last part: the interleaved loop reaches it early
+    dest[2_400] = -3  # first part: but this one comes first
+    with pytest.raises(ValueError, match=r"destination -3 at position 2400 "):
+        kernels.group_by_dest(dest, 2)
