@@ -14,7 +14,7 @@ from typing import Any, Callable
 import numpy as np
 
 import hpcbsp
-from hpcbsp.cli.cost import OneLineParser
+from hpcbsp.util.args import OneLineParser
 from hpcbsp.farm import BSFProblem, run_farm
 
 ProblemBuilder = Callable[[np.ndarray, np.ndarray, argparse.Namespace], BSFProblem]

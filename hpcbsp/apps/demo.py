@@ -19,7 +19,7 @@ from typing import Any
 import hpcbsp
 from hpcbsp.apps.bsfsystem import solve
 from hpcbsp.apps.jacobi import build as jacobi
-from hpcbsp.cli.cost import OneLineParser
+from hpcbsp.util.args import OneLineParser
 from hpcbsp.runtime.ledger import summarize
 
 
