@@ -261,3 +261,23 @@ def test_peak_memory_does_not_grow_with_the_number_of_messages(bsp):
     assert bounded_4n < 1 << 20, bounded_4n
     if bsp.pid == 0:
         assert free_4n > free_n + 4 * n, (free_n, free_4n)  # the measurement does see growth
+
+
+@mpi
+def test_puts_and_sends_made_by_handlers_move_in_the_same_sync(bsp):
+    """Handlers that run while the sync waits for quiescence may put and send; that data must be
+    delivered by this sync (no rank had bulk data before the handlers ran)."""
+    p, me = bsp.nprocs, bsp.pid
+    x = bsp.coarray(p, dtype=np.int64)
+    q = bsp.queue(np.int64)
+
+    def handler(recs: np.ndarray) -> None:
+        for src in recs.tolist():
+            x.put(src, [100 + me], offset=me)   # answer by a put...
+            q.send(src, [1000 + me])            # ...and a queue record
+
+    box = bsp.mailbox(handler, np.int64)
+    box.send(np.arange(p), np.full(p, me))
+    bsp.sync()
+    np.testing.assert_array_equal(x.local, 100 + np.arange(p))
+    np.testing.assert_array_equal(np.sort(q.received()), 1000 + np.arange(p))

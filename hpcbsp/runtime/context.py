@@ -411,14 +411,15 @@ class BSP:
         return int(pid)
 
     def _agree(self, kind: Kind, sig: int, describe: Callable[[], str],
-               has_data: bool = False, has_gets: bool = False) -> tuple[bool, bool]:
+               has_data: bool = False, has_gets: bool = False,
+               with_progress: bool = True) -> tuple[bool, bool]:
         if self._state != "open":
             raise BSPError(f"rank {self.pid}: this BSP context is {self._state}; no collective "
                            "call can be made on it any more")
         deadline = time.monotonic() + self.timeout if self.timeout is not None else None
         try:
             return self._control.agree(kind, self.superstep, sig, describe, has_data, has_gets,
-                                       self._progress, deadline)
+                                       self._progress if with_progress else (), deadline)
         except BSPError:
             # The ranks disagreed and all of them know it (or this rank timed out): no further
             # collective call could be matched, so _fail must not start one.
@@ -441,9 +442,11 @@ class BSP:
             for hook in self._hooks:
                 traffic.add(hook.quiesce())
             # Handlers that ran during quiescence may have put or sent: agree again, so that
-            # their data moves in this sync, not the next.
+            # their data moves in this sync, not the next.  No mailbox progress while waiting
+            # here: the mailboxes are in the next superstep already, and a faster rank's records
+            # of that superstep must not be handled before this rank gets there.
             any_data, any_gets = self._agree(kind, sig, describe, outbox.nrecords > 0,
-                                             bool(outbox.gets_count))
+                                             bool(outbox.gets_count), with_progress=False)
         for q in self._queues:
             q._clear()
         if any_data:
