@@ -107,3 +107,23 @@ def test_console_scripts_exit_2():
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         assert res.returncode == 2, (cmd, res.stderr)
         assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("module,argv", [
+    ("hpcbsp.apps.heat", ["--out", "/proc/no/heat.npy"]),
+    ("hpcbsp.apps.snn.__main__", ["--mode", "serial", "--raster", "/proc/no/r.png"]),
+    ("hpcbsp.cli.cost bsf", ["--latency", "1e-5", "--t-c", "1e-4", "--t-map", "1", "--t-a", "1e-6",
+                             "--t-p", "1e-3", "--list-length", "100", "-o", "/proc/no/m.json"]),
+])
+def test_unwritable_output_is_refused_before_any_work(module, argv):
+    code, err = call(module, argv)
+    assert code == 2 and "cannot" in err and "/proc/no" in err and "Traceback" not in err, err
+
+
+def test_missing_output_folders_are_created(tmp_path):
+    out = tmp_path / "new" / "deeper" / "model.json"
+    code, err = call("hpcbsp.cli.cost bsf", ["--latency", "1e-5", "--t-c", "1e-4", "--t-map", "1",
+                                             "--t-a", "1e-6", "--t-p", "1e-3", "--list-length", "100",
+                                             "-o", str(out)])
+    assert code == 0, err
+    assert out.exists()

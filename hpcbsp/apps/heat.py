@@ -22,6 +22,8 @@ import numpy as np
 import hpcbsp
 from hpcbsp.runtime.distribution import block_range
 from hpcbsp.runtime.ledger import summarize
+from hpcbsp.util.args import OneLineParser
+from hpcbsp.util.outputs import OutputError, prepare_output
 
 
 def initial(n: int) -> np.ndarray:
@@ -82,7 +84,7 @@ def reference(n: int, steps: int, alpha: float) -> np.ndarray:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hpcbsp.apps.heat",
+    parser = OneLineParser(prog="python -m hpcbsp.apps.heat",
                                      description=__doc__.split("\n\n")[0],
                                      epilog="Fault-tolerance demo: run with --checkpoint DIR --every 20 "
                                             "--die-at 50, then again with --restart.")
@@ -104,6 +106,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--alpha must be in (0, 0.5] for a stable explicit scheme")
     if (args.every or args.restart) and not args.checkpoint:
         parser.error("--every and --restart need --checkpoint DIR")
+    if args.out:
+        try:
+            prepare_output(args.out, "--out file")  # before the run, not after it
+        except OutputError as exc:
+            parser.error(str(exc))
 
     def prog(bsp: "hpcbsp.BSP") -> int:
         rod = simulate(bsp, args.n, args.steps, args.alpha, args.checkpoint, args.every,

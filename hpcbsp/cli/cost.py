@@ -18,10 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from typing import Any, Sequence
 
-from hpcbsp.util.args import OneLineParser
+from hpcbsp.util.args import OneLineParser, launcher_rank
+from hpcbsp.util.outputs import OutputError, prepare_output
 from hpcbsp.cost.bsf import COMM_FORMS, GRANULARITIES, BSFModel, BSFParams
 from hpcbsp.cost.errors import CostInputError
 from hpcbsp.cost.klist import parse_workers
@@ -301,10 +303,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        # Output paths are checked (and their folders made) before any work is done.
+        if getattr(args, "output", None):
+            prepare_output(args.output, "output file")
+        if getattr(args, "out_dir", None):
+            prepare_output(os.path.join(args.out_dir, "RUNS.csv"), "output folder")
         return int(args.func(args))
-    except CostInputError as exc:
-        sys.stderr.write(f"{PROG} {args.subcommand}: error: {exc}\n")
+    except (CostInputError, OutputError) as exc:
+        if launcher_rank() == 0:  # under mpiexec (probe) every rank finds the same problem
+            sys.stderr.write(f"{PROG} {args.subcommand}: error: {exc}\n")
         return 2
+    except OSError as exc:  # a file problem met while working: say which, without a traceback
+        sys.stderr.write(f"{PROG} {args.subcommand}: error: {exc.strerror or exc}"
+                         f"{f': {exc.filename}' if exc.filename else ''}\n")
+        return 1
     except BrokenPipeError:  # `hpcbsp-cost predict ... | head`
         return 0
     except KeyboardInterrupt:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from hpcbsp.util.args import OneLineParser
+from hpcbsp.util.outputs import OutputError, prepare_output
 
 from .bsp_mode import DEFAULT_WINDOW_CAP, SUPERSTEP_RULES
 from .lif import LIFParams
@@ -145,6 +146,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--ledger {args.ledger!r}: use a .json, .csv or .trace.json extension")
     if args.spikes and not args.spikes.endswith((".npz", ".csv")):
         parser.error(f"--spikes {args.spikes!r}: use a .npz or .csv extension")
+    for path, what in ((args.ledger, "ledger"), (args.spikes, "spike file"), (args.raster, "raster plot")):
+        if path:
+            try:
+                prepare_output(path, what)  # before the run: a bad path must not cost the result
+            except OutputError as exc:
+                parser.error(str(exc))
     from mpi4py import MPI
 
     size = MPI.COMM_WORLD.Get_size()
