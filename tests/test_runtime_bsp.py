@@ -327,3 +327,13 @@ def test_exact_allreduce_on_one_rank():
         assert bsp.allreduce(data, exact=True) == math.fsum(data)
         with pytest.raises(BSPError, match="op='sum'"):
             bsp.allreduce(data, op="max", exact=True)
+
+
+@mpi
+def test_queue_batch_counts_one_message_per_destination(bsp):
+    q = bsp.queue(np.int64)
+    right = (bsp.pid + 1) % bsp.nprocs
+    q.send(right, np.arange(10))
+    bsp.sync()
+    rec = bsp.ledger[-1]
+    assert (rec.bytes_out, rec.msgs_out, rec.bytes_in, rec.msgs_in) == (80, 1, 80, 1)

@@ -184,7 +184,7 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: list[Registered], any_get
             code, obj, off, cnt = HEADER.unpack_from(buf, pos)
             pos += HEADER.size
             if src != me:
-                traffic.msgs_in += cnt if code == SEND else 1
+                traffic.msgs_in += 1  # a request: a put, a get, or one batch of queue records
             if code == GET:
                 gets.append((src, obj, off, cnt))
                 continue

@@ -4,7 +4,8 @@ Each rank keeps its own records.  ``save`` and ``gather`` are collective and com
 cost models (``hpcbsp.cost``) read the saved files.  Counts follow one rule, documented on each
 primitive: ``bytes_out``/``bytes_in`` are payload bytes moved between *different* ranks (record
 headers and local copies are not counted), ``msgs_out``/``msgs_in`` count communication requests
-(a put, a get, a queue record, a mailbox record).  The h-relation of superstep i is
+(a put, a get, the batch of queue records one ``send`` call addresses to one rank, a mailbox
+record).  The h-relation of superstep i is
 ``max over ranks of max(bytes_out, bytes_in)``.
 """
 from __future__ import annotations

@@ -31,14 +31,15 @@ class Queue:
         """Send ``records`` to ``pid`` (an int), or record i to ``pid[i]`` (an int array).
 
         Records are copied now and appear in the receivers' :meth:`received` after the next sync.
-        h-relation: ``itemsize`` bytes and one message per record, out of this rank and into its
-        destination (records to this rank itself are not counted).
+        h-relation: ``itemsize`` bytes per record out of this rank and into its destination, and
+        one message per destination (the records to one rank travel as one batch behind one
+        header; records to this rank itself are not counted).
         """
         recs = as_records(records, self.dtype, f"rank {self._bsp.pid}: {self.name}.send")
         grouped, groups, _ = split_by_destination(self._bsp, pid, recs, f"{self.name}.send")
         outbox = self._bsp._outbox
         for dest, start, stop in groups:
-            outbox.add(dest, SEND, self._id, 0, stop - start, grouped[start:stop], msgs=stop - start)
+            outbox.add(dest, SEND, self._id, 0, stop - start, grouped[start:stop])
 
     def received(self) -> np.ndarray:
         """What was sent to this rank in the previous superstep: by source rank, then send order."""

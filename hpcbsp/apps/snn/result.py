@@ -77,7 +77,7 @@ class RunResult:
 def gather_spikes(bsp: BSP, steps: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Collect every rank's spikes on rank 0, sorted by (step, neuron id) (collective).
 
-    One superstep ("gather spikes").  h-relation: 8 bytes and one record per spike, out of each
+    One superstep ("gather spikes").  h-relation: 8 bytes per spike, out of each
     rank other than 0 and into rank 0.  Other ranks get empty arrays.
     """
     q = bsp.queue(SPIKE, name="spike trains")
