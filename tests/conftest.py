@@ -38,3 +38,15 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if rank > 0 and report.failed:
         sys.stderr.write(f"\n[rank {rank}] FAILED {report.nodeid} ({report.when})\n{report.longreprtext}\n")
         sys.stderr.flush()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Say how MPI tests are run when they are skipped in the serial pass."""
+    if config.getoption("--with-mpi", default=False) or config.getoption("--only-mpi", default=False):
+        return
+    reason = ("an MPI test: `make test` runs it under `mpiexec -n 2` and `-n 3` "
+              "(python -m pytest --only-mpi)")
+    for item in items:
+        if item.get_closest_marker("mpi") is not None:
+            item.add_marker(pytest.mark.skip(reason=reason))
