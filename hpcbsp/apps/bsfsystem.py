@@ -15,7 +15,8 @@ import numpy as np
 
 import hpcbsp
 from hpcbsp.util.args import OneLineParser
-from hpcbsp.farm import BSFProblem, run_farm
+from hpcbsp.farm import BSFProblem, FarmCheckpoint, run_farm
+from hpcbsp.util.outputs import OutputError, prepare_output
 
 ProblemBuilder = Callable[[np.ndarray, np.ndarray, argparse.Namespace], BSFProblem]
 
@@ -53,8 +54,13 @@ def solve(bsp: "hpcbsp.BSP", name: str, build: ProblemBuilder, args: argparse.Na
           dominance: float = 1.5) -> dict[str, Any]:
     """Run one app on this BSP context; rank 0's result carries the check against numpy."""
     a, b = diagonally_dominant_system(args.n, args.seed, dominance)
+    # The options of app_parser; callers that build their own namespace (the demo) may omit them.
+    ck_path, out_path = getattr(args, "checkpoint", None), getattr(args, "out", None)
+    checkpoint = FarmCheckpoint(ck_path, args.every, args.restart) if ck_path else None
     result = run_farm(bsp, build(a, b, args), np.zeros(args.n), max_iter=args.max_iter,
-                      label=f"{name} n={args.n}")
+                      label=f"{name} n={args.n}", checkpoint=checkpoint)
+    if out_path and bsp.pid == 0:
+        np.save(out_path, result.x)
     if args.ledger:
         bsp.ledger.save(args.ledger)
     out: dict[str, Any] = {"n": args.n, "iterations": result.iterations, "converged": result.converged,
@@ -91,6 +97,11 @@ def app_parser(module: str, description: str, n: int, max_iter: int) -> OneLineP
     parser.add_argument("--seed", type=int, default=0, help="seed of the random system (default 0)")
     parser.add_argument("--ledger", metavar="PATH", help="save the superstep ledger (.json or .csv)")
     parser.add_argument("--json", action="store_true", help="print rank 0's result as JSON")
+    parser.add_argument("--out", metavar="X.npy", help="write the solution x (rank 0)")
+    parser.add_argument("--checkpoint", metavar="DIR", help="checkpoint directory (x and the iteration count)")
+    parser.add_argument("--every", type=int, default=0, metavar="K", help="checkpoint every K iterations")
+    parser.add_argument("--restart", action="store_true",
+                        help="resume from --checkpoint if it holds a checkpoint (any number of ranks)")
     return parser
 
 
@@ -104,6 +115,16 @@ def app_main(parser: OneLineParser, argv: list[str] | None, name: str, build: Pr
         parser.error(f"--eps must be > 0, got {args.eps}")
     if args.max_iter < 1:
         parser.error(f"--max-iter must be >= 1, got {args.max_iter}")
+    if args.every < 0:
+        parser.error(f"--every must be >= 0, got {args.every}")
+    if (args.every or args.restart) and not args.checkpoint:
+        parser.error("--every and --restart need --checkpoint DIR")
+    for path, what in ((args.out, "--out file"), (args.ledger, "ledger")):
+        if path:
+            try:
+                prepare_output(path, what)
+            except OutputError as exc:
+                parser.error(str(exc))
     from mpi4py import MPI
 
     size = MPI.COMM_WORLD.Get_size()

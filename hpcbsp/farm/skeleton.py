@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..runtime.distribution import block_range
+from .checkpointing import FarmCheckpoint
 from ..runtime import BSP, BSPError
 from .problem import BSFProblem
 from .timings import SAMPLE_FIELDS, FarmTimings, append_report, summarise
@@ -51,7 +52,7 @@ class FarmResult:
 
 
 def run_farm(bsp: BSP, problem: BSFProblem, x0: Any, *, max_iter: int = 1000, report: str | None = None,
-             label: str | None = None) -> FarmResult:
+             label: str | None = None, checkpoint: FarmCheckpoint | None = None) -> FarmResult:
     """Run a BSF program on this BSP context (collective: every rank calls it).
 
     Parameters
@@ -70,6 +71,9 @@ def run_farm(bsp: BSP, problem: BSFProblem, x0: Any, *, max_iter: int = 1000, re
         ``hpcbsp-cost calibrate`` collects these.
     label
         A name for the run in the report.
+    checkpoint
+        Save x and the iteration count every ``checkpoint.every`` iterations, and resume from an
+        earlier checkpoint when ``checkpoint.restart`` (see :mod:`hpcbsp.farm.checkpointing`).
 
     Returns
     -------
@@ -86,15 +90,20 @@ def run_farm(bsp: BSP, problem: BSFProblem, x0: Any, *, max_iter: int = 1000, re
     probe = problem.map_block(x, problem.sublist(0, 1))
     r_shape = probe.shape[1:]
     r_size = int(np.prod(r_shape, dtype=np.int64))
+    iterations, done = 0, False
+    if checkpoint is not None:
+        x, iterations, done = checkpoint.resume(bsp, x)
     if bsp.nprocs == 1:
-        return _run_alone(bsp, problem, x, r_shape, max_iter, report, label)
+        return _run_alone(bsp, problem, x, r_shape, max_iter, report, label, checkpoint, iterations, done)
 
     master = bsp.pid == 0
     n = x.size
     slot = r_size + 2  # partial result, Map time, fold time
-    order = bsp.coarray(0 if master else n + 1, dtype=np.float64, name="farm:order")
-    results = bsp.coarray(workers * slot if master else 0, dtype=np.float64, name="farm:results")
-    ping = bsp.coarray(1 if bsp.pid == 1 else 0, dtype=np.uint8, name="farm:ping")
+    # Per-iteration buffers: scratch, so checkpoints do not save them.
+    order = bsp.coarray(0 if master else n + 1, dtype=np.float64, name="farm:order", scratch=True)
+    results = bsp.coarray(workers * slot if master else 0, dtype=np.float64, name="farm:results",
+                          scratch=True)
+    ping = bsp.coarray(1 if bsp.pid == 1 else 0, dtype=np.uint8, name="farm:ping", scratch=True)
     latency = _measure_latency(bsp, ping)
 
     samples: dict[str, list[float]] = {k: [] for k in SAMPLE_FIELDS}
@@ -102,7 +111,7 @@ def run_farm(bsp: BSP, problem: BSFProblem, x0: Any, *, max_iter: int = 1000, re
     if not master:
         start, stop = block_range(length, workers, bsp.pid - 1)
         sub = problem.sublist(start, stop)
-    iterations, converged, done = 0, False, False
+    converged = done
     t_loop = time.perf_counter()
     while True:
         t_iter = time.perf_counter()
@@ -135,9 +144,11 @@ def run_farm(bsp: BSP, problem: BSFProblem, x0: Any, *, max_iter: int = 1000, re
             done = bool(problem.stop(x_next, x))
             t2 = time.perf_counter()
             x = x_next
-            iterations += 1
             converged = done
             _record(samples, t2 - t_iter, part[:, r_size].sum(), part[:, r_size + 1].sum(), t1 - t0, t2 - t1)
+        iterations += 1  # every rank counts, so that all agree when a checkpoint is due
+        if checkpoint is not None:
+            checkpoint.maybe_save(bsp, x if master else None, iterations, done)
     total = time.perf_counter() - t_loop
     timings = None
     if master:
@@ -170,12 +181,12 @@ def _measure_latency(bsp: BSP, ping: Any) -> float:
 
 
 def _run_alone(bsp: BSP, problem: BSFProblem, x: np.ndarray, r_shape: tuple[int, ...], max_iter: int,
-               report: str | None, label: str | None) -> FarmResult:
+               report: str | None, label: str | None, checkpoint: FarmCheckpoint | None,
+               iterations: int, converged: bool) -> FarmResult:
     """One rank: the master is its own only worker (K = 1, no exchange, L = 0)."""
     length = int(problem.list_length)
     sub = problem.sublist(0, length)
     samples: dict[str, list[float]] = {k: [] for k in SAMPLE_FIELDS}
-    iterations, converged = 0, False
     t_loop = time.perf_counter()
     while iterations < max_iter and not converged:
         t0 = time.perf_counter()
@@ -189,6 +200,8 @@ def _run_alone(bsp: BSP, problem: BSFProblem, x: np.ndarray, r_shape: tuple[int,
         x = x_next
         iterations += 1
         _record(samples, t3 - t0, t1 - t0, t2 - t1, 0.0, t3 - t2)
+        if checkpoint is not None:
+            checkpoint.maybe_save(bsp, x, iterations, converged)
     timings = summarise(samples, workers=1, list_length=length, iterations=iterations,
                         total_s=time.perf_counter() - t_loop, latency=0.0)
     append_report(timings, report, label=label, nprocs=1)
