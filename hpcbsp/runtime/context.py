@@ -105,6 +105,8 @@ class BSP:
         self.timeout = timeout if timeout is not None else (float(env_timeout) if env_timeout else None)
         self.ledger = Ledger(self.comm)
         self._ledger_rows = self.ledger._rows  # the sync fast path appends rows directly
+        self._sync_label: str | None = None
+        self._describe_sync = lambda: f"sync(label={self._sync_label!r})"  # only on divergence
         self._control = ControlStep(self.comm)
         self._control.nonblocking = self.timeout is not None
         self._control.track_arrivals = self.timeout is not None
@@ -117,6 +119,8 @@ class BSP:
         self._t0 = time.perf_counter()
         self._t_mark = self._t0
         self._state = "open"  # open -> closed | failed
+        #: True while a sync may take the inlined path: open, no sync hooks, no timeout.
+        self._plain = self.timeout is None
         _LIVE.add(self)
 
     def __repr__(self) -> str:
@@ -175,8 +179,12 @@ class BSP:
         _mark_peers_told(exc)
         self._release()
 
+    def _set_state(self, state: str) -> None:
+        self._state = state
+        self._plain = False
+
     def _release(self) -> None:
-        self._state = "closed"
+        self._set_state("closed")
         for fn in reversed(self._close_hooks):
             fn()
         _LIVE.discard(self)
@@ -235,6 +243,7 @@ class BSP:
         self._hooks.append(hook)
         self._progress.append(hook.progress)
         self._control.nonblocking = True  # waiting in a sync must keep mailboxes moving
+        self._plain = False
 
     def _add_close_hook(self, fn: Callable[[], None]) -> None:
         """Call ``fn()`` when this context closes or fails (free communicators, buffers)."""
@@ -246,18 +255,19 @@ class BSP:
 
         A sync with nothing to move anywhere costs one small ``Allreduce`` (the control step).
         """
-        if self._hooks or self.timeout is not None or self._state != "open":
+        if not self._plain:
             t0, traffic = self._begin(_SYNC, 0, _SyncDescription(label))
             self._end(label, t0, traffic)
             return
-        # The plain path, inlined: an empty sync is one Allreduce plus about a microsecond.
+        # The plain path, inlined: an empty sync is one Allreduce plus under a microsecond.
         t0 = _perf()
         outbox = self._outbox
+        self._sync_label = label
         try:
-            any_data, any_gets = self._control.agree(_SYNC, self.superstep, 0, _SyncDescription(label),
-                                                     outbox.nrecords > 0, outbox.gets_count > 0)
+            any_data, any_gets = self._control.agree(_SYNC, self.superstep, 0, self._describe_sync,
+                                                     outbox.nrecords, outbox.gets_count)
         except BSPError:
-            self._state = "failed"
+            self._set_state("failed")
             raise
         for q in self._queues:
             q._clear()
@@ -423,7 +433,7 @@ class BSP:
         except BSPError:
             # The ranks disagreed and all of them know it (or this rank timed out): no further
             # collective call could be matched, so _fail must not start one.
-            self._state = "failed"
+            self._set_state("failed")
             raise
 
     def _begin(self, kind: Kind, sig: int, describe: Callable[[], str],
