@@ -337,3 +337,24 @@ def test_queue_batch_counts_one_message_per_destination(bsp):
     bsp.sync()
     rec = bsp.ledger[-1]
     assert (rec.bytes_out, rec.msgs_out, rec.bytes_in, rec.msgs_in) == (80, 1, 80, 1)
+
+
+@mpi
+@pytest.mark.parametrize("n", [3, 40_000])
+def test_hpput_delivers_like_put(bsp, n):
+    """hpput sends large contiguous arrays from the caller's memory, small ones like put; either
+    way the data lands at the sync (numpy oracle: the values the sender had)."""
+    x = bsp.coarray(n * bsp.nprocs, dtype=np.float64)
+    right = (bsp.pid + 1) % bsp.nprocs
+    src = np.arange(n, dtype=np.float64) + 1000.0 * bsp.pid
+    x.hpput(right, src, offset=bsp.pid * n)
+    x.hpput(right, np.arange(2, dtype=np.int32), offset=0)  # another dtype: copied, cast
+    bsp.sync()
+    left = (bsp.pid - 1) % bsp.nprocs
+    expected = np.arange(n, dtype=np.float64) + 1000.0 * left
+    got = x.local[left * n:(left + 1) * n].copy()
+    if left == 0:
+        expected[:2] = [0.0, 1.0]
+    np.testing.assert_array_equal(got, expected)
+    with pytest.raises(BSPError, match="outside"):
+        x.hpput(right, src, offset=x.sizes[right])

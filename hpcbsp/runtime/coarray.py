@@ -85,6 +85,22 @@ class Coarray:
         self._check_range("put", pid, offset, arr.size)
         self._bsp._outbox.add(pid, PUT, self._id, offset, arr.size, arr)
 
+    def hpput(self, pid: int, values: np.ndarray, offset: int = 0) -> None:
+        """Unbuffered put (BSPlib's ``bsp_hpput``): like :meth:`put`, without the copy.
+
+        A large contiguous ``values`` of this coarray's dtype is sent from its own memory at the
+        next sync, so it **must not change until that sync returns**; in exchange the send side
+        copies nothing.  Other values (small, another dtype, non-contiguous) are copied as by
+        :meth:`put`.  h-relation: as :meth:`put`.
+        """
+        arr = np.asarray(values)
+        borrow = arr.dtype == self.dtype and arr.flags.c_contiguous
+        if not borrow:
+            arr = as_records(values, self.dtype, self._where("hpput", pid, offset))
+        arr = arr.reshape(-1)
+        self._check_range("hpput", pid, offset, arr.size)
+        self._bsp._outbox.add(pid, PUT, self._id, offset, arr.size, arr, borrow=borrow)
+
     def get(self, pid: int, offset: int = 0, count: int | None = None) -> GetFuture:
         """Ask for ``pid``'s ``local[offset:offset+count]`` as it is at the next sync, before puts land.
 

@@ -101,15 +101,16 @@ class Outbox:
     nrecords: int = field(init=False)
     gets_count: int = field(init=False)
     large: list[list[np.ndarray]] = field(init=False)
+    pooled: list[np.ndarray] = field(init=False)
     pool: BufferPool = field(init=False, default_factory=BufferPool)
 
     def __post_init__(self) -> None:
-        self.large = [[] for _ in range(self.nprocs)]
+        self.pooled = []
         self.reset()
 
     def reset(self) -> None:
-        for bufs in self.large:
-            self.pool.give(bufs)
+        self.pool.give(self.pooled)  # the copies made for buffered large puts; never user arrays
+        self.pooled = []
         self.bufs = [bytearray() for _ in range(self.nprocs)]
         self.gets = [[] for _ in range(self.nprocs)]
         self.traffic = Traffic()
@@ -117,17 +118,23 @@ class Outbox:
         self.gets_count = 0
         self.large = [[] for _ in range(self.nprocs)]
 
-
     def add(self, dest: int, code: int, obj_id: int, offset: int, count: int,
-            payload: np.ndarray | None, msgs: int = 1) -> None:
-        """Append one record; ``payload`` must be C-contiguous (it is copied here)."""
+            payload: np.ndarray | None, msgs: int = 1, borrow: bool = False) -> None:
+        """Append one record; ``payload`` must be C-contiguous.
+
+        The payload is copied here, unless ``borrow`` (``hpput``) and it is large: then it is sent
+        from the caller's memory at the sync, which must leave it unchanged until then.
+        """
         buf = self.bufs[dest]
         if code == PUT and dest != self.me and payload is not None and payload.nbytes >= LARGE_PUT_BYTES:
             buf += HEADER.pack(PUT_LARGE, obj_id, offset, count)
             raw = payload.reshape(-1).view(np.uint8)
-            buf = self.pool.take(raw.size)
-            buf[:] = raw
-            self.large[dest].append(buf)
+            if not borrow:
+                copy = self.pool.take(raw.size)
+                copy[:] = raw
+                self.pooled.append(copy)
+                raw = copy
+            self.large[dest].append(raw)
             self.traffic.bytes_out += payload.nbytes
             self.traffic.msgs_out += msgs
             self.nrecords += 1
