@@ -47,6 +47,7 @@ _KIND, _STEP, _SIG, _DATA, _GETS = range(5)
 _NFIELDS = 5
 _RECORD = struct.Struct(f"<{2 * _NFIELDS}q")
 _MAX = MPI.MAX
+_IN_PLACE = MPI.IN_PLACE
 _TAG_ARRIVE = 77
 
 
@@ -104,8 +105,11 @@ class ControlStep:
         """
         d = 1 if has_data else 0
         g = 1 if has_gets else 0
-        _RECORD.pack_into(self._sbuf, 0, kind, superstep, sig, d, g, -kind, -superstep, -sig, -d, -g)
-        if self.nonblocking:
+        if not self.nonblocking:  # in place: one buffer, no copy inside MPI
+            _RECORD.pack_into(self._rbuf, 0, kind, superstep, sig, d, g, -kind, -superstep, -sig, -d, -g)
+            self.comm.Allreduce(_IN_PLACE, self._rspec, _MAX)
+        else:
+            _RECORD.pack_into(self._sbuf, 0, kind, superstep, sig, d, g, -kind, -superstep, -sig, -d, -g)
             # Fresh buffers: if this wait is abandoned (an exception in a progress hook), MPI may
             # still read and write them, so the next step must not reuse them.
             self._sbuf, self._rbuf = bytearray(self._sbuf), bytearray(_RECORD.size)
@@ -115,8 +119,6 @@ class ControlStep:
             self._wait(req, progress, deadline, Kind(kind), superstep)
             if arrivals is not None:
                 self._collect_arrivals(arrivals)
-        else:
-            self.comm.Allreduce(self._sspec, self._rspec, _MAX)
         r = _RECORD.unpack_from(self._rbuf)
         if r[_KIND] != -r[_NFIELDS + _KIND] or r[_STEP] != -r[_NFIELDS + _STEP] \
                 or r[_SIG] != -r[_NFIELDS + _SIG]:
