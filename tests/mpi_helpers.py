@@ -41,12 +41,32 @@ def run_mpi(nprocs: int, args: list[str], *, timeout: float = 120, env: dict[str
     if env:
         full_env.update(env)
     cmd = [MPIEXEC, "-n", str(nprocs)] + ([sys.executable] if python else []) + list(args)
+    before = _shm_segments()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 15,
                               env=full_env, cwd=cwd, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as exc:
         return MPIResult(-9, _text(exc.stdout), _text(exc.stderr), True)
+    finally:
+        _remove_leftover_segments(before)
     return MPIResult(proc.returncode, proc.stdout, proc.stderr, False)
+
+
+def _shm_segments() -> set[str]:
+    try:
+        return {name for name in os.listdir("/dev/shm") if name.startswith("mpich_shm_")}
+    except OSError:
+        return set()
+
+
+def _remove_leftover_segments(before: set[str]) -> None:
+    """MPICH's shared-memory files survive a job whose ranks were killed (tests do that on
+    purpose); remove the ones this job created so repeated test runs do not fill /dev/shm."""
+    for name in _shm_segments() - before:
+        try:
+            os.remove(os.path.join("/dev/shm", name))
+        except OSError:
+            pass
 
 
 def _text(data: bytes | str | None) -> str:
