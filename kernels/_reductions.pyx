@@ -10,6 +10,12 @@ grows with the block length rather than with the array length.  Strided views ar
 from libc.stdint cimport int32_t, int64_t, uint64_t
 from libc.math cimport fabs
 
+cdef extern from "simd_blocks.h" nogil:
+    # The contiguous float64 blocks, multi-versioned for AVX2 (same bits as the loops below).
+    double hpcbsp_block_sum_f64(const double* p, Py_ssize_t n)
+    double hpcbsp_block_dot_f64(const double* p, const double* q, Py_ssize_t n)
+    double hpcbsp_block_sqnorm_f64(const double* p, Py_ssize_t n)
+
 ctypedef fused real_t:
     double
     float
@@ -47,6 +53,12 @@ cdef inline double _block(const real_t* p, Py_ssize_t sp, const real_t* q, Py_ss
     cdef double acc[LANES]
     cdef double tail = 0.0, v
     cdef Py_ssize_t i, j, m = n - n % LANES
+    if real_t is double and sp == 1 and sq == 1:
+        if op == OP_SUM:
+            return hpcbsp_block_sum_f64(p, n)
+        elif op == OP_DOT:
+            return hpcbsp_block_dot_f64(p, q, n)
+        return hpcbsp_block_sqnorm_f64(p, n)
     for j in range(LANES):
         acc[j] = 0.0
     if sp == 1 and sq == 1:

@@ -1,0 +1,43 @@
+/* Contiguous float64 block sums for _reductions.pyx, compiled twice: for AVX2 and for the
+ * baseline, with the CPU choosing at load time (GCC/Clang function multi-versioning).  A wheel or
+ * source build therefore runs on any x86-64 CPU and uses 256-bit vectors where they exist.
+ *
+ * The arithmetic is exactly that of the Cython fallback: LANES = 8 independent accumulators,
+ * added pairwise at the end, no fused multiply-add (the "avx2" target does not enable FMA), so
+ * both versions give the same bits.
+ */
+#ifndef HPCBSP_SIMD_BLOCKS_H
+#define HPCBSP_SIMD_BLOCKS_H
+
+#include <stddef.h>
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && !defined(__clang__)
+#define HPCBSP_MULTIVERSION __attribute__((target_clones("avx2", "default")))
+#else
+#define HPCBSP_MULTIVERSION
+#endif
+
+#define HPCBSP_BLOCK_BODY(TERM)                                                      \
+    double acc[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};                        \
+    double tail = 0.0;                                                               \
+    ptrdiff_t i, m = n - n % 8;                                                      \
+    for (i = 0; i < m; i += 8) {                                                     \
+        for (int j = 0; j < 8; j++) { acc[j] += TERM(i + j); }                       \
+    }                                                                                \
+    for (i = m; i < n; i++) { tail += TERM(i); }                                     \
+    return (((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))) + tail;
+
+#define HPCBSP_SUM_TERM(k) (p[k])
+#define HPCBSP_DOT_TERM(k) (p[k] * q[k])
+#define HPCBSP_SQ_TERM(k) (p[k] * p[k])
+
+HPCBSP_MULTIVERSION
+static double hpcbsp_block_sum_f64(const double *p, ptrdiff_t n) { HPCBSP_BLOCK_BODY(HPCBSP_SUM_TERM) }
+
+HPCBSP_MULTIVERSION
+static double hpcbsp_block_dot_f64(const double *p, const double *q, ptrdiff_t n) { HPCBSP_BLOCK_BODY(HPCBSP_DOT_TERM) }
+
+HPCBSP_MULTIVERSION
+static double hpcbsp_block_sqnorm_f64(const double *p, ptrdiff_t n) { HPCBSP_BLOCK_BODY(HPCBSP_SQ_TERM) }
+
+#endif
