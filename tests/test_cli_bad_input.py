@@ -20,6 +20,8 @@ CLIS = {
     "hpcbsp.apps.jacobi": (["--n", "--max-iter"], []),
     "hpcbsp.apps.cimmino": (["--n", "--max-iter"], []),
     "hpcbsp.cli.info": ([], ["--json"]),
+    "hpcbsp.apps.histogram": (["-n", "-T", "--mode", "--rounds", "--every", "--checkpoint", "--seed",
+                               "--chunk"], ["--restart", "--no-check"]),
     "hpcbsp.apps.snn.__main__": (["--mode", "--neurons", "--fanout", "--delay-min", "--time-ms", "--dt",
                                   "--seed", "--superstep", "--window"], ["--json", "--quiet"]),
     "hpcbsp.elastic.train": (["--policy", "--R", "--s", "--s-lower", "--s-upper", "--slowdown",
@@ -77,6 +79,16 @@ def test_bad_input_exits_2_without_traceback(module, data):
     assert code == 2, (argv, err)
     assert "Traceback" not in err
     assert "error:" in err
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--rounds", "0"], "--rounds must be >= 1"),
+    (["--every", "2"], "need --checkpoint"),
+    (["--mode", "naive", "--rounds", "3"], "fabsp or bsp"),
+])
+def test_histogram_restart_option_errors(argv, needle):
+    code, err = call("hpcbsp.apps.histogram", argv)
+    assert code == 2 and needle in err and "Traceback" not in err, err
 
 
 @pytest.mark.parametrize("argv,needle", [

@@ -13,16 +13,26 @@ Each rank draws N uniform global indices into a table of T*P int64 counters laid
 Prints updates per second per rank (timed: from a sync after the indices exist to the end of the
 last sync) and the superstep ledger, and checks the table against a serial numpy oracle
 (``np.bincount`` of every rank's regenerated indices).  Exit status 1 if the check fails.
+
+With ``--rounds R`` the updates are applied in R supersteps (round r draws its own updates from
+the seed, the rank and r), and ``--checkpoint DIR --every K`` saves the counters every K rounds;
+``--restart`` resumes from there and ends with exactly the counters of an uninterrupted run
+(counts are integers, so the order of increments cannot matter).  A restart needs the same
+number of ranks: each rank's share of the updates depends on it.
 """
 from __future__ import annotations
 
+import argparse
+import os
+import signal
 import sys
+from typing import Callable
 
 import numpy as np
 from mpi4py import MPI
 
 from ..kernels import scatter_add
-from ..runtime import BSP
+from ..runtime import BSP, BSPError
 from .irregular_common import Outcome, cyclic_owner, naive_exchange, table_app_main, timed, \
     timed_naive
 
@@ -111,9 +121,114 @@ def run_histogram(bsp: BSP, mode: str, n: int, table: int, seed: int = 1, chunk:
                                    f"{int(counts.sum()):,} increments landed on rank {bsp.pid}")
 
 
+def round_sizes(n: int, rounds: int) -> list[int]:
+    """Updates per round: ``n`` split as evenly as possible (the first rounds get one more)."""
+    base, extra = divmod(n, rounds)
+    return [base + (1 if r < extra else 0) for r in range(rounds)]
+
+
+def round_updates(rank: int, nprocs: int, n: int, table: int, seed: int, rnd: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Rank ``rank``'s updates of round ``rnd``, as ``(owner rank, offset)`` arrays."""
+    g = np.random.default_rng([seed, rank, rnd]).integers(0, table * nprocs, n)
+    return cyclic_owner(g, nprocs)
+
+
+def rounds_oracle(pid: int, nprocs: int, n: int, table: int, seed: int, rounds: int) -> np.ndarray:
+    """This rank's counters after every round, counted serially (the test oracle)."""
+    expected = np.zeros(table, dtype=np.int64)
+    for rnd, size in enumerate(round_sizes(n, rounds)):
+        for rank in range(nprocs):
+            owner, off = round_updates(rank, nprocs, size, table, seed, rnd)
+            expected += np.bincount(off[owner == pid], minlength=table)
+    return expected
+
+
+def run_histogram_rounds(bsp: BSP, mode: str, n: int, table: int, seed: int = 1, chunk: int = 1 << 16,
+                         check: bool = True, *, rounds: int, checkpoint: str | None = None,
+                         every: int = 0, restart: bool = False, die_at: int | None = None,
+                         **mailbox_kw: int) -> Outcome:
+    """The histogram in ``rounds`` supersteps, with checkpoints of the counters (fabsp or bsp)."""
+    counts = bsp.coarray(table, dtype=np.int64, name="histogram:counts")
+    program = "hpcbsp.apps.histogram"
+    run_id = np.array([n, table, seed, rounds, bsp.nprocs], dtype=np.int64)
+    first = 0
+    if restart and checkpoint and (os.path.isdir(checkpoint) or os.path.isdir(checkpoint + ".old")):
+        ck = bsp.restore(checkpoint, program=program)
+        if not np.array_equal(ck.state["run"], run_id):
+            raise BSPError(f"checkpoint {ck.path} is of another histogram run (n, table, seed, "
+                           f"rounds, ranks = {ck.state['run'].tolist()}, this run "
+                           f"{run_id.tolist()})", collective=True)
+        first = int(ck.state["round"])
+        if bsp.pid == 0:
+            print(f"histogram: restarted from {ck.path} after round {first} of {rounds}", flush=True)
+    local = counts.local
+    if mode == "fabsp":
+        box = bsp.mailbox(lambda offsets: scatter_add(local, offsets, 1), np.int64, name="histogram",
+                          **mailbox_kw)
+    elif mode == "bsp":
+        queue = bsp.queue(np.int64, name="histogram")
+    else:
+        raise ValueError(f"--rounds and checkpoints support the fabsp and bsp modes, not {mode!r}")
+    sizes = round_sizes(n, rounds)
+
+    def body() -> None:
+        for rnd in range(first, rounds):
+            if rnd == die_at and bsp.pid == min(1, bsp.nprocs - 1):
+                os.kill(os.getpid(), signal.SIGKILL)  # a test of fault tolerance: this rank dies
+            owner, off = round_updates(bsp.pid, bsp.nprocs, sizes[rnd], table, seed, rnd)
+            if mode == "fabsp":
+                for start in range(0, owner.size, chunk):
+                    box.send(owner[start:start + chunk], off[start:start + chunk])
+                bsp.sync("histogram")
+            else:
+                queue.send(owner, off)
+                bsp.sync("histogram")
+                scatter_add(local, queue.received(), 1)
+            if checkpoint and every and (rnd + 1) % every == 0:
+                bsp.checkpoint(checkpoint, program=program, round=np.int64(rnd + 1), run=run_id)
+        bsp.sync("histogram:end")
+
+    seconds, _ = timed(bsp, body)
+    ok = bool(np.array_equal(local, rounds_oracle(bsp.pid, bsp.nprocs, n, table, seed, rounds))) \
+        if check else None
+    return Outcome(sum(sizes[first:]), seconds, ok, f"table: {table:,} counters per rank, rounds "
+                   f"{first + 1}..{rounds}, {int(local.sum()):,} increments on rank {bsp.pid}")
+
+
+def _restart_options(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], dict]:
+    parser.add_argument("--rounds", type=int, default=1, metavar="R",
+                        help="apply the updates in R supersteps (default 1)")
+    parser.add_argument("--checkpoint", metavar="DIR", help="checkpoint directory for the counters")
+    parser.add_argument("--every", type=int, default=0, metavar="K", help="checkpoint every K rounds")
+    parser.add_argument("--restart", action="store_true", help="resume from --checkpoint if it exists")
+    parser.add_argument("--die-at", type=int, metavar="ROUND", help=argparse.SUPPRESS)
+
+    def kwargs(args: argparse.Namespace) -> dict:
+        if args.rounds < 1 or args.every < 0:
+            parser.error("--rounds must be >= 1 and --every >= 0")
+        if (args.every or args.restart) and not args.checkpoint:
+            parser.error("--every and --restart need --checkpoint DIR")
+        if (args.rounds > 1 or args.checkpoint) and args.mode == "naive":
+            parser.error("--rounds and --checkpoint work with --mode fabsp or bsp")
+        if args.rounds == 1 and not args.checkpoint:
+            return {}
+        return {"rounds": args.rounds, "checkpoint": args.checkpoint, "every": args.every,
+                "restart": args.restart, "die_at": args.die_at}
+    return kwargs
+
+
+def _run(bsp: BSP, mode: str, n: int, table: int, seed: int = 1, chunk: int = 1 << 16,
+         check: bool = True, **kw: object) -> Outcome:
+    if "rounds" in kw:
+        return run_histogram_rounds(bsp, mode, n, table, seed, chunk, check, **kw)  # type: ignore[arg-type]
+    return run_histogram(bsp, mode, n, table, seed, chunk, check, **kw)  # type: ignore[arg-type]
+
+
 def main(argv: list[str] | None = None) -> int:
     return table_app_main(argv, "histogram", __doc__, "updates",
-                          (DEFAULT_UPDATES, DEFAULT_NAIVE_UPDATES, DEFAULT_TABLE), run_histogram)
+                          (DEFAULT_UPDATES, DEFAULT_NAIVE_UPDATES, DEFAULT_TABLE), _run,
+                          extra=_restart_options)
 
 
 if __name__ == "__main__":

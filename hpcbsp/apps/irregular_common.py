@@ -78,11 +78,15 @@ def mailbox_options(args: argparse.Namespace) -> dict[str, int]:
 
 
 def table_app_main(argv: list[str] | None, app: str, doc: str, unit: str,
-                   defaults: tuple[int, int, int], run: Callable[..., "Outcome"]) -> int:
+                   defaults: tuple[int, int, int], run: Callable[..., "Outcome"],
+                   extra: Callable[[argparse.ArgumentParser], Callable[[argparse.Namespace], dict]]
+                   | None = None) -> int:
     """The command line of the table apps (histogram, index_gather): ``-n`` and ``-T``.
 
     ``defaults`` are (N per rank, N per rank in naive mode, table entries per rank); ``run`` is
-    the app's ``run_*(bsp, mode, n, table, seed, chunk, check, **mailbox_kw)``.
+    the app's ``run_*(bsp, mode, n, table, seed, chunk, check, **kw)``.  ``extra(parser)`` may
+    add an app's own options and return a function that turns the parsed arguments into more
+    keyword arguments for ``run`` (checking them with ``parser.error``).
     """
     n_default, n_naive, table_default = defaults
     parser = app_parser(app, doc)
@@ -90,11 +94,13 @@ def table_app_main(argv: list[str] | None, app: str, doc: str, unit: str,
                         help=f"{unit} per rank (default {n_default:,}; {n_naive:,} with --mode naive)")
     parser.add_argument("-T", "--table", type=positive_int, default=table_default,
                         help=f"table entries per rank (default {table_default:,})")
+    extra_kw = extra(parser) if extra is not None else (lambda args: {})
     args = parser.parse_args(argv)
+    app_kw = extra_kw(args)
 
     def app_main(bsp: BSP) -> int:
         n = args.n or (n_naive if args.mode == "naive" else n_default)
-        kw = mailbox_options(args) if args.mode == "fabsp" else {}
+        kw = dict(mailbox_options(args) if args.mode == "fabsp" else {}, **app_kw)
         out = run(bsp, args.mode, n, args.table, args.seed, args.chunk, not args.no_check, **kw)
         return report(bsp, app, args.mode, out)
 
