@@ -20,6 +20,7 @@ import sys
 import numpy as np
 
 import hpcbsp
+from hpcbsp.runtime.checkpoint import exists as checkpoint_exists
 from hpcbsp.runtime.distribution import block_range
 from hpcbsp.runtime.ledger import summarize
 from hpcbsp.util.args import OneLineParser
@@ -39,7 +40,7 @@ def simulate(bsp: "hpcbsp.BSP", n: int, steps: int, alpha: float, checkpoint: st
     u = bsp.coarray(hi - lo, name="u")
     halo = bsp.coarray(2, name="halo", scratch=True)  # [left's last, right's first]
     step = 0
-    if restart and checkpoint and (os.path.isdir(checkpoint) or os.path.isdir(checkpoint + ".old")):
+    if restart and checkpoint and checkpoint_exists(checkpoint):
         ck = bsp.restore(checkpoint, program="hpcbsp.apps.heat")
         step = int(ck.state["step"])
         if bsp.pid == 0:

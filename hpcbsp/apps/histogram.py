@@ -33,6 +33,7 @@ from mpi4py import MPI
 
 from ..kernels import scatter_add
 from ..runtime import BSP, BSPError
+from ..runtime.checkpoint import exists as checkpoint_exists
 from .irregular_common import Outcome, cyclic_owner, naive_exchange, table_app_main, timed, \
     timed_naive
 
@@ -153,7 +154,7 @@ def run_histogram_rounds(bsp: BSP, mode: str, n: int, table: int, seed: int = 1,
     program = "hpcbsp.apps.histogram"
     run_id = np.array([n, table, seed, rounds, bsp.nprocs], dtype=np.int64)
     first = 0
-    if restart and checkpoint and (os.path.isdir(checkpoint) or os.path.isdir(checkpoint + ".old")):
+    if restart and checkpoint and checkpoint_exists(checkpoint):
         ck = bsp.restore(checkpoint, program=program)
         if not np.array_equal(ck.state["run"], run_id):
             raise BSPError(f"checkpoint {ck.path} is of another histogram run (n, table, seed, "

@@ -7,12 +7,12 @@ of workers the Reduce adds in another order, so x agrees to rounding.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..runtime import BSP
+from ..runtime.checkpoint import exists as checkpoint_exists
 
 PROGRAM = "hpcbsp.farm"
 
@@ -27,7 +27,7 @@ class FarmCheckpoint:
 
     def resume(self, bsp: BSP, x: np.ndarray) -> tuple[np.ndarray, int, bool]:
         """Collective: ``(x, iterations, done)`` from the checkpoint, or the start values."""
-        if not self.restart or not (os.path.isdir(self.path) or os.path.isdir(self.path + ".old")):
+        if not self.restart or not checkpoint_exists(self.path):
             return x, 0, False
         ck = bsp.restore(self.path, program=PROGRAM)
         if bsp.pid == 0:

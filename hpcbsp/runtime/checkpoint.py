@@ -54,6 +54,13 @@ class Checkpoint:
     state: dict[str, np.ndarray]
 
 
+def exists(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` holds a checkpoint to resume from (also one whose save was interrupted
+    between its two renames, which :func:`restore` reads from ``PATH.old``)."""
+    path = os.fspath(path)
+    return os.path.isdir(path) or os.path.isdir(path + ".old")
+
+
 def default_program() -> str:
     """The name a checkpoint is tagged with when none is given: the main script's file name."""
     main = sys.modules.get("__main__")
