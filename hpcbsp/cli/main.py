@@ -1,10 +1,12 @@
-"""``hpcbsp`` / ``python -m hpcbsp``: the package's command line.
+"""hpcbsp (also python -m hpcbsp): the package's command line.
 
     hpcbsp info [--json]          versions, MPI library, world size, launcher, kernels
     hpcbsp run SCRIPT [ARGS...]   run a Python script with hpcbsp's failure handling
-    python -m hpcbsp SCRIPT.py    the same (like ``python -m mpi4py``)
+    python -m hpcbsp SCRIPT.py    the same (like python -m mpi4py)
 
+Run them under your launcher, e.g. mpiexec -n 4 hpcbsp info, or srun --mpi=pmi2 -n 4 hpcbsp info.
 An exception on one rank is printed once with its rank and ends every rank with a non-zero status.
+Cost models: hpcbsp-cost --help.  Benchmarks: python -m hpcbsp.bench --help.
 """
 from __future__ import annotations
 
