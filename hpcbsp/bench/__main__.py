@@ -1,8 +1,12 @@
-"""``python -m hpcbsp.bench NAME [options]``: run one benchmark (``all`` runs every one).
+"""python -m hpcbsp.bench NAME [options]: run one benchmark (NAME "all" runs every one).
 
-Each benchmark is a module ``hpcbsp.bench.NAME`` with ``main(argv: list[str]) -> int`` and a
-docstring whose first line is its summary. Benchmarks print their figures and, where there is a
-baseline, the ratio measured side by side in the same run.
+Every benchmark prints its figures and, where there is a baseline, the ratio measured side by
+side in the same run (shared machines are noisy: read the ratios). Run sync, fabsp and snn under
+mpiexec -n 2; `make bench` runs them all as recorded in docs/performance.md.
+Options of one benchmark: python -m hpcbsp.bench NAME --help.
+
+(A benchmark is a module hpcbsp/bench/NAME.py with main(argv) -> int and a docstring whose first
+line is its summary.)
 """
 from __future__ import annotations
 
