@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import sys
 import time
 import warnings
 import weakref
@@ -25,7 +24,7 @@ from .exchange import Outbox, Traffic, exchange
 from .launch import check_world
 from .ledger import Ledger
 from .queue import Queue
-from .report import report_failure
+from .report import abort_job, format_failure
 
 _MPI_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX,
             "land": MPI.LAND, "lor": MPI.LOR, "band": MPI.BAND, "bor": MPI.BOR}
@@ -47,18 +46,6 @@ def _mark_peers_told(exc: BaseException) -> None:
 
 def _nap() -> None:
     time.sleep(0.001)
-
-
-class _SyncDescription:
-    """What a sync was, said only if the ranks diverge (cheaper than building a closure)."""
-
-    __slots__ = ("label",)
-
-    def __init__(self, label: str | None):
-        self.label = label
-
-    def __call__(self) -> str:
-        return f"sync(label={self.label!r})"
 
 
 class SyncHook(Protocol):
@@ -165,11 +152,9 @@ class BSP:
         describe = f"failed at superstep {self.superstep} with {type(exc).__name__}: {exc}"
 
         def abort() -> None:
-            report_failure(exc, MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size())
-            sys.stderr.write(f"[hpcbsp] rank {self.pid}: the other ranks did not reach a BSP "
-                             f"call within {grace:g} s of this failure; aborting the job\n")
-            sys.stderr.flush()
-            MPI.COMM_WORLD.Abort(1)
+            abort_job(format_failure(exc, MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size())
+                      + f"[hpcbsp] rank {self.pid}: the other ranks did not reach a BSP call within "
+                        f"{grace:g} s of this failure; aborting the job\n")
 
         try:
             self._control.agree_or_abort(Kind.FAIL, self.superstep, lambda: describe, grace, abort,
@@ -255,14 +240,14 @@ class BSP:
 
         A sync with nothing to move anywhere costs one small ``Allreduce`` (the control step).
         """
+        self._sync_label = label  # for _describe_sync, called only if the ranks diverge
         if not self._plain:
-            t0, traffic = self._begin(_SYNC, 0, _SyncDescription(label))
+            t0, traffic = self._begin(_SYNC, 0, self._describe_sync)
             self._end(label, t0, traffic)
             return
         # The plain path, inlined: an empty sync is one Allreduce plus under a microsecond.
         t0 = _perf()
         outbox = self._outbox
-        self._sync_label = label
         try:
             any_data, any_gets = self._control.agree(_SYNC, self.superstep, 0, self._describe_sync,
                                                      outbox.nrecords, outbox.gets_count)

@@ -1,21 +1,39 @@
 """How a failed rank reports itself: its traceback once, every line prefixed with its rank."""
 from __future__ import annotations
 
+import os
 import sys
+import time
 import traceback
 
 from .errors import BSPError
 
 
-def report_failure(exc: BaseException, rank: int, size: int) -> None:
-    """Write ``exc`` to stderr: one line for a remote failure, else the rank-prefixed traceback."""
+def format_failure(exc: BaseException, rank: int, size: int) -> str:
+    """What a failed rank says: one line for a remote failure, else the rank-prefixed traceback."""
     if isinstance(exc, BSPError) and exc.collective:
-        if rank == 0:
-            sys.stderr.write(f"[hpcbsp] error: {exc}\n")
-    elif isinstance(exc, BSPError) and exc.remote:
-        sys.stderr.write(f"[hpcbsp] rank {rank}/{size}: {exc}\n")
-    else:
-        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        sys.stderr.write(f"[hpcbsp] rank {rank}/{size} failed:\n"
-                         + "".join(f"[rank {rank}] {line}\n" for line in text.rstrip().splitlines()))
+        return f"[hpcbsp] error: {exc}\n" if rank == 0 else ""
+    if isinstance(exc, BSPError) and exc.remote:
+        return f"[hpcbsp] rank {rank}/{size}: {exc}\n"
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return (f"[hpcbsp] rank {rank}/{size} failed:\n"
+            + "".join(f"[rank {rank}] {line}\n" for line in text.rstrip().splitlines()))
+
+
+def report_failure(exc: BaseException, rank: int, size: int) -> None:
+    """Write :func:`format_failure` to stderr."""
+    sys.stderr.write(format_failure(exc, rank, size))
     sys.stderr.flush()
+
+
+def abort_job(message: str) -> None:
+    """Write ``message`` to stderr in one piece, give the launcher a moment to forward it, and
+    abort every rank.  (mpiexec kills the job's processes at once and drops output still in its
+    pipes: written in pieces just before the abort, the last lines were sometimes lost.)"""
+    from mpi4py import MPI
+
+    sys.stderr.write(message)
+    sys.stderr.flush()
+    time.sleep(0.2)
+    MPI.COMM_WORLD.Abort(1)
+    os._exit(1)  # MPICH's Abort has been seen to return here; nothing more may run or print

@@ -18,7 +18,7 @@ from mpi4py import MPI
 
 from .context import _LIVE, BSP
 from .errors import BSPError, SyncTimeout
-from .report import report_failure
+from .report import abort_job, format_failure, report_failure
 
 T = TypeVar("T")
 
@@ -43,16 +43,18 @@ def run(fn: Callable[..., T], *args: Any, comm: MPI.Comm | None = None, **kw: An
 
 def excepthook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
     """Print an uncaught exception once, with the rank; end the job if peers may still wait."""
-    size = MPI.COMM_WORLD.Get_size()
-    report_failure(exc.with_traceback(tb), MPI.COMM_WORLD.Get_rank(), size)
-    # Peers of live BSP contexts are told through the context; with none, abort so that ranks
-    # blocked in their own MPI calls do not hang.
+    rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+    exc = exc.with_traceback(tb)
+    # Peers of live BSP contexts are told through the context (which aborts, with this report,
+    # if they do not listen in time); with none, abort so that ranks blocked in their own MPI
+    # calls do not hang.
     live = list(_LIVE)
     for bsp in live:
         bsp._fail(exc)
     told = getattr(exc, "hpcbsp_peers_told", False)
     if size > 1 and (isinstance(exc, SyncTimeout) or not (live or told or isinstance(exc, BSPError))):
-        MPI.COMM_WORLD.Abort(1)
+        abort_job(format_failure(exc, rank, size))
+    report_failure(exc, rank, size)
 
 
 def install_excepthook() -> None:
