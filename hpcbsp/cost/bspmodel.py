@@ -15,6 +15,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from ..runtime.ledger import per_superstep
 from .errors import CostInputError
 from .modelfile import load_json
 from .profile import Profile
@@ -62,20 +63,6 @@ def check_records(records: Iterable[Mapping[str, Any]], source: str = "<memory>"
     return out
 
 
-def supersteps(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Combine the ranks' records per superstep: w, h, messages of the h rank, measured time."""
-    steps: dict[int, dict[str, Any]] = {}
-    for rec in records:
-        s = steps.setdefault(rec["index"], {"index": rec["index"], "label": rec["label"], "w_s": 0.0,
-                                            "measured_s": 0.0, "h_bytes": 0, "h_msgs": 0})
-        s["w_s"] = max(s["w_s"], rec["work_s"])
-        s["measured_s"] = max(s["measured_s"], rec["work_s"] + rec["sync_s"])
-        for nbytes, msgs in ((rec["bytes_out"], rec["msgs_out"]), (rec["bytes_in"], rec["msgs_in"])):
-            if nbytes > s["h_bytes"]:
-                s["h_bytes"], s["h_msgs"] = nbytes, msgs
-    return [steps[i] for i in sorted(steps)]
-
-
 def compare(records: list[dict[str, Any]], profile: Profile) -> dict[str, Any]:
     """Predicted w + g·h + l beside the measured time for every superstep, and a summary.
 
@@ -90,7 +77,7 @@ def compare(records: list[dict[str, Any]], profile: Profile) -> dict[str, Any]:
     records = check_records(records)
     nranks = len({r["rank"] for r in records})
     rows = []
-    for s in supersteps(records):
+    for s in per_superstep(records):  # w, h (and the h rank's messages), measured time
         pred = profile.superstep_cost(s["w_s"], s["h_bytes"], s["h_msgs"])
         regime = "empty" if s["h_bytes"] <= 0 else profile.regime_for(s["h_bytes"] / max(s["h_msgs"], 1)).name
         err = 100.0 * (pred - s["measured_s"]) / s["measured_s"] if s["measured_s"] > 0 else 0.0
