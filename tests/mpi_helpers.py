@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -21,6 +22,15 @@ class MPIResult:
     @property
     def output(self) -> str:
         return self.stdout + self.stderr
+
+    @property
+    def crash(self) -> str | None:
+        """Hydra's exit string when a rank died of a signal (a segfault, say), else None.
+
+        A rank that fails cleanly exits with a status; one that crashes can take the job down
+        before the failed rank's report is forwarded, so tests of clean failures check this."""
+        m = re.search(r"EXIT STRING: (.*\(signal \d+\))", self.output)
+        return m.group(1) if m else None
 
 
 def run_mpi(nprocs: int, args: list[str], *, timeout: float = 120, env: dict[str, str] | None = None,

@@ -23,6 +23,7 @@ def test_handler_exception_ends_the_job_with_its_traceback(where):
     elapsed = time.monotonic() - t0
     assert not res.timed_out, res.output
     assert res.returncode != 0
+    assert res.crash is None, res.output
     # Well within the abort grace: the ranks learn of the failure, nobody waits for the grace.
     assert elapsed < 9 + 5, (elapsed, res.output)
     assert res.stderr.count("Traceback (most recent call last)") == 1, res.stderr

@@ -21,6 +21,7 @@ def test_exception_on_one_rank_stops_all_with_one_traceback():
     elapsed = time.monotonic() - t0
     assert not res.timed_out and elapsed < 30
     assert res.returncode != 0
+    assert res.crash is None, res.output
     assert res.stderr.count("Traceback (most recent call last)") == 1, res.stderr
     assert "[rank 1] ZeroDivisionError: rank one divides by zero" in res.stderr
     assert "UNREACHABLE" not in res.stdout
@@ -42,6 +43,7 @@ def test_python_m_hpcbsp_script_failure_ends_job():
     res = run_mpi(3, ["-m", "hpcbsp", os.path.join(PROGRAMS, "script_fails.py")], timeout=60)
     assert not res.timed_out
     assert res.returncode != 0
+    assert res.crash is None, res.output
     assert "[rank 0] KeyError: 'missing key on rank 0'" in res.stderr
     assert res.stderr.count("Traceback (most recent call last)") == 1
 

@@ -280,14 +280,9 @@ class Engine:
                 warnings.warn(f"rank {self.pid}: mailbox records of superstep {self._bsp.superstep} "
                               "were never delivered: call sync() before leaving the BSP block",
                               stacklevel=3)
-        unfinished = [r for b in self.boxes for r in b.pending] + self._poison_reqs
-        for req in unfinished:
-            # After a failure some sends can never be matched: cancel them so that MPI can finalize.
-            try:
-                if not req.Test():
-                    req.Cancel()
-            except MPI.Exception:
-                pass
+        # After a failure some sends can never be matched.  They are left as they are: MPICH
+        # finalizes with them outstanding, while MPI_Cancel on a send (deprecated since MPI-4.1)
+        # hangs or crashes it (a segfault here used to cut off the failed rank's report).
         self._state = "closed"
         for comm in self._comms:
             try:
