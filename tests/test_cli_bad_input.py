@@ -25,7 +25,8 @@ CLIS = {
     "hpcbsp.apps.snn.__main__": (["--mode", "--neurons", "--fanout", "--delay-min", "--time-ms", "--dt",
                                   "--seed", "--superstep", "--window"], ["--json", "--quiet"]),
     "hpcbsp.elastic.train": (["--policy", "--R", "--s", "--s-lower", "--s-upper", "--slowdown",
-                              "--workers", "--backup"], ["--simulate"]),
+                              "--workers", "--backup", "--checkpoint", "--checkpoint-every"],
+                             ["--simulate", "--restart"]),
     "hpcbsp.cli.cost bsf": (["--latency", "--t-c", "--t-map", "--t-a", "--t-p", "--list-length",
                              "--comm", "--granularity", "--workers"], ["--json"]),
     "hpcbsp.cli.cost fit": (["--runs", "--list-length", "--granularity", "--comm", "-o"], ["--json"]),
@@ -96,6 +97,9 @@ def test_histogram_restart_option_errors(argv, needle):
     (["--simulate", "--policy", "nosuch"], "nosuch"),
     (["--simulate", "--s-lower", "5", "--s-upper", "2"], "s_L"),
     (["--simulate", "--workers", "4", "--slowdown", "1,2"], "slowdown"),
+    (["--simulate", "--restart"], "--restart needs --checkpoint"),
+    (["--simulate", "--checkpoint", "ck", "--checkpoint-every", "0"], "--checkpoint-every must be positive"),
+    (["--simulate", "--checkpoint", "ck", "--checkpoint-every", "nan"], "--checkpoint-every must be positive"),
 ])
 def test_elastic_semantic_errors(argv, needle):
     code, err = call("hpcbsp.elastic.train", argv)

@@ -107,6 +107,16 @@ class Coordinator:
             return Outcome(stop=tuple(decision.release) + self.stop(now))
         return Outcome(release=tuple(decision.release))
 
+    def rejoin(self) -> tuple[int, ...]:
+        """After a restart: the workers that were computing, to be sent the current weights.
+
+        Their iteration in progress was lost with the old processes; they start it again from
+        the current version.  Held workers stay held (their gradients are kept here).
+        """
+        computing = tuple(int(w) for w in np.flatnonzero(~self._waiting & ~self._stopped))
+        self.pulled_version[list(computing)] = self.version
+        return computing
+
     def stop(self, now: float) -> tuple[int, ...]:
         """Stop the run: return the waiting workers (to be told now); later pushes get STOP."""
         self.stopping = True

@@ -98,9 +98,9 @@ class MinibatchGradient:
         self.X = np.ascontiguousarray(X)
         self.y = np.ascontiguousarray(y)
         self.batch = min(batch, len(y))
-        self._rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng(seed)  # its draws so far are its state
 
     def __call__(self, w: np.ndarray) -> np.ndarray:
-        idx = self._rng.choice(len(self.y), size=self.batch, replace=False)
+        idx = self.rng.choice(len(self.y), size=self.batch, replace=False)
         g, _ = self.model.grad(w, self.X[idx], self.y[idx])
         return g

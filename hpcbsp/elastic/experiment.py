@@ -15,7 +15,8 @@ from .data import Dataset, MinibatchGradient, shard
 from .models import Model, make_model
 from .policies import PolicyOptions, make_policy
 from .runlog import RunLog
-from .simulator import simulate
+from .resume import CheckpointError, CheckpointPlan, settings_of
+from .simulator import Simulation
 from .timing import TimingModel
 from .zipline import zipline
 
@@ -53,6 +54,8 @@ class PolicyRun:
     log: RunLog
     policy_stats: dict[str, Any]
     worker_blocked_s: list[float] | None = None
+    resumed_at: float | None = None  # the (virtual) time of the checkpoint it resumed from
+    finished_before: bool = False    # read complete from its checkpoint: nothing was run again
 
     @property
     def curve(self) -> list[tuple[float, float, float, int]]:
@@ -81,37 +84,111 @@ def _timing(config: TrainConfig, repeat: int) -> TimingModel:
     return replace(config.timing, seed=config.timing.seed + repeat)
 
 
-def run_simulated(config: TrainConfig, name: str, data: Dataset, repeat: int = 0) -> PolicyRun:
-    """Train with policy ``name`` on the virtual clock for ``config.duration`` virtual seconds."""
+def run_simulated(config: TrainConfig, name: str, data: Dataset, repeat: int = 0,
+                  checkpoint: CheckpointPlan | None = None) -> PolicyRun:
+    """Train with policy ``name`` on the virtual clock for ``config.duration`` virtual seconds.
+
+    With ``checkpoint``, the run saves itself every ``checkpoint.every`` virtual seconds and
+    once finished, and with ``checkpoint.restart`` continues from its last save: the result is
+    bit-identical to an uninterrupted run's.
+    """
     model = build_model(config, data)
     grads = [_worker_grad(config, model, data, w, repeat) for w in range(config.n_workers)]
-    policy = make_policy(name, config.options)
-    res = simulate(policy, _timing(config, repeat), duration=config.duration,
-                   weights=model.init(config.seed), lr=config.lr,
-                   grad_fn=lambda w, weights: grads[w](weights),
-                   eval_fn=lambda weights: model.evaluate(weights, data.X_test, data.y_test),
-                   eval_every=config.eval_every)
-    return PolicyRun(name, res.policy, "simulated", repeat, res.log, res.policy_stats)
+    sim = Simulation(make_policy(name, config.options), _timing(config, repeat),
+                     duration=config.duration, weights=model.init(config.seed), lr=config.lr,
+                     grad_fn=lambda w, weights: grads[w](weights),
+                     eval_fn=lambda weights: model.evaluate(weights, data.X_test, data.y_test),
+                     eval_every=config.eval_every)
+    resumed_at, finished_before = None, False
+    if checkpoint is not None:
+        path = checkpoint.path("simulated", name, repeat)
+        settings = settings_of(config, mode="simulated", policy=name, repeat=repeat,
+                               dataset=data.name)
+        state = checkpoint.load(path, settings) if checkpoint.restart else None
+        if state is not None:
+            sim.load(state["sim"])
+            for grad, rng in zip(grads, state["minibatch_rngs"]):
+                grad.rng = rng
+            resumed_at, finished_before = sim.now, sim.done
+        while not sim.done:
+            # To the first save time after the next event: every save has something new.
+            sim.advance(until=(np.floor(sim.next_time / checkpoint.every) + 1) * checkpoint.every)
+            checkpoint.save(path, settings, {"sim": sim.state(),
+                                             "minibatch_rngs": [g.rng for g in grads]})
+    sim.advance()
+    res = sim.result()
+    return PolicyRun(name, res.policy, "simulated", repeat, res.log, res.policy_stats,
+                     resumed_at=resumed_at, finished_before=finished_before)
 
 
 def run_mpi(comm: Any, config: TrainConfig, name: str, data: Dataset, repeat: int = 0,
-            progress: Callable[[str, float, RunLog], None] | None = None) -> PolicyRun | None:
-    """Train with policy ``name`` on ``comm`` (rank 0 serves); returns the run on rank 0 only."""
+            progress: Callable[[str, float, RunLog], None] | None = None,
+            checkpoint: CheckpointPlan | None = None) -> PolicyRun | None:
+    """Train with policy ``name`` on ``comm`` (rank 0 serves); returns the run on rank 0 only.
+
+    With ``checkpoint``, the server saves its state every ``checkpoint.every`` seconds and once
+    finished; with ``checkpoint.restart`` the run goes on from the last save (a finished one is
+    not run again).  The workers of a resumed run draw from fresh random streams (one set per
+    restart), so no mini-batch sequence is replayed.  Raises :class:`CheckpointError` on every
+    rank if rank 0 cannot use its checkpoint.
+    """
     from .server import serve, work  # MPI only when a real run is asked for
 
     model = build_model(config, data)
     if comm.Get_rank() == 0:
+        path, settings, state, error = None, {}, None, None
+        if checkpoint is not None:
+            path = checkpoint.path("mpi", name, repeat)
+            settings = settings_of(config, mode="mpi", policy=name, repeat=repeat,
+                                   dataset=data.name)
+            try:
+                state = checkpoint.load(path, settings) if checkpoint.restart else None
+            except CheckpointError as exc:
+                error = str(exc)
+        restarts = 0 if state is None else state["restarts"] + 1
+        done = state is not None and state["done"]
+        elapsed = 0.0 if state is None or done else state["elapsed"]
+        comm.bcast((restarts, done, error, elapsed), root=0)
+        if error is not None:
+            raise CheckpointError(error)
+        if done:
+            return PolicyRun(name, state["label"], "mpi", repeat, state["log"], state["stats"],
+                             state["blocked"], resumed_at=state["log"].duration_s,
+                             finished_before=True)
+
+        def save(server_state: dict[str, Any]) -> None:
+            checkpoint.save(path, settings, {"done": False, "restarts": restarts, **server_state})  # type: ignore[union-attr]
+
         policy = make_policy(name, config.options)
         label = policy.describe()
         res = serve(comm, policy, model.init(config.seed), config.lr, duration=config.duration,
                     eval_fn=lambda weights: model.evaluate(weights, data.X_test, data.y_test),
                     eval_every=config.eval_every, timeout=config.timeout,
-                    progress=None if progress is None else (lambda t, log: progress(label, t, log)))
+                    progress=None if progress is None else (lambda t, log: progress(label, t, log)),
+                    resume=None if state is None else state,
+                    save=None if checkpoint is None else save,
+                    save_every=np.inf if checkpoint is None else checkpoint.every)
         blocked = comm.gather(None, root=0)[1:]
-        return PolicyRun(name, res.policy, "mpi", repeat, res.log, res.policy_stats, blocked)
+        run = PolicyRun(name, res.policy, "mpi", repeat, res.log, res.policy_stats, blocked,
+                        resumed_at=None if state is None else state["elapsed"])
+        if checkpoint is not None:
+            checkpoint.save(path, settings, {"done": True, "restarts": restarts, "label": run.label,  # type: ignore[arg-type]
+                                             "log": run.log, "stats": run.policy_stats,
+                                             "blocked": blocked})
+        return run
+    restarts, done, error, elapsed = comm.bcast(None, root=0)
+    if error is not None:
+        raise CheckpointError(error)
+    if done:
+        return None
     worker = comm.Get_rank() - 1
     grad = _worker_grad(config, model, data, worker, repeat)
     times = _timing(config, repeat).worker(worker)
-    res_w = work(comm, grad, model.n_params, iteration_time=times.next, timeout=config.timeout)
+    if restarts:
+        grad.rng = np.random.default_rng([config.seed, repeat, worker, restarts, 1])
+        times.rng = np.random.default_rng([config.timing.seed, repeat, worker, restarts, 2])
+    # A resumed worker's clock starts at the run's elapsed time (for --change-at).
+    res_w = work(comm, grad, model.n_params, iteration_time=lambda start: times.next(start + elapsed),
+                 timeout=config.timeout)
     comm.gather(res_w.blocked_s, root=0)
     return None

@@ -139,7 +139,8 @@ def write_outputs(out_dir: Path, runs: list[PolicyRun], config: dict[str, Any], 
         "config": config,
         "comparison": compare(runs),
         "runs": [{"mode": r.mode, "policy": r.label, "repeat": r.repeat, **r.log.summary(),
-                  "policy_stats": r.policy_stats, "worker_blocked_s": r.worker_blocked_s} for r in runs],
+                  "policy_stats": r.policy_stats, "worker_blocked_s": r.worker_blocked_s,
+                  "resumed_at": r.resumed_at} for r in runs],
     }
     summary.write_text(json.dumps(payload, indent=2, default=_jsonable))
     written.append(summary)
@@ -157,6 +158,8 @@ def _jsonable(x: Any) -> Any:
         return x.item()
     if isinstance(x, np.ndarray):
         return x.tolist()
+    if isinstance(x, Path):
+        return str(x)
     raise TypeError(f"not JSON serialisable: {type(x).__name__}")
 
 

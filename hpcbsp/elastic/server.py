@@ -99,7 +99,9 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
           eval_fn: Callable[[np.ndarray], tuple[float, float]] | None = None,
           eval_every: float | None = None,
           progress: Callable[[float, RunLog], None] | None = None,
-          timeout: float = 60.0) -> ServerResult:
+          timeout: float = 60.0, resume: dict[str, Any] | None = None,
+          save: Callable[[dict[str, Any]], None] | None = None,
+          save_every: float = np.inf) -> ServerResult:
     """Run the server on rank 0 of ``comm`` until the run stops; workers run :func:`work`.
 
     h-relation: per push served, 1 message of ``8 (P + 2)`` bytes in and, when the policy
@@ -125,6 +127,14 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
         Called as ``progress(elapsed, log)`` after each evaluation.
     timeout : float
         Longest any single wait may take before :class:`ServerTimeout` is raised.
+    resume : dict, optional
+        A state that ``save`` was given by an earlier run with the same settings: the run goes
+        on from it (its clock continues at the saved elapsed time).  Workers that were computing
+        when it was saved lost that iteration; they start again from the current weights.
+        Workers that were held stay held, their gradients still with the server.
+    save, save_every : optional
+        ``save(state)`` is called between two pushes every ``save_every`` seconds (the state's
+        objects are live: write them out before returning).
     """
     if duration is None and max_updates is None:
         raise ValueError("serve() needs a stop condition: duration or max_updates")
@@ -132,13 +142,19 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
         comm = MPI.COMM_WORLD.Dup()
         try:
             return serve(comm, policy, weights, lr, duration=duration, max_updates=max_updates,
-                         eval_fn=eval_fn, eval_every=eval_every, progress=progress, timeout=timeout)
+                         eval_fn=eval_fn, eval_every=eval_every, progress=progress, timeout=timeout,
+                         resume=resume, save=save, save_every=save_every)
         finally:
             comm.Free()
     n = comm.Get_size() - 1
     if n < 1:
         raise ValueError("the parameter server needs at least 2 ranks (1 server + workers)")
     coord = Coordinator(policy, n, weights, lr, 0.0, max_updates=max_updates)
+    if resume is not None:
+        coord = resume["coord"]
+        if coord.n_workers != n:
+            raise ValueError(f"the saved run had {coord.n_workers} workers, this one has {n}")
+        policy = coord.policy
     size = coord.weights.size  # type: ignore[union-attr]
     inbox = np.zeros((n, size + _HEADER))
     outbox = np.zeros((n, size + _HEADER))
@@ -158,10 +174,17 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
         reply(w, CONTINUE)
 
     t0 = time.monotonic()
-    for w in range(n):
-        release(w)
-    stop_at = t0 + duration if duration is not None else np.inf
     next_eval = t0 if eval_fn is not None and eval_every else np.inf
+    if resume is None:
+        for w in range(n):
+            release(w)
+    else:
+        t0 -= resume["elapsed"]
+        next_eval = t0 + resume["next_eval"]
+        for w in coord.rejoin():
+            release(w)
+    stop_at = t0 + duration if duration is not None else np.inf
+    next_save = time.monotonic() + save_every
 
     def pending() -> int | None:
         idx, flag = MPI.Request.Testany(recv)
@@ -177,15 +200,18 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
 
     while not coord.finished:
         now = time.monotonic()
+        if save is not None and now >= next_save and not coord.stopping:
+            save({"coord": coord, "elapsed": now - t0, "next_eval": next_eval - t0})
+            next_save = time.monotonic() + save_every
+        if not coord.stopping and now >= stop_at:
+            stop_all(now)  # before any evaluation: none may be stamped after the run's end
+            continue
         if now >= next_eval and not coord.stopping:
             coord.log.record_eval(now - t0, *eval_fn(coord.weights))  # type: ignore[misc, arg-type]
             next_eval += eval_every  # type: ignore[operator]
             if progress is not None:
                 progress(now - t0, coord.log)
-        if not coord.stopping and now >= stop_at:
-            stop_all(now)
-            continue
-        until = np.inf if coord.stopping else min(next_eval, stop_at)
+        until = np.inf if coord.stopping else min(next_eval, stop_at, next_save)
         w = _poll(pending, until, now + timeout, "push from any worker")
         if w is None:
             continue

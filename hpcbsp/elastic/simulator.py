@@ -19,7 +19,7 @@ from .policies.base import SyncPolicy
 from .runlog import RunLog
 from .timing import TimingModel
 
-__all__ = ["SimResult", "simulate"]
+__all__ = ["SimResult", "Simulation", "simulate"]
 
 GradFn = Callable[[int, np.ndarray], np.ndarray]
 EvalFn = Callable[[np.ndarray], tuple[float, float]]
@@ -60,38 +60,112 @@ def simulate(policy: SyncPolicy, timing: TimingModel, *, duration: float,
     latency_s : float
         Added to every iteration (the push/pull round trip).
     """
-    if duration <= 0:
-        raise ValueError(f"duration must be positive, got {duration}")
-    n = timing.n_workers
-    train = grad_fn is not None and weights is not None
-    coord = Coordinator(policy, n, weights if train else None, lr, 0.0, max_updates=max_updates)
-    streams = [timing.worker(i) for i in range(n)]
-    pulled: list[np.ndarray | None] = [coord.weights.copy() if train else None for _ in range(n)]
-    events = [(latency_s + streams[i].next(0.0), i) for i in range(n)]
-    heapq.heapify(events)
-    evals = 0  # evaluation k happens at k * eval_every (no drift from repeated addition)
-    next_eval = 0.0 if train and eval_fn is not None and eval_every else np.inf
-    end = duration
-    while events:
-        t, w = heapq.heappop(events)
-        while not coord.stopping and next_eval <= min(t, duration):
-            coord.log.record_eval(next_eval, *eval_fn(coord.weights))  # type: ignore[misc]
-            evals += 1
-            next_eval = evals * eval_every  # type: ignore[operator]
-        if not coord.stopping and t >= duration:
-            coord.stop(duration)
-        grad = grad_fn(w, pulled[w]) if train and not coord.stopping else None  # type: ignore[misc, arg-type]
+    sim = Simulation(policy, timing, duration=duration, weights=weights, lr=lr, grad_fn=grad_fn,
+                     eval_fn=eval_fn, eval_every=eval_every, max_updates=max_updates,
+                     latency_s=latency_s)
+    sim.advance()
+    return sim.result()
+
+
+class Simulation:
+    """A simulated run that advances event by event and can be saved and resumed exactly.
+
+    :func:`simulate` is ``Simulation(...).advance()`` followed by :meth:`result`.  Between two
+    events the whole run is in :meth:`state` (the coordinator with its policy and log, each
+    worker's random stream, the weights each worker pulled, the event queue, the evaluation
+    clock); :meth:`load` puts such a state back, after which the run continues with the same
+    events, the same draws and the same floating-point operations as if it had not stopped.
+    The parameters are those of :func:`simulate`; ``grad_fn`` may hold state of its own (its
+    random mini-batches), which its owner saves beside this one.
+    """
+
+    def __init__(self, policy: SyncPolicy, timing: TimingModel, *, duration: float,
+                 weights: np.ndarray | None = None, lr: float = 0.0, grad_fn: GradFn | None = None,
+                 eval_fn: EvalFn | None = None, eval_every: float | None = None,
+                 max_updates: int | None = None, latency_s: float = 0.0):
+        if duration <= 0:
+            raise ValueError(f"duration must be positive, got {duration}")
+        n = timing.n_workers
+        self.duration = duration
+        self.latency_s = latency_s
+        self.grad_fn = grad_fn
+        self.eval_fn = eval_fn
+        self.eval_every = eval_every
+        self.train = grad_fn is not None and weights is not None
+        self.coord = Coordinator(policy, n, weights if self.train else None, lr, 0.0,
+                                 max_updates=max_updates)
+        self.streams = [timing.worker(i) for i in range(n)]
+        self.pulled: list[np.ndarray | None] = [self.coord.weights.copy() if self.train else None
+                                                for _ in range(n)]
+        self.events = [(latency_s + self.streams[i].next(0.0), i) for i in range(n)]
+        heapq.heapify(self.events)
+        self.evals = 0  # evaluation k happens at k * eval_every (no drift from repeated addition)
+        self.next_eval = 0.0 if self.train and eval_fn is not None and eval_every else np.inf
+        self.end = duration
+        self.now = 0.0  # virtual time of the last event handled
+
+    @property
+    def done(self) -> bool:
+        """True once every worker has been told to stop (no event is left)."""
+        return not self.events
+
+    @property
+    def next_time(self) -> float:
+        """Virtual time of the next event (inf when the run is done)."""
+        return self.events[0][0] if self.events else np.inf
+
+    def advance(self, until: float = np.inf) -> None:
+        """Handle the events before virtual time ``until`` (all of them by default)."""
+        while self.events and self.events[0][0] < until:
+            self.step()
+
+    def step(self) -> None:
+        """Handle the next event: one worker's push (and the evaluations due before it)."""
+        coord = self.coord
+        t, w = heapq.heappop(self.events)
+        self.now = t
+        while not coord.stopping and self.next_eval <= min(t, self.duration):
+            coord.log.record_eval(self.next_eval, *self.eval_fn(coord.weights))  # type: ignore[misc]
+            self.evals += 1
+            self.next_eval = self.evals * self.eval_every  # type: ignore[operator]
+        if not coord.stopping and t >= self.duration:
+            coord.stop(self.duration)
+        grad = (self.grad_fn(w, self.pulled[w])  # type: ignore[misc, arg-type]
+                if self.train and not coord.stopping else None)
         was_stopping = coord.stopping
         out = coord.push(w, grad, t)
         if coord.stopping and not was_stopping:
-            end = t  # max_updates reached at this push
+            self.end = t  # max_updates reached at this push
         for r in out.release:
-            if train:
-                pulled[r] = coord.weights.copy()  # type: ignore[union-attr]
-            heapq.heappush(events, (t + latency_s + streams[r].next(t), r))
-    if not coord.finished:
-        raise ProtocolError(f"{policy.describe()} left every worker waiting: the run cannot go on")
-    coord.log.duration_s = min(end, duration)
-    if eval_fn is not None and train and (not coord.log.curve or coord.log.curve[-1][0] < coord.log.duration_s):
-        coord.log.record_eval(coord.log.duration_s, *eval_fn(coord.weights))  # type: ignore[arg-type]
-    return SimResult(policy.describe(), coord.log, policy.stats, coord.weights)
+            if self.train:
+                self.pulled[r] = coord.weights.copy()  # type: ignore[union-attr]
+            heapq.heappush(self.events, (t + self.latency_s + self.streams[r].next(t), r))
+
+    def result(self) -> SimResult:
+        """The finished run (call once, after :meth:`advance` has handled every event)."""
+        coord = self.coord
+        if not coord.finished:
+            raise ProtocolError(f"{coord.policy.describe()} left every worker waiting: the run cannot go on")
+        coord.log.duration_s = min(self.end, self.duration)
+        if (self.eval_fn is not None and self.train
+                and (not coord.log.curve or coord.log.curve[-1][0] < coord.log.duration_s)):
+            coord.log.record_eval(coord.log.duration_s, *self.eval_fn(coord.weights))  # type: ignore[arg-type]
+        return SimResult(coord.policy.describe(), coord.log, coord.policy.stats, coord.weights)
+
+    def state(self) -> dict[str, Any]:
+        """Everything that changes as the run advances (objects for :mod:`.snapshot`)."""
+        return {"coord": self.coord, "rngs": [s.rng for s in self.streams],
+                "pulled": list(self.pulled), "events": list(self.events), "evals": self.evals,
+                "next_eval": self.next_eval, "end": self.end, "now": self.now}
+
+    def load(self, state: dict[str, Any]) -> None:
+        """Continue from a :meth:`state` of a run with the same parameters."""
+        if len(state["rngs"]) != len(self.streams):
+            raise ValueError(f"the saved run has {len(state['rngs'])} workers, this one {len(self.streams)}")
+        self.coord = state["coord"]
+        for stream, rng in zip(self.streams, state["rngs"]):
+            stream.rng = rng
+        self.pulled = list(state["pulled"])
+        self.events = [tuple(e) for e in state["events"]]
+        self.evals, self.next_eval = state["evals"], state["next_eval"]
+        self.end, self.now = state["end"], state["now"]

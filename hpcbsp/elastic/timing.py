@@ -78,16 +78,16 @@ class WorkerTimes:
     def __init__(self, model: TimingModel, worker: int):
         self.model = model
         self.worker = worker
-        self._rng = np.random.default_rng([model.seed, worker])
+        self.rng = np.random.default_rng([model.seed, worker])  # its draws so far are its state
 
     def next(self, start: float) -> float:
         """Duration of the iteration that starts at time ``start``."""
         m = self.model
         d = m.base_s * m.slowdown[self.worker]
         if m.jitter > 0:
-            d *= float(np.exp(self._rng.normal(0.0, m.jitter)))
+            d *= float(np.exp(self.rng.normal(0.0, m.jitter)))
         if m.change_at is not None and self.worker == m.change_worker and start >= m.change_at:
             d *= m.change_factor
-        if m.stall_prob > 0 and self._rng.random() < m.stall_prob:
+        if m.stall_prob > 0 and self.rng.random() < m.stall_prob:
             d *= m.stall_factor
         return d

@@ -12,6 +12,10 @@ Each policy trains for ``--duration`` seconds; the output directory receives ``c
 (accuracy vs time per policy), ``workers.csv`` (waiting time per worker), ``pushes.csv`` (every
 push time the server logged), ``summary.json`` (staleness statistics, time to reach BSP's final
 accuracy, the configuration) and ``accuracy.png``.
+
+A long run saves itself with ``--checkpoint DIR`` and, after a kill, resumes with the same
+command plus ``--restart``; a simulated run then ends with exactly the bits an uninterrupted one
+gives, a real run goes on from the server's last saved state (see ``hpcbsp.elastic.resume``).
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ from .data import DATASETS, DatasetUnavailable, load_dataset
 from .experiment import PolicyRun, TrainConfig, build_model, run_mpi, run_simulated, warm_up
 from .policies import REGISTRY, PolicyError, PolicyOptions
 from .report import compare, format_table, write_outputs
+from .resume import CheckpointError, CheckpointPlan
 from .timing import TimingModel
 
 __all__ = ["main", "build_parser"]
@@ -77,6 +82,16 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--out", type=Path, default=Path("runs/elastic"), help="output directory (default runs/elastic)")
     g.add_argument("--no-plot", action="store_true", help="do not write accuracy.png")
     g.add_argument("--timeout", type=float, default=60.0, help="longest single wait in an MPI run before failing (default 60 s)")
+    g = p.add_argument_group("checkpoint and restart")
+    g.add_argument("--checkpoint", type=Path, default=None, metavar="DIR",
+                   help="save each policy run under DIR (one subdirectory per policy and repeat)")
+    g.add_argument("--checkpoint-every", type=float, default=1.0, metavar="SECONDS",
+                   help="seconds between saves: virtual with --simulate, wall-clock otherwise (default 1)")
+    g.add_argument("--restart", action="store_true",
+                   help="resume every run from its checkpoint in --checkpoint DIR (runs without "
+                        "one start afresh, finished ones are not run again); with --simulate the "
+                        "result is bit-identical to an uninterrupted run")
+    g.add_argument("--die-after-saves", type=int, default=None, help=argparse.SUPPRESS)  # tests
     return p
 
 
@@ -142,24 +157,56 @@ def main(argv: list[str] | None = None) -> int:
         elif args.workers is not None:
             raise ValueError("--workers is for --simulate; under MPI the workers are ranks 1..n-1")
         # (A real run's options are checked once MPI says how many workers there are.)
+        plan = _checkpoint_plan(args)
         data = load_dataset(args.dataset, args.seed)
     except (ValueError, PolicyError, DatasetUnavailable) as exc:
         return _fail(str(exc))
     if args.simulate:
-        return _finish(args, config, [_run_sim(config, name, data, rep)
-                                      for rep in range(args.repeats) for name in policies])
-    return _main_mpi(args, policies, data)
+        try:
+            runs = [_run_sim(config, name, data, rep, plan)
+                    for rep in range(args.repeats) for name in policies]
+        except CheckpointError as exc:
+            return _fail(str(exc))
+        return _finish(args, config, runs)
+    return _main_mpi(args, policies, data, plan)
 
 
-def _run_sim(config: TrainConfig, name: str, data: Any, repeat: int) -> PolicyRun:
-    run = run_simulated(config, name, data, repeat)
+def _checkpoint_plan(args: argparse.Namespace) -> CheckpointPlan | None:
+    if args.checkpoint is None:
+        if args.restart:
+            raise ValueError("--restart needs --checkpoint DIR: the directory the killed run saved to")
+        return None
+    if args.die_after_saves is not None and args.die_after_saves < 1:
+        raise ValueError("--die-after-saves must be at least 1")
+    if args.checkpoint.exists() and not args.checkpoint.is_dir():
+        raise ValueError(f"--checkpoint {args.checkpoint} exists and is not a directory")
+    if args.checkpoint.is_dir() and any(args.checkpoint.iterdir()) and not args.restart:
+        raise ValueError(f"--checkpoint {args.checkpoint} already holds checkpoints: add --restart "
+                         "to resume from them, or choose an empty directory")
+    return CheckpointPlan(args.checkpoint, every=args.checkpoint_every, restart=args.restart,
+                          die_after=args.die_after_saves)
+
+
+def _run_sim(config: TrainConfig, name: str, data: Any, repeat: int,
+             plan: CheckpointPlan | None) -> PolicyRun:
+    run = run_simulated(config, name, data, repeat, checkpoint=plan)
     acc = run.curve[-1][1] if run.curve else float("nan")
+    resumed = _resumed(run, "virtual s")
     print(f"[simulated] {run.label:24s} repeat {repeat}: {config.duration:g} virtual s, "
-          f"{run.log.updates} updates, final accuracy {acc:.3f}", flush=True)
+          f"{run.log.updates} updates, final accuracy {acc:.3f}{resumed}", flush=True)
     return run
 
 
-def _main_mpi(args: argparse.Namespace, policies: list[str], data: Any) -> int:
+def _resumed(run: PolicyRun, unit: str) -> str:
+    if run.resumed_at is None:
+        return ""
+    if run.finished_before:
+        return " (finished before the restart: read from its checkpoint)"
+    return f" (resumed from its checkpoint at {run.resumed_at:.3f} {unit})"
+
+
+def _main_mpi(args: argparse.Namespace, policies: list[str], data: Any,
+              plan: CheckpointPlan | None) -> int:
     from mpi4py import MPI
 
     from hpcbsp.runtime.launch import check_world
@@ -184,11 +231,17 @@ def _main_mpi(args: argparse.Namespace, policies: list[str], data: Any) -> int:
                 if rank == 0:
                     print(f"[mpi] {name}: {config.n_workers} workers, {config.duration:g} s "
                           f"(repeat {rep})", flush=True)
-                run = run_mpi(comm, config, name, data, rep, progress=_progress(config.duration))
+                run = run_mpi(comm, config, name, data, rep, progress=_progress(config.duration),
+                              checkpoint=plan)
                 if run is not None:
                     runs.append(run)
+                    if run.resumed_at is not None:
+                        print(f"  [{run.label}]{_resumed(run, 's')}", flush=True)
                 comm.Barrier()
         status = _finish(args, config, runs) if rank == 0 else 0
+    except CheckpointError as exc:  # raised on every rank alike: a usage error, not a crash
+        comm.Free()
+        return _fail(str(exc), rank)
     except Exception as exc:  # one rank failing must not leave the others waiting forever
         print(f"{PROG}: rank {rank}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         world.Abort(1)
@@ -210,7 +263,7 @@ def _progress(duration: float):
 
 
 def _finish(args: argparse.Namespace, config: TrainConfig, runs: list[PolicyRun]) -> int:
-    cfg = {"argv": vars(args) | {"out": str(args.out)}, "timing": asdict(config.timing),
+    cfg = {"argv": vars(args), "timing": asdict(config.timing),
            "options": asdict(config.options)}
     print(format_table(compare(runs)))
     written, skipped = write_outputs(args.out, runs, cfg, slowdown=config.timing.slowdown,

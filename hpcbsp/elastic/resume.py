@@ -1,0 +1,132 @@
+"""Checkpoints of training runs: where they go, when they are taken, and how they are read back.
+
+Each policy run (one policy, one repeat) has its own checkpoint directory, written with
+:meth:`hpcbsp.BSP.checkpoint` on a one-rank context (so it is atomic and checksummed like every
+hpcbsp checkpoint, and a damaged or foreign one gives a clear error).  It holds two byte arrays:
+
+* ``config``: the run's settings as JSON.  A restart with other settings is refused and the
+  message names the settings that differ: continuing would mix two different runs.
+* ``snapshot``: the run's state as tagged JSON (:mod:`.snapshot`; no pickle).
+
+A simulated run is deterministic, so a resumed one ends with exactly the bits of an
+uninterrupted one.  A real (MPI) run depends on wall-clock timing and is not repeatable even
+without a restart: it resumes the server's state (weights, held gradients, policy, log) and goes
+on for the rest of its duration.  A run that finished is saved once more, complete, so that a
+restart of a multi-policy job does not recompute it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .snapshot import SnapshotError, decode, encode
+
+__all__ = ["CheckpointPlan", "CheckpointError", "PROGRAM", "settings_of"]
+
+PROGRAM = "hpcbsp.elastic.train"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint cannot be read or does not belong to this run (one line, fit for a CLI)."""
+
+
+@dataclass
+class CheckpointPlan:
+    """Where and how often the runs of one job save themselves.
+
+    Attributes
+    ----------
+    directory : Path
+        One subdirectory per policy run: ``{mode}-{policy}-r{repeat}``.
+    every : float
+        Seconds between saves: virtual seconds in a simulated run, wall-clock seconds (on the
+        server) in a real one.
+    restart : bool
+        Resume each run from its checkpoint where one exists (else start it from the beginning).
+    die_after : int or None
+        For tests of the restart: the process kills itself (SIGKILL) right after this many saves.
+    """
+
+    directory: Path
+    every: float = 1.0
+    restart: bool = False
+    die_after: int | None = None
+    saves: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        if not self.every > 0:
+            raise ValueError(f"--checkpoint-every must be positive, got {self.every}")
+
+    def path(self, mode: str, policy: str, repeat: int) -> Path:
+        return self.directory / f"{mode}-{policy}-r{repeat}"
+
+    def save(self, path: Path, settings: dict[str, Any], state: Any) -> None:
+        """Write ``state`` (objects :mod:`.snapshot` supports) atomically to ``path``."""
+        from mpi4py import MPI
+
+        from hpcbsp.runtime.context import BSP
+
+        config = json.dumps(settings, sort_keys=True).encode()
+        snap = json.dumps(encode(state)).encode()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with BSP(MPI.COMM_SELF) as bsp:
+            bsp.checkpoint(os.fspath(path), program=PROGRAM,
+                           config=np.frombuffer(config, dtype=np.uint8),
+                           snapshot=np.frombuffer(snap, dtype=np.uint8))
+        self.saves += 1
+        if self.die_after is not None and self.saves >= self.die_after:
+            os.kill(os.getpid(), signal.SIGKILL)  # a test's stand-in for a node failure
+
+    def load(self, path: Path, settings: dict[str, Any]) -> Any | None:
+        """The state saved at ``path`` (None if there is no checkpoint there).
+
+        Raises :class:`CheckpointError` if the checkpoint is damaged, foreign, or was written
+        with settings other than ``settings``.
+        """
+        from mpi4py import MPI
+
+        from hpcbsp.runtime import checkpoint as ckpt
+        from hpcbsp.runtime.context import BSP
+        from hpcbsp.runtime.errors import BSPError
+
+        if not ckpt.exists(path):
+            return None
+        try:
+            with BSP(MPI.COMM_SELF) as bsp:
+                saved = bsp.restore(os.fspath(path), program=PROGRAM).state
+            theirs = json.loads(saved["config"].tobytes().decode())
+            state = decode(json.loads(saved["snapshot"].tobytes().decode()))
+        except BSPError as exc:
+            raise CheckpointError(str(exc)) from None
+        except (KeyError, UnicodeDecodeError, json.JSONDecodeError, SnapshotError) as exc:
+            raise CheckpointError(f"checkpoint {path} is damaged: {exc}") from None
+        ours = json.loads(json.dumps(settings, sort_keys=True))
+        if theirs != ours:
+            raise CheckpointError(f"checkpoint {path} belongs to another run: "
+                                  f"{_differences(theirs, ours)}; restart with the same options, "
+                                  f"or remove {path} to start afresh")
+        return state
+
+
+def settings_of(config: Any, **more: Any) -> dict[str, Any]:
+    """The settings a checkpoint is tied to: a dataclass configuration plus ``more``."""
+    return {**asdict(config), **more}
+
+
+def _differences(theirs: dict[str, Any], ours: dict[str, Any], prefix: str = "") -> str:
+    out = []
+    for key in sorted(set(theirs) | set(ours)):
+        a, b = theirs.get(key), ours.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            sub = _differences(a, b, f"{prefix}{key}.")
+            if sub:
+                out.append(sub)
+        elif a != b:
+            out.append(f"{prefix}{key} was {a!r}, is {b!r} now")
+    return "; ".join(out)
