@@ -29,6 +29,7 @@ def test_handler_exception_ends_the_job_with_its_traceback(where):
     assert res.stderr.count("Traceback (most recent call last)") == 1, res.stderr
     assert f"[rank 1] ValueError: handler on rank one got hop 7 ({where})" in res.stderr
     assert "aborting the job" not in res.stderr
+    assert "died without a report" not in res.output
     assert "UNREACHABLE" not in res.stdout
 
 

@@ -28,6 +28,7 @@ def test_kill_a_rank_then_restart_on_2_and_4_ranks(tmp_path):
     res = run_mpi(3, HEAT + ["--checkpoint", ck, "--every", "10", "--die-at", "35"], timeout=60)
     assert not res.timed_out and time.monotonic() - t0 < 30, "the job must end soon after a rank dies"
     assert res.returncode != 0
+    assert res.stderr.count("died without a report") == 1 and "[hpcbsp] rank 1/3 (pid" in res.stderr
     meta = json.loads(open(os.path.join(ck, "meta.json")).read())
     assert meta["nprocs"] == 3 and meta["superstep"] == 30  # the last checkpoint before the death
     expected = reference(600, 60, 0.25)

@@ -27,6 +27,26 @@ def test_exception_on_one_rank_stops_all_with_one_traceback():
     assert "UNREACHABLE" not in res.stdout
     # The other ranks say, in one line each, why they stop.
     assert res.stderr.count("stopping because rank 1 failed at superstep 1") == 2, res.stderr
+    assert "died without a report" not in res.output  # nobody died silently
+
+
+@pytest.mark.parametrize("how", ["segv", "kill"])
+def test_a_rank_that_dies_silently_is_named(how):
+    """mpiexec names a PID, often not even the dead rank's; hpcbsp's watcher names the rank."""
+    t0 = time.monotonic()
+    res = run_mpi(3, [os.path.join(PROGRAMS, "crash_one_rank.py"), how], timeout=60)
+    assert not res.timed_out and time.monotonic() - t0 < 30
+    assert res.returncode != 0
+    named = [ln for ln in res.stderr.splitlines() if "died without a report" in ln]
+    assert len(named) == 1 and named[0].startswith("[hpcbsp] rank 2/3 (pid "), res.output
+    assert "UNREACHABLE" not in res.stdout
+
+
+def test_the_watcher_can_be_turned_off():
+    res = run_mpi(3, [os.path.join(PROGRAMS, "crash_one_rank.py"), "kill"], timeout=60,
+                  env={"HPCBSP_DEATHWATCH": "0"})
+    assert not res.timed_out and res.returncode != 0
+    assert "died without a report" not in res.output
 
 
 def test_exception_while_others_compute_aborts_after_grace():
@@ -37,6 +57,7 @@ def test_exception_while_others_compute_aborts_after_grace():
     assert res.returncode != 0
     assert "aborting the job" in res.stderr
     assert res.stderr.count("Traceback (most recent call last)") == 1
+    assert "died without a report" not in res.output  # the aborting rank said why; peers quiet
 
 
 def test_python_m_hpcbsp_script_failure_ends_job():

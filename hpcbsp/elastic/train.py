@@ -210,6 +210,7 @@ def _main_mpi(args: argparse.Namespace, policies: list[str], data: Any,
     from mpi4py import MPI
 
     from hpcbsp.runtime.launch import check_world
+    from hpcbsp.runtime.report import abort_job
 
     world = MPI.COMM_WORLD
     rank = world.Get_rank()
@@ -243,9 +244,8 @@ def _main_mpi(args: argparse.Namespace, policies: list[str], data: Any,
         comm.Free()
         return _fail(str(exc), rank)
     except Exception as exc:  # one rank failing must not leave the others waiting forever
-        print(f"{PROG}: rank {rank}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        world.Abort(1)
-        return 1
+        abort_job(f"{PROG}: rank {rank}: {type(exc).__name__}: {exc}\n")
+        return 1  # (not reached: abort_job ends the job)
     comm.Free()
     return status
 

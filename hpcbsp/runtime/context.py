@@ -17,6 +17,7 @@ from typing import Any, Callable, Protocol
 import numpy as np
 from mpi4py import MPI
 
+from . import deathwatch
 from .coarray import Coarray
 from .control import ControlStep, Kind, signature
 from .errors import BSPError
@@ -83,6 +84,7 @@ class BSP:
 
         install_excepthook()  # uncaught errors: one report per rank, and no hang (see runner)
         check_world(MPI.COMM_WORLD.Get_size())
+        deathwatch.start(MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size())  # names a silent death
         base = MPI.COMM_WORLD if comm is None else comm
         self.comm: MPI.Comm = base.Dup()
         self.pid: int = self.comm.Get_rank()

@@ -32,6 +32,9 @@ def abort_job(message: str) -> None:
     pipes: written in pieces just before the abort, the last lines were sometimes lost.)"""
     from mpi4py import MPI
 
+    from . import deathwatch
+
+    deathwatch.claim()  # this rank has said why the job ends: the peers' watchers stay quiet
     sys.stderr.write(message)
     sys.stderr.flush()
     time.sleep(0.2)

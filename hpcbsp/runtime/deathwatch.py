@@ -1,0 +1,138 @@
+"""Name a rank that dies without a word: SIGKILL, a segfault, the out-of-memory killer.
+
+Such a rank cannot report itself, and ``mpiexec`` (MPICH's hydra) names only a PID, often not the
+right one: it kills the other ranks at once and reports whichever process it reaped first.  So
+every process that joins a multi-rank BSP context starts one watcher, a ``/bin/sh`` of a few
+hundred kilobytes in its own session, that holds the read end of a pipe:
+
+* the process writes ``bye`` when it exits normally (``atexit``), and the watcher ends quietly;
+* a rank that reports its own failure and then aborts the job writes ``claimed`` first: its
+  watcher takes the node's failure marker, so that the peers killed by the launcher stay quiet;
+* if the pipe closes without either word, the process died silently, and its watcher looks at
+  the job's other ranks on the node (``/proc/PID/stat``: state and exit code).  If one of them
+  is still alive and not dying, this rank died first: it is named at once.  If all are dying,
+  the launcher is ending the job; a rank that outlived an already reaped peer was not first and
+  stays quiet, the others name themselves, with that doubt said, only after a short wait.
+
+Only one line per node is printed: whoever creates the node's failure marker (an atomic
+``mkdir`` in the temporary directory, keyed by the host and the launcher's process on it, the
+parent of every rank of the job there) prints; the marker is removed ten seconds later.  On a
+multi-node job each node decides alone.  ``HPCBSP_DEATHWATCH=0`` turns the watcher off.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import socket
+import subprocess
+import tempfile
+
+__all__ = ["start", "claim"]
+
+# $1 marker, $2 this rank's pid, $3 the line naming it, $4... the job's other ranks on this node.
+# Only shell builtins run before the first-death check (no fork: the launcher kills the other
+# ranks within milliseconds).  The watcher closes its output before it waits to remove the
+# marker, so that nobody reading the job's output waits for it.
+_SCRIPT = r"""
+marker=$1 me=$2 line=$3
+shift 3
+peers=$*
+IFS= read -r word
+case "$word" in
+  bye) exit 0 ;;
+  claimed) mkdir "$marker" 2>/dev/null || exit 0; exec 2>&- 1>&-; sleep 10; rmdir "$marker"; exit 0 ;;
+esac
+probe() {  # S: the state of process $1 ("gone" once reaped), C: its exit code (0 while alive)
+  S=gone C=
+  [ -r "/proc/$1/stat" ] || return 0
+  IFS= read -r st 2>/dev/null < "/proc/$1/stat" || return 0
+  set -- ${st##*)}
+  S=$1
+  eval "C=\${$#}"
+}
+probe "$me"; mine=$S
+alive= gone=
+for p in $peers; do
+  probe "$p"
+  case "$S" in
+    gone) gone=1 ;;
+    Z|X|x) ;;
+    *) [ "$C" = 0 ] && alive=1 ;;
+  esac
+done
+if [ -z "$alive" ]; then
+  [ -n "$gone" ] && [ "$mine" != gone ] && exit 0
+  sleep 0.3
+  line="$line; the launcher was ending the job: another rank may have died first"
+fi
+mkdir "$marker" 2>/dev/null || exit 0
+printf '%s
+' "$line" >&2
+exec 2>&- 1>&-
+sleep 10
+rmdir "$marker" 2>/dev/null
+"""
+
+_pipe: int | None = None
+
+
+def start(rank: int, size: int) -> None:
+    """Start this process's watcher (once; nothing for a single rank or when turned off)."""
+    global _pipe
+    if _pipe is not None or size < 2 or os.environ.get("HPCBSP_DEATHWATCH", "1") == "0":
+        return
+    host = socket.gethostname()
+    marker = os.path.join(tempfile.gettempdir(), f"hpcbsp-failed-{host}-{os.getppid()}")
+    line = (f"[hpcbsp] rank {rank}/{size} (pid {os.getpid()} on {host}) died without a report: "
+            "killed by a signal (SIGKILL, out of memory) or crashed")
+    try:
+        proc = subprocess.Popen(["/bin/sh", "-c", _SCRIPT, "hpcbsp-deathwatch", marker,
+                                 str(os.getpid()), line, *map(str, _siblings())],
+                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                start_new_session=True, close_fds=True)
+    except OSError:
+        return  # no /bin/sh: the launcher's own message is all there will be
+    assert proc.stdin is not None
+    _pipe = os.dup(proc.stdin.fileno())
+    proc.stdin.close()
+    proc.returncode = 0  # never waited for: it outlives this process by design
+    atexit.register(_say, b"bye\n")
+
+
+def _siblings(limit: int = 512) -> list[int]:
+    """The other children of this process's parent: the job's ranks on this node (Linux)."""
+    parent, me, out = os.getppid(), os.getpid(), []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in names:
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 1 and fields[1] == str(parent):
+            out.append(int(name))
+            if len(out) >= limit:
+                break
+    return out
+
+
+def claim() -> None:
+    """This rank reports its own failure and is about to abort the job: keep the peers quiet."""
+    _say(b"claimed\n")
+
+
+def _say(word: bytes) -> None:
+    global _pipe
+    if _pipe is None:
+        return
+    try:
+        os.write(_pipe, word)
+        os.close(_pipe)
+    except OSError:
+        pass
+    _pipe = None
