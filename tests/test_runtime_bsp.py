@@ -179,13 +179,17 @@ def test_allreduce_flushes_pending_puts(bsp):
 @mpi
 def test_bad_calls_raise_at_the_call(bsp):
     x = bsp.coarray(4, dtype=np.int64, name="table")
-    with pytest.raises(BSPError, match=r"outside rank 1's part of table \(size 4\)"):
-        x.put(1, [1, 2, 3], offset=2)
-    with pytest.raises(BSPError, match="pid 7 is not a rank"):
-        x.put(7, [1])
-    with pytest.raises(BSPError, match="pid -1 is not a rank"):
+    # Each message names the rank, the array, the offset and the size of what was asked.
+    with pytest.raises(BSPError, match=rf"rank {bsp.pid}: table.put of 3 element\(s\) at offset 2 "
+                                       r"is outside rank 0's part of table \(size 4\)"):
+        x.put(0, [1, 2, 3], offset=2)
+    with pytest.raises(BSPError, match=rf"rank {bsp.pid}: table.put\(pid=7, offset=1, count=1\): "
+                                       rf"pid 7 is not a rank of this BSP program \(0..{bsp.nprocs - 1}\)"):
+        x.put(7, [1], offset=1)
+    with pytest.raises(BSPError, match=r"table.get\(pid=-1, offset=0\): pid -1 is not a rank"):
         x.get(-1)
-    with pytest.raises(BSPError, match="cannot be cast"):
+    with pytest.raises(BSPError, match=rf"rank {bsp.pid}: table.put\(pid=0, offset=0, count=1\): "
+                                       "values of dtype float64 cannot be cast to int64"):
         x.put(0, [1.5])
     with pytest.raises(BSPError, match="outside"):
         x.get(0, offset=3, count=2)

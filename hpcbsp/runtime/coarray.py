@@ -81,7 +81,7 @@ class Coarray:
         h-relation: ``len(values) * itemsize`` bytes and one message out of this rank and into
         ``pid`` (nothing when ``pid`` is this rank: a local copy at the sync).
         """
-        arr = as_records(values, self.dtype, self._where("put", pid, offset))
+        arr = as_records(values, self.dtype, self._where("put", pid, offset, np.size(values)))
         self._check_range("put", pid, offset, arr.size)
         self._bsp._outbox.add(pid, PUT, self._id, offset, arr.size, arr)
 
@@ -96,7 +96,7 @@ class Coarray:
         arr = np.asarray(values)
         borrow = arr.dtype == self.dtype and arr.flags.c_contiguous
         if not borrow:
-            arr = as_records(values, self.dtype, self._where("hpput", pid, offset))
+            arr = as_records(values, self.dtype, self._where("hpput", pid, offset, np.size(values)))
         arr = arr.reshape(-1)
         self._check_range("hpput", pid, offset, arr.size)
         self._bsp._outbox.add(pid, PUT, self._id, offset, arr.size, arr, borrow=borrow)
@@ -108,7 +108,7 @@ class Coarray:
         ``value`` is valid after the next sync.  h-relation: one message out of this rank (the
         request), ``count * itemsize`` bytes out of ``pid`` and into this rank.
         """
-        self._bsp._check_pid(pid, f"{self.name}.get")
+        self._bsp._check_pid(pid, self._call("get", pid, offset, count))
         if count is None:
             count = self.sizes[pid] - offset
         self._check_range("get", pid, offset, count)
@@ -116,12 +116,16 @@ class Coarray:
         self._bsp._outbox.add_get(pid, self._id, offset, count, fut)
         return fut
 
-    def _where(self, op: str, pid: int, offset: int, count: int | None = None) -> str:
+    def _call(self, op: str, pid: object, offset: int, count: int | None = None) -> str:
+        """The call as an error message names it: ``table.put(pid=1, offset=4, count=2)``."""
         n = "" if count is None else f", count={count}"
-        return f"rank {self._bsp.pid}: {self.name}.{op}(pid={pid}, offset={offset}{n})"
+        return f"{self.name}.{op}(pid={pid!r}, offset={offset}{n})"
+
+    def _where(self, op: str, pid: object, offset: int, count: int | None = None) -> str:
+        return f"rank {self._bsp.pid}: {self._call(op, pid, offset, count)}"
 
     def _check_range(self, op: str, pid: int, offset: int, count: int) -> None:
-        self._bsp._check_pid(pid, f"{self.name}.{op}")
+        self._bsp._check_pid(pid, self._call(op, pid, offset, count))
         size = self.sizes[pid]
         if offset < 0 or count < 0 or offset + count > size:
             raise BSPError(
