@@ -10,9 +10,10 @@
 # node, `hostname -s`, on 127.0.0.1), creates a munge key, starts munged, slurmctld and slurmd as
 # plain daemons and waits until `sinfo` shows the node idle. Starting twice is harmless.
 #
-# The node is declared with max(nproc, 4) CPUs (--cpus to change) and the partition oversubscribes
-# (OverSubscribe=FORCE:4): the tests run 3- and 4-task jobs and several array tasks at once on a
-# 2-core CI machine. SlurmdParameters=config_overrides keeps slurmd from draining a node that has
+# The node is declared with max(nproc, 4) CPUs (--cpus to change) and the default partition
+# "debug" oversubscribes (OverSubscribe=FORCE:4): the tests run 3- and 4-task jobs and several
+# array tasks at once on a 2-core CI machine. A second partition "urgent" on the same node has a
+# higher PriorityTier and preempts "debug" jobs (PreemptMode=REQUEUE), for the preemption test. SlurmdParameters=config_overrides keeps slurmd from draining a node that has
 # fewer cores than declared. No cgroup plugin is used (containers rarely allow them), so Slurm
 # neither confines nor accounts memory; finished jobs stay visible to `scontrol show job` for a
 # day (MinJobAge) and are logged by jobcomp/filetxt (read them with `sacct -c`: there is no
@@ -165,7 +166,13 @@ SlurmdPidFile=$RUN/slurmd.pid
 SlurmctldLogFile=$LOGS/slurmctld.log
 SlurmdLogFile=$LOGS/slurmd.log
 NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
-PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+# Preemption as many sites run it: a job of the higher tier ("urgent") that needs resources held
+# by "debug" jobs requeues them (those submitted with --requeue; the others are cancelled). The
+# preempted job gets SIGTERM, then SIGKILL after GraceTime + KillWait seconds.
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4 PriorityTier=1 GraceTime=5
+PartitionName=urgent Nodes=$node MaxTime=INFINITE State=UP PriorityTier=10
 EOF
   if [[ -f $CONF ]] && cmp -s "$tmp" "$CONF"; then
     rm -f "$tmp"

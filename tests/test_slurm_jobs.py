@@ -454,3 +454,42 @@ def test_long_run_is_not_requeued_without_a_checkpoint(tmp_path: Path) -> None:
     log = _log(tmp_path, "hpcbsp-long", job["JobId"])
     assert (job["JobState"], job["Restarts"]) == ("FAILED", "0"), log
     assert "saved no checkpoint" in log and "not requeueing" in log, log
+
+
+def test_long_run_is_requeued_when_preempted_and_resumes(tmp_path: Path) -> None:
+    # A job of the "urgent" partition (a higher PriorityTier, see local-cluster.sh) that needs the
+    # whole node preempts the long run: Slurm cancels its step at once, the script requeues the
+    # job (exiting instead would end it FAILED), and the requeued run must go on from the last
+    # periodic checkpoint to the bit-identical result.
+    ckpt = tmp_path / "heat-ckpt"
+    steps = 300_000  # half a minute: the run is preempted long before its end
+    env = {"HPCBSP_CHECKPOINT": str(ckpt), "HPCBSP_STOP_GRACE": "0"}
+    proc = _run(["sbatch", "--parsable", "-p", "debug", "-n", "2", str(SLURM / "long-run.sbatch"),
+                 "-m", "hpcbsp.apps.heat", "--n", "200", "--steps", str(steps), "--every", "5000",
+                 "--checkpoint", "{checkpoint}", "--restart", "--check"], tmp_path, timeout=30, **env)
+    assert proc.returncode == 0, proc.stderr
+    job_id = proc.stdout.split(";")[0].strip()
+    urgent_id = None
+    try:
+        deadline = time.monotonic() + 60
+        while not (ckpt / "meta.json").exists():  # the first checkpoint is on disk
+            assert _job(job_id)["JobState"] not in _FINAL_STATES, _job(job_id)
+            assert time.monotonic() < deadline, "no checkpoint within 60 s"
+            time.sleep(0.2)
+        urgent = _run(["sbatch", "--parsable", "-p", "urgent", "--exclusive", "-n", "1",
+                       "--wrap", "echo urgent work done"], tmp_path, timeout=30)
+        assert urgent.returncode == 0, urgent.stderr
+        urgent_id = urgent.stdout.split(";")[0].strip()
+        (job,) = _wait_final(job_id, 240)
+        (done,) = _wait_final(urgent_id, 60)
+    finally:
+        for jid in (job_id, urgent_id):
+            if jid and _job(jid)["JobState"] not in _FINAL_STATES:
+                _run(["scancel", jid], tmp_path, timeout=30)
+    log = _log(tmp_path, "hpcbsp-long", job["JobId"])
+    assert done["JobState"] == "COMPLETED"
+    assert (job["JobState"], job["Restarts"]) == ("COMPLETED", "1"), log
+    assert re.search(r"program exited with status \d+: the job was preempted at \S+; requeueing", log), log
+    (restarted,) = map(int, re.findall(r"restarted from .* at step (\d+)", log))
+    assert 0 < restarted < steps and restarted % 5000 == 0, log
+    assert "check against serial numpy: bit-identical" in log, log
