@@ -362,3 +362,21 @@ def test_hpput_delivers_like_put(bsp, n):
     np.testing.assert_array_equal(got, expected)
     with pytest.raises(BSPError, match="outside"):
         x.hpput(right, src, offset=x.sizes[right])
+
+
+@mpi
+def test_control_step_falls_back_to_allreduce_without_persistent_collectives(bsp):
+    """The control step is a persistent Allreduce (MPI-4) where the library has one; MPI-3
+    libraries have none, and the plain Allreduce must give the same agreement and divergence."""
+    assert bsp._control._persistent is not None  # MPICH 5 has MPI_Allreduce_init
+    bsp._control.free()                           # now as on an MPI-3 library
+    x = bsp.coarray(1, dtype=np.int64)
+    x.put((bsp.pid + 1) % bsp.nprocs, [bsp.pid + 10])
+    bsp.sync()
+    assert x.local[0] == (bsp.pid - 1) % bsp.nprocs + 10
+    if bsp.nprocs > 1:
+        with pytest.raises(BSPError, match="diverged"):
+            if bsp.pid == 0:
+                bsp.sync()
+            else:
+                bsp.coarray(1)

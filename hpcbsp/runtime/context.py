@@ -175,6 +175,7 @@ class BSP:
         for fn in reversed(self._close_hooks):
             fn()
         _LIVE.discard(self)
+        self._control.free()
         try:
             self.comm.Free()
         except MPI.Exception:
@@ -247,7 +248,8 @@ class BSP:
             t0, traffic = self._begin(_SYNC, 0, self._describe_sync)
             self._end(label, t0, traffic)
             return
-        # The plain path, inlined: an empty sync is one Allreduce plus under a microsecond.
+        # The plain path, inlined: an empty sync is one control step (a persistent Allreduce)
+        # plus about a microsecond of Python.
         t0 = _perf()
         outbox = self._outbox
         try:
