@@ -144,6 +144,28 @@ def test_run_simulated_saves_and_a_finished_run_is_not_recomputed(tmp_path: Path
         run_simulated(other, "ssp", data, checkpoint=CheckpointPlan(tmp_path, 0.25, restart=True))
 
 
+@pytest.mark.parametrize("base, every", [(0.02, 0.02), (0.1, 0.3)])
+def test_save_times_that_round_onto_an_event_still_advance(tmp_path: Path, base: float, every: float) -> None:
+    # Without jitter, events fall on multiples of the save interval, where k * every can round
+    # down onto the event's time: the run must still advance (it once saved the same state forever).
+    data = load_dataset("generated", 0)
+    config = TrainConfig(timing=TimingModel(base_s=base, jitter=0.0, slowdown=(1.0, 1.0)),
+                         duration=20 * base)
+    ref = run_simulated(config, "bsp", data)
+    plan = CheckpointPlan(tmp_path, every=every)
+    got = run_simulated(config, "bsp", data, checkpoint=plan)
+    assert got.log.curve == ref.log.curve and plan.saves <= 25
+
+
+def test_a_restart_may_change_the_timeout(tmp_path: Path) -> None:
+    data = load_dataset("generated", 0)
+    config = TrainConfig(timing=TimingModel(), duration=0.5)
+    run_simulated(config, "asp", data, checkpoint=CheckpointPlan(tmp_path, 0.25))
+    longer = TrainConfig(timing=TimingModel(), duration=0.5, timeout=600.0)
+    again = run_simulated(longer, "asp", data, checkpoint=CheckpointPlan(tmp_path, 0.25, restart=True))
+    assert again.finished_before
+
+
 # ---------------------------------------------------------------- the command, killed and resumed
 def _files(out: Path) -> dict[str, str]:
     return {name: (out / name).read_text() for name in ("curves.csv", "pushes.csv", "workers.csv")}

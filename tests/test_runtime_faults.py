@@ -30,8 +30,8 @@ def test_exception_on_one_rank_stops_all_with_one_traceback():
     assert "died without a report" not in res.output  # nobody died silently
 
 
-@pytest.mark.parametrize("how", ["segv", "kill"])
-def test_a_rank_that_dies_silently_is_named(how):
+@pytest.mark.parametrize("how, why", [("segv", "crashed with SIGSEGV"), ("kill", "killed by SIGKILL")])
+def test_a_rank_that_dies_silently_is_named(how, why):
     """mpiexec names a PID, often not even the dead rank's; hpcbsp's watcher names the rank."""
     t0 = time.monotonic()
     res = run_mpi(3, [os.path.join(PROGRAMS, "crash_one_rank.py"), how], timeout=60)
@@ -39,7 +39,17 @@ def test_a_rank_that_dies_silently_is_named(how):
     assert res.returncode != 0
     named = [ln for ln in res.stderr.splitlines() if "died without a report" in ln]
     assert len(named) == 1 and named[0].startswith("[hpcbsp] rank 2/3 (pid "), res.output
+    # The signal is named when the watcher saw the dead rank before the launcher reaped it.
+    assert why in named[0] or "killed by a signal or crashed" in named[0], named
     assert "UNREACHABLE" not in res.stdout
+
+
+def test_a_rank_asked_to_stop_is_not_reported_as_a_silent_death():
+    # SIGTERM to every rank (scancel, a time limit, a launcher passing on Ctrl-C) is not a
+    # crash: the launcher says what happened, and no watcher claims a rank "died without a report".
+    res = run_mpi(3, [os.path.join(PROGRAMS, "crash_one_rank.py"), "term"], timeout=60)
+    assert not res.timed_out and res.returncode != 0
+    assert "died without a report" not in res.output, res.output
 
 
 def test_the_watcher_can_be_turned_off():

@@ -111,8 +111,7 @@ def run_simulated(config: TrainConfig, name: str, data: Dataset, repeat: int = 0
                 grad.rng = rng
             resumed_at, finished_before = sim.now, sim.done
         while not sim.done:
-            # To the first save time after the next event: every save has something new.
-            sim.advance(until=(np.floor(sim.next_time / checkpoint.every) + 1) * checkpoint.every)
+            sim.advance(until=checkpoint.next_save(sim.next_time))
             checkpoint.save(path, settings, {"sim": sim.state(),
                                              "minibatch_rngs": [g.rng for g in grads]})
     sim.advance()
@@ -129,7 +128,7 @@ def run_mpi(comm: Any, config: TrainConfig, name: str, data: Dataset, repeat: in
     With ``checkpoint``, the server saves its state every ``checkpoint.every`` seconds and once
     finished; with ``checkpoint.restart`` the run goes on from the last save (a finished one is
     not run again).  The workers of a resumed run draw from fresh random streams (one set per
-    restart), so no mini-batch sequence is replayed.  Raises :class:`CheckpointError` on every
+    restart), so the mini-batches of the saved history are not drawn again.  Raises :class:`CheckpointError` on every
     rank if rank 0 cannot use its checkpoint.
     """
     from .server import serve, work  # MPI only when a real run is asked for

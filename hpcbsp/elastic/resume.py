@@ -63,6 +63,14 @@ class CheckpointPlan:
         if not self.every > 0:
             raise ValueError(f"--checkpoint-every must be positive, got {self.every}")
 
+    def next_save(self, t: float) -> float:
+        """The first save time (a multiple of ``every``) strictly after ``t``: advancing a run
+        to it handles at least the event at ``t``, so every save has something new."""
+        k = np.floor(t / self.every) + 1
+        while k * self.every <= t:  # k * every can round down onto t
+            k += 1
+        return float(k * self.every)
+
     def path(self, mode: str, policy: str, repeat: int) -> Path:
         return self.directory / f"{mode}-{policy}-r{repeat}"
 
@@ -114,9 +122,17 @@ class CheckpointPlan:
         return state
 
 
+#: Settings that do not change what a run computes: a restart may change them (a longer
+#: ``--timeout`` is the natural answer to a run that timed out).
+NOT_COMPARED = ("timeout",)
+
+
 def settings_of(config: Any, **more: Any) -> dict[str, Any]:
     """The settings a checkpoint is tied to: a dataclass configuration plus ``more``."""
-    return {**asdict(config), **more}
+    settings = {**asdict(config), **more}
+    for name in NOT_COMPARED:
+        settings.pop(name, None)
+    return settings
 
 
 def _differences(theirs: dict[str, Any], ours: dict[str, Any], prefix: str = "") -> str:

@@ -7,8 +7,9 @@ it back, exactly:
 
 * ``None``, ``bool``, ``int``, ``str`` and ``float`` (also ``inf`` and ``nan``: Python's JSON
   writes them, and ``repr`` of a float round-trips) are themselves;
-* lists stay lists; tuples, dicts (any hashable scalar keys, insertion order kept),
-  ``defaultdict(int | list)`` and ``deque`` are tagged;
+* lists stay lists (long ones of plain numbers, or of tuples of them, as raw columns);
+  tuples, dicts (any hashable scalar keys, insertion order kept), ``defaultdict(int | list)``
+  and ``deque`` are tagged;
 * numpy arrays and scalars of numeric dtypes are their raw bytes in base64 (bit-exact);
 * a ``numpy.random.Generator`` is its bit generator's state;
 * an instance of a class in the allow-list (:data:`CLASSES`) is its class name and its
@@ -101,6 +102,9 @@ class _Encoder:
                     "state": self.encode(obj.bit_generator.state, f"{where}.state")}
         if isinstance(obj, list):
             self._once(obj, where)
+            compact = _compact(obj)
+            if compact is not None:
+                return compact
             return [self.encode(v, f"{where}[{i}]") for i, v in enumerate(obj)]
         if isinstance(obj, tuple) and type(obj) is tuple:
             return {"__tuple__": [self.encode(v, f"{where}[{i}]") for i, v in enumerate(obj)]}
@@ -134,6 +138,48 @@ class _Encoder:
             raise SnapshotError(f"{where}: array of dtype {a.dtype} is not supported")
         return {"__ndarray__": a.dtype.str, "shape": list(a.shape),
                 "data": _b64(np.ascontiguousarray(a).tobytes())}
+
+
+#: Lists at least this long of plain ints or floats, or of equal-length tuples of them (a run
+#: log's push times, its staleness values), are stored as raw int64/float64 columns: encoding
+#: a million pushes element by element took seconds, during which a server answers nobody.
+_COMPACT_MIN = 32
+
+
+def _column(values: Any) -> tuple[str, str] | None:
+    """("i" or "f", base64 of the raw column) if ``values`` are all plain ints or all floats."""
+    kind = type(values[0])
+    if kind is float and all(type(v) is float for v in values):
+        return "f", _b64(np.array(values, dtype=np.float64).tobytes())
+    if kind is int and all(type(v) is int for v in values):
+        try:
+            return "i", _b64(np.array(values, dtype=np.int64).tobytes())
+        except OverflowError:
+            return None
+    return None
+
+
+def _compact(items: list) -> dict[str, Any] | None:
+    if len(items) < _COMPACT_MIN:
+        return None
+    first = items[0]
+    if type(first) is not tuple:
+        col = _column(items)
+        return None if col is None else {"__column__": col[1], "kind": col[0]}
+    width = len(first)
+    if width == 0 or not all(type(row) is tuple and len(row) == width for row in items):
+        return None
+    cols = [_column(col) for col in zip(*items)]
+    if any(col is None for col in cols):
+        return None
+    return {"__rows__": [c[1] for c in cols], "kinds": "".join(c[0] for c in cols)}  # type: ignore[index]
+
+
+def _uncolumn(kind: str, data: str) -> list:
+    dtype = {"i": np.int64, "f": np.float64}.get(kind)
+    if dtype is None:
+        raise SnapshotError(f"column of kind {kind!r} in a snapshot")
+    return np.frombuffer(base64.b64decode(data, validate=True), dtype=dtype).tolist()
 
 
 def decode(data: Any) -> Any:
@@ -172,6 +218,11 @@ def _decode(d: Any) -> Any:
         gen = bitgen()
         gen.state = _decode(d["state"])
         return np.random.Generator(gen)
+    if "__column__" in d:
+        return _uncolumn(d["kind"], d["__column__"])
+    if "__rows__" in d:
+        cols = [_uncolumn(k, c) for k, c in zip(d["kinds"], d["__rows__"], strict=True)]
+        return list(zip(*cols))
     if "__tuple__" in d:
         return tuple(_decode(v) for v in d["__tuple__"])
     if "__deque__" in d:

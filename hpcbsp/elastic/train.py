@@ -85,8 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("checkpoint and restart")
     g.add_argument("--checkpoint", type=Path, default=None, metavar="DIR",
                    help="save each policy run under DIR (one subdirectory per policy and repeat)")
-    g.add_argument("--checkpoint-every", type=float, default=1.0, metavar="SECONDS",
-                   help="seconds between saves: virtual with --simulate, wall-clock otherwise (default 1)")
+    g.add_argument("--checkpoint-every", type=float, default=None, metavar="SECONDS",
+                   help="seconds between saves: virtual with --simulate (default 1), wall-clock "
+                        "otherwise (default 30; each save pauses the server for about a second "
+                        "per million pushes logged)")
     g.add_argument("--restart", action="store_true",
                    help="resume every run from its checkpoint in --checkpoint DIR (runs without "
                         "one start afresh, finished ones are not run again); with --simulate the "
@@ -178,13 +180,21 @@ def _checkpoint_plan(args: argparse.Namespace) -> CheckpointPlan | None:
         return None
     if args.die_after_saves is not None and args.die_after_saves < 1:
         raise ValueError("--die-after-saves must be at least 1")
+    if args.simulate:  # (a real run: rank 0 checks, the others may not see the same files)
+        _check_checkpoint_dir(args)
+    every = args.checkpoint_every
+    if every is None:
+        every = 1.0 if args.simulate else 30.0
+    return CheckpointPlan(args.checkpoint, every=every, restart=args.restart,
+                          die_after=args.die_after_saves)
+
+
+def _check_checkpoint_dir(args: argparse.Namespace) -> None:
     if args.checkpoint.exists() and not args.checkpoint.is_dir():
         raise ValueError(f"--checkpoint {args.checkpoint} exists and is not a directory")
     if args.checkpoint.is_dir() and any(args.checkpoint.iterdir()) and not args.restart:
         raise ValueError(f"--checkpoint {args.checkpoint} already holds checkpoints: add --restart "
                          "to resume from them, or choose an empty directory")
-    return CheckpointPlan(args.checkpoint, every=args.checkpoint_every, restart=args.restart,
-                          die_after=args.die_after_saves)
 
 
 def _run_sim(config: TrainConfig, name: str, data: Any, repeat: int,
@@ -209,6 +219,7 @@ def _main_mpi(args: argparse.Namespace, policies: list[str], data: Any,
               plan: CheckpointPlan | None) -> int:
     from mpi4py import MPI
 
+    from hpcbsp.runtime import deathwatch
     from hpcbsp.runtime.launch import check_world
     from hpcbsp.runtime.report import abort_job
 
@@ -222,6 +233,16 @@ def _main_mpi(args: argparse.Namespace, policies: list[str], data: Any,
         config = make_config(args, world.Get_size() - 1)
     except (ValueError, RuntimeError) as exc:
         return _fail(str(exc), rank)
+    error = None
+    if rank == 0 and plan is not None:  # the checkpoints live where rank 0 (the server) writes
+        try:
+            _check_checkpoint_dir(args)
+        except ValueError as exc:
+            error = str(exc)
+    error = world.bcast(error, root=0)
+    if error is not None:
+        return _fail(error, rank)
+    deathwatch.start(rank, world.Get_size())  # a rank that dies silently is named
     comm = world.Dup()
     try:
         warm_up(build_model(config, data), data)

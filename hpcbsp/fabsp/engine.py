@@ -282,7 +282,13 @@ class Engine:
                               stacklevel=3)
         # After a failure some sends can never be matched.  They are left as they are: MPICH
         # finalizes with them outstanding, while MPI_Cancel on a send (deprecated since MPI-4.1)
-        # hangs or crashes it (a segfault here used to cut off the failed rank's report).
+        # hangs or crashes it (a segfault here used to cut off the failed rank's report).  Their
+        # requests and buffers are kept for the life of the process, so that MPI never reads
+        # memory that this engine's collection would free.
+        unmatched = [(r, m) for b in self.boxes for r, m in zip(b.pending, b.pending_msgs)
+                     if not _done(r)]
+        if unmatched or self._poison_reqs:
+            _UNMATCHED.append((unmatched, self._poison_reqs, self._poison_note))
         self._state = "closed"
         for comm in self._comms:
             try:
@@ -412,6 +418,17 @@ class Engine:
                 if dest != self.pid:
                     self._poison_reqs.append(comm.Isend([note, MPI.BYTE], dest, POISON_TAG))
         self._poison_note = note  # keep the buffer alive while the sends are in flight
+
+
+def _done(req: MPI.Request) -> bool:
+    try:
+        return bool(req.Test())
+    except MPI.Exception:
+        return False
+
+
+#: Sends of failed runs that no receiver will match, with their buffers (see ``Engine.close``).
+_UNMATCHED: list[tuple[object, ...]] = []
 
 
 def _abort_grace() -> float:

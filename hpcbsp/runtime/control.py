@@ -84,8 +84,11 @@ class ControlStep:
         # measured 0.8x a Barrier here, where a plain Allreduce of the same record takes 1.3x
         # (docs/performance.md).  Set up collectively, like the context that owns this step.
         # MPI libraries before MPI-4 lack it: then a plain Allreduce does the same.
+        # Its own buffer: the non-blocking path replaces _rbuf at every step.
+        self._pbuf = bytearray(_RECORD.size)
         try:
-            self._persistent: MPI.Prequest | None = comm.Allreduce_init(_IN_PLACE, self._rspec, _MAX)
+            self._persistent: MPI.Prequest | None = comm.Allreduce_init(
+                _IN_PLACE, [self._pbuf, MPI.INT64_T], _MAX)
         except (NotImplementedError, AttributeError, MPI.Exception):
             self._persistent = None
 
@@ -114,13 +117,15 @@ class ControlStep:
         """
         d = 1 if has_data else 0
         g = 1 if has_gets else 0
-        if not self.nonblocking:  # in place: one buffer, no copy inside MPI
-            _RECORD.pack_into(self._rbuf, 0, kind, superstep, sig, d, g, -kind, -superstep, -sig, -d, -g)
-            if self._persistent is not None:
-                self._persistent.Start()
-                self._persistent.Wait()
-            else:
-                self.comm.Allreduce(_IN_PLACE, self._rspec, _MAX)
+        if self._persistent is not None and not self.nonblocking:  # in place, set up once
+            buf = self._pbuf
+            _RECORD.pack_into(buf, 0, kind, superstep, sig, d, g, -kind, -superstep, -sig, -d, -g)
+            self._persistent.Start()
+            self._persistent.Wait()
+        elif not self.nonblocking:  # in place: one buffer, no copy inside MPI
+            buf = self._rbuf
+            _RECORD.pack_into(buf, 0, kind, superstep, sig, d, g, -kind, -superstep, -sig, -d, -g)
+            self.comm.Allreduce(_IN_PLACE, self._rspec, _MAX)
         else:
             _RECORD.pack_into(self._sbuf, 0, kind, superstep, sig, d, g, -kind, -superstep, -sig, -d, -g)
             # Fresh buffers: if this wait is abandoned (an exception in a progress hook), MPI may
@@ -132,7 +137,8 @@ class ControlStep:
             self._wait(req, progress, deadline, Kind(kind), superstep)
             if arrivals is not None:
                 self._collect_arrivals(arrivals)
-        r = _RECORD.unpack_from(self._rbuf)
+            buf = self._rbuf
+        r = _RECORD.unpack_from(buf)
         if r[_KIND] != -r[_NFIELDS + _KIND] or r[_STEP] != -r[_NFIELDS + _STEP] \
                 or r[_SIG] != -r[_NFIELDS + _SIG]:
             self._diverged(Kind(kind), superstep, describe)

@@ -8,15 +8,21 @@ hundred kilobytes in its own session, that holds the read end of a pipe:
 * the process writes ``bye`` when it exits normally (``atexit``), and the watcher ends quietly;
 * a rank that reports its own failure and then aborts the job writes ``claimed`` first: its
   watcher takes the node's failure marker, so that the peers killed by the launcher stay quiet;
-* if the pipe closes without either word, the process died silently, and its watcher looks at
-  the job's other ranks on the node (``/proc/PID/stat``: state and exit code).  If one of them
-  is still alive and not dying, this rank died first: it is named at once.  If all are dying,
-  the launcher is ending the job; a rank that outlived an already reaped peer was not first and
-  stays quiet, the others name themselves, with that doubt said, only after a short wait.
+* if the pipe closes without either word, the process died silently.  The watcher reads how it
+  ended from ``/proc/PID/stat`` (its exit code, while the launcher has not reaped it yet):
+  HUP, INT or TERM (scancel, a time limit, Ctrl-C) and plain exits are not silent deaths and
+  stay quiet; a crash (SEGV, BUS, ABRT, ...) is always this rank's own, since launchers end
+  ranks with SIGKILL, and is named at once.  For SIGKILL (the out-of-memory killer, a kill from
+  outside, or the launcher ending the job) it looks at the job's other ranks on the node: if one
+  is still alive and not dying, this rank died first and is named; if one crashed or was asked
+  to stop, that explains it and this watcher stays quiet; a rank that outlived an already reaped
+  peer was not first and stays quiet; the others name themselves, with that doubt said, after a
+  short wait.
 
 Only one line per node is printed: whoever creates the node's failure marker (an atomic
-``mkdir`` in the temporary directory, keyed by the host and the launcher's process on it, the
-parent of every rank of the job there) prints; the marker is removed ten seconds later.  On a
+``mkdir`` in the temporary directory, keyed by the user, the host and the launcher's process
+on it, the parent of every rank of the job there, with its start time) prints; the marker is
+removed ten seconds later.  A forked child (multiprocessing) lets go of the pipe.  On a
 multi-node job each node decides alone.  ``HPCBSP_DEATHWATCH=0`` turns the watcher off.
 """
 from __future__ import annotations
@@ -51,23 +57,46 @@ probe() {  # S: the state of process $1 ("gone" once reaped), C: its exit code (
   eval "C=\${$#}"
 }
 probe "$me"; mine=$S
-alive= gone=
-for p in $peers; do
-  probe "$p"
-  case "$S" in
-    gone) gone=1 ;;
-    Z|X|x) ;;
-    *) [ "$C" = 0 ] && alive=1 ;;
-  esac
-done
-if [ -z "$alive" ]; then
-  [ -n "$gone" ] && [ "$mine" != gone ] && exit 0
-  sleep 0.3
-  line="$line; the launcher was ending the job: another rank may have died first"
+signal_of() {  # G: the signal that ended a process with exit code $1 ("" if unknown)
+  G=
+  case "$1" in ''|*[!0-9]*) ;; *) G=$(($1 & 127)) ;; esac
+}
+signal_of "$C"
+how="killed by a signal or crashed" sure=
+case "$G" in
+  '') ;;
+  0|1|2|15) exit 0 ;;  # it exited, or was asked to stop (HUP, INT, TERM): not a silent death
+  9) how="killed by SIGKILL (out of memory, or a kill from outside)" ;;
+  *) how="crashed with SIG$(kill -l "$G" 2>/dev/null || echo "$G")"
+     sure=1 ;;  # launchers end ranks with SIGKILL: a crash is this rank's own
+esac
+if [ -z "$sure" ]; then
+  alive= gone= crashed=
+  for p in $peers; do
+    probe "$p"
+    signal_of "$C"
+    case "$S" in
+      gone) gone=1 ;;
+      *) case "$G" in
+           0) [ "$S" != Z ] && [ "$S" != X ] && [ "$S" != x ] && alive=1 ;;
+           1|2|15) exit 0 ;;  # the job is being stopped (scancel, a time limit, Ctrl-C)
+           9|'') ;;
+           *) crashed=1 ;;
+         esac ;;
+    esac
+  done
+  if [ -n "$alive" ]; then
+    sure=1  # another rank still runs untouched: this one died first
+  else
+    [ -n "$crashed" ] && exit 0                   # a rank that crashed names itself
+    [ -n "$gone" ] && [ "$mine" != gone ] && exit 0  # a peer was reaped first: it went first
+    sleep 0.3
+    how="$how (the launcher was ending the job: another rank may have died first)"
+  fi
 fi
+line="$line: $how"
 mkdir "$marker" 2>/dev/null || exit 0
-printf '%s
-' "$line" >&2
+printf '%s\n' "$line" >&2
 exec 2>&- 1>&-
 sleep 10
 rmdir "$marker" 2>/dev/null
@@ -82,9 +111,10 @@ def start(rank: int, size: int) -> None:
     if _pipe is not None or size < 2 or os.environ.get("HPCBSP_DEATHWATCH", "1") == "0":
         return
     host = socket.gethostname()
-    marker = os.path.join(tempfile.gettempdir(), f"hpcbsp-failed-{host}-{os.getppid()}")
-    line = (f"[hpcbsp] rank {rank}/{size} (pid {os.getpid()} on {host}) died without a report: "
-            "killed by a signal (SIGKILL, out of memory) or crashed")
+    # The launcher's pid and start time name this job on this node (a pid alone is reused).
+    marker = os.path.join(tempfile.gettempdir(), f"hpcbsp-failed-{os.getuid()}-{host}-"
+                                                 f"{os.getppid()}-{_start_time(os.getppid())}")
+    line = f"[hpcbsp] rank {rank}/{size} (pid {os.getpid()} on {host}) died without a report"
     try:
         proc = subprocess.Popen(["/bin/sh", "-c", _SCRIPT, "hpcbsp-deathwatch", marker,
                                  str(os.getpid()), line, *map(str, _siblings())],
@@ -97,6 +127,26 @@ def start(rank: int, size: int) -> None:
     proc.stdin.close()
     proc.returncode = 0  # never waited for: it outlives this process by design
     atexit.register(_say, b"bye\n")
+    os.register_at_fork(after_in_child=_forget)  # a forked child is not the rank
+
+
+def _forget() -> None:
+    """In a forked child: let go of the parent's pipe, saying nothing."""
+    global _pipe
+    if _pipe is not None:
+        try:
+            os.close(_pipe)
+        except OSError:
+            pass
+        _pipe = None
+
+
+def _start_time(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return "0"
 
 
 def _siblings(limit: int = 512) -> list[int]:

@@ -1,18 +1,20 @@
 """The last rank dies without a word while the others wait in sync: SIGSEGV (a crash in compiled
-code) or SIGKILL (the out-of-memory killer, a failed node)."""
+code) or SIGKILL (the out-of-memory killer, a failed node); or, with "term", every rank gets
+SIGTERM at once, as from scancel or a time limit."""
 import os
 import signal
 import sys
 
 import hpcbsp
 
-SIGNAL = {"segv": signal.SIGSEGV, "kill": signal.SIGKILL}[sys.argv[1]]
+SIGNAL = {"segv": signal.SIGSEGV, "kill": signal.SIGKILL, "term": signal.SIGTERM}[sys.argv[1]]
 
 
 def prog(bsp):
     bsp.sync()
-    if bsp.pid == bsp.nprocs - 1:
-        signal.signal(signal.SIGSEGV, signal.SIG_DFL)  # no Python fault handler: a bare crash
+    if bsp.pid == bsp.nprocs - 1 or SIGNAL == signal.SIGTERM:
+        if SIGNAL != signal.SIGKILL:  # (SIGKILL cannot be caught anyway)
+            signal.signal(SIGNAL, signal.SIG_DFL)  # no Python handler: a bare crash or stop
         os.kill(os.getpid(), SIGNAL)
     bsp.sync()
 
