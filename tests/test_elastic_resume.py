@@ -60,6 +60,20 @@ def test_snapshot_round_trips_every_supported_kind_exactly() -> None:
     assert np.array_equal(back["rng"].normal(size=4), rng.normal(size=4))  # same stream onward
 
 
+def test_long_numeric_lists_travel_as_exact_columns() -> None:
+    rng = np.random.default_rng(1)
+    pushes = [(int(w), float(t)) for w, t in zip(rng.integers(0, 8, 500), rng.random(500) * 1e3)]
+    staleness = [int(v) for v in rng.integers(0, 40, 500)]
+    odd = [1] * 40 + [2.5]               # mixed kinds: element by element
+    flags = [True, False] * 20           # bools are not ints here
+    huge = [2**70] * 40                  # beyond int64
+    data = encode({"p": pushes, "s": staleness, "o": odd, "f": flags, "h": huge})
+    assert "__rows__" in json.dumps(data["__dict__"][0]) and "__column__" in json.dumps(data["__dict__"][1])
+    back = roundtrip({"p": pushes, "s": staleness, "o": odd, "f": flags, "h": huge})
+    assert back == {"p": pushes, "s": staleness, "o": odd, "f": flags, "h": huge}
+    assert type(back["p"][0]) is tuple and type(back["p"][0][0]) is int and type(back["f"][0]) is bool
+
+
 def test_snapshot_refuses_what_it_cannot_restore_faithfully() -> None:
     shared = [1, 2]
     with pytest.raises(SnapshotError, match=r"state\['b'\] is the same object as state\['a'\]"):
