@@ -8,7 +8,7 @@ VENV     ?= .venv
 PY       := $(VENV)/bin/python
 MPIEXEC  := $(VENV)/bin/mpiexec
 STAMP    := $(VENV)/.hpcbsp-installed
-EXTRAS   ?= mpich,test,plot
+EXTRAS   ?= mpich,test,plot,bench
 # A deadlocked MPI job fails instead of hanging CI: mpiexec (MPICH hydra) kills it after this.
 export MPIEXEC_TIMEOUT ?= 600
 export PYTHONUNBUFFERED := 1

@@ -15,17 +15,31 @@ ctypedef fused elem_t:
     int32_t
 
 
+cdef extern from "simd_blocks.h" nogil:
+    bint hpcbsp_any_index_at_or_above(const int64_t* p, Py_ssize_t n, uint64_t limit)
+
+cdef enum:
+    CHECK_BLOCK = 4096     # indices tested per vectorised pass (32 KiB, stays in L1)
+
+
 def first_bad_index(const int64_t[::1] idx, int64_t size):
     """Position of the first index outside ``[0, size)``, or -1 when all are valid."""
-    cdef Py_ssize_t n = idx.shape[0], i, bad = -1
+    cdef Py_ssize_t n = idx.shape[0], i, start = 0, stop, bad = -1
     cdef uint64_t usize = <uint64_t>size if size > 0 else 0
+    if n == 0:
+        return -1
+    cdef const int64_t* p = &idx[0]
     with nogil:
-        # A negative index is huge when read as unsigned: one comparison covers both bounds,
-        # and the loop is a load and a (never taken) branch per index.
-        for i in range(n):
-            if <uint64_t>idx[i] >= usize:
-                bad = i
-                break
+        # A negative index is huge when read as unsigned: one comparison covers both bounds.
+        # Each block is tested in one branch-free pass; only a block that fails is searched.
+        while start < n and bad < 0:
+            stop = n if n - start < CHECK_BLOCK else start + CHECK_BLOCK
+            if hpcbsp_any_index_at_or_above(p + start, stop - start, usize):
+                for i in range(start, stop):
+                    if <uint64_t>p[i] >= usize:
+                        bad = i
+                        break
+            start = stop
     return bad
 
 

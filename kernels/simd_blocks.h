@@ -1,6 +1,7 @@
-/* Contiguous float64 block sums for _reductions.pyx, compiled twice: for AVX2 and for the
- * baseline, with the CPU choosing at load time (GCC/Clang function multi-versioning).  A wheel or
- * source build therefore runs on any x86-64 CPU and uses 256-bit vectors where they exist.
+/* Contiguous float64 block sums for _reductions.pyx and the index bounds test of _indexed.pyx,
+ * compiled twice: for AVX2 and for the baseline, with the CPU choosing at load time (GCC/Clang
+ * function multi-versioning).  A wheel or source build therefore runs on any x86-64 CPU and uses
+ * 256-bit vectors where they exist.
  *
  * The arithmetic is exactly that of the Cython fallback: LANES = 8 independent accumulators,
  * added pairwise at the end, no fused multiply-add (the "avx2" target does not enable FMA), so
@@ -10,6 +11,7 @@
 #define HPCBSP_SIMD_BLOCKS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && !defined(__clang__)
 #define HPCBSP_MULTIVERSION __attribute__((target_clones("avx2", "default")))
@@ -39,5 +41,14 @@ static double hpcbsp_block_dot_f64(const double *p, const double *q, ptrdiff_t n
 
 HPCBSP_MULTIVERSION
 static double hpcbsp_block_sqnorm_f64(const double *p, ptrdiff_t n) { HPCBSP_BLOCK_BODY(HPCBSP_SQ_TERM) }
+
+/* 1 if some p[i], read as unsigned (a negative index is then huge), is >= limit: the bounds test
+ * of a block of indices, one branch-free pass that the compiler vectorises. */
+HPCBSP_MULTIVERSION
+static int hpcbsp_any_index_at_or_above(const int64_t *p, ptrdiff_t n, uint64_t limit) {
+    uint64_t any = 0;
+    for (ptrdiff_t i = 0; i < n; i++) { any |= (uint64_t)((uint64_t)p[i] >= limit); }
+    return any != 0;
+}
 
 #endif

@@ -139,6 +139,21 @@ def test_bad_index_is_named_and_table_untouched(bad, pos):
         kernels.gather(table, idx)
 
 
+@pytest.mark.parametrize("n", [4095, 4096, 4097, 3 * 4096 + 5])
+def test_the_first_bad_index_is_found_across_the_vectorised_blocks(n):
+    # The check tests blocks of 4096 indices in one pass and searches only a failing block:
+    # bad indices at block edges, several in one block, and two in different blocks.
+    rng = np.random.default_rng(n)
+    for positions in ([0], [n - 1], [4095 % n], [min(4096, n - 1)], [n // 2, n - 2], [n - 1, 1]):
+        idx = rng.integers(0, 10, n)
+        for p, value in zip(positions, (10, -3)):
+            idx[p] = value
+        first = int(np.flatnonzero((idx < 0) | (idx >= 10))[0])  # numpy's answer
+        with pytest.raises(IndexError, match=rf"index {idx[first]} at position {first} is out"):
+            kernels.gather(np.zeros(10), idx)
+    kernels.gather(np.zeros(10), rng.integers(0, 10, n))  # all valid: no error
+
+
 def test_indices_at_the_bounds():
     table = np.zeros(5)
     kernels.scatter_add(table, [0, 4], [1.0, 2.0])
