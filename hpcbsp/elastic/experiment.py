@@ -15,7 +15,7 @@ from .data import Dataset, MinibatchGradient, shard
 from .models import Model, make_model
 from .policies import PolicyOptions, make_policy
 from .runlog import RunLog
-from .resume import CheckpointError, CheckpointPlan, settings_of
+from .resume import CheckpointError, CheckpointPlan
 from .simulator import Simulation
 from .timing import TimingModel
 from .zipline import zipline
@@ -101,9 +101,7 @@ def run_simulated(config: TrainConfig, name: str, data: Dataset, repeat: int = 0
                      eval_every=config.eval_every)
     resumed_at, finished_before = None, False
     if checkpoint is not None:
-        path = checkpoint.path("simulated", name, repeat)
-        settings = settings_of(config, mode="simulated", policy=name, repeat=repeat,
-                               dataset=data.name)
+        path, settings = checkpoint.for_run(config, "simulated", name, repeat, data.name)
         state = checkpoint.load(path, settings) if checkpoint.restart else None
         if state is not None:
             sim.load(state["sim"])
@@ -137,9 +135,7 @@ def run_mpi(comm: Any, config: TrainConfig, name: str, data: Dataset, repeat: in
     if comm.Get_rank() == 0:
         path, settings, state, error = None, {}, None, None
         if checkpoint is not None:
-            path = checkpoint.path("mpi", name, repeat)
-            settings = settings_of(config, mode="mpi", policy=name, repeat=repeat,
-                                   dataset=data.name)
+            path, settings = checkpoint.for_run(config, "mpi", name, repeat, data.name)
             try:
                 state = checkpoint.load(path, settings) if checkpoint.restart else None
             except CheckpointError as exc:

@@ -71,8 +71,11 @@ class CheckpointPlan:
             k += 1
         return float(k * self.every)
 
-    def path(self, mode: str, policy: str, repeat: int) -> Path:
-        return self.directory / f"{mode}-{policy}-r{repeat}"
+    def for_run(self, config: Any, mode: str, policy: str, repeat: int,
+                dataset: str) -> tuple[Path, dict[str, Any]]:
+        """The checkpoint directory of one policy run, and the settings it is tied to."""
+        settings = settings_of(config, mode=mode, policy=policy, repeat=repeat, dataset=dataset)
+        return self.directory / f"{mode}-{policy}-r{repeat}", settings
 
     def save(self, path: Path, settings: dict[str, Any], state: Any) -> None:
         """Write ``state`` (objects :mod:`.snapshot` supports) atomically to ``path``."""

@@ -43,10 +43,18 @@ _SCRIPT = r"""
 marker=$1 me=$2 line=$3
 shift 3
 peers=$*
+hold_marker() {  # take the node's marker (or leave it to whoever has it), say $1, clean up
+  mkdir "$marker" 2>/dev/null || exit 0
+  [ -z "$1" ] || printf '%s\n' "$1" >&2
+  exec 2>&- 1>&-
+  sleep 10
+  rmdir "$marker" 2>/dev/null
+  exit 0
+}
 IFS= read -r word
 case "$word" in
   bye) exit 0 ;;
-  claimed) mkdir "$marker" 2>/dev/null || exit 0; exec 2>&- 1>&-; sleep 10; rmdir "$marker"; exit 0 ;;
+  claimed) hold_marker "" ;;
 esac
 probe() {  # S: the state of process $1 ("gone" once reaped), C: its exit code (0 while alive)
   S=gone C=
@@ -94,12 +102,7 @@ if [ -z "$sure" ]; then
     how="$how (the launcher was ending the job: another rank may have died first)"
   fi
 fi
-line="$line: $how"
-mkdir "$marker" 2>/dev/null || exit 0
-printf '%s\n' "$line" >&2
-exec 2>&- 1>&-
-sleep 10
-rmdir "$marker" 2>/dev/null
+hold_marker "$line: $how"
 """
 
 _pipe: int | None = None
@@ -142,29 +145,28 @@ def _forget() -> None:
 
 
 def _start_time(pid: int) -> str:
+    fields = _stat(pid)
+    return fields[19] if len(fields) > 19 else "0"
+
+
+def _stat(pid: int | str) -> list[str]:
+    """The fields of ``/proc/PID/stat`` after the command name (state, ppid, ...); [] if gone."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[19]
+            return fh.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
-        return "0"
+        return []
 
 
 def _siblings(limit: int = 512) -> list[int]:
     """The other children of this process's parent: the job's ranks on this node (Linux)."""
-    parent, me, out = os.getppid(), os.getpid(), []
+    parent, me, out = str(os.getppid()), os.getpid(), []
     try:
         names = os.listdir("/proc")
     except OSError:
         return out
     for name in names:
-        if not name.isdigit() or int(name) == me:
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 1 and fields[1] == str(parent):
+        if name.isdigit() and int(name) != me and _stat(name)[1:2] == [parent]:
             out.append(int(name))
             if len(out) >= limit:
                 break
