@@ -22,6 +22,7 @@ extensions = [
     Extension(
         f"hpcbsp.kernels.{os.path.splitext(os.path.basename(src))[0]}",
         [src],
+        depends=sorted(glob.glob("kernels/*.h")),  # rebuilt when a header changes; in the sdist
         include_dirs=[numpy.get_include(), "kernels"],
         extra_compile_args=["-O3"] + ([] if debug else ["-DNDEBUG"]),
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],

@@ -3,27 +3,32 @@
 
 A finite double is ``m * 2**(e - 1075)`` with an integer mantissa ``m < 2**53`` (implicit bit
 included) and the 11-bit exponent field ``e`` (subnormals: ``e = 0``, scale as ``e = 1``).  The
-sum of any doubles is therefore an integer multiple of ``2**-1074``, which we keep exactly:
+sum of any doubles is therefore an integer multiple of ``2**-1074``, which we keep exactly in
+``NCHUNK`` signed int64 chunks of 32 bits each (chunk ``i`` weighs ``2**(32*i - 1074)``).  The
+values reach the chunks by one of two exact paths, chosen per block of ``XS_BLOCK`` values:
 
-* the hot loop adds each mantissa, as an unsigned integer, into a bin indexed by the top 12 bits
-  of the double (sign and exponent): ``bins[bits >> 52] += m``.  A bin takes at most ``2**11 - 1``
-  such adds before it could overflow, so every ``BLOCK`` elements the bins in use (tracked in
-  groups of 64) are *flushed* into the chunks below: the rare carry normalisation.  ``NSET``
-  interleaved bin sets keep consecutive elements of similar size from forming one long
-  store-to-load dependency chain.  A table lookup by the same 12 bits gives the implicit bit to
-  OR in (none for zeros and subnormals, whose exponent field 0 weighs as field 1), so they need
-  no branch; only infinities and NaNs take one;
-* the flush adds ``bin * 2**(e-1)`` (in units of ``2**-1074``) into ``NCHUNK`` signed int64
-  chunks of 32 bits each (chunk ``i`` weighs ``2**(32*i - 1074)``) and propagates carries, so
-  that afterwards chunks ``0..NCHUNK-2`` lie in ``[0, 2**32)`` and the top chunk holds the sign.
+* **extraction** (``exactsum_blocks.h``, the fast path): a block whose values lie within about
+  ``2**48`` of its largest one is split, by two rounds of adding and subtracting a power-of-two
+  constant, into two integers exactly; their sum goes into the chunks.  Vectorised, it runs at a
+  good fraction of ``np.sum``'s speed.  It needs round-to-nearest and honoured subnormals,
+  checked on every call;
+* **integer bins** (any values, any range): each mantissa, as an unsigned integer, is added
+  into a bin indexed by the top 12 bits of the double (sign and exponent):
+  ``bins[bits >> 52] += m``.  A bin takes at most ``2**11 - 1`` such adds before it could
+  overflow, so every ``BLOCK`` elements the bins in use (tracked in groups of 64) are *flushed*
+  into the chunks: the rare carry normalisation.  ``NSET`` interleaved bin sets keep consecutive
+  elements of similar size from forming one long store-to-load dependency chain.  A table lookup
+  by the same 12 bits gives the implicit bit to OR in (none for zeros and subnormals, whose
+  exponent field 0 weighs as field 1), so they need no branch; only infinities and NaNs take one.
 
-The state handed out is the normalised chunks plus counters of NaNs, +inf, -inf and elements.
-Integer addition of states is exact and associative, and with chunks below ``2**32``, 2**30
-states can be added in int64 with room to spare (the runtime adds them with an MPI SUM
-Allreduce); :func:`round_state` then rounds once, correctly, to float64.
+Either way the chunks end normalised: chunks ``0..NCHUNK-2`` in ``[0, 2**32)``, the top chunk
+holding the sign.  The state handed out is the normalised chunks plus counters of NaNs, +inf,
+-inf and elements.  Integer addition of states is exact and associative, and with chunks below
+``2**32``, 2**30 states can be added in int64 with room to spare (the runtime adds them with an
+MPI SUM Allreduce); :func:`round_state` then rounds once, correctly, to float64, in integer
+arithmetic: the result is the same whatever the floating-point environment.
 """
 import numpy as np
-from libc.math cimport INFINITY, ldexp
 from libc.stdint cimport int64_t, uint64_t
 from libc.stdlib cimport calloc, free
 from libc.string cimport memcpy
@@ -39,6 +44,15 @@ cdef extern from *:
     # A hint, never a fault (an address past the end is fine): the hot loop's stores into the
     # bins leave the hardware prefetcher behind on long arrays, by 3x in measurements here.
     void HPCBSP_PREFETCH(const void* p) nogil
+
+cdef extern from "exactsum_blocks.h":
+    int hpcbsp_fp_env_allows_extraction() noexcept nogil
+    int hpcbsp_exact_block_f64(const double* p, Py_ssize_t n, int64_t* hi, int64_t* lo,
+                               int* pos) noexcept nogil
+    enum:
+        XS_BLOCK "HPCBSP_XS_BLOCK"
+        XS_LEVEL_SHIFT "HPCBSP_XS_LEVEL_SHIFT"
+    long hpcbsp_xs_set_ftz_daz(int ftz, int daz, long restore) noexcept nogil
 
 cdef enum:
     NCHUNK = 67            # 67 * 32 bits cover 2**-1074 .. beyond n * 2**1024 for any n < 2**63
@@ -58,12 +72,14 @@ cdef enum:
     # per block: 2047 * (2**53 - 1) < 2**64, the capacity of a uint64 bin.
     BLOCK = NSET * 2047
     PREFETCH_AHEAD = 512   # elements (4 KiB of float64)
+    BINS_RUN = BLOCK       # values the bins take when the fast path refuses a block
 
 STATE_LENGTH = STATE_LEN
 
 cdef uint64_t MANT = (<uint64_t>1 << 52) - 1
 cdef uint64_t IMPLICIT = <uint64_t>1 << 52
 cdef uint64_t SIGN = <uint64_t>1 << 63
+cdef uint64_t INF_BITS = <uint64_t>0x7FF << 52
 cdef int64_t MASK32 = 0xFFFFFFFF
 
 
@@ -146,8 +162,9 @@ cdef void _flush(uint64_t* bins, uint64_t touched, int64_t* st) noexcept nogil:
     _normalise(st)
 
 
-cdef void _accumulate(const double* p, Py_ssize_t sp, Py_ssize_t n, uint64_t* bins,
-                      int64_t* st) noexcept nogil:
+cdef void _accumulate_bins(const double* p, Py_ssize_t sp, Py_ssize_t n, uint64_t* bins,
+                           int64_t* st) noexcept nogil:
+    """The general path: any values, any range.  Leaves the chunks normalised."""
     cdef Py_ssize_t start = 0, end, i, k
     cdef uint64_t b, idx, touched, imp
     while start < n:
@@ -181,6 +198,54 @@ cdef void _accumulate(const double* p, Py_ssize_t sp, Py_ssize_t n, uint64_t* bi
             i += 1
         _flush(bins, touched, st)
         start = end
+
+
+cdef inline void _add_int(int64_t* st, int64_t v, Py_ssize_t pos) noexcept nogil:
+    """chunks += v * 2**pos (in units of 2**-1074)."""
+    if v > 0:
+        _add_chunks(st, <uint64_t>v, pos, False)
+    elif v < 0:
+        _add_chunks(st, <uint64_t>0 - <uint64_t>v, pos, True)
+
+
+cdef void _accumulate(const double* p, Py_ssize_t sp, Py_ssize_t n, uint64_t* bins,
+                      int64_t* st) noexcept nogil:
+    """Add p[0], p[sp], ... p[(n-1)*sp] into the chunks and counters; leaves them normalised.
+
+    Blocks of XS_BLOCK values take the extraction fast path (exactsum_blocks.h) where it applies;
+    a block it refuses, and the next few with it (a wide range tends to persist), take the bins.
+    """
+    cdef Py_ssize_t start = 0, m, j, pending = 0
+    cdef int64_t hi, lo
+    cdef int pos
+    cdef const double* src
+    cdef double buf[XS_BLOCK]
+    if not hpcbsp_fp_env_allows_extraction():
+        _accumulate_bins(p, sp, n, bins, st)
+        st[I_COUNT] += n
+        return
+    while start < n:
+        m = n - start if n - start < XS_BLOCK else XS_BLOCK
+        if sp == 1:
+            src = p + start
+        else:
+            for j in range(m):
+                buf[j] = p[(start + j) * sp]
+            src = buf
+        if hpcbsp_exact_block_f64(src, m, &hi, &lo, &pos):
+            _add_int(st, hi, pos)
+            _add_int(st, lo, pos - XS_LEVEL_SHIFT)
+            pending += 1
+            # Each block adds below 2**33 to a chunk: normalise long before int64 could overflow.
+            if pending == 1 << 20:
+                _normalise(st)
+                pending = 0
+            start += m
+        else:
+            m = n - start if n - start < BINS_RUN else BINS_RUN
+            _accumulate_bins(p + start * sp, sp, m, bins, st)
+            start += m
+    _normalise(st)
     st[I_COUNT] += n
 
 
@@ -232,29 +297,32 @@ def normalised(const int64_t[:] state):
     return out
 
 
-cdef double _round_magnitude(const int64_t* c) noexcept nogil:
-    """The float64 nearest to sum(c[i] * 2**(32*i - 1074)), ties to even, for normalised,
-    non-negative chunks (+inf beyond the float64 range).
+cdef uint64_t _round_magnitude(const int64_t* c) noexcept nogil:
+    """The bits of the float64 nearest to sum(c[i] * 2**(32*i - 1074)), ties to even, for
+    normalised, non-negative chunks (+inf beyond the float64 range).
 
     The 64 bits from the highest set bit down go into ``w``; every bit below them only matters
-    as a "sticky" bit (is the rest non-zero?), which is ORed into the lowest bit of ``w``.  That
-    bit lies below the rounding position of a 53-bit mantissa, so the one correctly rounded
-    conversion ``(double)w`` rounds the whole sum correctly; scaling by a power of two is then
-    exact (a result below 2**-1022 is a multiple of 2**-1074 under 2**52: no rounding at all).
+    as a "sticky" bit (is the rest non-zero?), which is ORed into the lowest bit of ``w``.  ``w``
+    is then rounded to 53 bits and the double assembled from its fields, all in integers: the
+    result does not depend on the floating-point rounding mode or on flush-to-zero settings.
+    A sum below 2**-1022 is a multiple of 2**-1074 under 2**52, which needs no rounding and is
+    its own subnormal bit pattern.
     """
     cdef Py_ssize_t h = NCHUNK - 1, j
-    cdef uint64_t w, below, top
+    cdef uint64_t w, below, top, mant, rest
     cdef int lz = 0
+    cdef int64_t field
     while h >= 0 and c[h] == 0:
         h -= 1
     if h < 0:
-        return 0.0
+        return 0
     top = <uint64_t>c[h]
     if top >> 32:
-        return INFINITY            # at least 2**(32*66 + 32 - 1074): far beyond float64
+        return INF_BITS            # at least 2**(32*66 + 32 - 1074): far beyond float64
     while not (top << lz) & (<uint64_t>1 << 31):
         lz += 1
-    # w = chunks h, h-1 and the top lz bits of h-2, left-aligned (missing chunks are 0)
+    # w = chunks h, h-1 and the top lz bits of h-2, left-aligned (missing chunks are 0): its
+    # bit 63 is set and its bit 0 weighs 2**(32*(h-1) - lz - 1074).
     w = (top << 32) | (<uint64_t>c[h - 1] if h >= 1 else 0)
     below = <uint64_t>c[h - 2] if h >= 2 else 0
     if lz:
@@ -263,7 +331,22 @@ cdef double _round_magnitude(const int64_t* c) noexcept nogil:
     for j in range(h - 2):
         below |= <uint64_t>c[j]
     w |= below != 0
-    return ldexp(<double>w, <int>(32 * (h - 1) - lz - 1074))
+    # The top 53 bits, rounded to nearest, ties to even, by the 11 below them (sticky included).
+    mant = w >> 11
+    rest = w & 0x7FF
+    if rest > 0x400 or (rest == 0x400 and (mant & 1)):
+        mant += 1
+    # The value is mant * 2**(field - 1075), mant in [2**52, 2**53]
+    field = 32 * (h - 1) - lz - 1074 + 11 + 1075
+    if mant >> 53:
+        mant >>= 1
+        field += 1
+    if field >= 0x7FF:
+        return INF_BITS
+    if field >= 1:
+        return (<uint64_t>field << 52) | (mant & MANT)
+    # Subnormal: exact, mant's low 1 - field bits are zero.
+    return mant >> (1 - field)
 
 
 def round_state(const int64_t[:] state):
@@ -293,5 +376,46 @@ def round_state(const int64_t[:] state):
         for i in range(NCHUNK):
             c[i] = -c[i]
         _normalise(c)
-    r = _round_magnitude(c)
-    return -r if negative else r
+    cdef uint64_t b = _round_magnitude(c)
+    cdef double r
+    if negative:
+        b |= SIGN
+    memcpy(&r, &b, 8)
+    return r
+
+
+# -- For the tests: look at the fast path directly ------------------------------------------------
+
+def _extraction_ready():
+    """True when blocks may take the extraction fast path now: compiled in, round-to-nearest,
+    no flush-to-zero, no denormals-are-zero."""
+    return bool(hpcbsp_fp_env_allows_extraction())
+
+
+def _extract_block(const double[::1] x):
+    """The fast path's answer for one block, ``(hi, lo, pos)`` meaning
+    ``hi * 2**(pos - 1074) + lo * 2**(pos - 51 - 1074)``, or None where it refuses the block."""
+    cdef int64_t hi = 0, lo = 0
+    cdef int pos = 0
+    if x.shape[0] > XS_BLOCK:
+        raise ValueError(f"a block holds at most {XS_BLOCK} values")
+    if x.shape[0] == 0:
+        return (0, 0, XS_LEVEL_SHIFT)
+    if not hpcbsp_exact_block_f64(&x[0], x.shape[0], &hi, &lo, &pos):
+        return None
+    return (hi, lo, pos)
+
+
+def _set_ftz_daz(bint ftz, bint daz):
+    """Set the SSE flush-to-zero and denormals-are-zero flags; returns a token for
+    :func:`_restore_fp_flags`, or None where the CPU has no such register."""
+    cdef long old = hpcbsp_xs_set_ftz_daz(ftz, daz, -1)
+    return None if old < 0 else old
+
+
+def _restore_fp_flags(long token):
+    hpcbsp_xs_set_ftz_daz(0, 0, token)
+
+
+XS_BLOCK_VALUES = XS_BLOCK
+XS_SHIFT = XS_LEVEL_SHIFT

@@ -7,6 +7,12 @@ memory-bound reductions also print the bandwidth they reach and its fraction of 
 Targets (issue 3): grouping >= 3x ``argsort(kind="stable")`` + ``bincount``; scatter-add >= 5x
 ``np.add.at``; sum, dot, norm >= 0.8x numpy; exact summation >= 0.25x ``np.sum``.
 
+The read bandwidth of ``np.sum`` bounds every streaming kernel from above: scatter-add must read
+an index (8 bytes) and a value (8 bytes) per update however its table is updated, so its rows
+print the ratio to ``np.add.at`` that streaming alone would allow ("ceiling").  The exact sum is
+timed twice: on normal data (its extraction fast path) and on values spread over 2**600 (the
+general path, integer bins).
+
 numpy's ``dot`` calls BLAS, which may use several threads; the kernels use one (an MPI rank per
 core).  When ``threadpoolctl`` is installed, the comparison runs with numpy's BLAS limited to one
 thread, like for like, and dot and sqnorm are measured once more at the end against numpy's
@@ -40,6 +46,7 @@ class Row:
     theirs: Callable[[], Any]
     target: float | None = None   # minimum ratio ours/numpy speed, from the issue
     bytes_per_elem: int = 0       # memory traffic of the kernel (0: not memory-bound)
+    stream_bytes: int = 0         # bytes it must read per element at least (0: no ceiling shown)
 
 
 def _best(fn: Callable[[], Any], repeat: int, number: int) -> float:
@@ -89,6 +96,7 @@ def _rows(n: int, nprocs: int, table: int, seed: int, fsum: bool,
     rng = np.random.default_rng(seed)
     x = rng.standard_normal(n)
     y = rng.standard_normal(n)
+    wide = x * np.exp2(rng.integers(-300, 300, n))
     dest = rng.integers(0, nprocs, n)
     idx = rng.integers(0, table, n)
     vals = rng.random(n)
@@ -102,12 +110,12 @@ def _rows(n: int, nprocs: int, table: int, seed: int, fsum: bool,
             "argsort(stable)+bincount",
             lambda: (np.argsort(dest, kind="stable"), np.bincount(dest, minlength=nprocs)), 3.0),
         Row("scatter_add", lambda: kernels.scatter_add(ftab, idx, vals),
-            "np.add.at", lambda: np.add.at(ftab, idx, vals), 5.0),
+            "np.add.at", lambda: np.add.at(ftab, idx, vals), 5.0, stream_bytes=16),
         Row("scatter_add (+1)", lambda: kernels.scatter_add(itab, idx, 1),
-            "np.add.at", lambda: np.add.at(itab, idx, 1), 5.0),
+            "np.add.at", lambda: np.add.at(itab, idx, 1), 5.0, stream_bytes=8),
         # The compiled loop without the facade's bounds pass: the floor of any checked kernel.
         Row("scatter_add loop alone", lambda: MODULES["_indexed"].scatter_add(ftab, idx, vals),
-            "np.add.at", lambda: np.add.at(ftab, idx, vals)),
+            "np.add.at", lambda: np.add.at(ftab, idx, vals), stream_bytes=16),
         Row("gather", lambda: kernels.gather(ftab, idx, gout), "np.take",
             lambda: np.take(ftab, idx, out=gout)),
         Row("sum", lambda: kernels.sum(x), "np.sum", lambda: np.sum(x), 0.8, 8),
@@ -117,6 +125,8 @@ def _rows(n: int, nprocs: int, table: int, seed: int, fsum: bool,
         Row("minmax", lambda: kernels.minmax(x), "np.min+np.max",
             lambda: (np.min(x), np.max(x)), None, 8),
         Row("exact_sum", lambda: kernels.exact_sum(x), "np.sum", lambda: np.sum(x), 0.25, 8),
+        Row("exact_sum (wide)", lambda: kernels.exact_sum(wide), "np.sum", lambda: np.sum(wide),
+            None, 8),
         *fsum_rows,
     ]
     threaded = [
@@ -132,7 +142,8 @@ def _fmt_rate(n: int, seconds: float) -> str:
     return f"{n / seconds / 1e6:9.1f}"
 
 
-def _report(row: Row, n: int, repeat: int, number: int, copy_bw: float, interleave: bool) -> bool:
+def _report(row: Row, n: int, repeat: int, number: int, copy_bw: float, read_bw: float,
+            interleave: bool) -> bool:
     """Measure and print one row; True when it misses its target."""
     ours, theirs = _pair(row.ours, row.theirs, repeat, number, interleave)
     ratio = theirs / ours
@@ -140,11 +151,15 @@ def _report(row: Row, n: int, repeat: int, number: int, copy_bw: float, interlea
     if row.bytes_per_elem:
         bw = row.bytes_per_elem * n / ours / 1e9
         notes.append(f"{bw:.1f} GB/s = {bw / copy_bw:.2f} of copy")
+    if row.stream_bytes:
+        # Reading stream_bytes per element at np.sum's rate, and nothing else, takes this long.
+        floor = row.stream_bytes * n / (read_bw * 1e9)
+        notes.append(f"ceiling {theirs / floor:.2f}x ({row.stream_bytes} B/elem at the read rate)")
     verdict = ""
     if row.target is not None:
         verdict = "ok" if ratio >= row.target else "BELOW"
     target = f">={row.target:g}x" if row.target is not None else "-"
-    print(f"{row.name:18s} {_fmt_rate(n, ours)} {_fmt_rate(n, theirs)} {ratio:5.2f}x "
+    print(f"{row.name:22s} {_fmt_rate(n, ours)} {_fmt_rate(n, theirs)} {ratio:5.2f}x "
           f"{target:>7s}  {row.numpy_name:30s} {verdict} {'; '.join(notes)}".rstrip(), flush=True)
     return verdict == "BELOW"
 
@@ -195,19 +210,22 @@ def main(argv: list[str]) -> int:
     src, dst = np.random.default_rng(1).random(n), np.empty(n)
     copy_t = _best(lambda: np.copyto(dst, src), repeat, number)
     copy_bw = 16 * n / copy_t / 1e9
-    print(f"copy bandwidth (np.copyto, read + write): {copy_bw:.1f} GB/s", flush=True)
-    print(f"{'kernel':18s} {'hpcbsp':>9s} {'numpy':>9s} {'ratio':>6s} {'target':>7s}  "
+    read_t = _best(lambda: np.sum(src), repeat, number)
+    read_bw = 8 * n / read_t / 1e9
+    print(f"copy bandwidth (np.copyto, read + write): {copy_bw:.1f} GB/s; "
+          f"read bandwidth (np.sum): {read_bw:.1f} GB/s", flush=True)
+    print(f"{'kernel':22s} {'hpcbsp':>9s} {'numpy':>9s} {'ratio':>6s} {'target':>7s}  "
           f"{'numpy equivalent':30s} notes")
-    print(f"{'':18s} {'Melem/s':>9s} {'Melem/s':>9s}")
+    print(f"{'':22s} {'Melem/s':>9s} {'Melem/s':>9s}")
     below = 0
     # Like for like first: numpy's BLAS on one thread, as the kernels (an MPI rank per core).
     # Idle OpenBLAS threads spin for a while after a call, which would slow whatever runs next
     # on a small machine, so the rows against several BLAS threads come last, not interleaved.
     with one_thread() if one_thread else nullcontext():
         for row in rows:
-            below += _report(row, n, repeat, number, copy_bw, interleave=True)
+            below += _report(row, n, repeat, number, copy_bw, read_bw, interleave=True)
     for row in threaded:
-        _report(row, n, repeat, number, copy_bw, interleave=False)
+        _report(row, n, repeat, number, copy_bw, read_bw, interleave=False)
     print(f"{below} kernel(s) below target" if below else "all targets met")
     return 0
 

@@ -33,6 +33,9 @@ def gather_info() -> dict[str, object]:
         **launch.as_dict(),
         "hosts": sorted(set(hosts)) if hosts else None,
         "kernels": kernels.compiled_status(),
+        "exact_sum": ("extraction fast path on" if kernels.exact_sum_fast_path_enabled() else
+                      "integer bins only (the build or the floating-point environment rules out "
+                      "the extraction fast path: round-to-nearest without flush-to-zero needed)"),
     }
     return info
 

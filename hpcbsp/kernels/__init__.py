@@ -33,6 +33,7 @@ from .exact_sum import (  # noqa: E402 - only once the extensions are known to b
     EXACT_SUM_MAX_MERGE,
     EXACT_SUM_STATE_LEN,
     exact_sum,
+    exact_sum_fast_path_enabled,
     exact_sum_round,
     exact_sum_state,
 )
@@ -45,7 +46,7 @@ _NUMBA_NAMES = ("csr_matvec", "jacobi_sweep_dense", "jacobi_sweep_csr", "softmax
 __all__ = [
     "KernelsNotBuiltError", "require_compiled", "compiled_status",
     "group_by_dest", "scatter_add", "gather", "sum", "dot", "sqnorm", "minmax",
-    "exact_sum_state", "exact_sum_round", "exact_sum", "EXACT_SUM_STATE_LEN",
+    "exact_sum_state", "exact_sum_round", "exact_sum", "exact_sum_fast_path_enabled", "EXACT_SUM_STATE_LEN",
     "EXACT_SUM_MAX_MERGE", *_NUMBA_NAMES,
 ]
 

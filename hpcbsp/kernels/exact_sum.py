@@ -89,6 +89,19 @@ def exact_sum_round(state: Any) -> float:
     return MODULES["_exactsum"].round_state(arr.astype(np.int64, copy=False))
 
 
+def exact_sum_fast_path_enabled() -> bool:
+    """Whether exact sums may take the extraction fast path in this thread now.
+
+    Blocks of 2048 values whose magnitudes lie within about 2**48 of each other are summed by
+    error-free extraction at a good fraction of ``np.sum``'s speed; other blocks (and all of
+    them when this is False) go through integer bins, several times slower.  Both are exact:
+    only the speed differs.  False when the build compiled the path out (``-ffast-math``, x87
+    arithmetic) or the floating-point environment is not round-to-nearest with subnormals
+    honoured (a library built with ``-ffast-math`` may set flush-to-zero process-wide).
+    """
+    return bool(MODULES["_exactsum"]._extraction_ready())
+
+
 def exact_sum(x: Any) -> float:
     """Correctly rounded sum of ``x`` (``exact_sum_round(exact_sum_state(x))``).
 
