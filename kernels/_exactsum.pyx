@@ -29,21 +29,25 @@ MPI SUM Allreduce); :func:`round_state` then rounds once, correctly, to float64,
 arithmetic: the result is the same whatever the floating-point environment.
 """
 import numpy as np
+from libc.math cimport ldexp
 from libc.stdint cimport int64_t, uint64_t
 from libc.stdlib cimport calloc, free
 from libc.string cimport memcpy
 
 cdef extern from *:
     """
+    #include <stdint.h>
     #if defined(__GNUC__) || defined(__clang__)
-    #define HPCBSP_PREFETCH(p) __builtin_prefetch(p)
+    /* p + k doubles, formed as an integer: as a pointer it would be undefined past the end */
+    #define HPCBSP_PREFETCH_AT(p, k) \
+        __builtin_prefetch((const void *)((uintptr_t)(p) + (uintptr_t)(k) * sizeof(double)))
     #else
-    #define HPCBSP_PREFETCH(p) ((void)0)
+    #define HPCBSP_PREFETCH_AT(p, k) ((void)0)
     #endif
     """
     # A hint, never a fault (an address past the end is fine): the hot loop's stores into the
     # bins leave the hardware prefetcher behind on long arrays, by 3x in measurements here.
-    void HPCBSP_PREFETCH(const void* p) nogil
+    void HPCBSP_PREFETCH_AT(const double* p, Py_ssize_t k) nogil
 
 cdef extern from "exactsum_blocks.h":
     int hpcbsp_fp_env_allows_extraction() noexcept nogil
@@ -174,7 +178,7 @@ cdef void _accumulate_bins(const double* p, Py_ssize_t sp, Py_ssize_t n, uint64_
         i = start
         # Element i goes to bin set (i - start) % NSET: at most BLOCK / NSET adds per bin.
         while i + NSET <= end:
-            HPCBSP_PREFETCH(p + (i + PREFETCH_AHEAD) * sp)
+            HPCBSP_PREFETCH_AT(p, (i + PREFETCH_AHEAD) * sp)
             for k in range(NSET):
                 b = _bits(p + (i + k) * sp)
                 idx = b >> 52
@@ -208,6 +212,54 @@ cdef inline void _add_int(int64_t* st, int64_t v, Py_ssize_t pos) noexcept nogil
         _add_chunks(st, <uint64_t>0 - <uint64_t>v, pos, True)
 
 
+# The fast path's known-answer test: -1 not run yet, then 0 failed or 1 passed.  Run the first
+# time the floating-point environment allows extraction (a data race between threads is benign:
+# each computes the same answer).
+cdef int _extraction_trusted = -1
+
+
+cdef bint _extraction_self_test(uint64_t* bins) noexcept nogil:
+    """Compare the fast path with the integer bins on one block whose exact sum needs every bit
+    of both extraction levels.  A compiler that reassociated the extraction arithmetic (flags
+    that no predefined macro reveals) fails it, and the fast path then stays off."""
+    cdef double x[40]
+    cdef int64_t by_bins[STATE_LEN]
+    cdef int64_t by_extraction[STATE_LEN]
+    cdef int64_t hi = 0, lo = 0
+    cdef int pos = 0
+    cdef Py_ssize_t i
+    for i in range(STATE_LEN):
+        by_bins[i] = 0
+        by_extraction[i] = 0
+    for i in range(40):
+        x[i] = (-1.0 if i % 3 == 0 else 1.0) * (1.0 + ldexp(<double>i, -50))
+    x[7] = ldexp(3.0, -60)
+    x[13] = -(ldexp(1.0, -45) + ldexp(1.0, -97))   # 53 significant bits
+    x[22] = ldexp(5.0, -99)
+    x[31] = -0.0
+    if not hpcbsp_exact_block_f64(x, 40, &hi, &lo, &pos):
+        return False
+    _add_int(by_extraction, hi, pos)
+    _add_int(by_extraction, lo, pos - XS_LEVEL_SHIFT)
+    _normalise(by_extraction)
+    _accumulate_bins(x, 1, 40, bins, by_bins)
+    for i in range(NCHUNK):
+        if by_bins[i] != by_extraction[i]:
+            return False
+    return True
+
+
+cdef inline bint _extraction_allowed(uint64_t* bins) noexcept nogil:
+    """The fast path may run now: compiled in, passed its known-answer test, and the calling
+    thread's floating-point environment is round-to-nearest without FTZ/DAZ."""
+    global _extraction_trusted
+    if not hpcbsp_fp_env_allows_extraction():
+        return False
+    if _extraction_trusted < 0:
+        _extraction_trusted = 1 if _extraction_self_test(bins) else 0
+    return _extraction_trusted == 1
+
+
 cdef void _accumulate(const double* p, Py_ssize_t sp, Py_ssize_t n, uint64_t* bins,
                       int64_t* st) noexcept nogil:
     """Add p[0], p[sp], ... p[(n-1)*sp] into the chunks and counters; leaves them normalised.
@@ -220,7 +272,7 @@ cdef void _accumulate(const double* p, Py_ssize_t sp, Py_ssize_t n, uint64_t* bi
     cdef int pos
     cdef const double* src
     cdef double buf[XS_BLOCK]
-    if not hpcbsp_fp_env_allows_extraction():
+    if not _extraction_allowed(bins):
         _accumulate_bins(p, sp, n, bins, st)
         st[I_COUNT] += n
         return
@@ -256,11 +308,33 @@ cdef uint64_t _shared_bins[NSET * SET_STRIDE]
 cdef bint _shared_busy = False
 
 
+cdef uint64_t* _take_bins(bint* own) except NULL:
+    """The shared bins, or (``*own`` set) fresh ones when another thread holds them.  Call with
+    the GIL held; hand them back with :func:`_give_back_bins`."""
+    global _shared_busy
+    cdef uint64_t* bins
+    own[0] = _shared_busy
+    if own[0]:
+        bins = <uint64_t*>calloc(NSET * SET_STRIDE, sizeof(uint64_t))
+        if bins == NULL:
+            raise MemoryError("exact sum: cannot allocate the accumulator bins")
+        return bins
+    _shared_busy = True
+    return _shared_bins
+
+
+cdef void _give_back_bins(uint64_t* bins, bint own) noexcept:
+    global _shared_busy
+    if own:
+        free(bins)
+    else:
+        _shared_busy = False
+
+
 def accumulate(const double[:] x, int64_t[::1] state):
     """Add the float64 values ``x`` exactly into ``state`` in place; a normalised state stays
     normalised.  Returns nothing.
     """
-    global _shared_busy
     if state.shape[0] != STATE_LEN:
         raise ValueError(f"exact-sum state must have length {STATE_LEN}, not {state.shape[0]}")
     cdef Py_ssize_t n = x.shape[0]
@@ -269,21 +343,11 @@ def accumulate(const double[:] x, int64_t[::1] state):
     if x.strides[0] % 8 != 0:
         raise ValueError(f"array stride {x.strides[0]} is not a multiple of 8")
     cdef Py_ssize_t sp = x.strides[0] // 8
-    cdef uint64_t* bins
-    cdef bint own = _shared_busy
-    if own:
-        bins = <uint64_t*>calloc(NSET * SET_STRIDE, sizeof(uint64_t))
-        if bins == NULL:
-            raise MemoryError("exact sum: cannot allocate the accumulator bins")
-    else:
-        bins = _shared_bins
-        _shared_busy = True
+    cdef bint own
+    cdef uint64_t* bins = _take_bins(&own)
     with nogil:
         _accumulate(&x[0], sp, n, bins, &state[0])
-    if own:
-        free(bins)
-    else:
-        _shared_busy = False
+    _give_back_bins(bins, own)
 
 
 def normalised(const int64_t[:] state):
@@ -387,9 +451,25 @@ def round_state(const int64_t[:] state):
 # -- For the tests: look at the fast path directly ------------------------------------------------
 
 def _extraction_ready():
-    """True when blocks may take the extraction fast path now: compiled in, round-to-nearest,
-    no flush-to-zero, no denormals-are-zero."""
-    return bool(hpcbsp_fp_env_allows_extraction())
+    """True when blocks may take the extraction fast path now: compiled in, known-answer test
+    passed, round-to-nearest, no flush-to-zero, no denormals-are-zero."""
+    cdef bint own
+    cdef uint64_t* bins = _take_bins(&own)
+    cdef bint allowed = _extraction_allowed(bins)
+    _give_back_bins(bins, own)
+    return allowed
+
+
+def _extraction_self_test_passed():
+    """The known-answer test's verdict (runs it now if it has not run): True or False."""
+    global _extraction_trusted
+    cdef bint own
+    cdef uint64_t* bins
+    if _extraction_trusted < 0:
+        bins = _take_bins(&own)
+        _extraction_trusted = 1 if _extraction_self_test(bins) else 0
+        _give_back_bins(bins, own)
+    return _extraction_trusted == 1
 
 
 def _extract_block(const double[::1] x):

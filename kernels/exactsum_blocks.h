@@ -12,19 +12,22 @@
  * of sigma + x, a double with |r| <= u/2, and x == q + r exactly.  Moreover the bit pattern of t,
  * read as an integer, is bits(sigma) + q/u: the block's sum of q is an integer sum of bit
  * patterns minus n * bits(sigma), done on integer lanes (wrapping mod 2**64 on the way; the
- * result is below 2**50 * n in magnitude).  The remainders, below 2**(k-53) = 2**(k2-2) with
+ * result is at most 2**50 * n in magnitude).  The remainders, below 2**(k-53) = 2**(k2-2) with
  * k2 = k - 51, go through the same step with sigma2 = 1.5 * 2**k2; the block's sum is then
  * exact if every second remainder r - q2 is zero, which the loop checks.  Two levels reach
  * 101 bits below the block's largest power of two, so a value more than about 2**48 below it
- * with its low bits set, or a subnormal, sends the block to the general path.
+ * with its low bits set (a subnormal, as a rule) sends the block to the general path.
  *
  * What that needs of the floating-point environment, checked where it can go wrong:
  * - IEEE double arithmetic without excess precision (FLT_EVAL_METHOD == 0) and no value-changing
- *   optimisation (__FAST_MATH__ would let the compiler fold (sigma + x) - sigma to x): checked at
- *   compile time, the fast path is compiled out otherwise;
+ *   optimisation (-ffast-math, -funsafe-math-optimizations or -fassociative-math would let the
+ *   compiler fold x - ((sigma + x) - sigma) to 0): checked at compile time, where the fast path
+ *   is compiled out otherwise, and once more when the module loads, by a known-answer test
+ *   against the integer bins (_exactsum.pyx), which catches a miscompilation no macro reveals;
  * - round-to-nearest, and subnormals neither flushed to zero (FTZ) nor read as zero (DAZ), as
  *   some libraries built with -ffast-math set them process-wide: hpcbsp_fp_env_allows_extraction
- *   checks at run time, once per call;
+ *   checks at run time, once per call, by arithmetic in the unit that does the work (on x86 the
+ *   SSE register, which fegetround() does not read: it may differ from the x87 one);
  * - the value range: sigma2 must be a normal double and sigma finite, so blocks whose largest
  *   magnitude has an exponent field outside [XS_FIELD_MIN, XS_FIELD_MAX] (about 2**-959 ..
  *   2**1018) take the general path, and so do infinities and NaNs.
@@ -35,7 +38,6 @@
 #ifndef HPCBSP_EXACTSUM_BLOCKS_H
 #define HPCBSP_EXACTSUM_BLOCKS_H
 
-#include <fenv.h>
 #include <float.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -48,7 +50,9 @@
 #define HPCBSP_XS_FIELD_MIN 64             /* k2 = field - 1071 >= -1007: sigma2 is normal */
 #define HPCBSP_XS_FIELD_MAX 2040           /* k = field - 1020 <= 1020: sigma is finite */
 
-#if FLT_EVAL_METHOD == 0 && !defined(__FAST_MATH__) && defined(__GNUC__)
+#if defined(__GNUC__) && defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD == 0 \
+    && !defined(__FAST_MATH__) && !defined(__ASSOCIATIVE_MATH__) && !defined(__RECIPROCAL_MATH__) \
+    && !defined(__NO_SIGNED_ZEROS__)
 #define HPCBSP_XS_AVAILABLE 1
 #else
 #define HPCBSP_XS_AVAILABLE 0
@@ -62,18 +66,29 @@ static inline double hpcbsp_xs_sigma(int k) {
     return d;
 }
 
-/* 1 where the running process's floating-point environment is what the extraction needs:
- * round-to-nearest, no flush-to-zero, no denormals-are-zero.  Bits, not comparisons, decide:
- * under DAZ a comparison with a subnormal would itself read it as zero. */
+static inline int hpcbsp_xs_bits_equal(double x, double y) {
+    uint64_t a, b;
+    memcpy(&a, &x, 8);
+    memcpy(&b, &y, 8);
+    return a == b;
+}
+
+/* 1 where the calling thread's floating-point environment is what the extraction needs:
+ * round-to-nearest, no flush-to-zero, no denormals-are-zero.  Probed by arithmetic on volatile
+ * operands, so the unit and the control register that the hot loop uses answer (fegetround()
+ * reads the x87 control word on x86-64, not the SSE one).  Bits, not comparisons, decide: under
+ * DAZ a comparison with a subnormal would itself read it as zero. */
 static int hpcbsp_fp_env_allows_extraction(void) {
 #if HPCBSP_XS_AVAILABLE
+    volatile double one = 1.0, quarter_ulp = 0x1p-54, three_quarter_ulp = 0x3p-54;
     volatile double quarter_min = DBL_MIN / 4; /* subnormal */
-    double twice = quarter_min + quarter_min;  /* DBL_MIN / 2, or 0 under FTZ or DAZ */
-    double expect = DBL_MIN / 2;               /* folded at compile time: exact */
-    uint64_t a, b;
-    memcpy(&a, &twice, 8);
-    memcpy(&b, &expect, 8);
-    return a == b && fegetround() == FE_TONEAREST;
+    /* to nearest: 1 + u/4 -> 1 (upward would give 1 + u); 1 + 3u/4 -> 1 + u (downward and
+     * toward zero would give 1) */
+    int nearest = hpcbsp_xs_bits_equal(one + quarter_ulp, 1.0)
+                  && hpcbsp_xs_bits_equal(one + three_quarter_ulp, 1.0 + 0x1p-52);
+    /* DBL_MIN / 2, exact in every mode, or 0 under FTZ or DAZ */
+    int subnormals = hpcbsp_xs_bits_equal(quarter_min + quarter_min, DBL_MIN / 2);
+    return nearest && subnormals;
 #else
     return 0;
 #endif
@@ -163,8 +178,9 @@ static int hpcbsp_exact_block_f64(const double *p, ptrdiff_t n, int64_t *hi, int
     for (i = 0; i < m; i += 8) {
         hpcbsp_v4d x, y;
         /* The next block, one cache line per step: its loads then overlap this arithmetic
-         * (a hint that never faults, even past the end of the array). */
-        __builtin_prefetch(p + n + i);
+         * (a hint that never faults, even past the end of the array; the address is formed as
+         * an integer, since a pointer beyond one past the end would be undefined). */
+        __builtin_prefetch((const void *)((uintptr_t)p + (uintptr_t)(n + i) * sizeof(double)));
         memcpy(&x, p + i, 32);
         memcpy(&y, p + i + 4, 32);
         hpcbsp_v4d tx = v1 + x, ty = v1 + y;
@@ -174,7 +190,8 @@ static int hpcbsp_exact_block_f64(const double *p, ptrdiff_t n, int64_t *hi, int
         b1 += (hpcbsp_v4u)ty;
         a2 += (hpcbsp_v4u)ux;
         b2 += (hpcbsp_v4u)uy;
-        bad |= (rx != (ux - v2)) | (ry != (uy - v2)); /* a second remainder is not zero */
+        /* a second remainder is not zero (the cast: clang's compare yields long long lanes) */
+        bad |= (hpcbsp_v4i)((rx != (ux - v2)) | (ry != (uy - v2)));
     }
     uint64_t t1 = 0, t2 = 0, tb1, tb2;
     int tail_bad = 0;

@@ -188,6 +188,37 @@ def test_other_rounding_modes_give_the_same_bits(mode):
     assert all(same(g, e) for g, e in zip(got, expect)), (got, expect)
 
 
+SSE_ROUNDING = {"downward": 0x2000, "upward": 0x4000, "toward zero": 0x6000}
+
+
+@pytest.mark.parametrize("mode", sorted(SSE_ROUNDING))
+def test_rounding_set_in_the_sse_register_alone_is_seen(mode):
+    # Code that sets only MXCSR (_MM_SET_ROUNDING_MODE, a JIT) leaves the x87 control word, which
+    # fegetround() reads on x86-64, at round-to-nearest: the probe must look at the SSE unit.
+    # Under round-up, this block was once accepted and summed to 2**-100 (one ulp off).
+    x = np.array([1.0, -1.0, np.nextafter(2.0**-100, 0.0)])
+    rng = np.random.default_rng(13)
+    cases = [x, rng.standard_normal(3 * BLOCK + 5), np.array([1.0, 2.0**-53, 2.0**-1074])]
+    expect = [math.fsum(c) for c in cases]
+    token = XS._set_ftz_daz(False, False)
+    if token is None:
+        pytest.skip("no SSE control register on this CPU")
+    try:
+        XS._restore_fp_flags((token & ~0x6000) | SSE_ROUNDING[mode])
+        ready = XS._extraction_ready()
+        got = [kernels.exact_sum(c) for c in cases]
+    finally:
+        XS._restore_fp_flags(token)
+    assert not ready
+    assert all(same(g, e) for g, e in zip(got, expect)), (got, expect)
+
+
+def test_the_known_answer_test_passes_in_this_build():
+    # It compares the fast path with the integer bins on a block that needs every bit of both
+    # extraction levels; a build whose arithmetic was reassociated would fail it and stay slow.
+    assert XS._extraction_self_test_passed()
+
+
 @pytest.mark.parametrize("ftz, daz", [(True, False), (False, True), (True, True)])
 def test_flush_to_zero_and_denormals_are_zero_do_not_lose_subnormals(ftz, daz):
     tiny = math.ldexp(1.0, -959)

@@ -95,9 +95,11 @@ def exact_sum_fast_path_enabled() -> bool:
     Blocks of 2048 values whose magnitudes lie within about 2**48 of each other are summed by
     error-free extraction at a good fraction of ``np.sum``'s speed; other blocks (and all of
     them when this is False) go through integer bins, several times slower.  Both are exact:
-    only the speed differs.  False when the build compiled the path out (``-ffast-math``, x87
-    arithmetic) or the floating-point environment is not round-to-nearest with subnormals
-    honoured (a library built with ``-ffast-math`` may set flush-to-zero process-wide).
+    only the speed differs.  False when the build compiled the path out (``-ffast-math`` and
+    its parts, x87 arithmetic), when its known-answer test against the integer bins failed (a
+    miscompilation), or when the calling thread's floating-point environment is not
+    round-to-nearest with subnormals honoured (a library built with ``-ffast-math`` may set
+    flush-to-zero process-wide).
     """
     return bool(MODULES["_exactsum"]._extraction_ready())
 
