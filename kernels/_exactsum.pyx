@@ -56,6 +56,7 @@ cdef extern from "exactsum_blocks.h":
     enum:
         XS_BLOCK "HPCBSP_XS_BLOCK"
         XS_LEVEL_SHIFT "HPCBSP_XS_LEVEL_SHIFT"
+        XS_AVAILABLE "HPCBSP_XS_AVAILABLE"
     long hpcbsp_xs_set_ftz_daz(int ftz, int daz, long restore) noexcept nogil
 
 cdef enum:
@@ -497,5 +498,13 @@ def _restore_fp_flags(long token):
     hpcbsp_xs_set_ftz_daz(0, 0, token)
 
 
+def _fp_env_ready():
+    """True when the calling thread's floating-point environment allows the fast path (the
+    per-call probe alone, without the known-answer test)."""
+    return bool(hpcbsp_fp_env_allows_extraction())
+
+
+#: Whether the fast path was compiled in (GCC-compatible compiler, no fast-math flags).
+XS_COMPILED_IN = bool(XS_AVAILABLE)
 XS_BLOCK_VALUES = XS_BLOCK
 XS_SHIFT = XS_LEVEL_SHIFT
