@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from mpi4py import MPI
 
 import hpcbsp
 from hpcbsp import BSPError
@@ -214,6 +215,27 @@ def test_registration_that_differs_raises_on_every_rank():
 
 
 @mpi
+def test_contexts_that_fail_together_free_their_communicator():
+    # MPICH has about 2048 communicators per process: a program that catches divergences and
+    # carries on used to run out of them ("Too many communicators") after ~2000 failed contexts.
+    for _ in range(2100):
+        with hpcbsp.BSP() as bsp:
+            with pytest.raises(BSPError, match="diverged"):
+                if bsp.pid == 0:
+                    bsp.sync()
+                else:
+                    bsp.coarray(1)
+        assert bsp.comm == MPI.COMM_NULL and "failed" in repr(bsp)
+    with hpcbsp.BSP() as bsp:
+        assert bsp.allreduce(1) == bsp.nprocs
+        bsp.sync()
+    # After the block: this rank's records are still readable; combining them is not possible.
+    assert len(bsp.ledger) == 2 and "2 supersteps" in bsp.ledger.summary()
+    with pytest.raises(BSPError, match="inside the BSP block"):
+        bsp.ledger.gather()
+
+
+@mpi
 def test_coarray_on_some_ranks_only_raises_on_every_rank():
     with hpcbsp.BSP() as bsp:
         with pytest.raises(BSPError, match=r"rank 0: coarray\(n=2.*sync\(label=None\)|"
@@ -226,7 +248,6 @@ def test_coarray_on_some_ranks_only_raises_on_every_rank():
 
 @mpi
 def test_rank_leaving_while_others_sync():
-    from mpi4py import MPI
     world = MPI.COMM_WORLD
 
     def prog(bsp):
@@ -252,7 +273,6 @@ def test_failure_on_one_rank_reaches_the_others():
 
     with pytest.raises((ValueError, BSPError)) as err:
         hpcbsp.run(prog)
-    from mpi4py import MPI
     if MPI.COMM_WORLD.Get_rank() == MPI.COMM_WORLD.Get_size() - 1:
         assert isinstance(err.value, ValueError)
     else:

@@ -20,7 +20,7 @@ from mpi4py import MPI
 from . import deathwatch
 from .coarray import Coarray
 from .control import ControlStep, Kind, signature
-from .errors import BSPError
+from .errors import BSPError, SyncTimeout
 from .exchange import Outbox, Traffic, exchange
 from .launch import check_world
 from .ledger import Ledger
@@ -108,6 +108,10 @@ class BSP:
         self._t0 = time.perf_counter()
         self._t_mark = self._t0
         self._state = "open"  # open -> closed | failed
+        #: Set with state "failed" when every rank saw the failure in the same control step (a
+        #: divergence, or another rank's failure): the communicator is then quiet on all ranks
+        #: and can be freed.  Not after this rank timed out alone.
+        self._failed_together = False
         #: True while a sync may take the inlined path: open, no sync hooks, no timeout.
         self._plain = self.timeout is None
         _LIVE.add(self)
@@ -129,6 +133,7 @@ class BSP:
         """Leave the BSP program (collective).  Raises :class:`BSPError` if other ranks are still
         synchronising instead of leaving too."""
         if self._state != "open":
+            self._release_after_failure()
             return
         if self._outbox.nrecords:
             warnings.warn(f"rank {self.pid}: {self._outbox.nrecords} put/get/send request(s) of "
@@ -149,6 +154,7 @@ class BSP:
         """
         if self._state != "open":
             _LIVE.discard(self)  # the ranks already agreed on the failure (or timed out)
+            self._release_after_failure()
             return
         grace = float(os.environ.get("HPCBSP_ABORT_GRACE", "10"))
         describe = f"failed at superstep {self.superstep} with {type(exc).__name__}: {exc}"
@@ -170,8 +176,21 @@ class BSP:
         self._state = state
         self._plain = False
 
-    def _release(self) -> None:
-        self._set_state("closed")
+    def _failed(self, exc: BSPError) -> None:
+        """A control step raised ``exc``: no further collective call can be matched."""
+        self._set_state("failed")
+        self._failed_together = not isinstance(exc, SyncTimeout)
+
+    def _release_after_failure(self) -> None:
+        """Free the MPI resources of a context whose ranks all saw it fail (once).  Without this,
+        a program that catches divergences and carries on would run out of communicators (MPICH
+        has about 2048 per process)."""
+        if self._failed_together:
+            self._failed_together = False
+            self._release("failed")
+
+    def _release(self, state: str = "closed") -> None:
+        self._set_state(state)
         for fn in reversed(self._close_hooks):
             fn()
         _LIVE.discard(self)
@@ -255,8 +274,8 @@ class BSP:
         try:
             any_data, any_gets = self._control.agree(_SYNC, self.superstep, 0, self._describe_sync,
                                                      outbox.nrecords, outbox.gets_count)
-        except BSPError:
-            self._set_state("failed")
+        except BSPError as exc:
+            self._failed(exc)
             raise
         for q in self._queues:
             q._clear()
@@ -419,10 +438,10 @@ class BSP:
         try:
             return self._control.agree(kind, self.superstep, sig, describe, has_data, has_gets,
                                        self._progress if with_progress else (), deadline)
-        except BSPError:
+        except BSPError as exc:
             # The ranks disagreed and all of them know it (or this rank timed out): no further
             # collective call could be matched, so _fail must not start one.
-            self._set_state("failed")
+            self._failed(exc)
             raise
 
     def _begin(self, kind: Kind, sig: int, describe: Callable[[], str],

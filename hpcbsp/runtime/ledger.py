@@ -18,6 +18,8 @@ from typing import Iterable, Iterator, Protocol
 
 from mpi4py import MPI
 
+from .errors import BSPError
+
 class CostModel(Protocol):
     """What :func:`summarize` needs of a machine profile (``hpcbsp.cost.profile.Profile`` is one)."""
 
@@ -50,7 +52,9 @@ class Ledger:
     """This rank's superstep records; ``bsp.ledger``."""
 
     def __init__(self, comm: MPI.Comm):
-        self._comm = comm
+        self._comm = comm  # the context's: freed when it closes
+        self._rank = comm.Get_rank()
+        self._size = comm.Get_size()
         # Plain tuples in SuperstepRecord field order: appending one is the cheapest thing an
         # empty sync can do; records are built on access.
         self._rows: list[tuple] = []
@@ -77,7 +81,12 @@ class Ledger:
 
         Returns the list on ``root`` (on every rank if ``root`` is None), ``None`` elsewhere.
         """
-        mine = [dict(r.as_dict(), rank=self._comm.Get_rank()) for r in self]
+        if self._comm == MPI.COMM_NULL:
+            raise BSPError(f"rank {self._rank}: the ledger's BSP context has ended, so its ranks "
+                           "can no longer combine their records: call ledger.gather() or "
+                           "ledger.save() inside the BSP block (the records of this rank are "
+                           "still here: iterate over the ledger or call summary())")
+        mine = [dict(r.as_dict(), rank=self._rank) for r in self]
         if root is None:
             parts = self._comm.allgather(mine)
         else:
@@ -97,14 +106,13 @@ class Ledger:
         records = self.gather(root=0)
         if records is None:
             return None
-        write_records(path, records, self._comm.Get_size())
+        write_records(path, records, self._size)
         return path
 
     def summary(self, profile: CostModel | None = None) -> str:
         """A short text summary of this rank's supersteps (see :func:`summarize` for all ranks);
         with a machine ``profile``, the predicted cost w + g·h + l beside the measured time."""
-        rank = self._comm.Get_rank()
-        return summarize([dict(r.as_dict(), rank=rank) for r in self], profile=profile)
+        return summarize([dict(r.as_dict(), rank=self._rank) for r in self], profile=profile)
 
 
 def write_records(path: str, records: list[dict[str, object]], nprocs: int) -> None:
