@@ -173,6 +173,16 @@ def test_other_dtypes_shapes_and_strides():
     assert same(kernels.exact_sum(np.float64(2.5)), 2.5)
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(
+    st.lists(st.integers(-(2**63), 2**63 - 1), max_size=40).map(lambda v: np.array(v, dtype=np.int64)),
+    st.lists(st.integers(0, 2**64 - 1), max_size=40).map(lambda v: np.array(v, dtype=np.uint64))))
+def test_64_bit_integers_of_any_size_sum_exactly(ints):
+    # float64 would round each value beyond 2**53 first; the oracle rounds the integer sum once
+    assert same(kernels.exact_sum(ints), float(sum(int(v) for v in ints)))
+    assert same(kernels.exact_sum(ints[::-2]), float(sum(int(v) for v in ints[::-2])))
+
+
 def test_bad_input():
     with pytest.raises(TypeError, match="complex"):
         kernels.exact_sum(np.ones(2, dtype=complex))

@@ -344,6 +344,30 @@ def test_exact_allreduce_same_bits_for_any_distribution(bsp):
     assert float(np.sum(data)) != expected
 
 
+@pytest.mark.mpi(min_size=1)
+def test_exact_allreduce_uneven_shares_empty_ranks_and_wide_integers(bsp):
+    import math
+    data = _hard_sum_data(1001)
+    expected = math.fsum(data)
+    # Random cut points, the same on every rank; rank 0's share is empty, others uneven.
+    if bsp.nprocs > 1:
+        cuts = sorted(int(c) for c in np.random.default_rng(5).integers(0, data.size, bsp.nprocs - 2))
+        bounds = [0, 0, *cuts, data.size]
+    else:
+        bounds = [0, data.size]
+    share = data[bounds[bsp.pid]:bounds[bsp.pid + 1]]
+    assert bsp.pid != 0 or bsp.nprocs == 1 or share.size == 0
+    got = bsp.allreduce(share.reshape(-1, 1) if share.size % 2 else share, exact=True)
+    assert np.float64(got).tobytes() == np.float64(expected).tobytes()
+    # int64 beyond 2**53 are summed exactly, then rounded once (float64 first would round each)
+    ints = np.array([2**62 + 1, -(2**61) + 3, 2**53 + 1, 7, -(2**63), 2**63 - 1], dtype=np.int64)
+    mine = ints[bsp.pid::bsp.nprocs]
+    exact = float(sum(int(v) for v in ints))  # Python's int -> float rounds correctly
+    assert bsp.allreduce(mine, exact=True) == exact
+    assert bsp.allreduce(np.array([2**53 + 1, 1, 1], dtype=np.int64) if bsp.pid == 0
+                         else np.zeros(0, dtype=np.int64), exact=True) == float(2**53 + 3)
+
+
 def test_exact_allreduce_on_one_rank():
     import math
     data = _hard_sum_data()

@@ -14,6 +14,7 @@ from typing import Any, Callable
 import numpy as np
 
 import hpcbsp
+from hpcbsp import kernels
 from hpcbsp.util.args import OneLineParser
 from hpcbsp.farm import BSFProblem, FarmCheckpoint, run_farm
 from hpcbsp.util.outputs import OutputError, prepare_output
@@ -44,7 +45,7 @@ def vector_sum_problem(n: int, map_fn: Callable[[np.ndarray, slice], np.ndarray]
     addition, and the master stops when ||x' − x||₂ < eps."""
     def stop(x_next: np.ndarray, x: np.ndarray) -> bool:
         diff = x_next - x
-        return float(diff @ diff) < eps * eps
+        return kernels.sqnorm(diff) < eps * eps
 
     return BSFProblem(items=lambda start, end: slice(start, end), list_length=n, map=map_fn, reduce=np.add,
                       fold=lambda blk: blk.sum(axis=0), compute=compute, stop=stop)

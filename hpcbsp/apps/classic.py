@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import kernels
 from ..runtime import BSP
 from ..runtime.distribution import block_range
 
@@ -16,11 +17,11 @@ def inner_product(bsp: BSP, x_block: np.ndarray, y_block: np.ndarray) -> float:
     sum into every rank's slot, then all ranks add the p partials in the same order, so every
     rank returns bit-identical results)."""
     partial = bsp.coarray(bsp.nprocs, dtype=np.float64, name="partial")
-    local = float(np.dot(x_block, y_block))
+    local = kernels.dot(x_block, y_block)
     for q in range(bsp.nprocs):
         partial.put(q, [local], offset=bsp.pid)
     bsp.sync("inprod")
-    return float(np.sum(partial.local))
+    return float(kernels.sum(partial.local))
 
 
 def prefix_sum(bsp: BSP, x_block: np.ndarray) -> np.ndarray:

@@ -23,14 +23,24 @@ EXACT_SUM_STATE_LEN: int = MODULES["_exactsum"].STATE_LENGTH
 EXACT_SUM_MAX_MERGE: int = 1 << 30
 
 
-def _as_float64(x: Any) -> np.ndarray:
+def _as_float64_parts(x: Any) -> list[np.ndarray]:
+    """``x`` as 1-D float64 arrays whose values add up to those of ``x`` exactly.
+
+    One array, except for 64-bit integers beyond 2**53 in magnitude, which float64 would round:
+    those are split as ``v = hi * 2**32 + lo`` with ``lo`` in ``[0, 2**32)``, both parts exact
+    doubles, and summed as two arrays.
+    """
     arr = np.asarray(x)
     if arr.dtype.kind not in "biuf" or (arr.dtype.kind == "f" and arr.itemsize > 8):
         raise TypeError(f"exact sum: unsupported dtype {arr.dtype} (float64 or a type that "
                         "converts to it exactly)")
-    if arr.dtype != np.float64:
-        arr = arr.astype(np.float64)
-    return flat_view(arr)
+    arr = flat_view(arr)
+    if arr.dtype.kind in "iu" and arr.itemsize == 8 and arr.size \
+            and (int(arr.max()) > 2**53 or int(arr.min()) < -(2**53)):
+        low = (arr & 0xFFFFFFFF).astype(np.float64)
+        high = (arr >> 32).astype(np.float64) * 2.0**32  # >> floors: high + low == v
+        return [low, high]
+    return [arr if arr.dtype == np.float64 else arr.astype(np.float64)]
 
 
 def exact_sum_state(x: Any, state: np.ndarray | None = None) -> np.ndarray:
@@ -39,9 +49,9 @@ def exact_sum_state(x: Any, state: np.ndarray | None = None) -> np.ndarray:
     Parameters
     ----------
     x : array_like
-        Values of any shape and stride.  float64 is read in place; float16/float32 and bool
-        convert exactly, integers exactly up to 2**53 in magnitude (beyond, they are rounded to
-        float64 first).  NaN and infinities are counted, not lost.
+        Values of any shape and stride.  float64 is read in place; float16/float32, bool and
+        every integer (64-bit ones beyond 2**53 in magnitude are split in two exact halves)
+        count exactly.  NaN and infinities are counted, not lost.
     state : ndarray of int64, optional
         A state (of one array or a merge of several) to add ``x`` into, in place.
 
@@ -58,7 +68,7 @@ def exact_sum_state(x: Any, state: np.ndarray | None = None) -> np.ndarray:
     ``2**(32*i - 1074)``, the top one signed; then the counts of NaNs, +inf, -inf and of all
     elements.
     """
-    arr = _as_float64(x)
+    parts = _as_float64_parts(x)
     if state is None:
         state = np.zeros(EXACT_SUM_STATE_LEN, dtype=np.int64)
     elif not (isinstance(state, np.ndarray) and state.dtype == np.int64
@@ -66,7 +76,8 @@ def exact_sum_state(x: Any, state: np.ndarray | None = None) -> np.ndarray:
               and state.flags.writeable):
         raise ValueError(f"exact sum: state must be a writeable contiguous int64 array of length "
                          f"{EXACT_SUM_STATE_LEN}")
-    MODULES["_exactsum"].accumulate(arr, state)
+    for part in parts:
+        MODULES["_exactsum"].accumulate(part, state)
     return state
 
 

@@ -301,8 +301,8 @@ class BSP:
         """Reduce ``x`` element-wise over all ranks and return the result on every rank.
 
         A superstep of its own (pending puts are delivered first).  ``op`` is one of
-        ``sum, prod, min, max, land, lor, band, bor``.  With ``exact=True`` (float data,
-        ``op="sum"``) ``x`` is this rank's share of a set of values and the result is the
+        ``sum, prod, min, max, land, lor, band, bor``.  With ``exact=True`` (float64 or narrower,
+        or integers; ``op="sum"``) ``x`` is this rank's share of a set of values and the result is the
         correctly rounded sum of *all elements on all ranks*: the same bits for any number of
         ranks and any distribution of the data.
 
@@ -316,8 +316,12 @@ class BSP:
         if arr.dtype == object:
             raise BSPError(f"rank {self.pid}: allreduce needs numeric data, got {type(x).__name__}")
         if exact:
-            if op != "sum" or arr.dtype.kind not in "fiu":
+            if op != "sum" or arr.dtype.kind not in "fiub":
                 raise BSPError(f"rank {self.pid}: exact=True needs op='sum' on real numbers")
+            if arr.dtype.kind == "f" and arr.itemsize > 8:
+                raise BSPError(f"rank {self.pid}: exact=True sums float64 values (or narrower, or "
+                               f"integers); {arr.dtype} would be rounded first: convert it yourself "
+                               "if that is what you want")
             return self._exact_sum(arr)
         desc = f"allreduce(op={op!r}, dtype={arr.dtype}, shape={arr.shape})"
         t0, traffic = self._begin(Kind.ALLREDUCE, signature(desc), lambda: desc, counted=True)
@@ -333,7 +337,7 @@ class BSP:
 
         desc = "allreduce(op='sum', exact=True)"
         t0, traffic = self._begin(Kind.ALLREDUCE, signature(desc), lambda: desc, counted=True)
-        state = kernels.exact_sum_state(np.ascontiguousarray(arr, dtype=np.float64).reshape(-1))
+        state = kernels.exact_sum_state(arr)  # any shape and stride; 64-bit integers exactly
         total = np.empty_like(state)
         self.comm.Allreduce(state, total, op=MPI.SUM)
         self._count_collective(traffic, state.nbytes)
