@@ -140,6 +140,24 @@ def test_softmax_matches_numpy(m, d, c):
         np.testing.assert_allclose(grad, ref_grad, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("m, d, c", [(0, 3, 2), (1, 0, 1), (1, 1, 1), (25, 6, 4)])
+def test_softmax_with_an_intercept_row_matches_numpy(m, d, c):
+    rng = np.random.default_rng(10 * m + d + c)
+    w, x, y = rng.standard_normal((d + 1, c)), rng.standard_normal((m, d)), rng.integers(0, c, m)
+    for average in (True, False):
+        loss, grad = kernels.softmax_loss_grad(w, x, y, average=average, intercept=True)
+        ref_loss, ref_grad = reference.softmax_loss_grad(w, x, y, average=average, intercept=True)
+        assert grad.shape == (d + 1, c)
+        assert np.isclose(loss, ref_loss, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(grad, ref_grad, rtol=1e-10, atol=1e-12)
+    # the same as the plain form on x with a column of ones
+    aug = np.hstack([x, np.ones((m, 1))])
+    plain = kernels.softmax_loss_grad(w, aug, y)
+    with_row = kernels.softmax_loss_grad(w, x, y, intercept=True)
+    assert np.isclose(plain[0], with_row[0], rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(plain[1], with_row[1], rtol=1e-12, atol=1e-14)
+
+
 def test_softmax_gradient_matches_finite_differences():
     rng = np.random.default_rng(3)
     w, x, y = rng.standard_normal((4, 3)), rng.standard_normal((15, 4)), rng.integers(0, 3, 15)
@@ -175,6 +193,8 @@ def test_softmax_rejects_bad_labels_and_shapes():
         kernels.softmax_loss_grad(w, x, [0, -1, 0, 0])
     with pytest.raises(ValueError, match="need w"):
         kernels.softmax_loss_grad(w, np.zeros((4, 3)), [0, 0, 0, 0])
+    with pytest.raises(ValueError, match=r"need w \(d \+ 1, C\) with intercept"):
+        kernels.softmax_loss_grad(w, x, [0, 0, 0, 0], intercept=True)
 
 
 @pytest.mark.skipif(JIT_DISABLED, reason="this is the run with the JIT disabled")

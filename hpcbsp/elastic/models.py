@@ -1,4 +1,5 @@
-"""Softmax regression and a one-hidden-layer MLP on flat parameter vectors, with Numba kernels.
+"""Softmax regression and a one-hidden-layer MLP on flat parameter vectors, with Numba kernels
+(softmax regression's gradient is :mod:`hpcbsp.kernels`'s).
 
 The parameters are one float64 vector so that the parameter server moves them (and the
 gradients) as a single numpy buffer. Loss: mean cross-entropy over the batch.
@@ -14,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
+
+from ..kernels.numba_kernels import softmax_loss_grad_sum_into
 
 __all__ = ["Model", "SoftmaxRegression", "MLP", "make_model"]
 
@@ -56,9 +59,16 @@ class SoftmaxRegression(Model):
         return np.zeros(self.n_params)
 
     def grad(self, w: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
-        g = np.empty(self.n_params)
-        loss = _softmax_grad(w, X, y, self.n_features, self.n_classes, g)
-        return g, float(loss)
+        # The kernels' softmax gradient, on W and b as one (d + 1) x k array with the intercept
+        # row last: exactly this model's flat layout.  Called per mini-batch, so unchecked.
+        weights = w.reshape(self.n_features + 1, self.n_classes)
+        g = np.zeros_like(weights)
+        loss = softmax_loss_grad_sum_into(weights, X, y, g)
+        m = X.shape[0]
+        if m:
+            g /= m
+            loss /= m
+        return g.reshape(-1), float(loss)
 
     def probabilities(self, w: np.ndarray, X: np.ndarray) -> np.ndarray:
         out = np.empty((X.shape[0], self.n_classes))
@@ -132,25 +142,6 @@ def _softmax_forward(w, X, d, k, out):
                 acc += X[s, j] * w[j * k + c]
             out[s, c] = acc
         _softmax_row(out[s])
-
-
-@njit(cache=True)
-def _softmax_grad(w, X, y, d, k, g):
-    m = X.shape[0]
-    p = np.empty((m, k))
-    _softmax_forward(w, X, d, k, p)
-    g[:] = 0.0
-    loss = 0.0
-    bias = d * k
-    for s in range(m):
-        loss -= np.log(max(p[s, y[s]], 1e-300))
-        p[s, y[s]] -= 1.0  # dL/dlogits = p - onehot(y)
-        for c in range(k):
-            e = p[s, c] / m
-            g[bias + c] += e
-            for j in range(d):
-                g[j * k + c] += X[s, j] * e
-    return loss / m
 
 
 @njit(cache=True)

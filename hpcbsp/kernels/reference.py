@@ -109,9 +109,13 @@ def jacobi_sweep_csr(indptr, indices, data, b, x, row0: int) -> np.ndarray:
     return jacobi_sweep_dense(csr_to_dense(indptr, indices, data, len(x)), b, x, row0)
 
 
-def softmax_loss_grad(w: np.ndarray, x: np.ndarray, y: np.ndarray, average: bool = True):
-    """Cross-entropy loss and gradient of softmax regression ``softmax(x @ w)``."""
+def softmax_loss_grad(w: np.ndarray, x: np.ndarray, y: np.ndarray, average: bool = True,
+                      intercept: bool = False):
+    """Cross-entropy loss and gradient of softmax regression ``softmax(x @ w)``; with
+    ``intercept``, ``x`` gets a last column of ones (the bias row of ``w``)."""
     x = np.asarray(x, dtype=np.float64)
+    if intercept:
+        x = np.hstack([x, np.ones((x.shape[0], 1))])
     z = x @ np.asarray(w, dtype=np.float64)
     z = z - z.max(axis=1, keepdims=True)
     lse = np.log(np.exp(z).sum(axis=1))
