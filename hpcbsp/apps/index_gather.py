@@ -84,10 +84,15 @@ def gather_bsp(bsp: BSP, owner: np.ndarray, off: np.ndarray, local: np.ndarray
     asked = bsp.coarray(bsp.nprocs, np.int64, name="asked")  # asked[s]: requests from rank s
 
     def body() -> None:
+        # Grouped once: the same permutation sends the requests and places the replies.
         perm, counts = group_by_dest(owner, bsp.nprocs)
-        requests.send(owner, off)
+        grouped = off[perm]
+        start = 0
         for dest in np.flatnonzero(counts).tolist():
+            stop = start + int(counts[dest])
+            requests.send(dest, grouped[start:stop])
             asked.put(dest, counts[dest:dest + 1], offset=bsp.pid)
+            start = stop
         bsp.sync("requests")
         sources = np.repeat(np.arange(bsp.nprocs), asked.local)
         replies.send(sources, gather(local, requests.received()))
