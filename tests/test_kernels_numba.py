@@ -203,3 +203,16 @@ def test_file_passes_with_jit_disabled():
                NUMBA_DISABLE_JIT="1")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout and "1 skipped" in proc.stdout
+
+
+@pytest.mark.skipif(JIT_DISABLED, reason="with the JIT disabled there is nothing to compile or cache")
+def test_every_numba_kernel_caches_its_compilation():
+    # cache=True: compiled once per machine and kept on disk, not at every start of every rank
+    from numba.core.dispatcher import Dispatcher
+
+    from hpcbsp.kernels import numba_kernels
+
+    dispatchers = {name: v for name, v in vars(numba_kernels).items() if isinstance(v, Dispatcher)}
+    assert len(dispatchers) >= 5, sorted(dispatchers)
+    assert {name: type(d._cache).__name__ for name, d in dispatchers.items()} == \
+        {name: "FunctionCache" for name in dispatchers}
