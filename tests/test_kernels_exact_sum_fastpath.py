@@ -10,8 +10,11 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import math
+import os
 import platform
+import shutil
 import struct
+import subprocess
 from contextlib import contextmanager
 from fractions import Fraction
 
@@ -240,3 +243,80 @@ def test_flush_to_zero_and_denormals_are_zero_do_not_lose_subnormals(ftz, daz):
         XS._restore_fp_flags(token)
     assert not ready
     assert all(same(g, e) for g, e in zip(got, expect)), (got, expect)
+
+
+# -- Every compiled version ----------------------------------------------------------------------
+
+HARNESS = r"""
+#define HPCBSP_SIMD_BLOCKS_H   /* no target_clones: this build's own flags decide the code */
+#define HPCBSP_MULTIVERSION
+#include <stdio.h>
+#include "exactsum_blocks.h"
+int main(int argc, char **argv) {
+    static double x[HPCBSP_XS_BLOCK];
+    FILE *in = fopen(argv[1], "rb");
+    long n;
+    while (fread(&n, sizeof n, 1, in) == 1 && fread(x, sizeof(double), (size_t)n, in) == (size_t)n) {
+        int64_t hi = 0, lo = 0;
+        int pos = 0;
+        int ok = hpcbsp_exact_block_f64(x, n, &hi, &lo, &pos);
+        printf("%d %lld %lld %d\n", ok, (long long)hi, (long long)lo, ok ? pos : 0);
+    }
+    return 0;
+}
+"""
+
+
+def _cpu_has(flag: str) -> bool:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            return any(flag in line.split() for line in fh if line.startswith("flags"))
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler (cc) on PATH")
+def test_baseline_and_vector_builds_give_the_same_integers(tmp_path):
+    # The extension runs one clone (AVX2 here); this builds the header as the baseline x86-64
+    # code, with AVX2 and for this CPU, and checks each against the Fraction sums.
+    rng = np.random.default_rng(14)
+    blocks = []
+    for i in range(120):
+        n = int(rng.integers(1, BLOCK + 1)) if i % 3 else int(rng.integers(1, 40))
+        spread = int(rng.integers(1, 60))
+        vals = rng.uniform(1, 2, n) * np.exp2(-rng.integers(0, spread, n)) * rng.choice([-1, 1], n)
+        if i % 7 == 0:
+            vals[rng.integers(0, n)] = math.ldexp(1 + 2**-52, -80)   # refused: below level two
+        blocks.append(vals)
+    data = tmp_path / "blocks.bin"
+    with open(data, "wb") as fh:
+        for b in blocks:
+            np.array([b.size], dtype=np.int64).tofile(fh)
+            b.tofile(fh)
+    src = tmp_path / "harness.c"
+    src.write_text(HARNESS)
+    include = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernels")
+    flag_sets = [["-O3"], ["-O0"]]
+    if _cpu_has("avx2"):
+        flag_sets.append(["-O3", "-mavx2"])
+    flag_sets.append(["-O3", "-march=native"])
+    outputs = []
+    for flags in flag_sets:
+        exe = tmp_path / f"harness{len(outputs)}"
+        subprocess.run(["cc", *flags, "-I", include, str(src), "-o", str(exe)], check=True,
+                       capture_output=True, timeout=120)
+        run = subprocess.run([str(exe), str(data)], check=True, capture_output=True, text=True,
+                             timeout=60)
+        outputs.append(run.stdout)
+    assert all(out == outputs[0] for out in outputs), "the builds disagree"
+    lines = outputs[0].splitlines()
+    assert len(lines) == len(blocks)
+    accepted = 0
+    for b, line in zip(blocks, lines):
+        ok, hi, lo, pos = map(int, line.split())
+        assert bool(ok) == may_extract(b)
+        assert (XS._extract_block(b) is not None) == bool(ok)
+        if ok:
+            accepted += 1
+            assert block_value((hi, lo, pos)) == sum(Fraction(float(v)) for v in b)
+    assert 0 < accepted < len(blocks)
