@@ -57,6 +57,24 @@ def test_softmax_loss_and_accuracy_match_numpy() -> None:
     assert eval_loss == pytest.approx(loss, rel=1e-12)
 
 
+def test_softmax_gradient_is_the_kernels_with_an_intercept_and_checks_its_input() -> None:
+    from hpcbsp.kernels import reference
+
+    rng = np.random.default_rng(8)
+    model = SoftmaxRegression(5, 3)
+    w = rng.standard_normal(model.n_params)
+    X, y = rng.standard_normal((40, 5)), rng.integers(0, 3, 40)
+    g, loss = model.grad(w, X, y)
+    ref_loss, ref_g = reference.softmax_loss_grad(w.reshape(6, 3), X, y, intercept=True)
+    assert loss == pytest.approx(ref_loss, rel=1e-12)
+    np.testing.assert_allclose(g, ref_g.reshape(-1), rtol=1e-10, atol=1e-13)
+    g_f, _ = model.grad(w, np.asfortranarray(X), y.astype(np.int32))  # converted, same result
+    np.testing.assert_array_equal(g_f, g)
+    for bad_X, bad_y in ((X[:, :4], y), (np.hstack([X, X]), y), (X, y[:-1]), (X, y + 1)):
+        with pytest.raises(ValueError, match="do not fit"):
+            model.grad(w, bad_X, bad_y)
+
+
 def test_mlp_parameter_count_and_symmetry_breaking_init() -> None:
     m = MLP(64, 32, 10)
     assert m.n_params == 64 * 32 + 32 + 32 * 10 + 10

@@ -181,6 +181,7 @@ def test_64_bit_integers_of_any_size_sum_exactly(ints):
     # float64 would round each value beyond 2**53 first; the oracle rounds the integer sum once
     assert same(kernels.exact_sum(ints), float(sum(int(v) for v in ints)))
     assert same(kernels.exact_sum(ints[::-2]), float(sum(int(v) for v in ints[::-2])))
+    assert kernels.exact_sum_state(ints)[-1] == ints.size  # the element counter, once each
 
 
 def test_bad_input():

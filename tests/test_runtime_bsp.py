@@ -218,8 +218,10 @@ def test_registration_that_differs_raises_on_every_rank():
 def test_contexts_that_fail_together_free_their_communicator():
     # MPICH has about 2048 communicators per process: a program that catches divergences and
     # carries on used to run out of them ("Too many communicators") after ~2000 failed contexts.
-    for _ in range(2100):
-        with hpcbsp.BSP() as bsp:
+    for i in range(2100):
+        # every third context in non-blocking mode (a timeout makes the control step wait with
+        # Iallreduce): its communicator must be freed as well
+        with hpcbsp.BSP(timeout=30 if i % 3 == 0 else None) as bsp:
             with pytest.raises(BSPError, match="diverged"):
                 if bsp.pid == 0:
                     bsp.sync()
@@ -233,6 +235,24 @@ def test_contexts_that_fail_together_free_their_communicator():
     assert len(bsp.ledger) == 2 and "2 supersteps" in bsp.ledger.summary()
     with pytest.raises(BSPError, match="inside the BSP block"):
         bsp.ledger.gather()
+
+
+@mpi
+def test_a_context_is_released_once_when_leaving_diverges():
+    # Rank 0 leaves while the others sync: every rank raises, and each releases its context
+    # (close hooks, communicator) exactly once, however the program goes on to leave the block.
+    calls = []
+    with hpcbsp.BSP() as bsp:
+        bsp._add_close_hook(lambda: calls.append(bsp.pid))
+        with pytest.raises(BSPError, match="diverged"):
+            if bsp.pid == 0:
+                bsp.close()
+            else:
+                bsp.sync()
+        assert len(calls) == 1 and bsp.comm == MPI.COMM_NULL
+    assert len(calls) == 1
+    bsp.close()
+    assert len(calls) == 1
 
 
 @mpi
@@ -366,6 +386,9 @@ def test_exact_allreduce_uneven_shares_empty_ranks_and_wide_integers(bsp):
     assert bsp.allreduce(mine, exact=True) == exact
     assert bsp.allreduce(np.array([2**53 + 1, 1, 1], dtype=np.int64) if bsp.pid == 0
                          else np.zeros(0, dtype=np.int64), exact=True) == float(2**53 + 3)
+    # each value alone rounds down to 2**53 (a tie, to even), the exact total rounds up
+    odd = np.full(3, 2**53 + 1, dtype=np.int64)[bsp.pid::bsp.nprocs]
+    assert bsp.allreduce(odd, exact=True) == float(3 * (2**53 + 1)) != 3.0 * 2**53
 
 
 def test_exact_allreduce_on_one_rank():

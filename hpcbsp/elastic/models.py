@@ -61,8 +61,17 @@ class SoftmaxRegression(Model):
     def grad(self, w: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
         # The kernels' softmax gradient, on W and b as one (d + 1) x k array with the intercept
         # row last: exactly this model's flat layout.  Called per mini-batch, so unchecked.
+        if X.ndim != 2 or X.shape[1] != self.n_features or y.shape != (X.shape[0],) \
+                or (y.size and (y.min() < 0 or y.max() >= self.n_classes)):
+            raise ValueError(f"softmax regression on {self.n_features} features and "
+                             f"{self.n_classes} classes: X of shape {X.shape} and labels of "
+                             f"shape {y.shape} do not fit")
         weights = w.reshape(self.n_features + 1, self.n_classes)
         g = np.zeros_like(weights)
+        # The kernel is unchecked: one compiled signature, C-contiguous float64 and int64 (no-ops
+        # for the simulator's and the workers' batches).
+        X = np.ascontiguousarray(X, dtype=np.float64)
+        y = np.ascontiguousarray(y, dtype=np.int64)
         loss = softmax_loss_grad_sum_into(weights, X, y, g)
         m = X.shape[0]
         if m:

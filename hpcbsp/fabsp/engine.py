@@ -273,8 +273,10 @@ class Engine:
         """
         if self._state == "closed":
             return
-        # Warn only on a normal close: after a failure, undelivered records are expected.
-        if self._state == "open" and self._peer_failure is None and sys.exc_info()[0] is None:
+        # Warn only on a normal close: after a failure (this engine's, another rank's, or the
+        # context's, caught by the program), undelivered records are expected.
+        if self._state == "open" and self._peer_failure is None and sys.exc_info()[0] is None \
+                and self._bsp._state != "failed":
             left = sum(b.aggregator.nbuffered for b in self.boxes) + len(self._inbox)
             if left:
                 warnings.warn(f"rank {self.pid}: mailbox records of superstep {self._bsp.superstep} "

@@ -78,6 +78,8 @@ def exact_sum_state(x: Any, state: np.ndarray | None = None) -> np.ndarray:
                          f"{EXACT_SUM_STATE_LEN}")
     for part in parts:
         MODULES["_exactsum"].accumulate(part, state)
+    if len(parts) == 2:
+        state[-1] -= parts[1].size  # the element counter: one value, two parts
     return state
 
 

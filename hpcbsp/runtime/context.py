@@ -20,7 +20,7 @@ from mpi4py import MPI
 from . import deathwatch
 from .coarray import Coarray
 from .control import ControlStep, Kind, signature
-from .errors import BSPError, SyncTimeout
+from .errors import BSPError
 from .exchange import Outbox, Traffic, exchange
 from .launch import check_world
 from .ledger import Ledger
@@ -179,7 +179,9 @@ class BSP:
     def _failed(self, exc: BSPError) -> None:
         """A control step raised ``exc``: no further collective call can be matched."""
         self._set_state("failed")
-        self._failed_together = not isinstance(exc, SyncTimeout)
+        # Only a failure that every rank saw in the same completed step (not a timeout, not a
+        # mailbox handler's error raised while this rank waited) leaves the communicator quiet.
+        self._failed_together = exc.agreed
 
     def _release_after_failure(self) -> None:
         """Free the MPI resources of a context whose ranks all saw it fail (once).  Without this,
@@ -191,14 +193,17 @@ class BSP:
 
     def _release(self, state: str = "closed") -> None:
         self._set_state(state)
-        for fn in reversed(self._close_hooks):
-            fn()
-        _LIVE.discard(self)
-        self._control.free()
+        self._failed_together = False  # released once, whatever happens next
         try:
-            self.comm.Free()
-        except MPI.Exception:
-            pass
+            for fn in reversed(self._close_hooks):
+                fn()  # may re-raise a mailbox handler's error: the frees below happen anyway
+        finally:
+            _LIVE.discard(self)
+            self._control.free()
+            try:
+                self.comm.Free()
+            except MPI.Exception:
+                pass
 
     # ------------------------------------------------------------------ registration
     def coarray(self, n: int, dtype: Any = float, *, name: str | None = None,

@@ -224,7 +224,7 @@ class ControlStep:
         me = self.comm.Get_rank()
         if failed:
             who = "; ".join(f"rank {r} {d}" for r, d in failed)
-            raise BSPError(f"stopping because {who}", remote=(int(kind) != Kind.FAIL))
+            raise BSPError(f"stopping because {who}", remote=(int(kind) != Kind.FAIL), agreed=True)
         groups: dict[str, list[int]] = {}
         for r, (_, step, d) in enumerate(everyone):
             groups.setdefault(f"{d} at superstep {step}", []).append(r)
@@ -232,7 +232,7 @@ class ControlStep:
         raise BSPError(
             f"the ranks of this BSP program diverged (seen on rank {me}): " + "; ".join(parts)
             + ". Every rank must make the same sequence of collective BSP calls (sync, coarray, "
-            "queue, allreduce, broadcast, split) and leave the BSP block together.")
+            "queue, allreduce, broadcast, split) and leave the BSP block together.", agreed=True)
 
 
 def _ranks(ranks: list[int]) -> str:

@@ -11,13 +11,17 @@ class BSPError(RuntimeError):
     ``remote`` is True when this rank did nothing wrong and is stopping because another rank
     failed; the runner then prints one line instead of a traceback.  ``collective`` is True when
     every rank raised this same error about bad input (a damaged checkpoint, say); the runner then
-    prints the message once, on rank 0, without a traceback.
+    prints the message once, on rank 0, without a traceback.  ``agreed`` is True when every rank
+    learnt of the failure in the same completed control step (a divergence, or another rank's
+    reported failure): the context's communicator is then quiet everywhere and can be freed.
     """
 
-    def __init__(self, message: str, *, remote: bool = False, collective: bool = False):
+    def __init__(self, message: str, *, remote: bool = False, collective: bool = False,
+                 agreed: bool = False):
         super().__init__(message)
         self.remote = remote
         self.collective = collective
+        self.agreed = agreed
 
 
 class SyncTimeout(BSPError):
