@@ -250,15 +250,19 @@ cdef bint _extraction_self_test(uint64_t* bins) noexcept nogil:
     return True
 
 
-cdef inline bint _extraction_allowed(uint64_t* bins) noexcept nogil:
-    """The fast path may run now: compiled in, passed its known-answer test, and the calling
-    thread's floating-point environment is round-to-nearest without FTZ/DAZ."""
+cdef bint _extraction_verified(uint64_t* bins) noexcept nogil:
+    """The known-answer test's verdict, running the test the first time (``bins``: zeroed
+    bins this caller holds, left zeroed)."""
     global _extraction_trusted
-    if not hpcbsp_fp_env_allows_extraction():
-        return False
     if _extraction_trusted < 0:
         _extraction_trusted = 1 if _extraction_self_test(bins) else 0
     return _extraction_trusted == 1
+
+
+cdef inline bint _extraction_allowed(uint64_t* bins) noexcept nogil:
+    """The fast path may run now: compiled in, passed its known-answer test, and the calling
+    thread's floating-point environment is round-to-nearest without FTZ/DAZ."""
+    return hpcbsp_fp_env_allows_extraction() and _extraction_verified(bins)
 
 
 cdef void _accumulate(const double* p, Py_ssize_t sp, Py_ssize_t n, uint64_t* bins,
@@ -463,14 +467,11 @@ def _extraction_ready():
 
 def _extraction_self_test_passed():
     """The known-answer test's verdict (runs it now if it has not run): True or False."""
-    global _extraction_trusted
     cdef bint own
-    cdef uint64_t* bins
-    if _extraction_trusted < 0:
-        bins = _take_bins(&own)
-        _extraction_trusted = 1 if _extraction_self_test(bins) else 0
-        _give_back_bins(bins, own)
-    return _extraction_trusted == 1
+    cdef uint64_t* bins = _take_bins(&own)
+    cdef bint verified = _extraction_verified(bins)
+    _give_back_bins(bins, own)
+    return verified
 
 
 def _extract_block(const double[::1] x):

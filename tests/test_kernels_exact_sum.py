@@ -2,27 +2,18 @@
 from __future__ import annotations
 
 import math
-import struct
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from float_bits import bits, same
 from hpcbsp import kernels
 from hpcbsp.kernels import reference
 
 N = kernels.EXACT_SUM_STATE_LEN
 NCHUNK = N - 4  # chunks, then the counters of NaN, +inf, -inf and elements
-
-
-def bits(v: float) -> int:
-    return struct.unpack("<q", struct.pack("<d", v))[0]
-
-
-def same(a: float, b: float) -> bool:
-    """Same float64, sign of zero included; any NaN equals any NaN."""
-    return (math.isnan(a) and math.isnan(b)) or bits(a) == bits(b)
 
 
 def merged(*parts: np.ndarray) -> float:

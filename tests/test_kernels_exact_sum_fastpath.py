@@ -13,7 +13,6 @@ import math
 import os
 import platform
 import shutil
-import struct
 import subprocess
 from contextlib import contextmanager
 from fractions import Fraction
@@ -23,6 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from float_bits import bits, same
 from hpcbsp import kernels
 from hpcbsp.kernels import reference
 from hpcbsp.kernels._extensions import MODULES
@@ -37,14 +37,6 @@ pytestmark = pytest.mark.skipif(
     not XS.XS_COMPILED_IN or not XS._fp_env_ready(),
     reason="the fast path is compiled out (not a GCC-compatible compiler, or fast-math flags) or "
            "the floating-point environment at start-up is not round-to-nearest without FTZ/DAZ")
-
-
-def bits(v: float) -> int:
-    return struct.unpack("<q", struct.pack("<d", v))[0]
-
-
-def same(a: float, b: float) -> bool:
-    return (math.isnan(a) and math.isnan(b)) or bits(a) == bits(b)
 
 
 def field(v: float) -> int:

@@ -26,6 +26,7 @@ from mpi4py import MPI
 
 from ..kernels import gather, group_by_dest
 from ..runtime import BSP
+from ..runtime.destinations import destination_slices
 from .irregular_common import Outcome, cyclic_owner, naive_exchange, table_app_main, timed, \
     timed_naive
 
@@ -87,12 +88,9 @@ def gather_bsp(bsp: BSP, owner: np.ndarray, off: np.ndarray, local: np.ndarray
         # Grouped once: the same permutation sends the requests and places the replies.
         perm, counts = group_by_dest(owner, bsp.nprocs)
         grouped = off[perm]
-        start = 0
-        for dest in np.flatnonzero(counts).tolist():
-            stop = start + int(counts[dest])
+        for dest, start, stop in destination_slices(counts):
             requests.send(dest, grouped[start:stop])
             asked.put(dest, counts[dest:dest + 1], offset=bsp.pid)
-            start = stop
         bsp.sync("requests")
         sources = np.repeat(np.arange(bsp.nprocs), asked.local)
         replies.send(sources, gather(local, requests.received()))

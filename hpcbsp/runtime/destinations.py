@@ -35,6 +35,11 @@ def split_by_destination(bsp: "BSP", pid: int | np.ndarray, recs: np.ndarray,
     except ValueError as exc:
         raise BSPError(f"rank {bsp.pid}: {where}: {exc} (ranks of this BSP program: "
                        f"0..{bsp.nprocs - 1})") from None
+    return recs[perm], destination_slices(counts), True
+
+
+def destination_slices(counts: np.ndarray) -> list[tuple[int, int, int]]:
+    """``(dest, start, stop)`` for every destination with records, in ascending rank: where its
+    records lie in an array grouped by :func:`~hpcbsp.kernels.group_by_dest` with these counts."""
     ends = np.cumsum(counts)
-    groups = [(d, int(ends[d] - counts[d]), int(ends[d])) for d in np.flatnonzero(counts).tolist()]
-    return recs[perm], groups, True
+    return [(d, int(ends[d] - counts[d]), int(ends[d])) for d in np.flatnonzero(counts).tolist()]

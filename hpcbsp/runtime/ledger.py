@@ -20,6 +20,7 @@ from mpi4py import MPI
 
 from .errors import BSPError
 
+
 class CostModel(Protocol):
     """What :func:`summarize` needs of a machine profile (``hpcbsp.cost.profile.Profile`` is one)."""
 
