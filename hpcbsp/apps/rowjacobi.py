@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import kernels
+from ..kernels.reference import csr_to_dense
 from ..runtime import BSP
 from ..runtime.distribution import block_range
 from ..util.args import OneLineParser
@@ -47,10 +48,7 @@ class CSRRows:
                        self.data[start:stop])
 
     def to_dense(self, ncols: int) -> np.ndarray:
-        out = np.zeros((self.indptr.size - 1, ncols))
-        row = np.repeat(np.arange(self.indptr.size - 1), np.diff(self.indptr))
-        np.add.at(out, (row, self.indices), self.data)
-        return out
+        return csr_to_dense(self.indptr, self.indices, self.data, ncols)
 
 
 @dataclass
