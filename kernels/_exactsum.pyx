@@ -57,7 +57,8 @@ cdef extern from "exactsum_blocks.h":
         XS_BLOCK "HPCBSP_XS_BLOCK"
         XS_LEVEL_SHIFT "HPCBSP_XS_LEVEL_SHIFT"
         XS_AVAILABLE "HPCBSP_XS_AVAILABLE"
-    long hpcbsp_xs_set_ftz_daz(int ftz, int daz, long restore) noexcept nogil
+    long hpcbsp_xs_get_mxcsr() noexcept nogil
+    void hpcbsp_xs_set_mxcsr(long value) noexcept nogil
 
 cdef enum:
     NCHUNK = 67            # 67 * 32 bits cover 2**-1074 .. beyond n * 2**1024 for any n < 2**63
@@ -491,12 +492,17 @@ def _extract_block(const double[::1] x):
 def _set_ftz_daz(bint ftz, bint daz):
     """Set the SSE flush-to-zero and denormals-are-zero flags; returns a token for
     :func:`_restore_fp_flags`, or None where the CPU has no such register."""
-    cdef long old = hpcbsp_xs_set_ftz_daz(ftz, daz, -1)
-    return None if old < 0 else old
+    cdef long old = hpcbsp_xs_get_mxcsr()
+    if old < 0:
+        return None
+    # FTZ is bit 15, DAZ bit 6
+    hpcbsp_xs_set_mxcsr((old & ~0x8040) | (0x8000 if ftz else 0) | (0x0040 if daz else 0))
+    return old
 
 
 def _restore_fp_flags(long token):
-    hpcbsp_xs_set_ftz_daz(0, 0, token)
+    """Write back the register value a :func:`_set_ftz_daz` call returned (or any other)."""
+    hpcbsp_xs_set_mxcsr(token)
 
 
 def _fp_env_ready():

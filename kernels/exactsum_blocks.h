@@ -94,24 +94,15 @@ static int hpcbsp_fp_env_allows_extraction(void) {
 #endif
 }
 
-/* For the tests: set the x86 SSE control register's flush-to-zero (bit 15) and denormals-are-zero
- * (bit 6) flags as given, returning the previous register, or -1 on other CPUs. */
+/* For the tests: read and write the x86 SSE control register (MXCSR: rounding, flush-to-zero,
+ * denormals-are-zero); -1 and nothing on other CPUs. */
 #if defined(__x86_64__) || (defined(__i386__) && defined(__SSE__))
 #include <xmmintrin.h>
-static long hpcbsp_xs_set_ftz_daz(int ftz, int daz, long restore) {
-    unsigned int old = _mm_getcsr();
-    if (restore >= 0) {
-        _mm_setcsr((unsigned int)restore);
-    } else {
-        _mm_setcsr((old & ~0x8040u) | (ftz ? 0x8000u : 0u) | (daz ? 0x0040u : 0u));
-    }
-    return (long)old;
-}
+static long hpcbsp_xs_get_mxcsr(void) { return (long)_mm_getcsr(); }
+static void hpcbsp_xs_set_mxcsr(long value) { _mm_setcsr((unsigned int)value); }
 #else
-static long hpcbsp_xs_set_ftz_daz(int ftz, int daz, long restore) {
-    (void)ftz; (void)daz; (void)restore;
-    return -1;
-}
+static long hpcbsp_xs_get_mxcsr(void) { return -1; }
+static void hpcbsp_xs_set_mxcsr(long value) { (void)value; }
 #endif
 
 #if HPCBSP_XS_AVAILABLE
