@@ -19,7 +19,7 @@
  * with its low bits set (a subnormal, as a rule) sends the block to the general path.
  *
  * What that needs of the floating-point environment, checked where it can go wrong:
- * - IEEE double arithmetic without excess precision (FLT_EVAL_METHOD == 0) and no value-changing
+ * - IEEE double arithmetic without excess precision (FLT_EVAL_METHOD 0 or 16) and no value-changing
  *   optimisation (-ffast-math, -funsafe-math-optimizations or -fassociative-math would let the
  *   compiler fold x - ((sigma + x) - sigma) to 0): checked at compile time, where the fast path
  *   is compiled out otherwise, and once more when the module loads, by a known-answer test
@@ -45,12 +45,23 @@
 
 #include "simd_blocks.h" /* HPCBSP_MULTIVERSION */
 
+/* No contraction into fused multiply-adds here, whatever the build's flags (see simd_blocks.h). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+#elif defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
 #define HPCBSP_XS_BLOCK 2048               /* the most values one call may take: 2048 * 2**50 < 2**63 */
 #define HPCBSP_XS_LEVEL_SHIFT 51           /* k2 = k - 51 */
 #define HPCBSP_XS_FIELD_MIN 64             /* k2 = field - 1071 >= -1007: sigma2 is normal */
 #define HPCBSP_XS_FIELD_MAX 2040           /* k = field - 1020 <= 1020: sigma is finite */
 
-#if defined(__GNUC__) && defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD == 0 \
+/* FLT_EVAL_METHOD 16 (ISO/IEC TS 18661-3) is 0 for float and double, with _Float16 kept in its
+ * own type: GCC reports it for CPUs with AVX512-FP16 (-march=sapphirerapids, or -march=native
+ * on such a Xeon).  Any other value (2: the x87 unit, -mfpmath=387) compiles the path out. */
+#if defined(__GNUC__) && defined(FLT_EVAL_METHOD) && (FLT_EVAL_METHOD == 0 || FLT_EVAL_METHOD == 16) \
     && !defined(__FAST_MATH__) && !defined(__ASSOCIATIVE_MATH__) && !defined(__RECIPROCAL_MATH__) \
     && !defined(__NO_SIGNED_ZEROS__)
 #define HPCBSP_XS_AVAILABLE 1
@@ -217,6 +228,10 @@ static int hpcbsp_exact_block_f64(const double *p, ptrdiff_t n, int64_t *hi, int
     (void)p; (void)n; (void)hi; (void)lo; (void)pos;
     return 0;
 }
+#endif
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
 #endif
 
 #endif

@@ -4,8 +4,11 @@
  * 256-bit vectors where they exist.
  *
  * The arithmetic is exactly that of the Cython fallback: LANES = 8 independent accumulators,
- * added pairwise at the end, no fused multiply-add (the "avx2" target does not enable FMA), so
- * both versions give the same bits.
+ * added pairwise at the end, and no fused multiply-add, so every version gives the same bits.
+ * Contraction of p*q + acc into an FMA is switched off here (GCC: per function, by the pragma
+ * below; Clang: STDC FP_CONTRACT), and setup.py adds -ffp-contract=off -fno-fast-math after the
+ * user's CFLAGS, so that a -march=native or -mfma build (where GCC contracts by default) and a
+ * -ffast-math build compute what the baseline build computes.
  */
 #ifndef HPCBSP_SIMD_BLOCKS_H
 #define HPCBSP_SIMD_BLOCKS_H
@@ -17,6 +20,13 @@
 #define HPCBSP_MULTIVERSION __attribute__((target_clones("avx2", "default")))
 #else
 #define HPCBSP_MULTIVERSION
+#endif
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+#elif defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
 #endif
 
 #define HPCBSP_BLOCK_BODY(TERM)                                                      \
@@ -50,5 +60,9 @@ static int hpcbsp_any_index_at_or_above(const int64_t *p, ptrdiff_t n, uint64_t 
     for (ptrdiff_t i = 0; i < n; i++) { any |= (uint64_t)((uint64_t)p[i] >= limit); }
     return any != 0;
 }
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
 
 #endif
