@@ -1,12 +1,17 @@
 # cython: language_level=3
 """Scatter-add and gather on a 1-D table with int64 indices (histogram update, index-gather).
 
-The facade checks every index with :func:`first_bad_index` before anything is written (as
-``np.add.at`` does), so a bad index leaves the table untouched; the loops here trust their
+A bad index leaves the table untouched (as ``np.add.at`` does): :func:`scatter_add_checked`
+either tests every index before it writes anything or, when the updates outnumber the table
+entries, keeps a copy of the table, tests and applies the indices a block at a time (the block
+is still in L1 when it is applied, so the indices stream from memory once, not twice) and puts
+the copy back if a block holds a bad index.  :func:`scatter_add` and :func:`gather` trust their
 indices.  Negative indices are errors, not wrapped.  Tables and values may be strided views.
 """
 import numpy as np
 from libc.stdint cimport int32_t, int64_t, uint64_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy
 
 ctypedef fused elem_t:
     double
@@ -22,24 +27,29 @@ cdef enum:
     CHECK_BLOCK = 4096     # indices tested per vectorised pass (32 KiB, stays in L1)
 
 
+cdef Py_ssize_t _first_bad(const int64_t* p, Py_ssize_t n, uint64_t usize) noexcept nogil:
+    """Position of the first ``p[i]`` outside ``[0, usize)``, or -1.  A negative index is huge
+    when read as unsigned: one comparison covers both bounds.  Each block is tested in one
+    branch-free pass; only a block that fails is searched."""
+    cdef Py_ssize_t i, start = 0, stop
+    while start < n:
+        stop = n if n - start < CHECK_BLOCK else start + CHECK_BLOCK
+        if hpcbsp_any_index_at_or_above(p + start, stop - start, usize):
+            for i in range(start, stop):
+                if <uint64_t>p[i] >= usize:
+                    return i
+        start = stop
+    return -1
+
+
 def first_bad_index(const int64_t[::1] idx, int64_t size):
     """Position of the first index outside ``[0, size)``, or -1 when all are valid."""
-    cdef Py_ssize_t n = idx.shape[0], i, start = 0, stop, bad = -1
+    cdef Py_ssize_t n = idx.shape[0], bad
     cdef uint64_t usize = <uint64_t>size if size > 0 else 0
     if n == 0:
         return -1
-    cdef const int64_t* p = &idx[0]
     with nogil:
-        # A negative index is huge when read as unsigned: one comparison covers both bounds.
-        # Each block is tested in one branch-free pass; only a block that fails is searched.
-        while start < n and bad < 0:
-            stop = n if n - start < CHECK_BLOCK else start + CHECK_BLOCK
-            if hpcbsp_any_index_at_or_above(p + start, stop - start, usize):
-                for i in range(start, stop):
-                    if <uint64_t>p[i] >= usize:
-                        bad = i
-                        break
-            start = stop
+        bad = _first_bad(&idx[0], n, usize)
     return bad
 
 
@@ -47,6 +57,78 @@ cdef inline Py_ssize_t _stride(Py_ssize_t byte_stride, Py_ssize_t itemsize) exce
     if byte_stride % itemsize != 0:
         raise ValueError(f"array stride {byte_stride} is not a multiple of its item size {itemsize}")
     return byte_stride // itemsize
+
+
+cdef Py_ssize_t _add_checked(elem_t* t, Py_ssize_t m, Py_ssize_t st, const int64_t* ix,
+                             Py_ssize_t n, const elem_t* v, Py_ssize_t sv, elem_t value) noexcept nogil:
+    """``t[ix[k]*st] += v[k*sv]`` (or ``+= value`` where v is NULL) for every k if every index
+    is in ``[0, m)``; else the position of the first bad one, with the table unchanged."""
+    cdef Py_ssize_t k, start = 0, stop, bad
+    cdef uint64_t usize = <uint64_t>m
+    cdef elem_t* saved = NULL
+    if st == 1 and (v == NULL or sv == 1) and n >= 2 * m:
+        saved = <elem_t*>malloc(m * sizeof(elem_t))
+    if saved == NULL:  # few updates for the table (or no memory): test them all, then add
+        bad = _first_bad(ix, n, usize)
+        if bad >= 0:
+            return bad
+        if v == NULL:
+            for k in range(n):
+                t[ix[k] * st] += value
+        else:
+            for k in range(n):
+                t[ix[k] * st] += v[k * sv]
+        return -1
+    memcpy(saved, t, m * sizeof(elem_t))
+    while start < n:
+        stop = n if n - start < CHECK_BLOCK else start + CHECK_BLOCK
+        if hpcbsp_any_index_at_or_above(ix + start, stop - start, usize):
+            memcpy(t, saved, m * sizeof(elem_t))
+            free(saved)
+            return _first_bad(ix + start, stop - start, usize) + start
+        if v == NULL:
+            for k in range(start, stop):
+                t[ix[k]] += value
+        else:
+            for k in range(start, stop):
+                t[ix[k]] += v[k]
+        start = stop
+    free(saved)
+    return -1
+
+
+def scatter_add_checked(elem_t[:] table, const int64_t[::1] idx, const elem_t[:] values):
+    """``table[idx[k]] += values[k]`` for every k, in order, if every index is in bounds.
+
+    Returns -1, or the position of the first bad index with the table unchanged.  ``values``
+    has ``len(idx)`` entries of the table's dtype.
+    """
+    cdef Py_ssize_t n = idx.shape[0], bad
+    if values.shape[0] != n:
+        raise ValueError(f"scatter_add: {values.shape[0]} values for {n} indices")
+    if n == 0:
+        return -1
+    cdef Py_ssize_t st = _stride(table.strides[0], sizeof(elem_t))
+    cdef Py_ssize_t sv = _stride(values.strides[0], sizeof(elem_t))
+    with nogil:
+        bad = _add_checked(&table[0], table.shape[0], st, &idx[0], n, &values[0], sv, 0)
+    return bad
+
+
+def scatter_add_scalar_checked(elem_t[:] table, const int64_t[::1] idx, elem_t value):
+    """``table[idx[k]] += value`` for every k if every index is in bounds (a histogram update
+    when value == 1); returns -1, or the position of the first bad index, table unchanged.
+
+    Call a specialisation (``scatter_add_scalar_checked["double"]``): a Python number alone
+    does not tell which table dtype is meant.
+    """
+    cdef Py_ssize_t n = idx.shape[0], bad
+    if n == 0:
+        return -1
+    cdef Py_ssize_t st = _stride(table.strides[0], sizeof(elem_t))
+    with nogil:
+        bad = _add_checked(&table[0], table.shape[0], st, &idx[0], n, NULL, 0, value)
+    return bad
 
 
 def scatter_add(elem_t[:] table, const int64_t[::1] idx, const elem_t[:] values):

@@ -154,6 +154,30 @@ def test_the_first_bad_index_is_found_across_the_vectorised_blocks(n):
     kernels.gather(np.zeros(10), rng.integers(0, 10, n))  # all valid: no error
 
 
+@pytest.mark.parametrize("dtype", TABLE_DTYPES)
+@pytest.mark.parametrize("scalar", [False, True], ids=["values", "scalar"])
+def test_many_updates_apply_block_by_block_and_a_late_bad_index_restores_the_table(dtype, scalar):
+    # More updates than twice the table: the kernel keeps a copy of the table and tests and
+    # applies 4096 indices at a time.  Oracle: np.add.at for the valid case; for a bad index in
+    # a later block (earlier blocks already applied), the table must come back bit-identical.
+    rng = np.random.default_rng(3)
+    m, n = 37, 5 * 4096 + 11
+    idx = rng.integers(0, m, n)
+    vals = 1 if scalar else random_values(rng, dtype, n)
+    start = random_values(rng, dtype, m)
+    table, expect = start.copy(), start.copy()
+    kernels.scatter_add(table, idx, vals)
+    np.add.at(expect, idx, vals)
+    np.testing.assert_array_equal(table, expect)  # same order of additions: same bits
+    for pos in (n - 1, 3 * 4096, 4096 + 7):
+        bad = idx.copy()
+        bad[pos] = m if pos % 2 else -1
+        table = start.copy()
+        with pytest.raises(IndexError, match=rf"at position {pos} is out of bounds for a table of size {m}"):
+            kernels.scatter_add(table, bad, vals)
+        assert table.tobytes() == start.tobytes()
+
+
 def test_indices_at_the_bounds():
     table = np.zeros(5)
     kernels.scatter_add(table, [0, 4], [1.0, 2.0])

@@ -4,8 +4,10 @@ Each kernel and its numpy equivalent run on the same arrays in the same process,
 and the best of ``--repeat`` timings is kept for each.  The bandwidth of a plain array copy
 (``np.copyto``, counting the bytes read and written) is the physical reference: the
 memory-bound reductions also print the bandwidth they reach and its fraction of the copy's.
-Targets (issue 3): grouping >= 3x ``argsort(kind="stable")`` + ``bincount``; scatter-add >= 5x
-``np.add.at``; sum, dot, norm >= 0.8x numpy; exact summation >= 0.25x ``np.sum``.
+Targets (issue 3, scatter-add's from issue 13): grouping >= 3x ``argsort(kind="stable")`` +
+``bincount``; checked scatter-add >= 1.2x ``np.add.at`` (the 5x of issue 3 was withdrawn: numpy
+>= 1.25 compiles ``np.add.at``, and the ceiling below shows 5x out of reach); sum, dot, norm >=
+0.8x numpy; exact summation >= 0.25x ``np.sum``.
 
 The read bandwidth of ``np.sum`` bounds every streaming kernel from above: scatter-add must read
 an index (8 bytes) and a value (8 bytes) per update however its table is updated, so its rows
@@ -110,10 +112,10 @@ def _rows(n: int, nprocs: int, table: int, seed: int, fsum: bool,
             "argsort(stable)+bincount",
             lambda: (np.argsort(dest, kind="stable"), np.bincount(dest, minlength=nprocs)), 3.0),
         Row("scatter_add", lambda: kernels.scatter_add(ftab, idx, vals),
-            "np.add.at", lambda: np.add.at(ftab, idx, vals), 5.0, stream_bytes=16),
+            "np.add.at", lambda: np.add.at(ftab, idx, vals), 1.2, stream_bytes=16),
         Row("scatter_add (+1)", lambda: kernels.scatter_add(itab, idx, 1),
-            "np.add.at", lambda: np.add.at(itab, idx, 1), 5.0, stream_bytes=8),
-        # The compiled loop without the facade's bounds pass: the floor of any checked kernel.
+            "np.add.at", lambda: np.add.at(itab, idx, 1), 1.2, stream_bytes=8),
+        # The compiled loop without any bounds test: what checking costs.
         Row("scatter_add loop alone", lambda: MODULES["_indexed"].scatter_add(ftab, idx, vals),
             "np.add.at", lambda: np.add.at(ftab, idx, vals), stream_bytes=16),
         Row("gather", lambda: kernels.gather(ftab, idx, gout), "np.take",

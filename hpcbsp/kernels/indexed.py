@@ -13,8 +13,9 @@ _EXT = MODULES["_indexed"]
 # function by dtype skips its per-call dispatch.
 _SPECIALISATION = {np.dtype(t): name for t, name in (
     (np.float64, "double"), (np.float32, "float"), (np.int64, "int64_t"), (np.int32, "int32_t"))}
-_SCATTER = {dt: _EXT.scatter_add[name] for dt, name in _SPECIALISATION.items()}
-_SCATTER_SCALAR = {dt: _EXT.scatter_add_scalar[name] for dt, name in _SPECIALISATION.items()}
+_SCATTER = {dt: _EXT.scatter_add_checked[name] for dt, name in _SPECIALISATION.items()}
+_SCATTER_SCALAR = {dt: _EXT.scatter_add_scalar_checked[name]
+                   for dt, name in _SPECIALISATION.items()}
 _GATHER = {dt: _EXT.gather[name] for dt, name in _SPECIALISATION.items()}
 
 #: Table dtypes with a compiled loop.  ``gather`` also accepts any other dtype (checked, then
@@ -31,7 +32,10 @@ def _check_table(table: Any, op: str) -> np.ndarray:
 
 
 def _check_indices(idx: np.ndarray, size: int) -> None:
-    bad = _EXT.first_bad_index(idx, size)
+    _raise_if_bad(idx, _EXT.first_bad_index(idx, size), size)
+
+
+def _raise_if_bad(idx: np.ndarray, bad: int, size: int) -> None:
     if bad >= 0:
         raise IndexError(
             f"index {idx[bad]} at position {bad} is out of bounds for a table of size {size}"
@@ -73,8 +77,7 @@ def scatter_add(table: np.ndarray, idx: Any, values: Any) -> None:
             and idx.dtype == np.int64 and idx.ndim == 1 and table.ndim == 1
             and values.dtype == table.dtype and values.shape == idx.shape
             and idx.flags.c_contiguous and table.flags.writeable):
-        _check_indices(idx, table.shape[0])
-        scatter(table, idx, values)
+        _raise_if_bad(idx, scatter(table, idx, values), table.shape[0])
         return
     table = _check_table(table, "scatter_add")
     if scatter is None:
@@ -85,8 +88,7 @@ def scatter_add(table: np.ndarray, idx: Any, values: Any) -> None:
     ix = as_index_array(idx, "index")
     if np.ndim(values) == 0:
         value = _scalar_for(table.dtype, values)
-        _check_indices(ix, table.shape[0])
-        _SCATTER_SCALAR[table.dtype](table, ix, value)
+        _raise_if_bad(ix, _SCATTER_SCALAR[table.dtype](table, ix, value), table.shape[0])
         return
     vals = np.asarray(values)
     if vals.dtype != table.dtype and not np.can_cast(vals.dtype, table.dtype, "same_kind"):
@@ -95,8 +97,8 @@ def scatter_add(table: np.ndarray, idx: Any, values: Any) -> None:
     if vals.shape != np.shape(idx):
         raise ValueError(f"scatter_add: values of shape {vals.shape} for indices of shape "
                          f"{np.shape(idx)} (give one value per index, or a scalar)")
-    _check_indices(ix, table.shape[0])
-    scatter(table, ix, flat_view(vals.astype(table.dtype, copy=False)))
+    _raise_if_bad(ix, scatter(table, ix, flat_view(vals.astype(table.dtype, copy=False))),
+                  table.shape[0])
 
 
 def _scalar_for(dtype: np.dtype, value: Any) -> int | float:
