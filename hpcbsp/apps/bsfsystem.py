@@ -120,6 +120,11 @@ def app_main(parser: OneLineParser, argv: list[str] | None, name: str, build: Pr
         parser.error(f"--every must be >= 0, got {args.every}")
     if (args.every or args.restart) and not args.checkpoint:
         parser.error("--every and --restart need --checkpoint DIR")
+    if args.checkpoint:
+        try:
+            FarmCheckpoint(args.checkpoint).check()  # never over a folder that is not a checkpoint
+        except hpcbsp.BSPError as exc:
+            parser.error(str(exc))
     for path, what in ((args.out, "--out file"), (args.ledger, "ledger")):
         if path:
             try:

@@ -160,8 +160,10 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("--workers is for --simulate; under MPI the workers are ranks 1..n-1")
         # (A real run's options are checked once MPI says how many workers there are.)
         plan = _checkpoint_plan(args)
+        if plan is not None and args.simulate:
+            plan.check("simulated", policies, args.repeats)
         data = load_dataset(args.dataset, args.seed)
-    except (ValueError, PolicyError, DatasetUnavailable) as exc:
+    except (ValueError, PolicyError, DatasetUnavailable, CheckpointError) as exc:
         return _fail(str(exc))
     if args.simulate:
         try:
@@ -193,8 +195,8 @@ def _check_checkpoint_dir(args: argparse.Namespace) -> None:
     if args.checkpoint.exists() and not args.checkpoint.is_dir():
         raise ValueError(f"--checkpoint {args.checkpoint} exists and is not a directory")
     if args.checkpoint.is_dir() and any(args.checkpoint.iterdir()) and not args.restart:
-        raise ValueError(f"--checkpoint {args.checkpoint} already holds checkpoints: add --restart "
-                         "to resume from them, or choose an empty directory")
+        raise ValueError(f"--checkpoint {args.checkpoint} is not empty: add --restart to resume "
+                         "from the checkpoints in it, or choose an empty or new directory")
 
 
 def _run_sim(config: TrainConfig, name: str, data: Any, repeat: int,
@@ -237,7 +239,8 @@ def _main_mpi(args: argparse.Namespace, policies: list[str], data: Any,
     if rank == 0 and plan is not None:  # the checkpoints live where rank 0 (the server) writes
         try:
             _check_checkpoint_dir(args)
-        except ValueError as exc:
+            plan.check("mpi", policies, args.repeats)
+        except (ValueError, CheckpointError) as exc:
             error = str(exc)
     error = world.bcast(error, root=0)
     if error is not None:
