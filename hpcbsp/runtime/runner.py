@@ -115,6 +115,15 @@ def install_interrupt_handler() -> None:
     # handler wakes through the pipe.
     threading.Thread(target=_watch_interrupts, args=(read_fd,), name="hpcbsp-sigint",
                      daemon=True).start()
+    os.register_at_fork(after_in_child=_forget_wakeup_fd)
+
+
+def _forget_wakeup_fd() -> None:
+    """In a forked child (multiprocessing): its signals must not wake the parent's watcher."""
+    try:
+        signal.set_wakeup_fd(-1)
+    except ValueError:  # forked from another thread: nothing to undo from here
+        pass
 
 
 def _on_sigint(signum: int, frame: FrameType | None) -> None:
