@@ -133,7 +133,7 @@ def make_config(args: argparse.Namespace, n_workers: int | None) -> TrainConfig:
     if n_workers is not None and n_workers < 1:
         raise ValueError("needs at least one worker")
     for name in ("duration", "eval_every", "base_delay", "jitter", "change_at", "change_factor",
-                 "stall_prob", "stall_factor", "lr", "timeout", "checkpoint_every"):
+                 "stall_prob", "stall_factor", "lr", "timeout"):
         value = getattr(args, name, None)
         if value is not None and not math.isfinite(value):
             raise ValueError(f"--{name.replace('_', '-')} must be a finite number, got {value}")
