@@ -221,7 +221,7 @@ def test_restart_refuses_other_settings_and_damaged_checkpoints(tmp_path: Path) 
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
         return proc.stderr
 
-    assert "already holds checkpoints: add --restart" in fails()
+    assert "is not empty: add --restart" in fails()
     assert "batch was 16, is 8 now" in fails("--restart", "--batch", "8")
     data = ck / "simulated-asp-r0" / "rank0.npz"
     raw = bytearray(data.read_bytes())

@@ -151,3 +151,46 @@ def test_mlp_trains_on_generated_data(tmp_path: Path) -> None:
     accuracy = [a for _, a in _read_curves(out / "curves.csv")["elastic(R=20)"]]
     assert accuracy[0] < 0.5 < 0.8 < accuracy[-1]  # 5 classes: from chance to well above it
     assert not (out / "accuracy.png").exists()
+
+
+# Issue 14, item 2: timing values a virtual clock cannot get through used to hang the command
+# (`--base-delay 0`: every iteration at t = 0 for ever).  Each is now refused before the run.
+@pytest.mark.parametrize("args, message", [
+    (["--base-delay", "0"], "--base-delay 0 cannot be simulated"),
+    (["--base-delay", "1e-300"], "would simulate about 4e+300 iterations"),
+    (["--slowdown", "1e-300,1,1,1"], "would simulate about"),
+    (["--change-at", "0", "--change-factor", "1e-300"], "would simulate about"),
+    (["--stall-prob", "1", "--stall-factor", "1e-300"], "would simulate about"),
+    (["--eval-every", "1e-9"], "would evaluate the model 1e+09 times"),
+    (["--duration", "inf"], "--duration must be a finite number"),
+    (["--duration", "nan"], "--duration must be a finite number"),
+    (["--base-delay", "nan"], "--base-delay must be a finite number"),
+    (["--jitter", "nan"], "--jitter must be a finite number"),
+    (["--change-at", "nan"], "--change-at must be a finite number"),
+    (["--eval-every", "-1"], "--eval-every must be positive"),
+])
+def test_timing_that_would_never_end_is_refused_at_once(args: list[str], message: str,
+                                                        tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "hpcbsp.elastic.train", "--simulate", "--dataset", "generated",
+           "--duration", "1", "--no-plot", "--out", str(tmp_path / "out"), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)  # was: never ended
+    assert proc.returncode == 2, proc.stderr
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and message in err[0], proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_zero_base_delay_is_fine_for_a_real_run_but_not_for_the_virtual_clock() -> None:
+    """The root cause, in the simulator itself: zero-time iterations are refused there (a
+    library caller gets a ValueError instead of a loop that never ends)."""
+    from hpcbsp.elastic.policies import make_policy
+    from hpcbsp.elastic.simulator import simulate
+    from hpcbsp.elastic.timing import TimingModel
+
+    with pytest.raises(ValueError, match="virtual clock would never advance"):
+        simulate(make_policy("asp"), TimingModel(base_s=0.0, slowdown=(1.0, 2.0)), duration=1.0)
+    # With a latency, zero compute time still advances the clock: 1 / 0.25 = 4 pushes per worker
+    # before the stop at t = 1 (pushes at 0.25, 0.5, 0.75; the one at 1.0 is told to stop).
+    res = simulate(make_policy("asp"), TimingModel(base_s=0.0, slowdown=(1.0, 2.0), jitter=0.0),
+                   duration=1.0, latency_s=0.25)
+    assert res.log.updates == 6

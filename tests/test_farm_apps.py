@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -52,3 +55,48 @@ def test_demo(tmp_path):
     k_max = cm.model.k_max()
     assert k_max is None or k_max >= 1
     assert cm.model.speedup(np.array([1.0]))[0] == 1.0
+
+
+# Issue 14, item 3: a run on one rank measures no communication (the master is its own worker,
+# L = t_c = 0) and used to predict K_max = 17 (jacobi --n 100) or 36 (demo --n 300) where a
+# 2-rank run of the same solve predicts 1-2.  Now it predicts nothing and says what to run.
+@pytest.mark.parametrize("app", ["jacobi", "cimmino"])
+def test_one_rank_solve_prints_no_prediction_but_the_command_that_gives_one(app, tmp_path):
+    res = run_mpi(1, ["-m", f"hpcbsp.apps.{app}", "--n", "100"], timeout=120)
+    assert res.returncode == 0 and "OK" in res.stdout, res.output  # the solve itself is right
+    assert "K_max = " not in res.stdout and "K_max: none" in res.stdout
+    assert "L, t_c: not measured" in res.stdout
+    command = res.stdout.split("run it on 2 or more ranks: ", 1)[1].strip().splitlines()[0]
+    assert " -n 2 " in command and command.endswith(f"-m hpcbsp.apps.{app} --n 100")
+    # The command it names works as written and does predict.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_", "MPIR_"))}
+    env["MPIEXEC_TIMEOUT"] = "120"
+    again = subprocess.run(shlex.split(command), capture_output=True, text=True, timeout=150,
+                           env=env, cwd=tmp_path, stdin=subprocess.DEVNULL)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "predicted scalability boundary K_max = " in again.stdout
+
+
+def test_demo_on_one_rank_refuses_before_the_work(tmp_path):
+    out = tmp_path / "demo"
+    res = run_mpi(1, ["-m", "hpcbsp.apps.demo", "--n", "300", "--out-dir", str(out)], timeout=60)
+    assert res.returncode == 2 and res.stdout == "", res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "one rank measures no communication" in lines[0]
+    assert f"-n 2 {sys.executable} -m hpcbsp.apps.demo --n 300 --out-dir {out}" in lines[0]
+    assert not out.exists()
+
+
+def test_cost_model_refuses_a_one_rank_farm_report():
+    from hpcbsp.cost.errors import CostInputError
+    from hpcbsp.cost.farmmodel import model_from_farm
+    from hpcbsp.farm.timings import summarise
+
+    samples = {k: [1e-3, 1e-3] for k in ("seconds", "map_s", "fold_s", "master_fold_s", "compute_s")}
+    alone = summarise(samples, workers=1, list_length=10, iterations=2, total_s=2e-3, latency=0.0,
+                      exchange_measured=False).as_dict()
+    with pytest.raises(CostInputError, match="one rank measures no communication"):
+        model_from_farm(alone)
+    with pytest.raises(CostInputError, match="one rank"):  # a report line of an older hpcbsp
+        model_from_farm({**alone, "exchange_measured": True, "nprocs": 1})
+    model_from_farm({**alone, "exchange_measured": True, "nprocs": 2})  # 2 ranks: a model

@@ -71,9 +71,15 @@ def solve(bsp: "hpcbsp.BSP", name: str, build: ProblemBuilder, args: argparse.Na
     return out
 
 
-def report(out: dict[str, Any], tolerance: float, name: str) -> int:
-    """Print rank 0's summary; return the exit status (1 if the check failed)."""
+def report(out: dict[str, Any], tolerance: float, name: str, argv: list[str] | None = None) -> int:
+    """Print rank 0's summary; return the exit status (1 if the check failed).
+
+    A run on one rank measured no communication: it prints no K_max, but the command that
+    gives one (``argv``: the arguments to repeat, default ``sys.argv[1:]``).
+    """
+    from hpcbsp.cost.errors import CostInputError
     from hpcbsp.cost.farmmodel import format_farm_parameters, model_from_farm
+    from hpcbsp.runtime.launch import rerun_command
 
     ok = out["converged"] and out["max_error"] <= tolerance
     print(f"{name}: n = {out['n']}, K = {out['workers']} worker(s), {out['iterations']} iterations, "
@@ -81,7 +87,11 @@ def report(out: dict[str, Any], tolerance: float, name: str) -> int:
     print(f"check against numpy.linalg.solve: max |x - x*| = {out['max_error']:.2e} "
           f"(tolerance {tolerance:.0e})  {'OK' if ok else 'FAILED'}")
     print(format_farm_parameters(out["timings"]))
-    cm = model_from_farm(out["timings"])
+    try:
+        cm = model_from_farm(out["timings"])
+    except CostInputError as exc:  # one rank: no prediction rather than a wrong one
+        print(f"predicted scalability boundary K_max: none; {exc}: {rerun_command(2, argv)}")
+        return 0 if ok else 1
     lo, hi = cm.k_max_interval()
     k_max = cm.model.k_max()
     print(f"predicted scalability boundary K_max = {k_max if k_max else 'none (no turnover)'} "
@@ -120,6 +130,11 @@ def app_main(parser: OneLineParser, argv: list[str] | None, name: str, build: Pr
         parser.error(f"--every must be >= 0, got {args.every}")
     if (args.every or args.restart) and not args.checkpoint:
         parser.error("--every and --restart need --checkpoint DIR")
+    if args.checkpoint:
+        try:
+            FarmCheckpoint(args.checkpoint).check()  # never over a folder that is not a checkpoint
+        except hpcbsp.BSPError as exc:
+            parser.error(str(exc))
     for path, what in ((args.out, "--out file"), (args.ledger, "ledger")):
         if path:
             try:
@@ -138,4 +153,4 @@ def app_main(parser: OneLineParser, argv: list[str] | None, name: str, build: Pr
     if args.json:
         print(json.dumps(out))
         return 0 if out["converged"] and out["max_error"] <= tolerance else 1
-    return report(out, tolerance, name)
+    return report(out, tolerance, name, argv)

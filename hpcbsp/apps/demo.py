@@ -74,6 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     from mpi4py import MPI
 
     size = MPI.COMM_WORLD.Get_size()
+    if size == 1:  # the prediction is the point, and one rank cannot measure communication
+        from hpcbsp.runtime.launch import rerun_command
+
+        parser.error("one rank measures no communication (the master would be its own worker), "
+                     "so it cannot predict how the solve scales; run it on 2 ranks: "
+                     + rerun_command(2, argv))
     if args.n < max(2, size - 1):
         parser.error(f"--n must be at least {max(2, size - 1)}, got {args.n}")
     out, records = hpcbsp.run(run_demo, args.n)

@@ -20,12 +20,13 @@ import sys
 import numpy as np
 
 import hpcbsp
-from hpcbsp.runtime.checkpoint import exists as checkpoint_exists
+from hpcbsp.runtime.checkpoint import check_target, exists as checkpoint_exists
 from hpcbsp.runtime.distribution import block_range
 from hpcbsp.runtime.ledger import summarize
 from hpcbsp.util.args import OneLineParser
 from hpcbsp.util.outputs import OutputError, prepare_output
 
+PROGRAM = "hpcbsp.apps.heat"
 
 def initial(n: int) -> np.ndarray:
     """A hot spot and a ramp: a profile with structure at every scale."""
@@ -41,7 +42,7 @@ def simulate(bsp: "hpcbsp.BSP", n: int, steps: int, alpha: float, checkpoint: st
     halo = bsp.coarray(2, name="halo", scratch=True)  # [left's last, right's first]
     step = 0
     if restart and checkpoint and checkpoint_exists(checkpoint):
-        ck = bsp.restore(checkpoint, program="hpcbsp.apps.heat")
+        ck = bsp.restore(checkpoint, program=PROGRAM)
         step = int(ck.state["step"])
         if bsp.pid == 0:
             print(f"restarted from {ck.path} at step {step} (saved on {ck.nprocs} ranks, "
@@ -69,7 +70,7 @@ def simulate(bsp: "hpcbsp.BSP", n: int, steps: int, alpha: float, checkpoint: st
             u.local[:] = new
         step += 1
         if checkpoint and every and step % every == 0:
-            bsp.checkpoint(checkpoint, program="hpcbsp.apps.heat", step=np.int64(step))
+            bsp.checkpoint(checkpoint, program=PROGRAM, step=np.int64(step))
     parts = bsp.comm.gather(u.local.copy(), root=0)
     return np.concatenate(parts) if parts is not None else None
 
@@ -107,6 +108,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--alpha must be in (0, 0.5] for a stable explicit scheme")
     if (args.every or args.restart) and not args.checkpoint:
         parser.error("--every and --restart need --checkpoint DIR")
+    if args.checkpoint:
+        try:
+            check_target(args.checkpoint, PROGRAM)  # never over a folder that is not a checkpoint
+        except hpcbsp.BSPError as exc:
+            parser.error(str(exc))
     if args.out:
         try:
             prepare_output(args.out, "--out file")  # before the run, not after it

@@ -33,7 +33,7 @@ from mpi4py import MPI
 
 from ..kernels import scatter_add
 from ..runtime import BSP, BSPError
-from ..runtime.checkpoint import exists as checkpoint_exists
+from ..runtime.checkpoint import check_target, exists as checkpoint_exists
 from .irregular_common import Outcome, cyclic_owner, naive_exchange, table_app_main, timed, \
     timed_naive
 
@@ -41,6 +41,7 @@ from .irregular_common import Outcome, cyclic_owner, naive_exchange, table_app_m
 DEFAULT_UPDATES = 5_000_000
 DEFAULT_TABLE = 10_000
 DEFAULT_NAIVE_UPDATES = 50_000
+PROGRAM = "hpcbsp.apps.histogram"  #: the tag of its checkpoints
 
 
 def updates_of(rank: int, nprocs: int, n: int, table: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -151,7 +152,7 @@ def run_histogram_rounds(bsp: BSP, mode: str, n: int, table: int, seed: int = 1,
                          **mailbox_kw: int) -> Outcome:
     """The histogram in ``rounds`` supersteps, with checkpoints of the counters (fabsp or bsp)."""
     counts = bsp.coarray(table, dtype=np.int64, name="histogram:counts")
-    program = "hpcbsp.apps.histogram"
+    program = PROGRAM
     run_id = np.array([n, table, seed, rounds, bsp.nprocs], dtype=np.int64)
     first = 0
     if restart and checkpoint and checkpoint_exists(checkpoint):
@@ -212,6 +213,11 @@ def _restart_options(parser: argparse.ArgumentParser) -> Callable[[argparse.Name
             parser.error("--every and --restart need --checkpoint DIR")
         if (args.rounds > 1 or args.checkpoint) and args.mode == "naive":
             parser.error("--rounds and --checkpoint work with --mode fabsp or bsp")
+        if args.checkpoint:
+            try:
+                check_target(args.checkpoint, PROGRAM)  # never over a folder that is not a checkpoint
+            except BSPError as exc:
+                parser.error(str(exc))
         if args.rounds == 1 and not args.checkpoint:
             return {}
         return {"rounds": args.rounds, "checkpoint": args.checkpoint, "every": args.every,

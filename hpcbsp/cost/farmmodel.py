@@ -18,9 +18,17 @@ from .errors import CostInputError
 from .modelfile import CalibratedModel, provenance
 
 
+#: Why a farm run on one rank gives no model (the CLIs add the command to run instead).
+ONE_RANK = ("a farm run on one rank measures no communication (the master is its own worker: "
+            "L = t_c = 0), so it cannot predict how the program scales; run it on 2 or more ranks")
+
+
 def model_from_farm(report: Mapping[str, Any], *, n_boot: int = 200, seed: int = 0,
                     granularity: str = "continuous") -> CalibratedModel:
     """The linear-exchange BSF model measured by one farm run, with bootstrap over iterations.
+
+    Raises :class:`CostInputError` (:data:`ONE_RANK`) for a run on one rank: it exchanged
+    nothing, and a model with L = t_c = 0 would predict scaling with confidence and wrongly.
 
     Parameters
     ----------
@@ -32,6 +40,8 @@ def model_from_farm(report: Mapping[str, Any], *, n_boot: int = 200, seed: int =
         Granularity of the returned model (the farm's split is ``ceil``-exact; ``continuous``
         gives the classical smooth curve and closed-form K_BSF).
     """
+    if not report.get("exchange_measured", True) or report.get("nprocs") == 1:
+        raise CostInputError(ONE_RANK)
     try:
         params = BSFParams(latency=float(report["latency"]), t_c=float(report["t_c"]),
                            t_map=float(report["t_map"]), t_a=float(report["t_a"]),
@@ -69,6 +79,8 @@ def format_farm_parameters(report: Mapping[str, Any]) -> str:
     """The measured BSF parameters in one readable block."""
     return (f"measured BSF parameters (K = {report['workers']}, l = {report['list_length']}, "
             f"{report['iterations']} iterations, median T = {1e3 * report['seconds_per_iteration']:.3f} ms):\n"
-            f"  L = {report['latency'] * 1e6:.1f} us, t_c = {report['t_c'] * 1e6:.1f} us, "
-            f"t_Map = {report['t_map'] * 1e3:.3f} ms, t_a = {report['t_a'] * 1e9:.1f} ns, "
+            + (f"  L = {report['latency'] * 1e6:.1f} us, t_c = {report['t_c'] * 1e6:.1f} us, "
+               if report.get("exchange_measured", True) else
+               "  L, t_c: not measured (one rank: nothing was exchanged), ")
+            + f"t_Map = {report['t_map'] * 1e3:.3f} ms, t_a = {report['t_a'] * 1e9:.1f} ns, "
             f"t_p = {report['t_p'] * 1e6:.1f} us")

@@ -77,19 +77,37 @@ class CheckpointPlan:
         settings = settings_of(config, mode=mode, policy=policy, repeat=repeat, dataset=dataset)
         return self.directory / f"{mode}-{policy}-r{repeat}", settings
 
+    def check(self, mode: str, policies: list[str], repeats: int) -> None:
+        """Raise :class:`CheckpointError` if a run's checkpoint path holds something that is not
+        this program's checkpoint (a file or folder of the user's): checked before the runs,
+        since a save never replaces it (:func:`hpcbsp.runtime.checkpoint.check_target`)."""
+        from hpcbsp.runtime.checkpoint import check_target
+        from hpcbsp.runtime.errors import BSPError
+
+        for repeat in range(repeats):
+            for policy in policies:
+                try:
+                    check_target(self.directory / f"{mode}-{policy}-r{repeat}", PROGRAM)
+                except BSPError as exc:
+                    raise CheckpointError(str(exc)) from None
+
     def save(self, path: Path, settings: dict[str, Any], state: Any) -> None:
         """Write ``state`` (objects :mod:`.snapshot` supports) atomically to ``path``."""
         from mpi4py import MPI
 
         from hpcbsp.runtime.context import BSP
+        from hpcbsp.runtime.errors import BSPError
 
         config = json.dumps(settings, sort_keys=True).encode()
         snap = json.dumps(encode(state)).encode()
         path.parent.mkdir(parents=True, exist_ok=True)
-        with BSP(MPI.COMM_SELF) as bsp:
-            bsp.checkpoint(os.fspath(path), program=PROGRAM,
-                           config=np.frombuffer(config, dtype=np.uint8),
-                           snapshot=np.frombuffer(snap, dtype=np.uint8))
+        try:
+            with BSP(MPI.COMM_SELF) as bsp:
+                bsp.checkpoint(os.fspath(path), program=PROGRAM,
+                               config=np.frombuffer(config, dtype=np.uint8),
+                               snapshot=np.frombuffer(snap, dtype=np.uint8))
+        except BSPError as exc:  # something not ours at path: refused, one line
+            raise CheckpointError(str(exc)) from None
         self.saves += 1
         if self.die_after is not None and self.saves >= self.die_after:
             os.kill(os.getpid(), signal.SIGKILL)  # a test's stand-in for a node failure

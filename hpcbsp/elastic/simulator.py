@@ -83,8 +83,18 @@ class Simulation:
                  weights: np.ndarray | None = None, lr: float = 0.0, grad_fn: GradFn | None = None,
                  eval_fn: EvalFn | None = None, eval_every: float | None = None,
                  max_updates: int | None = None, latency_s: float = 0.0):
-        if duration <= 0:
-            raise ValueError(f"duration must be positive, got {duration}")
+        if not (np.isfinite(duration) and duration > 0):
+            raise ValueError(f"duration must be a positive finite number, got {duration}")
+        if not (np.isfinite(latency_s) and latency_s >= 0):
+            raise ValueError(f"latency must be a finite number >= 0, got {latency_s}")
+        if eval_every and not (np.isfinite(eval_every) and eval_every > 0):
+            raise ValueError(f"eval_every must be a positive finite number (or 0: none), got {eval_every}")
+        if latency_s + timing.shortest_s(duration) <= 0:
+            # Events at one instant for ever: virtual time would never reach the duration.
+            raise ValueError("a simulated iteration can take 0 virtual seconds (base time "
+                             f"{timing.base_s:g} s x slowdown {min(timing.slowdown):g}, latency "
+                             f"{latency_s:g} s): the virtual clock would never advance; give a "
+                             "positive iteration time")
         n = timing.n_workers
         self.duration = duration
         self.latency_s = latency_s

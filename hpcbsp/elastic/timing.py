@@ -49,16 +49,19 @@ class TimingModel:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.base_s < 0:
-            raise ValueError(f"base iteration time must be >= 0, got {self.base_s}")
+        if not (np.isfinite(self.base_s) and self.base_s >= 0):
+            raise ValueError(f"base iteration time must be a finite number >= 0, got {self.base_s}")
         if not self.slowdown or any(not np.isfinite(x) or x <= 0 for x in self.slowdown):
             raise ValueError(f"slowdowns must be positive numbers, got {list(self.slowdown)}")
-        if self.jitter < 0:
-            raise ValueError(f"jitter must be >= 0, got {self.jitter}")
+        if not (np.isfinite(self.jitter) and self.jitter >= 0):
+            raise ValueError(f"jitter must be a finite number >= 0, got {self.jitter}")
+        if self.change_at is not None and not np.isfinite(self.change_at):
+            raise ValueError(f"the time of the speed change must be finite, got {self.change_at}")
         if not 0 <= self.stall_prob <= 1:
             raise ValueError(f"stall probability must be in [0, 1], got {self.stall_prob}")
-        if self.change_factor <= 0 or self.stall_factor <= 0:
-            raise ValueError("speed-change and stall factors must be positive")
+        if not all(np.isfinite(f) and f > 0 for f in (self.change_factor, self.stall_factor)):
+            raise ValueError("speed-change and stall factors must be positive finite numbers, got "
+                             f"{self.change_factor} and {self.stall_factor}")
         if not 0 <= self.change_worker < len(self.slowdown):
             raise ValueError(f"the worker that changes speed ({self.change_worker}) must be in "
                              f"0..{len(self.slowdown) - 1}")
@@ -66,6 +69,16 @@ class TimingModel:
     @property
     def n_workers(self) -> int:
         return len(self.slowdown)
+
+    def shortest_s(self, until: float = np.inf) -> float:
+        """The shortest iteration time (before jitter) that any worker can draw before ``until``:
+        the slowest-changing part of a virtual clock.  0 means that time can stand still."""
+        d = self.base_s * min(self.slowdown)
+        if self.change_at is not None and self.change_at < until:
+            d *= min(1.0, self.change_factor)
+        if self.stall_prob > 0:
+            d *= min(1.0, self.stall_factor)
+        return d
 
     def worker(self, i: int) -> "WorkerTimes":
         """The iteration-time stream of worker ``i``."""

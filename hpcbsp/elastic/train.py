@@ -20,6 +20,7 @@ gives, a real run goes on from the server's last saved state (see ``hpcbsp.elast
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -38,6 +39,11 @@ __all__ = ["main", "build_parser"]
 
 DEFAULT_SLOWDOWN = (1.0, 1.0, 1.5, 3.0)
 PROG = "python -m hpcbsp.elastic.train"
+#: Bounds that keep a run finite: a simulated run handles every iteration as an event (about
+#: 30-100 us each with training, so 2 million take minutes), and every evaluation runs the model
+#: over the test set.
+MAX_SIMULATED_ITERATIONS = 2_000_000
+MAX_EVALUATIONS = 100_000
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,7 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="per-worker iteration-time multipliers, one per worker, e.g. 1,1,1.5,3 "
                         "(default: 1,1,1.5,3 for 4 workers, else all 1 but the last worker at 3)")
     g.add_argument("--workers", type=int, default=None, help="number of workers with --simulate (default 4)")
-    g.add_argument("--base-delay", type=float, default=0.02, help="iteration time of a worker at slowdown 1, seconds (default 0.02)")
+    g.add_argument("--base-delay", type=float, default=0.02, help="iteration time of a worker at slowdown 1, seconds (default 0.02; "
+                        "> 0 with --simulate, where 0 would stop the virtual clock)")
     g.add_argument("--jitter", type=float, default=0.1, help="lognormal sigma of iteration-time noise (default 0.1)")
     g.add_argument("--change-at", type=float, default=None, help="time (s) at which --change-worker changes speed (default: never)")
     g.add_argument("--change-worker", type=int, default=0, help="worker whose speed changes (default 0)")
@@ -125,9 +132,18 @@ def make_config(args: argparse.Namespace, n_workers: int | None) -> TrainConfig:
     """Validate the options into a :class:`TrainConfig` (ValueError/PolicyError on bad input)."""
     if n_workers is not None and n_workers < 1:
         raise ValueError("needs at least one worker")
+    for name in ("duration", "eval_every", "base_delay", "jitter", "change_at", "change_factor",
+                 "stall_prob", "stall_factor", "lr", "timeout"):
+        value = getattr(args, name, None)
+        if value is not None and not math.isfinite(value):
+            raise ValueError(f"--{name.replace('_', '-')} must be a finite number, got {value}")
     for name in ("duration", "eval_every"):
         if getattr(args, name) <= 0:
             raise ValueError(f"--{name.replace('_', '-')} must be positive")
+    if args.duration / args.eval_every > MAX_EVALUATIONS:
+        raise ValueError(f"--eval-every {args.eval_every:g} would evaluate the model "
+                         f"{args.duration / args.eval_every:.3g} times in --duration "
+                         f"{args.duration:g} s (at most {MAX_EVALUATIONS:,}): give a larger --eval-every")
     if args.lr <= 0 or args.batch < 1 or args.repeats < 1 or args.hidden < 1 or args.timeout <= 0:
         raise ValueError("--lr and --timeout must be positive; --batch, --repeats and --hidden at least 1")
     options = PolicyOptions(R=args.R, s=args.s, s_lower=args.s_lower, s_upper=args.s_upper,
@@ -139,9 +155,28 @@ def make_config(args: argparse.Namespace, n_workers: int | None) -> TrainConfig:
                          change_at=args.change_at, change_worker=args.change_worker,
                          change_factor=args.change_factor, stall_prob=args.stall_prob,
                          stall_factor=args.stall_factor, seed=args.seed)
+    if args.simulate:
+        _check_simulable(timing, args.duration, len(slowdown))
     return TrainConfig(timing=timing, options=options, model=args.model, hidden=args.hidden, lr=args.lr,
                        batch=args.batch, duration=args.duration, eval_every=args.eval_every,
                        seed=args.seed, timeout=args.timeout)
+
+
+def _check_simulable(timing: TimingModel, duration: float, workers: int) -> None:
+    """Refuse timings a virtual clock cannot get through: zero-time iterations (time would stand
+    still) or so many iterations that the run would not end in reasonable time."""
+    shortest = timing.shortest_s(duration)
+    if timing.base_s <= 0:
+        raise ValueError(f"--base-delay {timing.base_s:g} cannot be simulated: on the virtual clock "
+                         "every iteration would take 0 s and time would never advance; give a "
+                         "positive --base-delay (default 0.02), or run it for real under mpiexec")
+    iterations = workers * duration / shortest if shortest > 0 else math.inf
+    if iterations > MAX_SIMULATED_ITERATIONS:
+        raise ValueError(f"iterations of {shortest:.3g} s (--base-delay x the smallest --slowdown, "
+                         f"--change-factor or --stall-factor) on {workers} workers for --duration "
+                         f"{duration:g} s would simulate about {iterations:.3g} iterations (at most "
+                         f"{MAX_SIMULATED_ITERATIONS:,}): give a larger --base-delay or a shorter "
+                         "--duration")
 
 
 def _fail(message: str, rank: int | None = None) -> int:
@@ -160,8 +195,10 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("--workers is for --simulate; under MPI the workers are ranks 1..n-1")
         # (A real run's options are checked once MPI says how many workers there are.)
         plan = _checkpoint_plan(args)
+        if plan is not None and args.simulate:
+            plan.check("simulated", policies, args.repeats)
         data = load_dataset(args.dataset, args.seed)
-    except (ValueError, PolicyError, DatasetUnavailable) as exc:
+    except (ValueError, PolicyError, DatasetUnavailable, CheckpointError) as exc:
         return _fail(str(exc))
     if args.simulate:
         try:
@@ -193,8 +230,8 @@ def _check_checkpoint_dir(args: argparse.Namespace) -> None:
     if args.checkpoint.exists() and not args.checkpoint.is_dir():
         raise ValueError(f"--checkpoint {args.checkpoint} exists and is not a directory")
     if args.checkpoint.is_dir() and any(args.checkpoint.iterdir()) and not args.restart:
-        raise ValueError(f"--checkpoint {args.checkpoint} already holds checkpoints: add --restart "
-                         "to resume from them, or choose an empty directory")
+        raise ValueError(f"--checkpoint {args.checkpoint} is not empty: add --restart to resume "
+                         "from the checkpoints in it, or choose an empty or new directory")
 
 
 def _run_sim(config: TrainConfig, name: str, data: Any, repeat: int,
@@ -237,7 +274,8 @@ def _main_mpi(args: argparse.Namespace, policies: list[str], data: Any,
     if rank == 0 and plan is not None:  # the checkpoints live where rank 0 (the server) writes
         try:
             _check_checkpoint_dir(args)
-        except ValueError as exc:
+            plan.check("mpi", policies, args.repeats)
+        except (ValueError, CheckpointError) as exc:
             error = str(exc)
     error = world.bcast(error, root=0)
     if error is not None:

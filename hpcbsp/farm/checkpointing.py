@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..runtime import BSP
-from ..runtime.checkpoint import exists as checkpoint_exists
+from ..runtime.checkpoint import check_target, exists as checkpoint_exists
 
 PROGRAM = "hpcbsp.farm"
 
@@ -24,6 +24,13 @@ class FarmCheckpoint:
     path: str
     every: int = 0          #: iterations between checkpoints (0: never write)
     restart: bool = False   #: resume from ``path`` if it holds a checkpoint
+
+    def check(self) -> None:
+        """Raise :class:`~hpcbsp.runtime.errors.BSPError` (one line) if ``path`` is not a place
+        for this farm's checkpoints: a file, a folder that hpcbsp did not write, a checkpoint of
+        another program (see :func:`hpcbsp.runtime.checkpoint.check_target`).  Local: call it
+        before the run."""
+        check_target(self.path, PROGRAM)
 
     def resume(self, bsp: BSP, x: np.ndarray) -> tuple[np.ndarray, int, bool]:
         """Collective: ``(x, iterations, done)`` from the checkpoint, or the start values."""

@@ -203,7 +203,7 @@ def _run_alone(bsp: BSP, problem: BSFProblem, x: np.ndarray, r_shape: tuple[int,
         if checkpoint is not None:
             checkpoint.maybe_save(bsp, x, iterations, converged)
     timings = summarise(samples, workers=1, list_length=length, iterations=iterations,
-                        total_s=time.perf_counter() - t_loop, latency=0.0)
+                        total_s=time.perf_counter() - t_loop, latency=0.0, exchange_measured=False)
     append_report(timings, report, label=label, nprocs=1)
     bsp.sync("farm:done")  # keep the superstep structure visible in the ledger
     return FarmResult(x, iterations, converged, timings)

@@ -42,6 +42,9 @@ class FarmTimings:
     t_p: float
     seconds_per_iteration: float    #: median iteration time T(K)
     samples: dict[str, list[float]] = field(default_factory=dict)  #: per iteration, SAMPLE_FIELDS
+    #: False for a run on one rank (the master is its own worker): nothing was exchanged, so
+    #: L and t_c were not measured (they read 0) and the run cannot predict scaling.
+    exchange_measured: bool = True
 
     def params(self) -> dict[str, float | int]:
         """The BSF parameters as a mapping (the keys of :class:`hpcbsp.cost.bsf.BSFParams`)."""
@@ -77,17 +80,20 @@ def per_iteration_params(samples: dict[str, np.ndarray], workers: int, list_leng
 
 
 def summarise(samples: dict[str, list[float]], *, workers: int, list_length: int, iterations: int,
-              total_s: float, latency: float) -> FarmTimings:
-    """Medians over iterations of the per-iteration parameters."""
+              total_s: float, latency: float, exchange_measured: bool = True) -> FarmTimings:
+    """Medians over iterations of the per-iteration parameters (``exchange_measured``: see
+    :class:`FarmTimings`)."""
     arrays = {k: np.asarray(v, dtype=float) for k, v in samples.items()}
     if iterations == 0 or arrays["seconds"].size == 0:
-        return FarmTimings(workers, list_length, 0, total_s, latency, 0.0, 0.0, 0.0, 0.0, 0.0, samples)
+        return FarmTimings(workers, list_length, 0, total_s, latency, 0.0, 0.0, 0.0, 0.0, 0.0, samples,
+                           exchange_measured)
     per = per_iteration_params(arrays, workers, list_length, latency)
     return FarmTimings(
         workers=workers, list_length=list_length, iterations=iterations, total_s=total_s,
         latency=latency, t_c=float(np.median(per["t_c"])), t_map=float(np.median(per["t_map"])),
         t_a=float(np.median(per["t_a"])), t_p=float(np.median(per["t_p"])),
-        seconds_per_iteration=float(np.median(arrays["seconds"])), samples=samples)
+        seconds_per_iteration=float(np.median(arrays["seconds"])), samples=samples,
+        exchange_measured=exchange_measured)
 
 
 def append_report(timings: FarmTimings, path: str | None = None, **extra: Any) -> str | None:

@@ -2,16 +2,25 @@
 
 A checkpoint is a directory::
 
+    PATH/.hpcbsp-checkpoint  the marker: this directory was written by hpcbsp (written first)
     PATH/meta.json     what is saved: program, superstep, ranks, coarrays (dtype and the length of
                        every rank's part), replicated state, and a BLAKE2 checksum of every file
     PATH/rank{r}.npz   rank r's coarray parts (and, in rank0.npz, the replicated state)
 
 Writing is atomic: every rank writes into ``PATH.tmp``, the ranks agree that all writes
 succeeded, and only then does rank 0 swap the new directory in (``PATH`` -> ``PATH.old``,
-``PATH.tmp`` -> ``PATH``, remove ``PATH.old``).  A crash at any point leaves the previous
-checkpoint readable (``restore`` falls back to ``PATH.old`` if the swap was interrupted), and a
-failed write never replaces it.  Files are read with ``allow_pickle=False``: loading never runs
-code from the file.
+``PATH.tmp`` -> ``PATH``, remove ``PATH.old``).  A crash or a kill at any point leaves the
+previous checkpoint readable (``restore`` falls back to ``PATH.old`` if the swap was
+interrupted), and a failed write never replaces it.  Files are read with ``allow_pickle=False``:
+loading never runs code from the file.
+
+Nothing that hpcbsp did not write is replaced or removed.  Before it writes anything, a save
+checks ``PATH``, ``PATH.tmp`` and ``PATH.old``: each must be absent, an empty directory, or a
+directory that carries the marker (or, from hpcbsp before the marker, a ``meta.json`` of this
+format) and holds only the files named above.  Anything else (a file, a folder of the user's, a
+checkpoint with files of the user's added, a symbolic link) is refused with a :class:`BSPError`
+on every rank, and so is a checkpoint of another program at ``PATH``.  :func:`check_target`
+makes the same check, for command lines that want to refuse a bad path before the work starts.
 
 Coarrays are matched by name (those registered with ``scratch=True``, such as halos and
 buffers, are not saved) and treated as one global array, the concatenation of the parts in
@@ -26,7 +35,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
+import re
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -41,6 +50,9 @@ if TYPE_CHECKING:
 
 FORMAT = "hpcbsp-checkpoint"
 VERSION = 1
+#: The file that marks a directory as hpcbsp's own (a checkpoint, or one being written).
+MARKER = ".hpcbsp-checkpoint"
+_OWN_FILE = re.compile(r"meta\.json|rank\d+\.npz|\.hpcbsp-checkpoint")
 
 
 @dataclass
@@ -55,10 +67,104 @@ class Checkpoint:
 
 
 def exists(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` holds a checkpoint to resume from (also one whose save was interrupted
-    between its two renames, which :func:`restore` reads from ``PATH.old``)."""
+    """Whether ``path`` holds an hpcbsp checkpoint to resume from (also one whose save was
+    interrupted between its two renames, which :func:`restore` reads from ``PATH.old``).
+
+    An empty directory or one that hpcbsp did not write is no checkpoint (a save there is
+    refused, see :func:`check_target`).
+    """
     path = os.fspath(path)
-    return os.path.isdir(path) or os.path.isdir(path + ".old")
+    return _is_own(path) or (not os.path.lexists(path) and _is_own(path + ".old"))
+
+
+def check_target(path: str | os.PathLike[str], program: str | None = None) -> None:
+    """Raise :class:`BSPError` (one line) if a checkpoint may not be written at ``path``.
+
+    ``PATH``, ``PATH.tmp`` and ``PATH.old`` must each be absent, an empty directory, or hpcbsp's
+    own (see the module docstring); with ``program``, a checkpoint at ``PATH`` must be of that
+    program.  Local and read-only: a command line calls it before the work starts, and
+    :meth:`BSP.checkpoint <hpcbsp.runtime.context.BSP.checkpoint>` on rank 0 before every save.
+    """
+    why = _why_not(os.path.abspath(os.fspath(path)), program)
+    if why:
+        raise BSPError(why)
+
+
+def _why_not(path: str, program: str | None) -> str | None:
+    """Why a checkpoint may not be written at ``path`` (None: it may)."""
+    for target in (path, path + ".tmp", path + ".old"):
+        why = _foreign(target)
+        if why:
+            return (f"{why}; hpcbsp writes a checkpoint only where there is none or its own: "
+                    f"choose another checkpoint path, or move {target} away")
+    if program is not None:
+        source = path if os.path.isdir(path) else path + ".old"
+        theirs = _meta_program(source)
+        if theirs is not None and theirs != program:
+            return (f"{source} holds a checkpoint of program {theirs!r}, not of {program!r}: "
+                    "choose another checkpoint path, or remove it if it is no longer needed")
+    return None
+
+
+def _foreign(path: str) -> str | None:
+    """Why ``path`` is not something a save may replace or remove (None: it may)."""
+    if not os.path.lexists(path):
+        return None
+    if os.path.islink(path):
+        return f"{path} is a symbolic link, not an hpcbsp checkpoint"
+    if not os.path.isdir(path):
+        return f"{path} exists and is not an hpcbsp checkpoint (it is a file)"
+    try:
+        names = sorted(os.listdir(path))
+    except OSError as exc:
+        return f"{path} cannot be read ({exc.strerror or exc})"
+    if not names:
+        return None
+    if MARKER not in names and _meta_program(path) is None:
+        return f"{path} exists and is not an hpcbsp checkpoint (it holds {_some(names)})"
+    others = [n for n in names if not _OWN_FILE.fullmatch(n) or os.path.islink(os.path.join(path, n))
+              or not os.path.isfile(os.path.join(path, n))]
+    if others:
+        return f"{path} is an hpcbsp checkpoint but also holds what hpcbsp did not write ({_some(others)})"
+    return None
+
+
+def _some(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def _is_own(path: str) -> bool:
+    """Whether ``path`` is a directory that hpcbsp wrote (its marker, or an older checkpoint's
+    ``meta.json``)."""
+    if os.path.islink(path) or not os.path.isdir(path):
+        return False
+    return os.path.isfile(os.path.join(path, MARKER)) or _meta_program(path) is not None
+
+
+def _meta_program(path: str) -> str | None:
+    """The program named by ``path/meta.json`` if that is a readable meta file of this format."""
+    try:
+        with open(os.path.join(path, "meta.json")) as fh:
+            meta = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    if isinstance(meta, dict) and meta.get("format") == FORMAT and isinstance(meta.get("program"), str):
+        return meta["program"]
+    return None
+
+
+def _remove_own(path: str) -> None:
+    """Remove ``path`` if it is absent, empty or hpcbsp's own (checked again here); else raise
+    OSError.  Only the files a checkpoint consists of are deleted, the marker last."""
+    if not os.path.lexists(path):
+        return
+    why = _foreign(path)
+    if why:
+        raise OSError(why)
+    names = os.listdir(path)
+    for name in sorted(names, key=lambda n: n == MARKER):
+        os.remove(os.path.join(path, name))
+    os.rmdir(path)
 
 
 def default_program() -> str:
@@ -100,14 +206,19 @@ def save(bsp: "BSP", path: str, program: str | None, state: dict[str, Any]) -> s
     coarrays = {obj.name: obj for obj in bsp._objects if isinstance(obj, Coarray) and not obj.scratch}
     tmp = path + ".tmp"
 
-    # 1. Rank 0 prepares an empty staging directory.
+    # 1. Rank 0 checks that nothing but hpcbsp's own is in the way, and prepares an empty
+    #    staging directory that carries the marker from the start.
     error = None
     if bsp.pid == 0:
-        try:
-            shutil.rmtree(tmp, ignore_errors=True)
-            os.makedirs(tmp)
-        except OSError as exc:
-            error = f"cannot create {tmp}: {exc}"
+        error = _why_not(path, program)
+        if error is None:
+            try:
+                _remove_own(tmp)  # left by an interrupted save
+                os.makedirs(tmp)
+                with open(os.path.join(tmp, MARKER), "w") as fh:
+                    fh.write(f"{FORMAT} {VERSION}\n")
+            except OSError as exc:
+                error = f"cannot create {tmp}: {exc}"
     _agree_or_raise(bsp, error, f"checkpoint {path}")
 
     # 2. Every rank writes its file; replicated state must really be replicated.
@@ -156,15 +267,20 @@ def save(bsp: "BSP", path: str, program: str | None, state: dict[str, Any]) -> s
                     fh.flush()
                     os.fsync(fh.fileno())
                 old = path + ".old"
-                shutil.rmtree(old, ignore_errors=True)
-                if os.path.exists(path):
+                if os.path.lexists(path):
+                    _remove_own(old)  # a leftover of ours: PATH is the newer checkpoint
                     os.rename(path, old)
-                os.rename(tmp, path)
-                shutil.rmtree(old, ignore_errors=True)
+                    os.rename(tmp, path)
+                else:  # none yet, or PATH.old is the last one (an interrupted swap): keep it
+                    os.rename(tmp, path)  # until the new one is in place
+                _remove_own(old)
             except OSError as exc:
                 error = f"cannot complete {path}: {exc}"
         if error:
-            shutil.rmtree(tmp, ignore_errors=True)  # the previous checkpoint stays as it was
+            try:
+                _remove_own(tmp)  # the previous checkpoint stays as it was
+            except OSError:
+                pass
     _agree_or_raise(bsp, error, f"checkpoint {path}")
     return path
 
@@ -174,12 +290,16 @@ def _read_meta(path: str) -> tuple[str, dict[str, Any]]:
     if not os.path.isdir(path) and os.path.isdir(path + ".old"):
         path = path + ".old"  # a save was interrupted between its two renames
     meta_path = os.path.join(path, "meta.json")
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise BSPError(f"{path} is not an hpcbsp checkpoint (it is a file, not a directory)")
     if not os.path.isdir(path):
         raise BSPError(f"checkpoint {path} not found (no such directory)")
     try:
         with open(meta_path) as fh:
             meta = json.load(fh)
     except FileNotFoundError:
+        if not os.path.isfile(os.path.join(path, MARKER)):
+            raise BSPError(f"{path} is not an hpcbsp checkpoint (it has no meta.json)") from None
         raise BSPError(f"checkpoint {path} is incomplete: {meta_path} is missing") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BSPError(f"checkpoint {path} is damaged: {meta_path} is not valid JSON ({exc})") from None

@@ -8,6 +8,8 @@ hundred kilobytes in its own session, that holds the read end of a pipe:
 * the process writes ``bye`` when it exits normally (``atexit``), and the watcher ends quietly;
 * a rank that reports its own failure and then aborts the job writes ``claimed`` first: its
   watcher takes the node's failure marker, so that the peers killed by the launcher stay quiet;
+  a rank interrupted by Ctrl-C takes the marker itself (:func:`claim_report`: the first rank of
+  the node prints the one line) and writes ``owner``, and its watcher removes the marker later;
 * if the pipe closes without either word, the process died silently.  The watcher reads how it
   ended from ``/proc/PID/stat`` (its exit code, while the launcher has not reaped it yet):
   HUP, INT or TERM (scancel, a time limit, Ctrl-C) and plain exits are not silent deaths and
@@ -33,7 +35,7 @@ import socket
 import subprocess
 import tempfile
 
-__all__ = ["start", "claim"]
+__all__ = ["start", "claim", "claim_report"]
 
 # $1 marker, $2 this rank's pid, $3 the line naming it, $4... the job's other ranks on this node.
 # Only shell builtins run before the first-death check (no fork: the launcher kills the other
@@ -55,6 +57,7 @@ IFS= read -r word
 case "$word" in
   bye) exit 0 ;;
   claimed) hold_marker "" ;;
+  owner) exec 2>&- 1>&-; sleep 10; rmdir "$marker" 2>/dev/null; exit 0 ;;  # see claim_report
 esac
 probe() {  # S: the state of process $1 ("gone" once reaped), C: its exit code (0 while alive)
   S=gone C=
@@ -106,11 +109,12 @@ hold_marker "$line: $how"
 """
 
 _pipe: int | None = None
+_marker: str | None = None
 
 
 def start(rank: int, size: int) -> None:
     """Start this process's watcher (once; nothing for a single rank or when turned off)."""
-    global _pipe
+    global _pipe, _marker
     if _pipe is not None or size < 2 or os.environ.get("HPCBSP_DEATHWATCH", "1") == "0":
         return
     host = socket.gethostname()
@@ -126,6 +130,7 @@ def start(rank: int, size: int) -> None:
     except OSError:
         return  # no /bin/sh: the launcher's own message is all there will be
     assert proc.stdin is not None
+    _marker = marker
     _pipe = os.dup(proc.stdin.fileno())
     proc.stdin.close()
     proc.returncode = 0  # never waited for: it outlives this process by design
@@ -176,6 +181,27 @@ def _siblings(limit: int = 512) -> list[int]:
 def claim() -> None:
     """This rank reports its own failure and is about to abort the job: keep the peers quiet."""
     _say(b"claimed\n")
+
+
+def claim_report() -> bool:
+    """This rank is about to end the job with a line of its own (Ctrl-C): whether to print it.
+
+    True for the first rank of this node to claim (it takes the node's failure marker, which
+    keeps every watcher of the node quiet, and its watcher removes the marker later), False for
+    the others, which stay quiet: one line per node, not one per rank.  True without a watcher.
+    """
+    if _pipe is None or _marker is None:
+        return True
+    try:
+        os.mkdir(_marker)
+    except FileExistsError:
+        _say(b"claimed\n")
+        return False
+    except OSError:
+        _say(b"claimed\n")
+        return True
+    _say(b"owner\n")
+    return True
 
 
 def _say(word: bytes) -> None:

@@ -5,6 +5,7 @@ Nothing here initialises MPI except :func:`check_world`, which is handed a commu
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import sys
 from dataclasses import dataclass
@@ -107,3 +108,20 @@ def find_mpiexec() -> str | None:
         if cand.exists():
             return str(cand)
     return shutil.which("mpiexec") or shutil.which("mpirun")
+
+
+def rerun_command(nprocs: int, argv: list[str] | None = None) -> str:
+    """The command line that runs this program again on ``nprocs`` ranks, ready to paste.
+
+    ``mpiexec -n NPROCS PYTHON -m MODULE ARGS`` for a program started with ``python -m``, else
+    ``... PYTHON SCRIPT ARGS``; ``argv`` are the arguments (default ``sys.argv[1:]``).  The
+    mpiexec and Python are those of this environment (:func:`find_mpiexec`, ``sys.executable``).
+    """
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name:
+        target = ["-m", spec.name.removesuffix(".__main__")]
+    else:
+        target = [sys.argv[0]] if sys.argv and sys.argv[0] else []
+    args = list(sys.argv[1:] if argv is None else argv)
+    return shlex.join([find_mpiexec() or "mpiexec", "-n", str(nprocs), sys.executable, *target, *args])

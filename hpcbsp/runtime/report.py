@@ -1,4 +1,5 @@
-"""How a failed rank reports itself: its traceback once, every line prefixed with its rank."""
+"""How a failed rank reports itself: its traceback once, every line prefixed with its rank (an
+interrupted one, Ctrl-C, in one line)."""
 from __future__ import annotations
 
 import os
@@ -15,6 +16,8 @@ def format_failure(exc: BaseException, rank: int, size: int) -> str:
         return f"[hpcbsp] error: {exc}\n" if rank == 0 else ""
     if isinstance(exc, BSPError) and exc.remote:
         return f"[hpcbsp] rank {rank}/{size}: {exc}\n"
+    if isinstance(exc, KeyboardInterrupt):  # Ctrl-C: no error of the program's, no traceback
+        return f"[hpcbsp] rank {rank}/{size}: interrupted (KeyboardInterrupt, Ctrl-C)\n"
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return (f"[hpcbsp] rank {rank}/{size} failed:\n"
             + "".join(f"[rank {rank}] {line}\n" for line in text.rstrip().splitlines()))

@@ -5,17 +5,32 @@ of the failure at their next collective BSP call (a :class:`BSPError` with ``rem
 as one line); the job ends with a non-zero status within seconds.  If the other ranks never reach
 a BSP call (stuck in local work or in MPI calls of their own), the job is aborted after
 ``$HPCBSP_ABORT_GRACE`` seconds.
+
+Ctrl-C (SIGINT) in a job of several ranks is no failure to negotiate: a collective in progress
+cannot be cancelled, and the ranks get the signal at different points of their supersteps.  Once
+a BSP context exists, hpcbsp handles SIGINT itself (unless the program installed a handler of its
+own first): the interrupted rank prints one line, ``[hpcbsp] rank R/P: interrupted (SIGINT,
+Ctrl-C) at superstep S; ending all P ranks`` (one rank per node prints it), and aborts the job
+with status 130 at once; no traceback, no wait.  A watcher thread acts even while the main thread
+is blocked in an MPI call.  A checkpoint being written then is left unfinished in ``PATH.tmp``:
+``PATH`` (or, during its swap, ``PATH.old``) still holds the last complete one (see
+:mod:`.checkpoint`).  On one rank SIGINT stays Python's ``KeyboardInterrupt`` (``finally`` blocks
+run; an interactive session survives), reported as one line when uncaught.
 """
 from __future__ import annotations
 
 import os
 import runpy
+import signal
 import sys
-from types import TracebackType
+import threading
+import time
+from types import FrameType, TracebackType
 from typing import Any, Callable, TypeVar
 
 from mpi4py import MPI
 
+from . import deathwatch
 from .context import _LIVE, BSP
 from .errors import BSPError, SyncTimeout
 from .report import abort_job, format_failure, report_failure
@@ -58,9 +73,100 @@ def excepthook(exc_type: type[BaseException], exc: BaseException, tb: TracebackT
 
 
 def install_excepthook() -> None:
-    """Make :func:`excepthook` the interpreter's hook (once; keeps a custom hook in place)."""
+    """Make :func:`excepthook` the interpreter's hook (once; keeps a custom hook in place), and in a
+    job of several ranks let Ctrl-C end the job in one line (:func:`install_interrupt_handler`)."""
     if sys.excepthook is sys.__excepthook__:
         sys.excepthook = excepthook
+    install_interrupt_handler()
+
+
+#: Exit status of a job ended by Ctrl-C (128 + SIGINT, as a shell reports it).
+INTERRUPTED = 128 + signal.SIGINT
+_interrupt_pid: int | None = None    # the process that installed the handler (not a forked child)
+_ending = threading.Lock()           # taken by whichever of handler and watcher ends the job
+
+
+def install_interrupt_handler() -> None:
+    """In a job of several ranks, make SIGINT end the whole job at once with one line (see the
+    module docstring).  Once per process, from the main thread; nothing on one rank, nothing if
+    the program has a SIGINT handler of its own or the signal wake-up fd is in use (an event
+    loop): then SIGINT raises ``KeyboardInterrupt`` as usual."""
+    global _interrupt_pid
+    if _interrupt_pid is not None or MPI.COMM_WORLD.Get_size() < 2 \
+            or threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    try:
+        previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    except (ValueError, OSError):
+        previous = None
+    if previous != -1:  # in use by someone else (or unavailable): leave SIGINT alone
+        if previous is not None:
+            signal.set_wakeup_fd(previous)
+        os.close(read_fd)
+        os.close(write_fd)
+        return
+    _interrupt_pid = os.getpid()
+    signal.signal(signal.SIGINT, _on_sigint)
+    # The handler runs only when the main thread executes Python code; a rank blocked in an MPI
+    # call (mpi4py releases the GIL there) is ended by this thread, which the C-level signal
+    # handler wakes through the pipe.
+    threading.Thread(target=_watch_interrupts, args=(read_fd,), name="hpcbsp-sigint",
+                     daemon=True).start()
+    os.register_at_fork(after_in_child=_forget_wakeup_fd)
+
+
+def _forget_wakeup_fd() -> None:
+    """In a forked child (multiprocessing): its signals must not wake the parent's watcher."""
+    try:
+        signal.set_wakeup_fd(-1)
+    except ValueError:  # forked from another thread: nothing to undo from here
+        pass
+
+
+def _on_sigint(signum: int, frame: FrameType | None) -> None:
+    if os.getpid() != _interrupt_pid:  # a forked child (multiprocessing): Python's behaviour
+        raise KeyboardInterrupt
+    _end_job_interrupted()
+
+
+def _watch_interrupts(read_fd: int) -> None:
+    while True:
+        try:
+            data = os.read(read_fd, 64)
+        except InterruptedError:
+            continue
+        except OSError:
+            return
+        if not data:
+            return
+        if signal.SIGINT in data and signal.getsignal(signal.SIGINT) is _on_sigint \
+                and os.getpid() == _interrupt_pid:
+            _end_job_interrupted()
+
+
+def _end_job_interrupted() -> None:
+    """Say once (per node) that the job was interrupted, then abort every rank (status 130)."""
+    if not _ending.acquire(blocking=False):
+        while True:  # the other thread is ending the process; stop this one where it is
+            time.sleep(1.0)
+    rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+    live = list(_LIVE)
+    where = f"at superstep {live[0].superstep}" if live else "outside its BSP contexts"
+    if deathwatch.claim_report():
+        os.write(2, f"[hpcbsp] rank {rank}/{size}: interrupted (SIGINT, Ctrl-C) {where}; "
+                    f"ending all {size} ranks\n".encode())
+        time.sleep(0.2)  # let the launcher forward the line before it kills the job
+    else:
+        time.sleep(0.5)  # another rank of this node says it: let it be heard first
+    # MPICH prints a line of its own on MPI_Abort: the one above is all the user needs.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    threading.Timer(3.0, os._exit, (INTERRUPTED,)).start()  # should Abort not return or end it
+    MPI.COMM_WORLD.Abort(INTERRUPTED)
+    os._exit(INTERRUPTED)
 
 
 def run_script(path: str, argv: list[str]) -> int:
