@@ -181,14 +181,23 @@ def _slurm_unavailable() -> str | None:
 
 
 def _workdir(tmp_path: Path) -> Path:
-    """A directory that looks like the repository (symlinks to its top-level entries) but keeps
-    what the commands write."""
+    """A directory that looks like the repository (symlinks to its top-level entries, ``.venv``
+    to the virtualenv running these tests) but keeps what the commands write."""
     work = tmp_path / "work"
     work.mkdir()
     for entry in REPO.iterdir():
-        if entry.name not in (".git", "runs", "out"):
+        if entry.name not in (".git", ".venv", "runs", "out"):
             (work / entry.name).symlink_to(entry)
+    (work / ".venv").symlink_to(VENV_BIN.parent)
     return work
+
+
+def _make_would_reinstall(work: Path) -> bool:
+    """True when ``make`` in ``work`` would reinstall hpcbsp (its stamp is older than
+    pyproject.toml, setup.py or kernels/): that would install the temporary directory."""
+    proc = subprocess.run(["make", "-q", ".venv/.hpcbsp-installed"], cwd=work, capture_output=True,
+                          stdin=subprocess.DEVNULL, timeout=60)
+    return proc.returncode != 0
 
 
 def _env(timeout: float) -> dict[str, str]:
@@ -204,6 +213,9 @@ def _env(timeout: float) -> dict[str, str]:
 def _run(block: Block, work: Path) -> tuple[int | None, str, float]:
     """Run one block in ``work``: (status or None on timeout, output, seconds)."""
     timeout = float(block.marker("timeout") or DEFAULT_TIMEOUT)
+    if RUNNABLE[block.lang] == "shell" and re.search(r"(?m)^\s*make\b", block.text) and _make_would_reinstall(work):
+        return 2, ("make would reinstall hpcbsp into the virtualenv from the test's temporary "
+                   "directory: run `make install` in the repository first"), 0.0
     if RUNNABLE[block.lang] == "shell":
         cmd = ["bash", "--noprofile", "--norc", "-e", "-o", "pipefail", "-c", block.text]
     else:
