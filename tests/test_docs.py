@@ -39,6 +39,10 @@ from pathlib import Path
 
 import pytest
 
+# Launcher and MPI variables of an enclosing job or mpiexec must not leak into the blocks; why
+# Slurm blocks cannot run here (None where a Slurm answers with a usable node).
+from test_slurm_jobs import _FOREIGN_PREFIXES, _REASON as _NO_SLURM
+
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 VENV_BIN = Path(sys.executable).parent
@@ -47,8 +51,6 @@ RUNNABLE = {"bash": "shell", "sh": "shell", "shell": "shell", "python": "python"
 NOT_COMMANDS = {"text", "json", "csv", "toml", "yaml", "ini", "diff"}
 DEFAULT_TIMEOUT = 180.0
 
-#: Launcher and MPI variables of an enclosing job or mpiexec, which must not leak into the blocks.
-_FOREIGN_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_")
 
 _MARKER = re.compile(r"^\s*<!--\s*doc-test:\s*(.*?)\s*-->\s*$")
 _FENCE = re.compile(r"^( *)(`{3,})(.*)$")
@@ -162,24 +164,6 @@ def test_every_block_is_run_or_marked():
 
 # ---------------------------------------------------------------------------------------- running
 
-def _slurm_unavailable() -> str | None:
-    """Why the Slurm blocks cannot run here, or None when a Slurm answers with a usable node."""
-    import shutil
-
-    if shutil.which("sinfo") is None or shutil.which("sbatch") is None:
-        return "no Slurm here: sinfo/sbatch not on PATH (.ci/run starts one with slurm/local-cluster.sh)"
-    try:
-        proc = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=15,
-                              stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        return "sinfo did not answer within 15 s: slurmctld is not responding"
-    if proc.returncode != 0:
-        return f"sinfo failed with status {proc.returncode}"
-    if not set(proc.stdout.split()) & {"idle", "mix", "alloc"}:
-        return f"Slurm answers but no node is usable (states: {' '.join(proc.stdout.split()) or 'none'})"
-    return None
-
-
 def _workdir(tmp_path: Path) -> Path:
     """A directory that looks like the repository (symlinks to its top-level entries, ``.venv``
     to the virtualenv running these tests) but keeps what the commands write."""
@@ -269,7 +253,8 @@ def _doc_id(doc: Path) -> str:
 def test_doc_blocks_run_as_written(doc: Path, tmp_path: Path):
     blocks = [b for b in ALL_BLOCKS if b.doc == doc and b.marker("slurm") is None]
     if not any(b.runs for b in blocks):
-        pytest.skip(f"{_doc_id(doc)} has no block to run outside Slurm (every other one is marked)")
+        pytest.skip(f"{_doc_id(doc)} has no block that runs outside Slurm (its blocks, if any, are "
+                    "marked no-run, file or slurm, or are not commands)")
     _run_blocks(blocks, tmp_path)
 
 
@@ -280,9 +265,8 @@ _SLURM_DOCS = [doc for doc in DOCS if any(b.marker("slurm") is not None and b.ru
 @pytest.mark.slurm
 @pytest.mark.parametrize("doc", _SLURM_DOCS, ids=_doc_id)
 def test_doc_slurm_blocks_run_as_written(doc: Path, tmp_path: Path):
-    reason = _slurm_unavailable()
-    if reason:
-        pytest.skip(reason)
+    if _NO_SLURM:
+        pytest.skip(_NO_SLURM)
     # The document's `file` blocks too, so that the Slurm blocks find the files they name.
     _run_blocks([b for b in ALL_BLOCKS if b.doc == doc and (b.marker("slurm") is not None or b.marker("file"))],
                 tmp_path)
