@@ -448,3 +448,17 @@ def test_control_step_falls_back_to_allreduce_without_persistent_collectives(bsp
                 bsp.sync()
             else:
                 bsp.coarray(1)
+
+
+@mpi
+def test_sync_with_its_own_timeout_moves_data_like_any_sync(bsp):
+    """Per-call timeouts (non-blocking control steps with arrival messages) mixed with plain
+    syncs (the persistent collective): every put lands where the rank numbers say."""
+    x = bsp.coarray(2, dtype=np.int64)
+    left = (bsp.pid - 1) % bsp.nprocs
+    for step, timeout in enumerate([30, None, 30.0, 30, None]):
+        x.put((bsp.pid + 1) % bsp.nprocs, [bsp.pid, step])
+        bsp.sync(f"step {step}", timeout=timeout)
+        np.testing.assert_array_equal(x.local, [left, step])
+    assert bsp.superstep == 5
+    assert [row.label for row in bsp.ledger][-1] == "step 4"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import time
@@ -189,3 +190,21 @@ def test_histogram_killed_mid_run_resumes_with_exact_counters(tmp_path):
         assert "restarted from" in res.stdout and "after round 4 of 6" in res.stdout
         assert "check against the serial oracle: OK" in res.stdout
         assert "rounds 5..6" in res.stdout
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_a_sync_with_its_own_timeout_names_the_late_rank(nprocs):
+    """``bsp.sync(label, timeout=2)`` on a context without a timeout: the ranks that arrived
+    name the one that did not (the last rank, asleep for 60 s), and no other, and the job ends
+    long before the sleeper would wake up."""
+    t0 = time.monotonic()
+    res = run_mpi(nprocs, [os.path.join(os.path.dirname(__file__), "programs", "late_rank_call_timeout.py")],
+                  timeout=60)
+    elapsed = time.monotonic() - t0
+    assert not res.timed_out and elapsed < 30, f"took {elapsed:.1f} s:\n{res.output}"
+    assert res.returncode != 0
+    late = nprocs - 1
+    named = re.findall(r"ranks not arrived: ([\d, ]*)\)", res.stderr)
+    assert named, res.output
+    assert all(n.strip() == str(late) for n in named), res.stderr
+    assert "sync at superstep 1 timed out" in res.stderr

@@ -104,3 +104,12 @@ def test_summary_with_a_cost_profile():
     assert "predicted" in text
     # measured = w + sync = exactly the model's prediction here: zero error
     assert "mean error 0.0%" in text
+
+
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), "2", True])
+def test_sync_refuses_a_timeout_that_is_not_a_positive_number(bad):
+    with hpcbsp.BSP() as bsp:
+        with pytest.raises(BSPError, match=r"rank 0: sync\(label='s', timeout=.*positive number of seconds"):
+            bsp.sync("s", timeout=bad)
+        bsp.sync("s", timeout=np.float64(5))  # the context is still usable
+        assert bsp.superstep == 1

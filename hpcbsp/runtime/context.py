@@ -45,6 +45,12 @@ def _mark_peers_told(exc: BaseException) -> None:
         pass
 
 
+def _positive_seconds(x: Any) -> bool:
+    """True for a finite number of seconds above zero (not a bool, not a string)."""
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_)) \
+        and 0 < x < float("inf")
+
+
 def _nap() -> None:
     time.sleep(0.001)
 
@@ -262,14 +268,23 @@ class BSP:
         self._close_hooks.append(fn)
 
     # ------------------------------------------------------------------ supersteps
-    def sync(self, label: str | None = None) -> None:
+    def sync(self, label: str | None = None, *, timeout: float | None = None) -> None:
         """End the superstep: deliver all puts, gets and queue records, then start the next one.
 
         A sync with nothing to move anywhere costs one small ``Allreduce`` (the control step).
+        ``timeout`` (seconds; default: the context's ``timeout``) bounds this sync's wait for the
+        other ranks: on expiry it raises :class:`~hpcbsp.runtime.errors.SyncTimeout` naming the
+        ranks that never arrived, after which the job cannot go on (uncaught, it ends the job).
+        Every rank must give the same ``timeout`` to the same sync; it costs ``p - 1`` small
+        messages per rank to know who arrived.  h-relation: that of the superstep's puts, gets
+        and queue records.
         """
         self._sync_label = label  # for _describe_sync, called only if the ranks diverge
-        if not self._plain:
-            t0, traffic = self._begin(_SYNC, 0, self._describe_sync)
+        if timeout is not None or not self._plain:
+            if timeout is not None and not _positive_seconds(timeout):
+                raise BSPError(f"rank {self.pid}: sync(label={label!r}, timeout={timeout!r}): the timeout "
+                               "must be a positive number of seconds")
+            t0, traffic = self._begin(_SYNC, 0, self._describe_sync, timeout=timeout)
             self._end(label, t0, traffic)
             return
         # The plain path, inlined: an empty sync is one control step (a persistent Allreduce)
@@ -439,14 +454,17 @@ class BSP:
 
     def _agree(self, kind: Kind, sig: int, describe: Callable[[], str],
                has_data: bool = False, has_gets: bool = False,
-               with_progress: bool = True) -> tuple[bool, bool]:
+               with_progress: bool = True, timeout: float | None = None) -> tuple[bool, bool]:
+        """The control step; ``timeout`` (this call's own, else the context's) bounds the wait."""
         if self._state != "open":
             raise BSPError(f"rank {self.pid}: this BSP context is {self._state}; no collective "
                            "call can be made on it any more")
-        deadline = time.monotonic() + self.timeout if self.timeout is not None else None
+        limit = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit if limit is not None else None
         try:
             return self._control.agree(kind, self.superstep, sig, describe, has_data, has_gets,
-                                       self._progress if with_progress else (), deadline)
+                                       self._progress if with_progress else (), deadline,
+                                       timed=timeout is not None)
         except BSPError as exc:
             # The ranks disagreed and all of them know it (or this rank timed out): no further
             # collective call could be matched, so _fail must not start one.
@@ -454,7 +472,7 @@ class BSP:
             raise
 
     def _begin(self, kind: Kind, sig: int, describe: Callable[[], str],
-               counted: bool = False) -> tuple[float, Traffic | None]:
+               counted: bool = False, timeout: float | None = None) -> tuple[float, Traffic | None]:
         """Start a superstep-ending call: control step, mailbox quiescence, bulk exchange.
 
         Returns the start time and the traffic so far (None when nothing moved, unless
@@ -462,7 +480,8 @@ class BSP:
         """
         t0 = time.perf_counter()
         outbox = self._outbox
-        any_data, any_gets = self._agree(kind, sig, describe, outbox.nrecords > 0, bool(outbox.gets_count))
+        any_data, any_gets = self._agree(kind, sig, describe, outbox.nrecords > 0, bool(outbox.gets_count),
+                                         timeout=timeout)
         traffic = None
         if self._hooks:
             traffic = Traffic()
@@ -473,7 +492,8 @@ class BSP:
             # here: the mailboxes are in the next superstep already, and a faster rank's records
             # of that superstep must not be handled before this rank gets there.
             any_data, any_gets = self._agree(kind, sig, describe, outbox.nrecords > 0,
-                                             bool(outbox.gets_count), with_progress=False)
+                                             bool(outbox.gets_count), with_progress=False,
+                                             timeout=timeout)
         for q in self._queues:
             q._clear()
         if any_data:

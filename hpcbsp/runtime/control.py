@@ -102,6 +102,7 @@ class ControlStep:
         has_gets: bool = False,
         progress: Sequence[Callable[[], object]] = (),
         deadline: float | None = None,
+        timed: bool = False,
     ) -> tuple[bool, bool]:
         """Enter the control step; return ``(any_data, any_gets)`` as agreed by all ranks.
 
@@ -110,19 +111,23 @@ class ControlStep:
         doing.  In non-blocking mode, ``progress`` callables run while waiting (FA-BSP mailboxes
         keep delivering messages, so a rank that reached the sync early does not block senders
         that are still computing) and ``deadline`` (a ``time.monotonic()`` value) bounds the
-        wait; on expiry a :class:`BSPError` is raised on this rank.
+        wait; on expiry a :class:`BSPError` is raised on this rank.  ``timed=True`` makes this one
+        step non-blocking with arrival tracking whatever the defaults (a per-call timeout, which
+        every rank must give to the same call), so that ``deadline`` bounds it and the error names
+        the ranks that never arrived.
 
         This is the hot path of an empty sync (one ``pack_into``, one ``Allreduce``, one
         ``unpack``); keep it that way.
         """
         d = 1 if has_data else 0
         g = 1 if has_gets else 0
-        if self._persistent is not None and not self.nonblocking:  # in place, set up once
+        blocking = not (self.nonblocking or timed)
+        if self._persistent is not None and blocking:  # in place, set up once
             buf = self._pbuf
             _RECORD.pack_into(buf, 0, kind, superstep, sig, d, g, -kind, -superstep, -sig, -d, -g)
             self._persistent.Start()
             self._persistent.Wait()
-        elif not self.nonblocking:  # in place: one buffer, no copy inside MPI
+        elif blocking:  # in place: one buffer, no copy inside MPI
             buf = self._rbuf
             _RECORD.pack_into(buf, 0, kind, superstep, sig, d, g, -kind, -superstep, -sig, -d, -g)
             self.comm.Allreduce(_IN_PLACE, self._rspec, _MAX)
@@ -132,9 +137,9 @@ class ControlStep:
             # still read and write them, so the next step must not reuse them.
             self._sbuf, self._rbuf = bytearray(self._sbuf), bytearray(_RECORD.size)
             self._sspec, self._rspec = [self._sbuf, MPI.INT64_T], [self._rbuf, MPI.INT64_T]
-            arrivals = self._announce() if self.track_arrivals else None
+            arrivals = self._announce() if self.track_arrivals or timed else None
             req = self.comm.Iallreduce(self._sspec, self._rspec, _MAX)
-            self._wait(req, progress, deadline, Kind(kind), superstep)
+            self._wait(req, progress, deadline, Kind(kind), superstep, arrivals is not None)
             if arrivals is not None:
                 self._collect_arrivals(arrivals)
             buf = self._rbuf
@@ -202,13 +207,13 @@ class ControlStep:
         return [q for q in range(p) if q != me and q not in arrived]
 
     def _wait(self, req: MPI.Request, progress: Sequence[Callable[[], object]],
-              deadline: float | None, kind: Kind, superstep: int) -> None:
+              deadline: float | None, kind: Kind, superstep: int, tracked: bool) -> None:
         while not req.Test():
             for fn in progress:
                 fn()
             if deadline is not None and time.monotonic() > deadline:
                 missing = f"ranks not arrived: {', '.join(map(str, self._missing()))}" \
-                    if self.track_arrivals else "the ranks that are late are not tracked"
+                    if tracked else "the ranks that are late are not tracked"
                 raise SyncTimeout(
                     f"rank {self.comm.Get_rank()}: {kind.name.lower()} at superstep {superstep} "
                     f"timed out waiting for the other ranks ({missing}); they are stuck in local "

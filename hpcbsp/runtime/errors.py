@@ -25,7 +25,7 @@ class BSPError(RuntimeError):
 
 
 class SyncTimeout(BSPError):
-    """A collective BSP call waited longer than the context's ``timeout``.
+    """A collective BSP call waited longer than its ``timeout`` (the call's or the context's).
 
     The waiting collective cannot be completed or cancelled, so the job cannot go on: uncaught,
     it ends the job (see :func:`hpcbsp.runtime.runner.excepthook`).
