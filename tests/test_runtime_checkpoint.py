@@ -75,12 +75,25 @@ def test_damaged_meta_and_wrong_program_and_missing(tmp_path):
 
 
 def test_checkpoint_of_another_program(tmp_path):
-    def relabel(ck):
-        meta_path = os.path.join(ck, "meta.json")
-        meta = json.load(open(meta_path))
-        meta["program"] = "someone.else"
-        json.dump(meta, open(meta_path, "w"))
-    _damage_and_restore(tmp_path, relabel, "written by program 'someone.else', not 'hpcbsp.apps.heat'")
+    ck = str(tmp_path / "ck")
+    assert run_mpi(2, HEAT + ["--checkpoint", ck, "--every", "30"], timeout=60).returncode == 0
+    meta_path = os.path.join(ck, "meta.json")
+    meta = json.load(open(meta_path))
+    meta["program"] = "someone.else"
+    json.dump(meta, open(meta_path, "w"))
+    # The app refuses it before the work (a usage error: exit 2), with or without --restart:
+    # neither resuming from it nor overwriting it would be right.
+    for more in (["--restart"], ["--every", "30"]):
+        res = run_mpi(2, HEAT + ["--checkpoint", ck, *more], timeout=60)
+        assert res.returncode == 2 and not res.timed_out and res.stdout == "", res.output
+        assert res.stderr.count("holds a checkpoint of program 'someone.else', not of "
+                                "'hpcbsp.apps.heat'") == 1 and "Traceback" not in res.stderr
+    assert json.load(open(meta_path)) == meta
+    # The library's restore says the same.
+    with hpcbsp.BSP() as bsp:
+        bsp.coarray(600, name="u")
+        with pytest.raises(BSPError, match="written by program 'someone.else', not 'hpcbsp.apps.heat'"):
+            bsp.restore(ck, program="hpcbsp.apps.heat")
 
 
 def test_missing_rank_file(tmp_path):
