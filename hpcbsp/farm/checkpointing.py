@@ -7,6 +7,7 @@ of workers the Reduce adds in another order, so x agrees to rounding.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +25,7 @@ class FarmCheckpoint:
     path: str
     every: int = 0          #: iterations between checkpoints (0: never write)
     restart: bool = False   #: resume from ``path`` if it holds a checkpoint
+    quiet: bool = False     #: no "checkpoint written" line on stderr (rank 0)
 
     def resume(self, bsp: BSP, x: np.ndarray) -> tuple[np.ndarray, int, bool]:
         """Collective: ``(x, iterations, done)`` from the checkpoint, or the start values."""
@@ -45,3 +47,5 @@ class FarmCheckpoint:
             return
         x, done = bsp.broadcast((x, done) if bsp.pid == 0 else None)
         bsp.checkpoint(self.path, program=PROGRAM, x=x, iterations=np.int64(iterations), done=np.bool_(done))
+        if bsp.pid == 0 and not self.quiet:
+            print(f"farm: checkpoint written to {self.path} at iteration {iterations}", file=sys.stderr, flush=True)
