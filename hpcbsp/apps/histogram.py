@@ -1,8 +1,8 @@
 """histogram (bale): N random increments per rank into a distributed table of counters.
 
-    mpiexec -n P python -m hpcbsp.apps.histogram [-n UPDATES] [-T TABLE] [--mode fabsp|bsp|naive]
+    mpiexec -n P python -m hpcbsp.apps.histogram [--n UPDATES] [-T TABLE] [--mode fabsp|bsp|naive]
 
-Each rank draws N uniform global indices into a table of T*P int64 counters laid out cyclically
+Each rank draws N (--n, per rank) uniform global indices into a table of T*P int64 counters laid out cyclically
 (index g on rank g % P at offset g // P) and increments table[g] once for each.  Modes:
 
   fabsp  one mailbox whose handler adds a batch of offsets into the local counters; the rank
@@ -34,6 +34,7 @@ from mpi4py import MPI
 from ..kernels import scatter_add
 from ..runtime import BSP, BSPError
 from ..runtime.checkpoint import exists as checkpoint_exists
+from ..util.args import nonnegative_int, positive_int
 from .irregular_common import Outcome, cyclic_owner, naive_exchange, table_app_main, timed, \
     timed_naive
 
@@ -198,10 +199,10 @@ def run_histogram_rounds(bsp: BSP, mode: str, n: int, table: int, seed: int = 1,
 
 
 def _restart_options(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], dict]:
-    parser.add_argument("--rounds", type=int, default=1, metavar="R",
+    parser.add_argument("--rounds", type=positive_int, default=1, metavar="R",
                         help="apply the updates in R supersteps (default 1)")
     parser.add_argument("--checkpoint", metavar="DIR", help="checkpoint directory for the counters")
-    parser.add_argument("--every", type=int, default=0, metavar="K", help="checkpoint every K rounds")
+    parser.add_argument("--every", type=nonnegative_int, default=0, metavar="K", help="checkpoint every K rounds")
     parser.add_argument("--restart", action="store_true", help="resume from --checkpoint if it exists")
     parser.add_argument("--die-at", type=int, metavar="ROUND", help=argparse.SUPPRESS)
 
