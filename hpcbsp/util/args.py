@@ -191,7 +191,8 @@ def check_outputs(parser: argparse.ArgumentParser, outputs: list[tuple[str | Non
         if not path:
             continue
         if suffixes and not path.lower().endswith(suffixes):
-            parser.error(f"{what} {path!r}: use a {' or '.join(suffixes)} file name")
+            endings = suffixes[0] if len(suffixes) == 1 else f"{', '.join(suffixes[:-1])} or {suffixes[-1]}"
+            parser.error(f"{what} {path!r}: use a file name ending in {endings}")
         try:
             prepare_output(path, what)
         except OutputError as exc:
