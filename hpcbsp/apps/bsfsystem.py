@@ -132,3 +132,11 @@ def app_main(parser: OneLineParser, argv: list[str] | None, name: str, build: Pr
         print(json.dumps(out))
         return 0 if out["converged"] and out["max_error"] <= tolerance else 1
     return report(out, tolerance, name)
+
+
+if __name__ == "__main__":
+    import sys
+
+    from hpcbsp.util.args import not_a_program
+
+    sys.exit(not_a_program("hpcbsp.apps.bsfsystem", "run python -m hpcbsp.apps.jacobi or python -m hpcbsp.apps.cimmino (--help for options)"))

@@ -201,3 +201,11 @@ def report(bsp: BSP, app: str, mode: str, out: Outcome, args: argparse.Namespace
         if ledger:
             print(f"ledger written to {ledger}")
     return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    import sys
+
+    from ..util.args import not_a_program
+
+    sys.exit(not_a_program("hpcbsp.apps.irregular_common", "run python -m hpcbsp.apps.histogram, index_gather, bfs or triangles (--help for options)"))

@@ -35,6 +35,17 @@ def launcher_rank() -> int:
     return 0
 
 
+def launcher_size() -> int:
+    """The number of processes the launcher started (1 without a launcher), before MPI starts."""
+    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE"):
+        if var in os.environ:
+            try:
+                return int(os.environ[var])
+            except ValueError:
+                return 1
+    return 1
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse that reports a usage error as one line naming the program, and exits 2.
 
@@ -242,3 +253,9 @@ def _bytes(n: float) -> str:
             return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
         n /= 1024
     return f"{n:.1f} EiB"
+
+
+def not_a_program(module: str, instead: str) -> int:
+    """For ``python -m`` of a library module: one line saying what to run instead; status 2."""
+    sys.stderr.write(f"{module} is a library module, not a program: {instead}\n")
+    return 2

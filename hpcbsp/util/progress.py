@@ -25,8 +25,9 @@ class Progress:
     ----------
     label : str
         What is running (printed in brackets).
-    total : int or None
-        The number of units the run will do, or None when unknown (no percentage then).
+    total : int, float or None
+        The number of units the run will do (a float for a continuous quantity such as
+        simulated time), or None when unknown (no percentage then).
     enabled : bool
         False (``--quiet``, or a rank other than 0) prints nothing.
     every_s : float
@@ -62,7 +63,7 @@ class Progress:
         except (OSError, ValueError):  # a closed or broken stderr must not end the run
             self.enabled = False
 
-    def __call__(self, done: int, detail: str = "") -> None:
+    def __call__(self, done: float, detail: str = "") -> None:
         """Report ``done`` units (printed only if ``every_s`` has passed since the last line)."""
         if not self.enabled:
             return
@@ -74,13 +75,17 @@ class Progress:
         unit = f"{self.unit} " if self.unit else ""
         if self.total:
             left = elapsed * (self.total - done) / done if done > 0 else None
-            text = (f"{unit}{done:,}/{self.total:,} ({100.0 * done / self.total:.0f}%, {elapsed:.1f} s elapsed"
-                    + (f", ~{left:.1f} s left)" if left is not None else ")"))
+            text = (f"{unit}{_fmt(done)}/{_fmt(self.total)} ({100.0 * done / self.total:.0f}%, "
+                    f"{elapsed:.1f} s elapsed" + (f", ~{left:.1f} s left)" if left is not None else ")"))
         else:
-            text = f"{unit}{done:,} ({elapsed:.1f} s elapsed)"
+            text = f"{unit}{_fmt(done)} ({elapsed:.1f} s elapsed)"
         self._write(text + (f"; {detail}" if detail else ""))
 
     def note(self, text: str) -> None:
         """Print ``text`` now (an event such as a checkpoint written), unless disabled."""
         if self.enabled:
             self._write(text)
+
+
+def _fmt(value: float) -> str:
+    return f"{value:,}" if isinstance(value, int) else f"{value:,.2f}"
