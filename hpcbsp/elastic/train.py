@@ -20,6 +20,7 @@ gives, a real run goes on from the server's last saved state (see ``hpcbsp.elast
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -40,6 +41,8 @@ from .timing import TimingModel
 __all__ = ["main", "build_parser"]
 
 DEFAULT_SLOWDOWN = (1.0, 1.0, 1.5, 3.0)
+#: Most worker iterations a simulated run may take (a virtual clock has no wall-clock bound).
+MAX_SIMULATED_EVENTS = 1e6
 PROG = "python -m hpcbsp.elastic.train"
 
 
@@ -139,6 +142,16 @@ def make_config(args: argparse.Namespace, n_workers: int | None) -> TrainConfig:
     options = PolicyOptions(R=args.R, s=args.s, s_lower=args.s_lower, s_upper=args.s_upper,
                             backup=args.backup, window=args.window)
     slowdown = _slowdown(args.slowdown, n_workers)
+    if args.simulate:  # a virtual clock has no wall-clock bound: refuse runs of endless events
+        fastest = args.base_delay * min(s for s in slowdown if s > 0) if any(s > 0 for s in slowdown) else 0.0
+        events = len(slowdown) * args.duration / fastest if fastest > 0 else math.inf
+        if events > MAX_SIMULATED_EVENTS:
+            raise ValueError(f"--duration {args.duration:g} s at --base-delay {args.base_delay:g} s is about "
+                             f"{events:.3g} simulated iterations (at most {MAX_SIMULATED_EVENTS:.0e}): give a "
+                             "larger --base-delay or a shorter --duration")
+        if args.duration / args.eval_every > MAX_SIMULATED_EVENTS / 100:
+            raise ValueError(f"--eval-every {args.eval_every:g} s evaluates the model {args.duration / args.eval_every:.3g} "
+                             f"times in --duration {args.duration:g} s: give a larger --eval-every")
     if "backup" in _policies(args.policy) and args.backup >= len(slowdown):
         raise ValueError(f"--backup {args.backup} must be fewer than the {len(slowdown)} workers")
     timing = TimingModel(base_s=args.base_delay, slowdown=slowdown, jitter=args.jitter,
