@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--restart", action="store_true", help="resume from --checkpoint if it exists")
     parser.add_argument("--out", metavar="FILE.npy", help="write the final temperatures here")
     parser.add_argument("--check", action="store_true", help="compare with the serial numpy run")
-    add_common_options(parser, seed=False)
+    add_common_options(parser, with_seed=False)
     parser.add_argument("--die-at", type=int, metavar="STEP", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.n < 3:

@@ -21,8 +21,8 @@ from mpi4py import MPI
 from ..runtime import BSP
 from ..runtime import run as run_bsp
 from ..runtime.ledger import summarize
-from ..util.args import (LEDGER_SUFFIXES, OneLineParser, add_alias, add_common_options, check_outputs, plural,
-                         positive_int)
+from ..util.args import (LEDGER_SUFFIXES, OneLineParser, add_alias, add_common_options, check_memory, check_outputs,
+                         launcher_size, plural, positive_int)
 
 MODES = ("fabsp", "bsp", "naive")
 _TAG_NAIVE = 7
@@ -94,6 +94,11 @@ def table_app_main(argv: list[str] | None, app: str, doc: str, unit: str,
     args = parser.parse_args(argv)
     app_kw = extra_kw(args)
     check_app_outputs(parser, args)
+    n = args.n or (n_naive if args.mode == "naive" else n_default)
+    # Per rank: the indices and offsets drawn (int64, a few copies) and the table; the oracle
+    # holds the whole table (T times the ranks: the launcher says how many).
+    check_memory(parser, 6 * 8.0 * n + 8.0 * args.table * (2 + launcher_size()),
+                 f"--n {n} -T {args.table}", "use a smaller --n or -T")
 
     def app_main(bsp: BSP) -> int:
         n = args.n or (n_naive if args.mode == "naive" else n_default)

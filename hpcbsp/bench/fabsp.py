@@ -36,7 +36,7 @@ from ..apps.index_gather import run_index_gather
 from ..apps.irregular_common import Outcome, timed
 from ..kernels import scatter_add
 from ..runtime import BSP
-from ..util.args import OneLineParser, add_alias, integer, positive_int
+from ..util.args import OneLineParser, add_alias, positive_int, seed
 
 HIST_TARGET_BSP = 1.0
 HIST_TARGET_NAIVE = 50.0
@@ -196,7 +196,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--imbalance", type=positive_int, default=3,
                         help="overlap run: also measure with rank 0 computing this many times as "
                              "much as the others (default 3; 1: balanced only)")
-    parser.add_argument("--seed", type=integer, default=0, metavar="S", help="random seed (default 0)")
+    parser.add_argument("--seed", type=seed, default=0, metavar="S", help="random seed (default 0)")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:

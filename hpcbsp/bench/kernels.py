@@ -33,7 +33,7 @@ import numpy as np
 
 from hpcbsp import kernels
 from hpcbsp.kernels._extensions import MODULES
-from hpcbsp.util.args import OneLineParser, add_alias, integer, positive_int
+from hpcbsp.util.args import OneLineParser, add_alias, positive_int, seed
 
 
 @dataclass
@@ -179,7 +179,7 @@ def main(argv: list[str]) -> int:
                    help="comma-separated kernel names to run (default: all)")
     p.add_argument("--fsum", action="store_true",
                    help="also time exact_sum against math.fsum (slow)")
-    p.add_argument("--seed", type=integer, default=0, metavar="S", help="random seed (default 0)")
+    p.add_argument("--seed", type=seed, default=0, metavar="S", help="random seed (default 0)")
     args = p.parse_args(argv)
     n = args.n if args.n is not None else (1_000_000 if args.quick else 10_000_000)
     repeat = args.repeat if args.repeat is not None else (3 if args.quick else 5)

@@ -9,7 +9,6 @@ bytes into one send buffer and calls one ``Alltoallv`` into a receive buffer.
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time

@@ -22,7 +22,7 @@ import os
 import sys
 from typing import Any, Sequence
 
-from hpcbsp.util.args import (OneLineParser, add_alias, integer, launcher_rank,
+from hpcbsp.util.args import (OneLineParser, add_alias, launcher_rank, seed,
                               nonnegative_float, nonnegative_int, positive_int, positive_seconds, seconds)
 from hpcbsp.util.outputs import OutputError, prepare_output
 from hpcbsp.cost.bsf import COMM_FORMS, GRANULARITIES, BSFModel, BSFParams
@@ -262,7 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     _form_options(p, default=False)
     p.add_argument("--bootstrap", type=nonnegative_int, default=200, metavar="N",
                    help="bootstrap replicates (default 200; 0: none)")
-    p.add_argument("--seed", type=integer, default=0, metavar="S", help="bootstrap seed (default 0)")
+    p.add_argument("--seed", type=seed, default=0, metavar="S", help="bootstrap seed (default 0)")
     p.add_argument("-o", "--out", dest="output", required=True, metavar="MODEL.json", help="where to write the model")
     add_alias(p, "--output", dest="output")
 

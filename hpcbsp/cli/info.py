@@ -1,7 +1,6 @@
 """``hpcbsp info``: what this installation and this launch look like."""
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import socket

@@ -26,7 +26,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ..util.args import (OneLineParser, add_alias, fraction, integer, launcher_rank, launcher_size,
+from ..util.args import (OneLineParser, add_alias, fraction, integer, launcher_rank, launcher_size, seed,
                          nonnegative_float, nonnegative_int, positive_float, positive_int, positive_seconds)
 from ..util.outputs import OutputError, prepare_dir
 from ..util.progress import Progress
@@ -82,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--duration", type=positive_float, default=10.0, help="seconds of training per policy (default 10)")
     g.add_argument("--eval-every", type=positive_float, default=0.25, help="seconds between test-accuracy evaluations (default 0.25)")
     g.add_argument("--repeats", type=positive_int, default=1, help="runs per policy with different seeds; medians reported (default 1)")
-    g.add_argument("--seed", type=integer, default=0, metavar="S", help="random seed (default 0)")
+    g.add_argument("--seed", type=seed, default=0, metavar="S", help="random seed (default 0)")
     g = p.add_argument_group("run")
     g.add_argument("--simulate", action="store_true", help="virtual clock instead of MPI (no mpiexec needed)")
     g.add_argument("--out-dir", dest="out", type=Path, default=Path("runs/elastic"), metavar="DIR",

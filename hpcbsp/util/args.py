@@ -7,7 +7,7 @@ way everywhere (docs/cli.md lists the vocabulary):
 * :class:`OneLineParser` reports a usage error as one line naming the program and exits 2; it
   never accepts an abbreviated option (``--n`` must not silently mean ``--no-check``).
 * The argument types (:func:`positive_int`, :func:`nonnegative_int`, :func:`integer`,
-  :func:`positive_float`, :func:`nonnegative_float`, :func:`seconds`, :func:`fraction`) reject
+  :func:`positive_float`, :func:`nonnegative_float`, :func:`seconds`, :func:`fraction`, :func:`seed`) reject
   NaN, infinities, non-ASCII digits and out-of-range values with a message naming the value.
 * :func:`add_common_options` adds ``--seed``, ``--ledger``, ``--json`` and ``--quiet`` with one
   meaning everywhere; :func:`add_alias` keeps an old spelling as a hidden, deprecated alias.
@@ -109,6 +109,14 @@ def nonnegative_int(text: str) -> int:
     return value
 
 
+def seed(text: str) -> int:
+    """argparse type: a random seed, an integer >= 0 (numpy's generators take no negative seed)."""
+    value = integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a seed (an integer >= 0)")
+    return value
+
+
 def positive_float(text: str) -> float:
     """argparse type: a finite number > 0."""
     value = _number(text, "a number")
@@ -167,7 +175,7 @@ def add_alias(parser: argparse.ArgumentParser | Any, *names: str, dest: str,
     parser.add_argument(*names, **kw)
 
 
-def add_common_options(parser: argparse.ArgumentParser | Any, *, seed: bool = True, ledger: bool = True,
+def add_common_options(parser: argparse.ArgumentParser | Any, *, with_seed: bool = True, ledger: bool = True,
                        json: bool = True, quiet: bool = True, seed_help: str = "random seed") -> None:
     """The options every app has, spelt and defaulted the same everywhere.
 
@@ -175,8 +183,8 @@ def add_common_options(parser: argparse.ArgumentParser | Any, *, seed: bool = Tr
     ``--json`` (rank 0 prints one JSON object instead of the text report) and ``--quiet`` (no
     progress lines on stderr).
     """
-    if seed:
-        parser.add_argument("--seed", type=integer, default=0, metavar="S", help=f"{seed_help} (default 0)")
+    if with_seed:
+        parser.add_argument("--seed", type=seed, default=0, metavar="S", help=f"{seed_help} (default 0, or any integer >= 0)")
     if ledger:
         parser.add_argument("--ledger", metavar="PATH",
                             help="save the superstep ledger of every rank (.json or .csv; checked before the run)")

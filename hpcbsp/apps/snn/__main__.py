@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from hpcbsp.util.args import (LEDGER_SUFFIXES, OneLineParser, add_alias, add_common_options, check_outputs, fraction,
+from hpcbsp.util.args import (LEDGER_SUFFIXES, OneLineParser, add_alias, add_common_options, check_memory,
+                              check_outputs, fraction,
                               nonnegative_int, plural, positive_float, positive_int)
 
 from .bsp_mode import DEFAULT_WINDOW_CAP, SUPERSTEP_RULES
@@ -95,6 +96,13 @@ def spec_from_args(parser: OneLineParser, args: Any) -> tuple[NetworkSpec, int]:
     problems = spec.problems()
     if problems:
         parser.error("; ".join(problems))
+    # The whole synapse list (about 24 bytes a synapse, a few copies while it is built) and the
+    # ring buffer of input per delay step and neuron (4 bytes each) on one rank.
+    synapses = float(spec.neurons) * spec.fanout
+    ring = (spec.max_delay + (args.window or DEFAULT_WINDOW_CAP) + 1.0) * spec.neurons
+    check_memory(parser, 4 * 24.0 * synapses + 4.0 * ring,
+                 f"--n {spec.neurons} --fanout {spec.fanout} --delay-max {spec.delay_max}",
+                 "use fewer neurons, a smaller --fanout or shorter delays")
     return spec, steps
 
 
