@@ -51,7 +51,7 @@ def simulate(bsp: "hpcbsp.BSP", n: int, steps: int, alpha: float, checkpoint: st
         ck = bsp.restore(checkpoint, program="hpcbsp.apps.heat")
         step = int(ck.state["step"])
         if bsp.pid == 0:
-            print(f"restarted from {ck.path} at step {step} (saved on {ck.nprocs} ranks, "
+            print(f"restarted from {ck.path} at step {step} (saved on {plural(ck.nprocs, 'rank')}, "
                   f"now {bsp.nprocs})", flush=True)
     else:
         u.local[:] = initial(n)[lo:hi]

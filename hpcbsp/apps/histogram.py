@@ -149,7 +149,7 @@ def rounds_oracle(pid: int, nprocs: int, n: int, table: int, seed: int, rounds: 
 def run_histogram_rounds(bsp: BSP, mode: str, n: int, table: int, seed: int = 1, chunk: int = 1 << 16,
                          check: bool = True, *, rounds: int, checkpoint: str | None = None,
                          every: int = 0, restart: bool = False, die_at: int | None = None,
-                         **mailbox_kw: int) -> Outcome:
+                         quiet: bool = True, **mailbox_kw: int) -> Outcome:
     """The histogram in ``rounds`` supersteps, with checkpoints of the counters (fabsp or bsp)."""
     counts = bsp.coarray(table, dtype=np.int64, name="histogram:counts")
     program = "hpcbsp.apps.histogram"
@@ -189,6 +189,9 @@ def run_histogram_rounds(bsp: BSP, mode: str, n: int, table: int, seed: int = 1,
                 scatter_add(local, queue.received(), 1)
             if checkpoint and every and (rnd + 1) % every == 0:
                 bsp.checkpoint(checkpoint, program=program, round=np.int64(rnd + 1), run=run_id)
+                if bsp.pid == 0 and not quiet:
+                    print(f"histogram: checkpoint written to {checkpoint} after round {rnd + 1}",
+                          file=sys.stderr, flush=True)
         bsp.sync("histogram:end")
 
     seconds, _ = timed(bsp, body)
@@ -216,7 +219,7 @@ def _restart_options(parser: argparse.ArgumentParser) -> Callable[[argparse.Name
         if args.rounds == 1 and not args.checkpoint:
             return {}
         return {"rounds": args.rounds, "checkpoint": args.checkpoint, "every": args.every,
-                "restart": args.restart, "die_at": args.die_at}
+                "restart": args.restart, "die_at": args.die_at, "quiet": args.quiet}
     return kwargs
 
 

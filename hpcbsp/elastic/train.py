@@ -209,7 +209,7 @@ def _checkpoint_plan(args: argparse.Namespace) -> CheckpointPlan | None:
     if every is None:
         every = 1.0 if args.simulate else 30.0
     return CheckpointPlan(args.checkpoint, every=every, restart=args.restart,
-                          die_after=args.die_after_saves)
+                          die_after=args.die_after_saves, quiet=args.quiet)
 
 
 def _check_checkpoint_dir(args: argparse.Namespace) -> None:

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..runtime import BSP
 from ..runtime.checkpoint import exists as checkpoint_exists
+from ..util.args import plural
 
 PROGRAM = "hpcbsp.farm"
 
@@ -34,7 +35,7 @@ class FarmCheckpoint:
         ck = bsp.restore(self.path, program=PROGRAM)
         if bsp.pid == 0:
             print(f"farm: restarted from {ck.path} at iteration {int(ck.state['iterations'])} "
-                  f"(saved on {ck.nprocs} ranks, now {bsp.nprocs})", flush=True)
+                  f"(saved on {plural(ck.nprocs, 'rank')}, now {bsp.nprocs})", flush=True)
         return np.array(ck.state["x"]), int(ck.state["iterations"]), bool(ck.state["done"])
 
     def maybe_save(self, bsp: BSP, x: np.ndarray | None, iterations: int, done: bool) -> None:
