@@ -61,7 +61,7 @@ def solve(bsp: "hpcbsp.BSP", name: str, build: ProblemBuilder, args: argparse.Na
     ck_path, out_path = getattr(args, "checkpoint", None), getattr(args, "out", None)
     quiet = getattr(args, "quiet", False)
     checkpoint = FarmCheckpoint(ck_path, args.every, args.restart, quiet=quiet) if ck_path else None
-    show = Progress(name, args.max_iter, enabled=not quiet and bsp.pid == 0, unit="iteration")
+    show = Progress(name, args.max_iter, enabled=not quiet and bsp.pid == 0, unit="iteration", limit=True)
     result = run_farm(bsp, build(a, b, args), np.zeros(args.n), max_iter=args.max_iter,
                       label=f"{name} n={args.n}", checkpoint=checkpoint, progress=show)
     if out_path and bsp.pid == 0:

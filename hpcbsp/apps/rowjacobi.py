@@ -188,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
                  "use a smaller --n (or --format csr)")
     check_outputs(p, [(args.ledger, "--ledger file", LEDGER_SUFFIXES)])
     with BSP() as bsp:
-        show = Progress("rowjacobi", args.max_iter, enabled=not args.quiet and bsp.pid == 0, unit="sweep")
+        show = Progress("rowjacobi", args.max_iter, enabled=not args.quiet and bsp.pid == 0, unit="sweep",
+                        limit=True)
         res, err = solve(bsp, args.n, args.format, args.per_row, args.eps, args.max_iter, args.seed, show)
         if args.ledger:
             bsp.ledger.save(args.ledger)

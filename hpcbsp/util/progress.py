@@ -37,12 +37,16 @@ class Progress:
         The name of the units counted (``step``, ``iteration``, ...).
     stream : file, optional
         Where the lines go (default: ``sys.stderr`` at the time of the call).
+    limit : bool
+        ``total`` is only an upper bound (an iteration limit that a converging run may never
+        reach): no percentage and no time left, just ``of at most``.
     """
 
-    def __init__(self, label: str, total: int | None = None, *, enabled: bool = True, every_s: float = 2.0,
-                 unit: str = "", stream: TextIO | None = None):
+    def __init__(self, label: str, total: float | None = None, *, enabled: bool = True, every_s: float = 2.0,
+                 unit: str = "", stream: TextIO | None = None, limit: bool = False):
         self.label = label
         self.total = total
+        self.limit = limit
         self.enabled = enabled
         self.every_s = every_s
         self.unit = unit
@@ -73,7 +77,9 @@ class Progress:
         self._last = now
         elapsed = now - self._t0
         unit = f"{self.unit} " if self.unit else ""
-        if self.total:
+        if self.total and self.limit:
+            text = f"{unit}{_fmt(done)} (of at most {_fmt(self.total)}; {elapsed:.1f} s elapsed)"
+        elif self.total:
             left = elapsed * (self.total - done) / done if done > 0 else None
             text = (f"{unit}{_fmt(done)}/{_fmt(self.total)} ({100.0 * done / self.total:.0f}%, "
                     f"{elapsed:.1f} s elapsed" + (f", ~{left:.1f} s left)" if left is not None else ")"))
