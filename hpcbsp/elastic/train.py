@@ -298,14 +298,13 @@ def _main_mpi(args: argparse.Namespace, policies: list[str], data: Any,
 
 
 def _progress(duration: float):
-    last = [-1.0]
+    """Progress of a real run's policies on stderr (the server's rank), with the accuracy."""
+    shows: dict[str, Progress] = {}
 
     def show(label: str, t: float, log: Any) -> None:
-        if t - last[0] >= 1.0 or not log.curve:
-            last[0] = t
-            acc = log.curve[-1][1] if log.curve else float("nan")
-            print(f"  [{label}] {t:5.1f}/{duration:g} s  accuracy {acc:.3f}  updates {log.updates}",
-                  file=sys.stderr, flush=True)
+        bar = shows.setdefault(label, Progress(label, float(duration), unit="s", every_s=1.0))
+        acc = log.curve[-1][1] if log.curve else float("nan")
+        bar(min(t, duration), f"accuracy {acc:.3f}, updates {log.updates}")
     return show
 
 
