@@ -252,6 +252,10 @@ REPORTED = [
     (["-m", "hpcbsp", "run", "existing_dir"], 2, "folder"),
     (["-m", "hpcbsp.apps.histogram", "--n", "-n", "1000"], 2, "--n"),
     (["-m", "hpcbsp.apps.classic", "--n", "10"], 0, ""),
+    # found by this net: seeds beyond int64 (recorded in checkpoints) and negative ones (numpy)
+    (["-m", "hpcbsp.apps.histogram", "--n", "100", "-T", "10", "--rounds", "2", "--seed", "1" + "0" * 30], 2,
+     "not a seed"),
+    (["-m", "hpcbsp.apps.bfs", "--n", "50", "--seed", "-1"], 2, "not a seed"),
     (["-m", "hpcbsp.apps.bsfsystem"], 2, "hpcbsp.apps.jacobi"),
     (["-m", "hpcbsp.elastic.train", "--simulate", "--dataset", "generated", "--duration", "1",
       "--base-delay", "0"], 2, "--base-delay"),
