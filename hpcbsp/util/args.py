@@ -80,21 +80,28 @@ def _number(text: str, kind: str) -> float:
 
 
 def integer(text: str) -> int:
-    """argparse type: any integer (``1e6`` and ``1_000_000`` accepted; ``2.5`` is not)."""
+    """argparse type: an integer that fits in int64 (``1e6`` and ``1_000_000`` accepted; ``2.5`` is
+    not): the programs keep counts, sizes and seeds in int64 arrays."""
     clean = text.strip().replace("_", "")
     if clean.isascii() and clean.lstrip("+-").isdigit():
-        return int(clean)
-    value = _number(text, "an integer")
-    if value != int(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer")
-    return int(value)
+        value = int(clean)
+    else:
+        number = _number(text, "an integer")
+        if number != int(number):
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer")
+        value = int(number)
+    if not -2**63 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"{text!r} is out of range (an int64: from -2**63 to 2**63 - 1)")
+    return value
 
 
 def positive_int(text: str) -> int:
     """argparse type: an integer >= 1."""
     try:
         value = integer(text)
-    except argparse.ArgumentTypeError:
+    except argparse.ArgumentTypeError as exc:
+        if "out of range" in str(exc):
+            raise
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer (it must be >= 1)")
