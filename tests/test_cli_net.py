@@ -53,6 +53,9 @@ COUNT = st.one_of(st.integers(0, 12).map(str), st.sampled_from(BAD_NUMBERS))
 REAL = st.sampled_from(["0", "1", "-1", "0.5", "0.25", "1e-12", "1e-300", "1e300", "nan", "inf", "abc", "0.1"])
 SEED = st.sampled_from(["0", "1", "-1", "123456789012345678901234567890", "abc", "1e3", "nan"])
 FLAG = st.just(None)
+# A list length for the cost model: any size is valid (work O(min(sqrt(l), 10^6))), so the net keeps
+# to small ones and invalid ones to stay quick.
+LIST_LENGTH = st.one_of(st.integers(1, 5000).map(str), st.sampled_from(BAD_NUMBERS + ["1_0", "1e3"]))
 
 
 def out_file(*suffixes: str) -> st.SearchStrategy[str]:
@@ -321,12 +324,12 @@ COST = {
     "bsf": (["--latency", "1e-5", "--t-c", "1e-4", "--t-map", "1", "--t-a", "1e-6", "--t-p", "1e-3",
              "--list-length", "100"],
             {"--latency": REAL, "--t-c": REAL, "--t-map": REAL, "--t-a": REAL, "--t-p": REAL,
-             "--list-length": SIZE, "--comm": st.sampled_from(["linear", "tree", "x"]),
+             "--list-length": LIST_LENGTH, "--comm": st.sampled_from(["linear", "tree", "x"]),
              "--granularity": st.sampled_from(["continuous", "ceil", "x"]),
              "--workers": st.sampled_from(["1,2,4", "1-16", "0", "1,2,4,...,1000000", "x", ""]),
              "-o": out_file(".json"), "--json": FLAG}),
     "fit": (["--runs", "runs.csv", "-o", "fitted.json", "--bootstrap", "5"],
-            {"--runs": IN_FILE, "--list-length": SIZE, "--bootstrap": st.sampled_from(["0", "1", "5", "-5", "nan"]),
+            {"--runs": IN_FILE, "--list-length": LIST_LENGTH, "--bootstrap": st.sampled_from(["0", "1", "5", "-5", "nan"]),
              "--seed": SEED, "-o": out_file(".json"), "--json": FLAG}),
     "predict": (["model.json"], {"--workers": st.sampled_from(["1,2,4", "1-64", "0", "-1", "x"]),
                                  "--json": FLAG}),
