@@ -139,4 +139,5 @@ if __name__ == "__main__":
 
     from hpcbsp.util.args import not_a_program
 
-    sys.exit(not_a_program("hpcbsp.apps.bsfsystem", "run python -m hpcbsp.apps.jacobi or python -m hpcbsp.apps.cimmino (--help for options)"))
+    sys.exit(not_a_program("hpcbsp.apps.bsfsystem",
+                           "run python -m hpcbsp.apps.jacobi or python -m hpcbsp.apps.cimmino (--help for options)"))

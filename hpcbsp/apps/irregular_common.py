@@ -213,4 +213,5 @@ if __name__ == "__main__":
 
     from ..util.args import not_a_program
 
-    sys.exit(not_a_program("hpcbsp.apps.irregular_common", "run python -m hpcbsp.apps.histogram, index_gather, bfs or triangles (--help for options)"))
+    sys.exit(not_a_program("hpcbsp.apps.irregular_common",
+                           "run python -m hpcbsp.apps.histogram, index_gather, bfs or triangles (--help for options)"))

@@ -123,4 +123,5 @@ if __name__ == "__main__":
 
     from ..util.args import not_a_program
 
-    sys.exit(not_a_program("hpcbsp.apps.irregular_graphs", "run python -m hpcbsp.apps.bfs or python -m hpcbsp.apps.triangles (--help for options)"))
+    sys.exit(not_a_program("hpcbsp.apps.irregular_graphs",
+                           "run python -m hpcbsp.apps.bfs or python -m hpcbsp.apps.triangles (--help for options)"))

@@ -192,7 +192,8 @@ def add_common_options(parser: argparse.ArgumentParser | Any, *, with_seed: bool
     progress lines on stderr).
     """
     if with_seed:
-        parser.add_argument("--seed", type=seed, default=0, metavar="S", help=f"{seed_help} (default 0, or any integer >= 0)")
+        parser.add_argument("--seed", type=seed, default=0, metavar="S",
+                            help=f"{seed_help}, an integer >= 0 (default 0)")
     if ledger:
         parser.add_argument("--ledger", metavar="PATH",
                             help="save the superstep ledger of every rank (.json or .csv; checked before the run)")

@@ -150,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.ledger and args.mode == "serial":
         parser.error("--ledger needs --mode bsp or async (the serial reference has no supersteps)")
     # Before the run: a bad path must not cost the result.
-    check_outputs(parser, [(args.ledger, "--ledger file", LEDGER_SUFFIXES), (args.spikes, "--spikes file", (".npz", ".csv")),
+    check_outputs(parser, [(args.ledger, "--ledger file", LEDGER_SUFFIXES),
+                           (args.spikes, "--spikes file", (".npz", ".csv")),
                            (args.raster, "--raster plot", (".png", ".svg", ".pdf"))])
     from mpi4py import MPI
 
