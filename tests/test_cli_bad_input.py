@@ -83,7 +83,7 @@ def test_bad_input_exits_2_without_traceback(module, data):
 
 
 @pytest.mark.parametrize("argv,needle", [
-    (["--rounds", "0"], "--rounds must be >= 1"),
+    (["--rounds", "0"], "argument --rounds: '0' is not a positive integer"),
     (["--every", "2"], "need --checkpoint"),
     (["--mode", "naive", "--rounds", "3"], "fabsp or bsp"),
 ])

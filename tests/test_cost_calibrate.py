@@ -43,7 +43,21 @@ def test_calibrate_needs_a_farm_program(tmp_path, capsys):
     code = main(["calibrate", "--workers", "1", "--repeats", "1", "--out-dir", str(tmp_path), "--",
                  sys.executable, "-c", "pass"])
     err = capsys.readouterr().err
-    assert code == 2 and "no farm report" in err and err.count("\n") == 1
+    errors = [line for line in err.splitlines() if "error:" in line]  # (the rest: progress lines)
+    assert code == 2 and len(errors) == 1 and "no farm report" in errors[0] and err.splitlines()[-1] == errors[0]
+
+
+def test_calibrate_run_killed_by_its_timeout_says_so(tmp_path, capsys):
+    """A fractional --timeout is a real limit (0.5 s used to become 0: none), and a run it ends is
+    reported as timed out, not as 'status 255: (no output)'."""
+    import time
+
+    t0 = time.monotonic()
+    code = main(["calibrate", "--workers", "1", "--repeats", "1", "--out-dir", str(tmp_path), "--timeout", "0.5",
+                 "--", sys.executable, "-c", "import time; time.sleep(60)"])
+    err = capsys.readouterr().err
+    assert code == 2 and "timed out after 1 s (--timeout 0.5)" in err, err
+    assert time.monotonic() - t0 < 30  # the limit held: the run did not sleep its 60 s
 
 
 def test_calibrate_without_command(capsys):

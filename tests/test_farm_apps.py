@@ -38,7 +38,7 @@ def test_app_text_output_and_bad_input():
     assert "K_max" in res.stdout
     bad = run_mpi(2, ["-m", "hpcbsp.apps.jacobi", "--n", "0"], timeout=60)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
-    assert "--n must be >= 1" in bad.stderr
+    assert "argument --n: '0' is not a positive integer" in bad.stderr
     bad = run_mpi(1, ["-m", "hpcbsp.apps.cimmino", "--relaxation", "3"], timeout=60)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
 

@@ -73,7 +73,7 @@ def test_per_superstep_combines_ranks():
                  bytes_in=5, msgs_out=1, msgs_in=1, start_s=0.0) for r in range(3)]
     (step,) = per_superstep(recs)
     assert step["w_s"] == pytest.approx(0.3) and step["h_bytes"] == 20 and step["ranks"] == 3
-    assert "3 rank(s)" in summarize(recs)
+    assert "on 3 ranks" in summarize(recs)
 
 
 def test_signature_is_the_same_in_every_process():

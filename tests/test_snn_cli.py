@@ -103,11 +103,15 @@ def test_text_report_raster_and_ledger(tmp_path, reference):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--neurons", "0"], "at least 2 neurons per area"),
+    (["--n", "0"], "not a positive integer"),
+    (["--n", "5", "--areas", "4"], "at least 2 neurons per area"),
+    (["--neurons", "0"], "not a positive integer"),  # the old spelling, kept as an alias
+    (["--raster", "r.txt"], ".png, .svg or .pdf"),
     (["--time-ms", "0.15", "--dt", "0.1"], "whole number of steps"),
     (["--delay-min", "0"], "--delay-min"),
     (["--mode", "serial", "--ledger", "x.json"], "--ledger needs"),
     (["--spikes", "x.txt"], ".npz or .csv"),
+    (["--ledger", "x.txt"], ".json or .csv"),
 ])
 def test_bad_input_is_one_line_and_status_2(args, needle):
     proc = snn(*args)

@@ -15,7 +15,7 @@ its vertices.  The result is every vertex's hop distance from vertex 0.  Modes:
          neighbours, sync, keep the unvisited ones) and an allreduce to stop;
   naive  level-synchronous, one MPI message per record (use a small graph).
 
-Prints relaxation records per second per rank ("updates"), how many supersteps it took, and the
+Prints relaxation records per second per rank, how many supersteps it took, and the
 ledger; checks the levels against a serial queue-based BFS.  Exit status 1 if the check fails.
 """
 from __future__ import annotations
@@ -28,7 +28,8 @@ from mpi4py import MPI
 
 import hpcbsp
 from ..runtime import BSP
-from .irregular_common import Outcome, app_parser, mailbox_options, naive_exchange, positive_int, \
+from ..util.args import check_memory, nonnegative_int, positive_float, positive_int
+from .irregular_common import Outcome, app_parser, check_app_outputs, mailbox_options, naive_exchange, \
     report, timed, timed_naive
 from .irregular_graphs import bfs_levels, erdos_renyi, local_rows, ragged_arange
 
@@ -154,18 +155,26 @@ def _app(bsp: BSP, args: argparse.Namespace) -> int:
     edges = erdos_renyi(n, args.degree, args.seed)
     out = run_bfs(bsp, args.mode, edges, n, args.source, not args.no_check,
                   **(mailbox_options(args) if args.mode == "fabsp" else {}))
-    return report(bsp, "bfs", args.mode, out)
+    return report(bsp, "bfs", args.mode, out, args, unit="records")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = app_parser("bfs", __doc__)
     parser.add_argument("--n", type=positive_int, default=None,
-                        help="vertices (default 20,000 per rank; 200 per rank with --mode naive)")
-    parser.add_argument("--degree", type=float, default=8.0, help="average degree (default 8)")
-    parser.add_argument("--source", type=int, default=0, help="start vertex (default 0)")
+                        help="vertices in total (default 20,000 times the number of ranks; 200 times "
+                             "with --mode naive)")
+    parser.add_argument("--degree", type=positive_float, default=8.0, help="average degree (default 8)")
+    parser.add_argument("--source", type=nonnegative_int, default=0, help="start vertex (default 0)")
     args = parser.parse_args(argv)
-    if args.degree <= 0:
-        parser.error("--degree must be positive")
+    if args.n is not None and args.source >= args.n:
+        parser.error(f"--source must be a vertex in [0, {args.n})")
+    check_app_outputs(parser, args)
+    # Every rank holds the whole edge list (16 bytes per edge, a few copies) and the oracle's
+    # neighbour lists (Python lists: about 100 bytes per edge end).
+    if args.n is not None:
+        edges = float(args.n) * args.degree / 2
+        check_memory(parser, (6 * 16.0 + 200.0) * edges, f"--n {args.n} --degree {args.degree:g} ({edges:,.0f} edges)",
+                     "use a smaller --n or --degree")
     return hpcbsp.run(_app, args)
 
 

@@ -15,9 +15,11 @@ import numpy as np
 
 import hpcbsp
 from hpcbsp import kernels
-from hpcbsp.util.args import OneLineParser
 from hpcbsp.farm import BSFProblem, FarmCheckpoint, run_farm
-from hpcbsp.util.outputs import OutputError, prepare_output
+from hpcbsp.util.args import (LEDGER_SUFFIXES, OneLineParser, add_common_options, check_memory, check_outputs,
+                              nonnegative_int,
+                              plural, positive_float, positive_int)
+from hpcbsp.util.progress import Progress
 
 ProblemBuilder = Callable[[np.ndarray, np.ndarray, argparse.Namespace], BSFProblem]
 
@@ -57,9 +59,11 @@ def solve(bsp: "hpcbsp.BSP", name: str, build: ProblemBuilder, args: argparse.Na
     a, b = diagonally_dominant_system(args.n, args.seed, dominance)
     # The options of app_parser; callers that build their own namespace (the demo) may omit them.
     ck_path, out_path = getattr(args, "checkpoint", None), getattr(args, "out", None)
-    checkpoint = FarmCheckpoint(ck_path, args.every, args.restart) if ck_path else None
+    quiet = getattr(args, "quiet", False)
+    checkpoint = FarmCheckpoint(ck_path, args.every, args.restart, quiet=quiet) if ck_path else None
+    show = Progress(name, args.max_iter, enabled=not quiet and bsp.pid == 0, unit="iteration", limit=True)
     result = run_farm(bsp, build(a, b, args), np.zeros(args.n), max_iter=args.max_iter,
-                      label=f"{name} n={args.n}", checkpoint=checkpoint)
+                      label=f"{name} n={args.n}", checkpoint=checkpoint, progress=show)
     if out_path and bsp.pid == 0:
         np.save(out_path, result.x)
     if args.ledger:
@@ -82,7 +86,7 @@ def report(out: dict[str, Any], tolerance: float, name: str, argv: list[str] | N
     from hpcbsp.runtime.launch import rerun_command
 
     ok = out["converged"] and out["max_error"] <= tolerance
-    print(f"{name}: n = {out['n']}, K = {out['workers']} worker(s), {out['iterations']} iterations, "
+    print(f"{name}: n = {out['n']}, K = {plural(out['workers'], 'worker')}, {plural(out['iterations'], 'iteration')}, "
           f"{'converged' if out['converged'] else 'NOT converged'}")
     print(f"check against numpy.linalg.solve: max |x - x*| = {out['max_error']:.2e} "
           f"(tolerance {tolerance:.0e})  {'OK' if ok else 'FAILED'}")
@@ -100,17 +104,16 @@ def report(out: dict[str, Any], tolerance: float, name: str, argv: list[str] | N
 
 
 def app_parser(module: str, description: str, n: int, max_iter: int) -> OneLineParser:
-    """The options every linear-system app has."""
+    """The options every linear-system app has (the shared vocabulary of docs/cli.md)."""
     parser = OneLineParser(prog=f"mpiexec -n P python -m hpcbsp.apps.{module}", description=description)
-    parser.add_argument("--n", type=int, default=n, help=f"system order, also the list length l (default {n})")
-    parser.add_argument("--eps", type=float, default=1e-10, help="stop when ||x' - x||_2 < eps (default 1e-10)")
-    parser.add_argument("--max-iter", type=int, default=max_iter, help=f"iteration limit (default {max_iter})")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random system (default 0)")
-    parser.add_argument("--ledger", metavar="PATH", help="save the superstep ledger (.json or .csv)")
-    parser.add_argument("--json", action="store_true", help="print rank 0's result as JSON")
+    parser.add_argument("--n", type=positive_int, default=n,
+                        help=f"system order in total, also the list length l (default {n})")
+    parser.add_argument("--eps", type=positive_float, default=1e-10, help="stop when ||x' - x||_2 < eps (default 1e-10)")
+    parser.add_argument("--max-iter", type=positive_int, default=max_iter, help=f"iteration limit (default {max_iter})")
+    add_common_options(parser, seed_help="seed of the random system")
     parser.add_argument("--out", metavar="X.npy", help="write the solution x (rank 0)")
     parser.add_argument("--checkpoint", metavar="DIR", help="checkpoint directory (x and the iteration count)")
-    parser.add_argument("--every", type=int, default=0, metavar="K", help="checkpoint every K iterations")
+    parser.add_argument("--every", type=nonnegative_int, default=0, metavar="K", help="checkpoint every K iterations")
     parser.add_argument("--restart", action="store_true",
                         help="resume from --checkpoint if it holds a checkpoint (any number of ranks)")
     return parser
@@ -120,14 +123,6 @@ def app_main(parser: OneLineParser, argv: list[str] | None, name: str, build: Pr
              dominance: float, tolerance_factor: float) -> int:
     """Parse and check the options, run the app on MPI.COMM_WORLD, report on rank 0."""
     args = parser.parse_args(argv)
-    if args.n < 1:
-        parser.error(f"--n must be >= 1, got {args.n}")
-    if not args.eps > 0:
-        parser.error(f"--eps must be > 0, got {args.eps}")
-    if args.max_iter < 1:
-        parser.error(f"--max-iter must be >= 1, got {args.max_iter}")
-    if args.every < 0:
-        parser.error(f"--every must be >= 0, got {args.every}")
     if (args.every or args.restart) and not args.checkpoint:
         parser.error("--every and --restart need --checkpoint DIR")
     if args.checkpoint:
@@ -135,12 +130,10 @@ def app_main(parser: OneLineParser, argv: list[str] | None, name: str, build: Pr
             FarmCheckpoint(args.checkpoint).check()  # never over a folder that is not a checkpoint
         except hpcbsp.BSPError as exc:
             parser.error(str(exc))
-    for path, what in ((args.out, "--out file"), (args.ledger, "ledger")):
-        if path:
-            try:
-                prepare_output(path, what)
-            except OutputError as exc:
-                parser.error(str(exc))
+    # Every rank holds the dense system A (n x n float64) and the oracle copies it once more.
+    check_memory(parser, 3 * 8.0 * args.n * args.n, f"--n {args.n} (a dense {args.n} x {args.n} system)",
+                 "use a smaller --n")
+    check_outputs(parser, [(args.out, "--out file", (".npy",)), (args.ledger, "--ledger file", LEDGER_SUFFIXES)])
     from mpi4py import MPI
 
     size = MPI.COMM_WORLD.Get_size()
@@ -154,3 +147,12 @@ def app_main(parser: OneLineParser, argv: list[str] | None, name: str, build: Pr
         print(json.dumps(out))
         return 0 if out["converged"] and out["max_error"] <= tolerance else 1
     return report(out, tolerance, name, argv)
+
+
+if __name__ == "__main__":
+    import sys
+
+    from hpcbsp.util.args import not_a_program
+
+    sys.exit(not_a_program("hpcbsp.apps.bsfsystem",
+                           "run python -m hpcbsp.apps.jacobi or python -m hpcbsp.apps.cimmino (--help for options)"))

@@ -20,6 +20,7 @@ import numpy as np
 from hpcbsp import kernels
 from hpcbsp.apps.bsfsystem import app_main, app_parser, vector_sum_problem
 from hpcbsp.farm import BSFProblem
+from hpcbsp.util.args import positive_float
 
 
 def largest_singular_value(m: np.ndarray, iterations: int = 50, seed: int = 0) -> float:
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = app_parser("cimmino", "BSF Cimmino: solve a linear system by simultaneous projections with the BSF "
                                    "farm (rank 0 master, ranks 1..P-1 workers) and check it against numpy.",
                         n=600, max_iter=2000)
-    parser.add_argument("--relaxation", type=float, default=1.0, help="step scale in (0, 2) (default 1)")
+    parser.add_argument("--relaxation", type=positive_float, default=1.0, help="step scale in (0, 2) (default 1)")
     relaxation = parser.parse_known_args(argv)[0].relaxation
     if not 0 < relaxation < 2:
         parser.error(f"--relaxation must lie in (0, 2), got {relaxation}")

@@ -1,15 +1,23 @@
 """Classic small BSP programs (Bisseling's BSPedupack style): inner product, prefix sum, matvec.
 
+    mpiexec -n P python -m hpcbsp.apps.classic [--n N] [--seed S] [--ledger PATH] [--json]
+
 Each is a function of a :class:`~hpcbsp.BSP` context and this rank's block of the data; the tests
-check them against numpy at several rank counts, and ``hpcbsp.apps.demo`` runs the matvec.
+check them against numpy at several rank counts.  Run as a program, it runs all three on random
+block-distributed data of length N and checks each against numpy (exit status 1 if one fails).
 """
 from __future__ import annotations
+
+import json
+import sys
 
 import numpy as np
 
 from .. import kernels
 from ..runtime import BSP
 from ..runtime.distribution import block_range
+from ..util.args import (LEDGER_SUFFIXES, OneLineParser, add_common_options, check_memory, check_outputs, plural,
+                         positive_int)
 
 
 def inner_product(bsp: BSP, x_block: np.ndarray, y_block: np.ndarray) -> float:
@@ -65,3 +73,51 @@ def distributed_matvec(bsp: BSP, n: int, seed: int = 0) -> tuple[np.ndarray, flo
     y_block = matvec(bsp, a[lo:hi], xv[lo:hi], n)
     err = float(np.max(np.abs(y_block - (a @ xv)[lo:hi]), initial=0.0))
     return y_block, err
+
+
+def check_all(bsp: BSP, n: int, seed: int = 0) -> dict[str, float]:
+    """Run the three programs on random data of length ``n``; every rank returns the largest
+    error of each against numpy (the oracle: ``np.dot``, ``np.cumsum``, ``A @ x`` serially)."""
+    rng = np.random.default_rng(seed)
+    x, y = rng.standard_normal(n), rng.standard_normal(n)
+    lo, hi = block_range(n, bsp.nprocs, bsp.pid)
+    dot = inner_product(bsp, x[lo:hi], y[lo:hi])
+    scan = prefix_sum(bsp, x[lo:hi])
+    scan_err = float(np.max(np.abs(scan - np.cumsum(x)[lo:hi]), initial=0.0))
+    _, mv_err = distributed_matvec(bsp, n, seed)
+    return {"inner_product": abs(dot - float(np.dot(x, y))),
+            "prefix_sum": float(bsp.allreduce(scan_err, op="max")),
+            "matvec": float(bsp.allreduce(mv_err, op="max"))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = OneLineParser(prog="mpiexec -n P python -m hpcbsp.apps.classic",
+                           description="Inner product, prefix sum and matvec as BSP programs on random "
+                                       "block-distributed data, each checked against numpy.")
+    parser.add_argument("--n", type=positive_int, default=1000, help="vector length in total (default 1000)")
+    add_common_options(parser, quiet=False)
+    args = parser.parse_args(argv)
+    check_memory(parser, 3 * 8.0 * args.n * args.n, f"--n {args.n} (the matvec's dense {args.n} x {args.n} matrix)",
+                 "use a smaller --n")
+    check_outputs(parser, [(args.ledger, "--ledger file", LEDGER_SUFFIXES)])
+    tolerance = 1e-9 * max(1, args.n)
+    with BSP() as bsp:
+        errors = check_all(bsp, args.n, args.seed)
+        if args.ledger:
+            bsp.ledger.save(args.ledger)
+        ok = all(e <= tolerance for e in errors.values())
+        if bsp.pid == 0:
+            if args.json:
+                print(json.dumps({"n": args.n, "ranks": bsp.nprocs, "errors": errors, "tolerance": tolerance,
+                                  "ok": ok}))
+            else:
+                print(f"classic BSP programs, n = {args.n:,} on {plural(bsp.nprocs, 'rank')}:")
+                for name, err in errors.items():
+                    print(f"  {name:14s} max |error| vs numpy = {err:.1e}  {'OK' if err <= tolerance else 'FAILED'}")
+                if args.ledger:
+                    print(f"ledger written to {args.ledger}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

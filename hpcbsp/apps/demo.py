@@ -1,6 +1,6 @@
 """``make run``: hpcbsp in one minute, on 2 ranks.
 
-    mpiexec -n 2 python -m hpcbsp.apps.demo [--n N] [--out-dir DIR]
+    mpiexec -n 2 python -m hpcbsp.apps.demo [--n N] [--out-dir DIR] [--seed S] [--ledger PATH] [--json]
 
 1. runs a BSF Jacobi solve with the farm skeleton (rank 0 master, rank 1 worker) and checks it
    against ``numpy.linalg.solve``;
@@ -12,6 +12,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import json
 import os
 import sys
 from typing import Any
@@ -19,13 +22,16 @@ from typing import Any
 import hpcbsp
 from hpcbsp.apps.bsfsystem import solve
 from hpcbsp.apps.jacobi import build as jacobi
-from hpcbsp.util.args import OneLineParser
+from hpcbsp.util.args import (LEDGER_SUFFIXES, OneLineParser, add_common_options, check_memory, check_out_dir,
+                              check_outputs, plural, positive_int)
 from hpcbsp.runtime.ledger import summarize
 
 
-def run_demo(bsp: "hpcbsp.BSP", n: int) -> tuple[dict[str, Any], list[dict[str, object]] | None]:
-    """The Jacobi solve and every rank's ledger records (on rank 0)."""
-    args = argparse.Namespace(n=n, seed=0, eps=1e-10, max_iter=500, ledger=None)
+def run_demo(bsp: "hpcbsp.BSP", n: int, seed: int = 0, ledger: str | None = None, quiet: bool = False
+             ) -> tuple[dict[str, Any], list[dict[str, object]] | None]:
+    """The Jacobi solve and every rank's ledger records (on rank 0); the ledger is saved to
+    ``ledger`` if given."""
+    args = argparse.Namespace(n=n, seed=seed, eps=1e-10, max_iter=500, ledger=ledger, quiet=quiet)
     out = solve(bsp, "BSF Jacobi", jacobi, args)
     return out, bsp.ledger.gather()
 
@@ -38,7 +44,7 @@ def report(out: dict[str, Any], records: list[dict[str, object]], nprocs: int, o
     from hpcbsp.cost.predict import format_prediction, prediction
 
     ok = out["converged"] and out["max_error"] < 1e-7
-    print(f"hpcbsp demo: BSF Jacobi, n = {out['n']}, on {nprocs} ranks "
+    print(f"hpcbsp demo: BSF Jacobi, n = {out['n']}, on {plural(nprocs, 'rank')} "
           f"(rank 0 master, {out['workers']} worker{'s' if out['workers'] != 1 else ''})")
     print(f"  {out['iterations']} iterations, {'converged' if out['converged'] else 'NOT converged'}; "
           f"max |x - numpy.linalg.solve(A, b)| = {out['max_error']:.1e}  {'OK' if ok else 'FAILED'}")
@@ -67,10 +73,15 @@ def report(out: dict[str, Any], records: list[dict[str, object]], nprocs: int, o
 
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="mpiexec -n 2 python -m hpcbsp.apps.demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n", type=int, default=2000, help="order of the linear system (default 2000)")
+    parser.add_argument("--n", type=positive_int, default=2000, help="order of the linear system (default 2000)")
     parser.add_argument("--out-dir", default=os.path.join("runs", "demo"),
                         help="where the model and the plot go (default runs/demo)")
+    add_common_options(parser, seed_help="seed of the random system")
     args = parser.parse_args(argv)
+    check_out_dir(parser, args.out_dir, "--out-dir")
+    check_memory(parser, 3 * 8.0 * args.n * args.n, f"--n {args.n} (a dense {args.n} x {args.n} system)",
+                 "use a smaller --n")
+    check_outputs(parser, [(args.ledger, "--ledger file", LEDGER_SUFFIXES)])
     from mpi4py import MPI
 
     size = MPI.COMM_WORLD.Get_size()
@@ -82,11 +93,21 @@ def main(argv: list[str] | None = None) -> int:
                      + rerun_command(2, argv))
     if args.n < max(2, size - 1):
         parser.error(f"--n must be at least {max(2, size - 1)}, got {args.n}")
-    out, records = hpcbsp.run(run_demo, args.n)
+    out, records = hpcbsp.run(run_demo, args.n, args.seed, args.ledger, args.quiet)
     if MPI.COMM_WORLD.Get_rank() != 0:
         return 0
-    return report(out, records, size, args.out_dir)
-
+    if args.json:
+        with contextlib.redirect_stdout(io.StringIO()):
+            status = report(out, records, size, args.out_dir)
+        doc = {k: v for k, v in out.items() if k != "timings"}
+        doc.update(ranks=size, ok=status == 0, model=os.path.join(args.out_dir, "MODEL.json"),
+                   plot=os.path.join(args.out_dir, "speedup.png"), ledger=args.ledger)
+        print(json.dumps(doc))
+        return status
+    status = report(out, records, size, args.out_dir)
+    if args.ledger:
+        print(f"ledger written to {args.ledger}")
+    return status
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,7 +1,7 @@
 """Explicit 1-D heat diffusion as a BSP program, with checkpoint and restart.
 
     mpiexec -n P python -m hpcbsp.apps.heat [--n N] [--steps S] [--checkpoint DIR --every K]
-                                            [--restart] [--out FILE.npy]
+                                            [--restart] [--out FILE.npy] [--ledger PATH] [--json]
 
 The rod's temperatures are a block-distributed coarray; every superstep each rank puts its edge
 values into its neighbours' halo slots and updates its block.  The result does not depend on the
@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import signal
 import sys
+from typing import Callable
 
 import numpy as np
 
@@ -23,8 +25,9 @@ import hpcbsp
 from hpcbsp.runtime.checkpoint import check_target, exists as checkpoint_exists
 from hpcbsp.runtime.distribution import block_range
 from hpcbsp.runtime.ledger import summarize
-from hpcbsp.util.args import OneLineParser
-from hpcbsp.util.outputs import OutputError, prepare_output
+from hpcbsp.util.args import (LEDGER_SUFFIXES, OneLineParser, add_common_options, check_memory, check_outputs,
+                              nonnegative_int, plural, positive_float, positive_int)
+from hpcbsp.util.progress import Progress
 
 PROGRAM = "hpcbsp.apps.heat"
 
@@ -35,8 +38,12 @@ def initial(n: int) -> np.ndarray:
 
 
 def simulate(bsp: "hpcbsp.BSP", n: int, steps: int, alpha: float, checkpoint: str | None,
-             every: int, restart: bool, die_at: int | None) -> np.ndarray | None:
-    """Run ``steps`` explicit steps; return the whole rod on rank 0 (None elsewhere)."""
+             every: int, restart: bool, die_at: int | None,
+             progress: Callable[[int], None] | None = None) -> np.ndarray | None:
+    """Run ``steps`` explicit steps; return the whole rod on rank 0 (None elsewhere).
+
+    ``progress`` (e.g. a :class:`hpcbsp.util.progress.Progress`) is called with the step count
+    after every step, and its ``note`` (if it has one) when a checkpoint was written."""
     lo, hi = block_range(n, bsp.nprocs, bsp.pid)
     u = bsp.coarray(hi - lo, name="u")
     halo = bsp.coarray(2, name="halo", scratch=True)  # [left's last, right's first]
@@ -45,7 +52,7 @@ def simulate(bsp: "hpcbsp.BSP", n: int, steps: int, alpha: float, checkpoint: st
         ck = bsp.restore(checkpoint, program=PROGRAM)
         step = int(ck.state["step"])
         if bsp.pid == 0:
-            print(f"restarted from {ck.path} at step {step} (saved on {ck.nprocs} ranks, "
+            print(f"restarted from {ck.path} at step {step} (saved on {plural(ck.nprocs, 'rank')}, "
                   f"now {bsp.nprocs})", flush=True)
     else:
         u.local[:] = initial(n)[lo:hi]
@@ -71,6 +78,10 @@ def simulate(bsp: "hpcbsp.BSP", n: int, steps: int, alpha: float, checkpoint: st
         step += 1
         if checkpoint and every and step % every == 0:
             bsp.checkpoint(checkpoint, program=PROGRAM, step=np.int64(step))
+            if progress is not None and hasattr(progress, "note"):
+                progress.note(f"checkpoint written to {checkpoint} at step {step}")
+        if progress is not None:
+            progress(step)
     parts = bsp.comm.gather(u.local.copy(), root=0)
     return np.concatenate(parts) if parts is not None else None
 
@@ -90,21 +101,20 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.split("\n\n")[0],
                                      epilog="Fault-tolerance demo: run with --checkpoint DIR --every 20 "
                                             "--die-at 50, then again with --restart.")
-    parser.add_argument("--n", type=int, default=10_000, help="points on the rod (default 10000)")
-    parser.add_argument("--steps", type=int, default=200, help="time steps (default 200)")
-    parser.add_argument("--alpha", type=float, default=0.25, help="diffusion number, at most 0.5 (default 0.25)")
+    parser.add_argument("--n", type=positive_int, default=10_000, help="points on the rod in total (default 10000)")
+    parser.add_argument("--steps", type=nonnegative_int, default=200, help="time steps (default 200)")
+    parser.add_argument("--alpha", type=positive_float, default=0.25, help="diffusion number, at most 0.5 (default 0.25)")
     parser.add_argument("--checkpoint", metavar="DIR", help="checkpoint directory")
-    parser.add_argument("--every", type=int, default=0, metavar="K", help="checkpoint every K steps")
+    parser.add_argument("--every", type=nonnegative_int, default=0, metavar="K", help="checkpoint every K steps")
     parser.add_argument("--restart", action="store_true", help="resume from --checkpoint if it exists")
     parser.add_argument("--out", metavar="FILE.npy", help="write the final temperatures here")
     parser.add_argument("--check", action="store_true", help="compare with the serial numpy run")
+    add_common_options(parser, with_seed=False)
     parser.add_argument("--die-at", type=int, metavar="STEP", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.n < 3:
         parser.error("--n must be at least 3")
-    if args.steps < 0 or args.every < 0:
-        parser.error("--steps and --every must be non-negative")
-    if not 0 < args.alpha <= 0.5:
+    if not args.alpha <= 0.5:
         parser.error("--alpha must be in (0, 0.5] for a stable explicit scheme")
     if (args.every or args.restart) and not args.checkpoint:
         parser.error("--every and --restart need --checkpoint DIR")
@@ -113,30 +123,38 @@ def main(argv: list[str] | None = None) -> int:
             check_target(args.checkpoint, PROGRAM)  # never over a folder that is not a checkpoint
         except hpcbsp.BSPError as exc:
             parser.error(str(exc))
-    if args.out:
-        try:
-            prepare_output(args.out, "--out file")  # before the run, not after it
-        except OutputError as exc:
-            parser.error(str(exc))
+    check_memory(parser, 8.0 * 4 * args.n, f"--n {args.n}", "use a smaller --n")
+    check_outputs(parser, [(args.out, "--out file", (".npy",)), (args.ledger, "--ledger file", LEDGER_SUFFIXES)])
 
     def prog(bsp: "hpcbsp.BSP") -> int:
+        show = Progress("heat", args.steps, enabled=not args.quiet and bsp.pid == 0, unit="step")
         rod = simulate(bsp, args.n, args.steps, args.alpha, args.checkpoint, args.every,
-                       args.restart, args.die_at)
+                       args.restart, args.die_at, progress=show)
+        if args.ledger:
+            bsp.ledger.save(args.ledger)
         records = bsp.ledger.gather()
         if bsp.pid != 0:
             return 0
         digest = hashlib.blake2b(rod.tobytes(), digest_size=8).hexdigest()
-        print(f"heat: n={args.n} steps={args.steps} on {bsp.nprocs} ranks; "
-              f"mean temperature {rod.mean():.12f}; digest {digest}")
         if args.out:
             np.save(args.out, rod)
-        status = 0
+        status, same = 0, None
         if args.check:
             ref = reference(args.n, args.steps, args.alpha)
-            same = np.array_equal(ref, rod)
-            print(f"check against serial numpy: {'bit-identical' if same else 'DIFFERENT'}")
+            same = bool(np.array_equal(ref, rod))
             status = 0 if same else 1
+        if args.json:
+            print(json.dumps({"n": args.n, "steps": args.steps, "ranks": bsp.nprocs, "mean": float(rod.mean()),
+                              "digest": digest, "check": same, "out": args.out, "ledger": args.ledger}))
+            return status
+        print(f"heat: n={args.n} steps={args.steps} on {plural(bsp.nprocs, 'rank')}; "
+              f"mean temperature {rod.mean():.12f}; digest {digest}")
+        if same is not None:
+            print(f"check against serial numpy: {'bit-identical' if same else 'DIFFERENT'}")
         print(summarize(records, max_rows=6))
+        for path, what in ((args.out, "temperatures"), (args.ledger, "ledger")):
+            if path:
+                print(f"{what} written to {path}")
         return status
 
     return hpcbsp.run(prog)

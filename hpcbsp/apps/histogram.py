@@ -1,8 +1,8 @@
 """histogram (bale): N random increments per rank into a distributed table of counters.
 
-    mpiexec -n P python -m hpcbsp.apps.histogram [-n UPDATES] [-T TABLE] [--mode fabsp|bsp|naive]
+    mpiexec -n P python -m hpcbsp.apps.histogram [--n UPDATES] [-T TABLE] [--mode fabsp|bsp|naive]
 
-Each rank draws N uniform global indices into a table of T*P int64 counters laid out cyclically
+Each rank draws N (--n, per rank) uniform global indices into a table of T*P int64 counters laid out cyclically
 (index g on rank g % P at offset g // P) and increments table[g] once for each.  Modes:
 
   fabsp  one mailbox whose handler adds a batch of offsets into the local counters; the rank
@@ -34,6 +34,7 @@ from mpi4py import MPI
 from ..kernels import scatter_add
 from ..runtime import BSP, BSPError
 from ..runtime.checkpoint import check_target, exists as checkpoint_exists
+from ..util.args import nonnegative_int, positive_int
 from .irregular_common import Outcome, cyclic_owner, naive_exchange, table_app_main, timed, \
     timed_naive
 
@@ -149,7 +150,7 @@ def rounds_oracle(pid: int, nprocs: int, n: int, table: int, seed: int, rounds: 
 def run_histogram_rounds(bsp: BSP, mode: str, n: int, table: int, seed: int = 1, chunk: int = 1 << 16,
                          check: bool = True, *, rounds: int, checkpoint: str | None = None,
                          every: int = 0, restart: bool = False, die_at: int | None = None,
-                         **mailbox_kw: int) -> Outcome:
+                         quiet: bool = True, **mailbox_kw: int) -> Outcome:
     """The histogram in ``rounds`` supersteps, with checkpoints of the counters (fabsp or bsp)."""
     counts = bsp.coarray(table, dtype=np.int64, name="histogram:counts")
     program = PROGRAM
@@ -189,6 +190,9 @@ def run_histogram_rounds(bsp: BSP, mode: str, n: int, table: int, seed: int = 1,
                 scatter_add(local, queue.received(), 1)
             if checkpoint and every and (rnd + 1) % every == 0:
                 bsp.checkpoint(checkpoint, program=program, round=np.int64(rnd + 1), run=run_id)
+                if bsp.pid == 0 and not quiet:
+                    print(f"histogram: checkpoint written to {checkpoint} after round {rnd + 1}",
+                          file=sys.stderr, flush=True)
         bsp.sync("histogram:end")
 
     seconds, _ = timed(bsp, body)
@@ -199,10 +203,10 @@ def run_histogram_rounds(bsp: BSP, mode: str, n: int, table: int, seed: int = 1,
 
 
 def _restart_options(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], dict]:
-    parser.add_argument("--rounds", type=int, default=1, metavar="R",
+    parser.add_argument("--rounds", type=positive_int, default=1, metavar="R",
                         help="apply the updates in R supersteps (default 1)")
     parser.add_argument("--checkpoint", metavar="DIR", help="checkpoint directory for the counters")
-    parser.add_argument("--every", type=int, default=0, metavar="K", help="checkpoint every K rounds")
+    parser.add_argument("--every", type=nonnegative_int, default=0, metavar="K", help="checkpoint every K rounds")
     parser.add_argument("--restart", action="store_true", help="resume from --checkpoint if it exists")
     parser.add_argument("--die-at", type=int, metavar="ROUND", help=argparse.SUPPRESS)
 
@@ -221,7 +225,7 @@ def _restart_options(parser: argparse.ArgumentParser) -> Callable[[argparse.Name
         if args.rounds == 1 and not args.checkpoint:
             return {}
         return {"rounds": args.rounds, "checkpoint": args.checkpoint, "every": args.every,
-                "restart": args.restart, "die_at": args.die_at}
+                "restart": args.restart, "die_at": args.die_at, "quiet": args.quiet}
     return kwargs
 
 

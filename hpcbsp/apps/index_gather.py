@@ -1,8 +1,8 @@
 """index_gather (bale): N random reads per rank from a distributed table.
 
-    mpiexec -n P python -m hpcbsp.apps.index_gather [-n READS] [-T TABLE] [--mode fabsp|bsp|naive]
+    mpiexec -n P python -m hpcbsp.apps.index_gather [--n READS] [-T TABLE] [--mode fabsp|bsp|naive]
 
-Every rank draws N uniform global indices into a table of T*P int64 values laid out cyclically
+Every rank draws N (--n, per rank) uniform global indices into a table of T*P int64 values laid out cyclically
 (index g on rank g % P at offset g // P) and gathers ``tgt[i] = table[g_i]``.  Modes:
 
   fabsp  two mailboxes: a request mailbox whose handler looks the offsets up and sends the

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -20,7 +21,8 @@ from mpi4py import MPI
 from ..runtime import BSP
 from ..runtime import run as run_bsp
 from ..runtime.ledger import summarize
-from ..util.args import OneLineParser
+from ..util.args import (LEDGER_SUFFIXES, OneLineParser, add_alias, add_common_options, check_memory, check_outputs,
+                         launcher_size, plural, positive_int)
 
 MODES = ("fabsp", "bsp", "naive")
 _TAG_NAIVE = 7
@@ -35,18 +37,6 @@ def cyclic_owner(g: np.ndarray, nprocs: int) -> tuple[np.ndarray, np.ndarray]:
     return rank, off
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1 (``1e6`` and ``1_000_000`` accepted)."""
-    clean = text.replace("_", "")
-    try:
-        value = float(clean) if any(c in clean for c in "eE.") else int(clean)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer") from None
-    if value != int(value) or value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
-    return int(value)
-
-
 def app_parser(prog: str, doc: str) -> argparse.ArgumentParser:
     """The options every irregular app has; the app adds its own."""
     parser = OneLineParser(
@@ -57,7 +47,6 @@ def app_parser(prog: str, doc: str) -> argparse.ArgumentParser:
                              "bsp: plain BSP, one bulk exchange per superstep; naive: one MPI "
                              "message per record (use a much smaller size; raw MPI, so the ledger does "
                              "not count it)")
-    parser.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
     parser.add_argument("--buffer", type=positive_int, default=None,
                         help="fabsp: records per destination buffer (default: about 64 KiB)")
     parser.add_argument("--max-pending", type=positive_int, default=16,
@@ -66,7 +55,13 @@ def app_parser(prog: str, doc: str) -> argparse.ArgumentParser:
                         help="fabsp: records generated and sent per step of local work, with "
                              "bsp.progress() in between (default 65536)")
     parser.add_argument("--no-check", action="store_true", help="skip the serial oracle check")
+    add_common_options(parser)
     return parser
+
+
+def check_app_outputs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The output paths every irregular app has, checked before the run."""
+    check_outputs(parser, [(args.ledger, "--ledger file", LEDGER_SUFFIXES)])
 
 
 def mailbox_options(args: argparse.Namespace) -> dict[str, int]:
@@ -90,19 +85,26 @@ def table_app_main(argv: list[str] | None, app: str, doc: str, unit: str,
     """
     n_default, n_naive, table_default = defaults
     parser = app_parser(app, doc)
-    parser.add_argument("-n", f"--{unit}", dest="n", metavar=unit.upper(), type=positive_int, default=None,
+    parser.add_argument("--n", dest="n", metavar="N", type=positive_int, default=None,
                         help=f"{unit} per rank (default {n_default:,}; {n_naive:,} with --mode naive)")
+    add_alias(parser, "-n", f"--{unit}", dest="n", type=positive_int)  # the old spellings
     parser.add_argument("-T", "--table", type=positive_int, default=table_default,
                         help=f"table entries per rank (default {table_default:,})")
     extra_kw = extra(parser) if extra is not None else (lambda args: {})
     args = parser.parse_args(argv)
     app_kw = extra_kw(args)
+    check_app_outputs(parser, args)
+    n = args.n or (n_naive if args.mode == "naive" else n_default)
+    # Per rank: the indices and offsets drawn (int64, a few copies) and the table; the oracle
+    # holds the whole table (T times the ranks: the launcher says how many).
+    check_memory(parser, 6 * 8.0 * n + 8.0 * args.table * (2 + launcher_size()),
+                 f"--n {n} -T {args.table}", "use a smaller --n or -T")
 
     def app_main(bsp: BSP) -> int:
         n = args.n or (n_naive if args.mode == "naive" else n_default)
         kw = dict(mailbox_options(args) if args.mode == "fabsp" else {}, **app_kw)
         out = run(bsp, args.mode, n, args.table, args.seed, args.chunk, not args.no_check, **kw)
-        return report(bsp, app, args.mode, out)
+        return report(bsp, app, args.mode, out, args, unit=unit)
 
     return run_bsp(app_main)
 
@@ -174,20 +176,42 @@ def timed_naive(bsp: BSP, body: Callable[[MPI.Comm], object]) -> tuple[float, ob
         comm.Free()
 
 
-def report(bsp: BSP, app: str, mode: str, out: Outcome) -> int:
-    """Print the figures (rank 0) and return the exit status (the same on every rank)."""
+def report(bsp: BSP, app: str, mode: str, out: Outcome, args: argparse.Namespace | None = None,
+           unit: str = "updates") -> int:
+    """Print the figures (rank 0), save the ledger if asked, return the exit status (the same on
+    every rank).  ``unit`` names what ``out.updates`` counts (updates, reads, queries, ...)."""
     seconds = float(bsp.allreduce(out.seconds, op="max"))
     updates = int(bsp.allreduce(out.updates, op="sum"))
     checked = out.ok is not None
     ok = bool(bsp.allreduce(1 if (out.ok or not checked) else 0, op="min"))
+    ledger = getattr(args, "ledger", None)
+    if ledger:
+        bsp.ledger.save(ledger)
     records = bsp.ledger.gather()
     if bsp.pid == 0:
         rate = updates / bsp.nprocs / seconds if seconds > 0 else float("inf")
+        if getattr(args, "json", False):
+            print(json.dumps({"app": app, "mode": mode, "ranks": bsp.nprocs, "unit": unit,
+                              "per_rank": updates / bsp.nprocs, "seconds": seconds,
+                              "rate_per_rank": rate if seconds > 0 else None,
+                              "check": None if not checked else ok, "detail": out.detail}))
+            return 0 if ok else 1
         check = ("check against the serial oracle: " + ("OK" if ok else "FAILED")) if checked \
             else "check skipped (--no-check)"
-        print(f"{app} [{mode}] on {bsp.nprocs} rank(s): {updates / bsp.nprocs:,.0f} updates per rank "
-              f"in {seconds:.3f} s = {rate:,.0f} updates/s per rank; {check}")
+        print(f"{app} [{mode}] on {plural(bsp.nprocs, 'rank')}: {updates / bsp.nprocs:,.0f} {unit} per rank "
+              f"in {seconds:.3f} s = {rate:,.0f} {unit}/s per rank; {check}")
         if out.detail:
             print(f"  {out.detail}")
         print(summarize(records))
+        if ledger:
+            print(f"ledger written to {ledger}")
     return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    import sys
+
+    from ..util.args import not_a_program
+
+    sys.exit(not_a_program("hpcbsp.apps.irregular_common",
+                           "run python -m hpcbsp.apps.histogram, index_gather, bfs or triangles (--help for options)"))

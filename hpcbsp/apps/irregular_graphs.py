@@ -116,3 +116,12 @@ def bfs_levels(edges: np.ndarray, n: int, source: int) -> np.ndarray:
                 level[v] = level[u] + 1
                 todo.append(v)
     return level
+
+
+if __name__ == "__main__":
+    import sys
+
+    from ..util.args import not_a_program
+
+    sys.exit(not_a_program("hpcbsp.apps.irregular_graphs",
+                           "run python -m hpcbsp.apps.bfs or python -m hpcbsp.apps.triangles (--help for options)"))

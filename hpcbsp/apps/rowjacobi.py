@@ -17,9 +17,11 @@ iteration; this one is the SPMD one, without a master.)
 """
 from __future__ import annotations
 
+import json
 import math
 import sys
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -27,7 +29,9 @@ from .. import kernels
 from ..kernels.reference import csr_to_dense
 from ..runtime import BSP
 from ..runtime.distribution import block_range
-from ..util.args import OneLineParser
+from ..util.args import (LEDGER_SUFFIXES, OneLineParser, add_common_options, check_memory, check_outputs,
+                         nonnegative_int, plural, positive_float, positive_int)
+from ..util.progress import Progress
 
 
 @dataclass
@@ -91,7 +95,8 @@ def dominant_system(n: int, fmt: str = "dense", per_row: int = 5, dominance: flo
 
 
 def jacobi(bsp: BSP, rows: "np.ndarray | CSRRows", b_block: np.ndarray, n: int,
-           eps: float = 1e-10, max_iter: int = 1000) -> JacobiResult:
+           eps: float = 1e-10, max_iter: int = 1000,
+           progress: Callable[[int], None] | None = None) -> JacobiResult:
     """Solve ``A x = b`` by Jacobi sweeps; this rank holds rows ``block_range(n, p, pid)``.
 
     Parameters
@@ -106,6 +111,8 @@ def jacobi(bsp: BSP, rows: "np.ndarray | CSRRows", b_block: np.ndarray, n: int,
         The order of the system.
     eps, max_iter : float, int
         Stop when ``||x^{k+1} - x^k||_2 < eps`` or after ``max_iter`` sweeps.
+    progress : callable, optional
+        Called as ``progress(sweeps)`` after every sweep (e.g. :class:`hpcbsp.util.progress.Progress`).
     """
     lo, hi = block_range(n, bsp.nprocs, bsp.pid)
     nb = hi - lo
@@ -134,6 +141,8 @@ def jacobi(bsp: BSP, rows: "np.ndarray | CSRRows", b_block: np.ndarray, n: int,
         sweeps += 1
         step = math.sqrt(kernels.sum(shares.local))          # same order on every rank
         converged = step < eps
+        if progress is not None:
+            progress(sweeps)
     ax = rows @ x.local if dense else rows.matvec(x.local)
     residual = math.sqrt(bsp.allreduce(kernels.sqnorm(b_block - ax)))
     return JacobiResult(x.local[lo:hi].copy(), sweeps, converged, step, residual)
@@ -144,14 +153,14 @@ CHECK_LIMIT = 5000
 
 
 def solve(bsp: BSP, n: int, fmt: str, per_row: int, eps: float, max_iter: int,
-          seed: int) -> tuple[JacobiResult, float | None]:
+          seed: int, progress: Callable[[int], None] | None = None) -> tuple[JacobiResult, float | None]:
     """Build the system (the same on every rank), solve it, and compare the result with
     ``numpy.linalg.solve`` of the dense matrix (the oracle): returns the max error over all
     ranks, or None above :data:`CHECK_LIMIT` rows."""
     a, b = dominant_system(n, fmt, per_row, seed=seed)
     lo, hi = block_range(n, bsp.nprocs, bsp.pid)
     mine = a[lo:hi] if isinstance(a, np.ndarray) else a.rows(lo, hi)
-    res = jacobi(bsp, mine, b[lo:hi], n, eps, max_iter)
+    res = jacobi(bsp, mine, b[lo:hi], n, eps, max_iter, progress)
     if n > CHECK_LIMIT:
         return res, None
     dense = a if isinstance(a, np.ndarray) else a.to_dense(n)
@@ -164,28 +173,39 @@ def main(argv: list[str] | None = None) -> int:
     p = OneLineParser(prog="python -m hpcbsp.apps.rowjacobi",
                       description="Jacobi on block rows of a random diagonally dominant system, one "
                                   "BSP superstep per sweep; checks the answer against numpy.")
-    p.add_argument("--n", type=int, default=2000, help="order of the system (default 2000)")
+    p.add_argument("--n", type=positive_int, default=2000, help="order of the system in total (default 2000)")
     p.add_argument("--format", choices=("dense", "csr"), default="csr",
                    help="how the rows are stored (default csr)")
-    p.add_argument("--per-row", type=int, default=5,
-                   help="off-diagonal entries per row for csr (default 5)")
-    p.add_argument("--eps", type=float, default=1e-10, help="stop when ||x' - x|| < eps (default 1e-10)")
-    p.add_argument("--max-iter", type=int, default=1000, help="at most this many sweeps (default 1000)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--per-row", type=nonnegative_int, default=5,
+                   help="off-diagonal entries per row for csr, at most n - 1 (default 5)")
+    p.add_argument("--eps", type=positive_float, default=1e-10, help="stop when ||x' - x|| < eps (default 1e-10)")
+    p.add_argument("--max-iter", type=positive_int, default=1000, help="at most this many sweeps (default 1000)")
+    add_common_options(p)
     args = p.parse_args(argv)
-    if args.n < 1 or args.per_row < 0 or args.max_iter < 1 or not args.eps > 0:
-        p.error("need --n >= 1, --per-row >= 0, --max-iter >= 1 and --eps > 0")
+    # Every rank builds the whole system; the oracle (n <= CHECK_LIMIT) a dense copy of it.
+    dense_bytes = 8.0 * args.n * args.n if args.format == "dense" or args.n <= CHECK_LIMIT else 0.0
+    check_memory(p, 2 * dense_bytes + 32.0 * args.n * (args.per_row + 1), f"--n {args.n} --format {args.format}",
+                 "use a smaller --n (or --format csr)")
+    check_outputs(p, [(args.ledger, "--ledger file", LEDGER_SUFFIXES)])
     with BSP() as bsp:
-        res, err = solve(bsp, args.n, args.format, args.per_row, args.eps, args.max_iter, args.seed)
+        show = Progress("rowjacobi", args.max_iter, enabled=not args.quiet and bsp.pid == 0, unit="sweep",
+                        limit=True)
+        res, err = solve(bsp, args.n, args.format, args.per_row, args.eps, args.max_iter, args.seed, show)
+        if args.ledger:
+            bsp.ledger.save(args.ledger)
         if bsp.pid == 0:
-            state = "converged" if res.converged else "did NOT converge"
-            check = (f"max error vs numpy.linalg.solve = {err:.2e}" if err is not None else
-                     f"not checked against numpy (n > {CHECK_LIMIT:,})")
-            print(f"rowjacobi: n = {args.n:,} ({args.format}) on {bsp.nprocs} rank(s): {state} in "
-                  f"{res.sweeps} sweeps; ||x' - x|| = {res.step_norm:.2e}, ||b - Ax|| = "
-                  f"{res.residual:.2e}, {check}")
+            if args.json:
+                print(json.dumps({"n": args.n, "format": args.format, "ranks": bsp.nprocs,
+                                  "converged": res.converged, "sweeps": res.sweeps, "step_norm": res.step_norm,
+                                  "residual": res.residual, "max_error": err}))
+            else:
+                state = "converged" if res.converged else "did NOT converge"
+                check = (f"max error vs numpy.linalg.solve = {err:.2e}" if err is not None else
+                         f"not checked against numpy (n > {CHECK_LIMIT:,})")
+                print(f"rowjacobi: n = {args.n:,} ({args.format}) on {plural(bsp.nprocs, 'rank')}: {state} in "
+                      f"{plural(res.sweeps, 'sweep')}; ||x' - x|| = {res.step_norm:.2e}, ||b - Ax|| = "
+                      f"{res.residual:.2e}, {check}")
     return 0 if res.converged else 1
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -13,7 +13,7 @@ row keys.  Modes:
   bsp    all queries in one queue send and one sync, then the owners count (bulk exchange);
   naive  one MPI message per query (use a small graph).
 
-Prints queries per second per rank ("updates") and the ledger, and checks the total against a
+Prints queries per second per rank and the ledger, and checks the total against a
 serial count of trace(A^3)/6 (dense numpy for small graphs, scipy.sparse for larger ones).
 Exit status 1 if the check fails.
 """
@@ -27,8 +27,9 @@ from mpi4py import MPI
 
 import hpcbsp
 from ..runtime import BSP
-from .irregular_common import Outcome, app_parser, mailbox_options, naive_exchange, positive_int, \
-    report, timed, timed_naive
+from ..util.args import check_memory, positive_float, positive_int
+from .irregular_common import Outcome, app_parser, check_app_outputs, mailbox_options, naive_exchange, report, \
+    timed, timed_naive
 from .irregular_graphs import erdos_renyi, local_rows, ragged_arange, rmat, triangles_dense, \
     triangles_sparse
 
@@ -151,14 +152,14 @@ def run_triangles(bsp: BSP, mode: str, edges: np.ndarray, n: int, chunk_rows: in
 
 def _app(bsp: BSP, args: argparse.Namespace) -> int:
     n = args.n or (300 if args.mode == "naive" else 10_000) * bsp.nprocs
-    if bsp.pid == 0:
-        print(f"generating the {args.graph} graph ...", flush=True)
+    if bsp.pid == 0 and not args.quiet:
+        print(f"triangles: generating the {args.graph} graph ...", file=sys.stderr, flush=True)
     edges, n = make_graph(args.graph, n, args.degree, args.scale, args.edge_factor, args.seed)
     out = run_triangles(bsp, args.mode, edges, n, args.chunk_rows, not args.no_check,
                         **(mailbox_options(args) if args.mode == "fabsp" else {}))
     if out.ok is None and not args.no_check and bsp.pid == 0:
-        print("no oracle for a graph this large without scipy: check skipped")
-    return report(bsp, "triangles", args.mode, out)
+        print("no oracle for a graph this large without scipy: check skipped", file=sys.stderr)
+    return report(bsp, "triangles", args.mode, out, args, unit="queries")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,17 +167,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--graph", choices=("er", "rmat"), default="er",
                         help="er: Erdős–Rényi (flat); rmat: R-MAT, skewed degrees (default er)")
     parser.add_argument("--n", type=positive_int, default=None,
-                        help="er: vertices (default 10,000 per rank; 300 per rank with --mode naive)")
-    parser.add_argument("--degree", type=float, default=20.0, help="er: average degree (default 20)")
+                        help="er: vertices in total (default 10,000 times the number of ranks; "
+                             "300 times with --mode naive)")
+    parser.add_argument("--degree", type=positive_float, default=20.0, help="er: average degree (default 20)")
     parser.add_argument("--scale", type=positive_int, default=14,
-                        help="rmat: 2**SCALE vertices (default 14)")
+                        help="rmat: 2**SCALE vertices in total (default 14)")
     parser.add_argument("--edge-factor", type=positive_int, default=8,
                         help="rmat: edges drawn per vertex (default 8)")
     parser.add_argument("--chunk-rows", type=positive_int, default=1024,
                         help="fabsp: rows whose queries are generated per step (default 1024)")
     args = parser.parse_args(argv)
-    if not 0 < args.degree < (args.n or 1 << 62):
-        parser.error("--degree must be positive and below the number of vertices")
+    if not args.degree < (args.n or 1 << 62):
+        parser.error("--degree must be below the number of vertices")
+    check_app_outputs(parser, args)
+    # Every rank draws the whole edge list: about 16 bytes per edge, several copies while it is
+    # made canonical (np.unique), and the oracle's adjacency on rank 0.
+    if args.graph == "rmat":
+        edges = float(args.edge_factor) * 2.0 ** args.scale
+        what = f"--scale {args.scale} --edge-factor {args.edge_factor} ({edges:,.0f} edges)"
+        hint = "use a smaller --scale or --edge-factor"
+        check_memory(parser, 6 * 16.0 * edges, what, hint)
+    elif args.n is not None:
+        edges = float(args.n) * args.degree / 2
+        check_memory(parser, 6 * 16.0 * edges, f"--n {args.n} --degree {args.degree:g} ({edges:,.0f} edges)",
+                     "use a smaller --n or --degree")
     return hpcbsp.run(_app, args)
 
 

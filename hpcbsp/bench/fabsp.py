@@ -33,9 +33,10 @@ import numpy as np
 import hpcbsp
 from ..apps.histogram import oracle as histogram_oracle, run_histogram, updates_of
 from ..apps.index_gather import run_index_gather
-from ..apps.irregular_common import OneLineParser, Outcome, positive_int, timed
+from ..apps.irregular_common import Outcome, timed
 from ..kernels import scatter_add
 from ..runtime import BSP
+from ..util.args import OneLineParser, add_alias, positive_int, seed
 
 HIST_TARGET_BSP = 1.0
 HIST_TARGET_NAIVE = 50.0
@@ -183,8 +184,9 @@ def main(argv: list[str]) -> int:
                         help="per rank for the naive mode (default 50,000; quick: 5,000)")
     parser.add_argument("--table", type=positive_int, default=10_000,
                         help="table entries per rank (default 10,000)")
-    parser.add_argument("--repeat", type=positive_int, default=None,
+    parser.add_argument("--repeats", dest="repeat", type=positive_int, default=None,
                         help="runs per measurement, best kept (default 3; quick: 1)")
+    add_alias(parser, "--repeat", dest="repeat", type=positive_int)  # the old spelling
     parser.add_argument("--chunk", type=positive_int, default=1 << 16,
                         help="updates per send in the FA-BSP runs (default 65,536)")
     parser.add_argument("--work-size", type=positive_int, default=1 << 15,
@@ -194,7 +196,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--imbalance", type=positive_int, default=3,
                         help="overlap run: also measure with rank 0 computing this many times as "
                              "much as the others (default 3; 1: balanced only)")
-    parser.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    parser.add_argument("--seed", type=seed, default=0, metavar="S", help="random seed (default 0)")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:

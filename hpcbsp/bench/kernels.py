@@ -35,7 +35,7 @@ import numpy as np
 
 from hpcbsp import kernels
 from hpcbsp.kernels._extensions import MODULES
-from hpcbsp.util.args import OneLineParser
+from hpcbsp.util.args import OneLineParser, add_alias, positive_int, seed
 
 
 @dataclass
@@ -168,25 +168,27 @@ def _report(row: Row, n: int, repeat: int, number: int, copy_bw: float, read_bw:
 
 def main(argv: list[str]) -> int:
     p = OneLineParser(prog="python -m hpcbsp.bench kernels", description=__doc__.split("\n\n")[0])
-    p.add_argument("--n", type=int, default=None,
+    p.add_argument("--n", type=positive_int, default=None,
                    help="elements per array (default 10,000,000; --quick 1,000,000)")
     p.add_argument("--quick", action="store_true", help="a short run: 1,000,000 elements, 3 repeats")
-    p.add_argument("--repeat", type=int, default=None, help="timings per kernel, best kept (default 5; --quick 3)")
-    p.add_argument("--nprocs", type=int, default=64, help="ranks to group by (default 64)")
-    p.add_argument("--table", type=int, default=4096,
+    p.add_argument("--repeats", dest="repeat", type=positive_int, default=None,
+                   help="timings per kernel, best kept (default 5; --quick 3)")
+    add_alias(p, "--repeat", dest="repeat", type=positive_int)  # the old spelling
+    p.add_argument("--nprocs", type=positive_int, default=64, help="ranks to group by (default 64)")
+    p.add_argument("--table", type=positive_int, default=4096,
                    help="table size for scatter-add and gather (default 4096)")
     p.add_argument("--only", default=None,
                    help="comma-separated kernel names to run (default: all)")
     p.add_argument("--fsum", action="store_true",
                    help="also time exact_sum against math.fsum (slow)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--seed", type=seed, default=0, metavar="S", help="random seed (default 0)")
     args = p.parse_args(argv)
     n = args.n if args.n is not None else (1_000_000 if args.quick else 10_000_000)
     repeat = args.repeat if args.repeat is not None else (3 if args.quick else 5)
     if n < 1:
         p.error("--n must be at least 1")
     if repeat < 1:
-        p.error("--repeat must be at least 1")
+        p.error("--repeats must be at least 1")
     if args.nprocs < 1 or args.table < 1:
         p.error("--nprocs and --table must be at least 1")
 

@@ -24,7 +24,7 @@ import hpcbsp
 from hpcbsp.apps.snn.async_mode import simulate_async
 from hpcbsp.apps.snn.bsp_mode import simulate_bsp
 from hpcbsp.apps.snn.network import NetworkSpec, distribute
-from hpcbsp.util.args import OneLineParser
+from hpcbsp.util.args import OneLineParser, add_alias, nonnegative_int, positive_float, positive_int
 
 #: (name, how) of the runs compared; the baselines first, async last (the ratios' denominator).
 RUNS = (("bsp global d_min", "global"), ("bsp cross-rank d_min", "cross"), ("async lookahead", "async"))
@@ -103,11 +103,14 @@ def print_table(out: dict[str, Any]) -> None:
 def main(argv: list[str]) -> int:
     parser = OneLineParser(prog="mpiexec -n 2 python -m hpcbsp.bench snn", description=__doc__.split("\n\n")[0])
     d = NetworkSpec()
-    parser.add_argument("--neurons", type=int, default=d.neurons, help=f"neurons (default {d.neurons})")
-    parser.add_argument("--fanout", type=int, default=d.fanout, help=f"synapses per neuron (default {d.fanout})")
-    parser.add_argument("--areas", type=int, default=d.areas, help=f"areas (default {d.areas})")
-    parser.add_argument("--time-ms", type=float, default=2000.0, help="simulated ms per run (default 2000)")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
+    parser.add_argument("--n", dest="neurons", type=positive_int, default=d.neurons, help=f"neurons (default {d.neurons})")
+    add_alias(parser, "--neurons", dest="neurons", type=positive_int)  # the old spelling
+    parser.add_argument("--fanout", type=nonnegative_int, default=d.fanout, help=f"synapses per neuron (default {d.fanout})")
+    parser.add_argument("--areas", type=positive_int, default=d.areas, help=f"areas (default {d.areas})")
+    parser.add_argument("--time-ms", type=positive_float, default=2000.0, help="simulated ms per run (default 2000)")
+    parser.add_argument("--repeats", dest="rounds", type=positive_int, default=3,
+                        help="alternating rounds, medians reported (default 3)")
+    add_alias(parser, "--rounds", dest="rounds", type=positive_int)  # the old spelling
     parser.add_argument("--quick", action="store_true", help="a short run: 2000 neurons, 200 ms, 1 round")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)

@@ -9,7 +9,6 @@ bytes into one send buffer and calls one ``Alltoallv`` into a receive buffer.
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -18,6 +17,7 @@ import numpy as np
 from mpi4py import MPI
 
 import hpcbsp
+from hpcbsp.util.args import OneLineParser, add_alias, positive_float, positive_int
 
 
 def _time(fn, iters: int, comm: MPI.Comm) -> float:
@@ -103,10 +103,12 @@ def bench(bsp: "hpcbsp.BSP", iters: int, mib: float, rounds: int) -> dict[str, f
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hpcbsp.bench sync", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--iters", type=int, default=2000, help="empty syncs per round (default 2000)")
-    parser.add_argument("--mib", type=float, default=8.0, help="MiB sent per rank (default 8)")
-    parser.add_argument("--rounds", type=int, default=7, help="alternating rounds (default 7)")
+    parser = OneLineParser(prog="python -m hpcbsp.bench sync", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--iters", type=positive_int, default=2000, help="empty syncs per round (default 2000)")
+    parser.add_argument("--mib", type=positive_float, default=8.0, help="MiB sent per rank (default 8)")
+    parser.add_argument("--repeats", dest="rounds", type=positive_int, default=7,
+                        help="alternating rounds, medians reported (default 7)")
+    add_alias(parser, "--rounds", dest="rounds", type=positive_int)  # the old spelling
     parser.add_argument("--quick", action="store_true", help="a short run (200 iterations, 3 rounds)")
     args = parser.parse_args(argv)
     if args.quick:

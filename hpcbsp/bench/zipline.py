@@ -22,7 +22,7 @@ import numpy as np
 
 from hpcbsp.elastic.zipline import SyncSet, predict_end_times, zipline
 from hpcbsp.elastic.zipline_reference import heap_smallest_range
-from hpcbsp.util.args import OneLineParser
+from hpcbsp.util.args import OneLineParser, positive_int
 
 TARGET_S = 0.02
 PAPER_S = 0.56
@@ -56,7 +56,7 @@ def _time(fn: Callable[[np.ndarray], SyncSet], m: np.ndarray, repeats: int) -> t
 def main(argv: list[str]) -> int:
     p = OneLineParser(prog="python -m hpcbsp.bench zipline", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="n in {100, 1000} only, 3 repeats")
-    p.add_argument("--repeats", type=int, default=None, help="timed calls per size (default 7, quick 3)")
+    p.add_argument("--repeats", type=positive_int, default=None, help="timed calls per size (default 7, quick 3)")
     p.add_argument("--n", default=None, help="comma-separated worker counts (default 10,100,250,500,1000,2000,4000)")
     p.add_argument("--R", default="15,150", help="comma-separated lookaheads (default 15,150)")
     p.add_argument("--no-baseline", action="store_true", help="skip the pure-Python heap baseline")

@@ -22,13 +22,18 @@ import os
 import sys
 from typing import Any, Sequence
 
-from hpcbsp.util.args import OneLineParser, launcher_rank
+from hpcbsp.util.args import (OneLineParser, add_alias, launcher_rank, seed,
+                              nonnegative_float, nonnegative_int, positive_int, positive_seconds, seconds)
 from hpcbsp.util.outputs import OutputError, prepare_output
 from hpcbsp.cost.bsf import COMM_FORMS, GRANULARITIES, BSFModel, BSFParams
 from hpcbsp.cost.errors import CostInputError
 from hpcbsp.cost.klist import parse_workers
 
 PROG = "hpcbsp-cost"
+#: Where `hpcbsp-cost probe` writes its profile unless told otherwise.
+DEFAULT_PROFILE = os.path.join("runs", "probe", "PROFILE.json")
+#: The image formats `hpcbsp-cost plot` writes (by file name ending).
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
 
 def _workers(text: str) -> list[int]:
@@ -36,30 +41,6 @@ def _workers(text: str) -> list[int]:
         return parse_workers(text)
     except CostInputError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _seconds(text: str) -> float:
-    try:
-        if not text.isascii():
-            raise ValueError(text)  # float() would read other scripts' digits
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"a time must be a finite number >= 0, got {text!r}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        if not text.isascii():
-            raise ValueError(text)
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
-    return value
 
 
 def _emit(args: argparse.Namespace, doc: Any, text: str) -> None:
@@ -78,6 +59,7 @@ def cmd_bsf(args: argparse.Namespace) -> int:
     params = BSFParams(args.latency, args.t_c, args.t_map, args.t_a, args.t_p, args.list_length)
     model = BSFModel(params, args.comm, args.granularity)
     cm = CalibratedModel(model, fit={"source": "bsf command line"}, provenance=provenance(source="bsf"))
+    _check_positive_time(model, args.workers)
     workers = args.workers or _default_workers(model)
     doc = prediction(cm, workers)
     doc["k_max_closed"] = model.k_max_closed()
@@ -92,6 +74,20 @@ def cmd_bsf(args: argparse.Namespace) -> int:
         text += f"\nmodel written to {args.output}"
     _emit(args, doc, text)
     return 0
+
+
+def _check_positive_time(model: BSFModel, workers: list[int] | None) -> None:
+    """Refuse parameters that predict no time (or a negative one): speedups would be 0/0."""
+    import numpy as np
+
+    ks = sorted(set([1, 2, 4, 1024, *(workers or [])]))
+    with np.errstate(all="ignore"):
+        times = model.time(ks)
+    bad = [(k, t) for k, t in zip(ks, times) if not (math.isfinite(t) and t > 0)]
+    if bad:
+        k, t = bad[0]
+        raise CostInputError(f"these parameters predict {t:g} s per iteration at K = {k}; the model needs a "
+                             "positive time at every K: give a positive --t-map (the work the workers share)")
 
 
 def _fmt_opt(value: float | int | None) -> str:
@@ -157,8 +153,20 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     cm = load_model(args.model)
     doc = validation(cm, read_runs(args.runs))
-    _emit(args, doc, format_validation(doc))
-    return 0
+    text = format_validation(doc)
+    status = 0
+    if args.max_mape is not None:
+        doc["max_mape"] = args.max_mape
+        doc["passed"] = doc["mape"] <= args.max_mape
+        if not doc["passed"]:
+            status = 1
+            text += f"\nFAILED: MAPE {doc['mape']:.2f} % exceeds --max-mape {args.max_mape:g} %"
+        else:
+            text += f"\npassed: MAPE {doc['mape']:.2f} % is within --max-mape {args.max_mape:g} %"
+    _emit(args, doc, text)
+    if status and args.json:
+        sys.stderr.write(f"{PROG} validate: MAPE {doc['mape']:.2f} % exceeds --max-mape {args.max_mape:g} %\n")
+    return status
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
@@ -195,7 +203,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     profile = run_probe(max_h=args.max_h, repeats=args.repeats, quick=args.quick, output=args.output,
                         progress=None if args.json else sys.stderr)
     if profile is not None:  # rank 0 only
-        _emit(args, profile, format_profile(profile) + (f"\nprofile written to {args.output}" if args.output else ""))
+        _emit(args, profile, format_profile(profile) + f"\nprofile written to {args.output}")
     return 0
 
 
@@ -208,42 +216,55 @@ def cmd_ledger(args: argparse.Namespace) -> int:
     return 0
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("hpcbsp")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 # -- parser --------------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog=PROG, description="Calibrate, predict, validate and plot the BSF and BSP cost models.",
                      epilog="Run `hpcbsp-cost SUBCOMMAND --help` for the options of each subcommand.")
+    parser.add_argument("--version", action="version", version=f"{PROG} (hpcbsp) {_version()}")
     sub = parser.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", required=True)
 
     def add(name: str, help_text: str, func) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        p = sub.add_parser(name, help=help_text, description=help_text, allow_abbrev=False)
         p.add_argument("--json", action="store_true", help="print the result as JSON")
         p.set_defaults(func=func)
         return p
 
     p = add("bsf", "Evaluate the BSF model for given cost parameters: T, speedup, efficiency per K and K_max "
                    "(closed form and numeric argmax).", cmd_bsf)
-    p.add_argument("--latency", type=_seconds, required=True, metavar="S", help="L: latency of one message [s]")
-    p.add_argument("--t-c", type=_seconds, required=True, metavar="S",
+    p.add_argument("--latency", type=seconds, required=True, metavar="S", help="L: latency of one message [s]")
+    p.add_argument("--t-c", type=seconds, required=True, metavar="S",
                    help="t_c: master-worker exchange of one order and one result, latency excluded [s]")
-    p.add_argument("--t-map", type=_seconds, required=True, metavar="S", help="t_Map: Map over the whole list on one worker [s]")
-    p.add_argument("--t-a", type=_seconds, required=True, metavar="S", help="t_a: one Reduce operation [s]")
-    p.add_argument("--t-p", type=_seconds, required=True, metavar="S", help="t_p: master compute and stop test [s]")
-    p.add_argument("--list-length", type=_positive_int, required=True, metavar="N", help="l: length of the map list")
+    p.add_argument("--t-map", type=seconds, required=True, metavar="S", help="t_Map: Map over the whole list on one worker [s]")
+    p.add_argument("--t-a", type=seconds, required=True, metavar="S", help="t_a: one Reduce operation [s]")
+    p.add_argument("--t-p", type=seconds, required=True, metavar="S", help="t_p: master compute and stop test [s]")
+    p.add_argument("--list-length", type=positive_int, required=True, metavar="N", help="l: length of the map list")
     _form_options(p, default=True)
     p.add_argument("--workers", type=_workers, metavar="LIST",
                    help="worker counts, e.g. 1,2,4,...,4096 or 1-16 (default: powers of 2 past K_max)")
-    p.add_argument("-o", "--output", metavar="MODEL.json", help="also write the model file")
+    p.add_argument("-o", "--out", dest="output", metavar="MODEL.json", help="also write the model file")
+    add_alias(p, "--output", dest="output")
 
     p = add("fit", "Fit the BSF model to measured runs (NNLS on relative error, form chosen by cross-validation, "
                    "bootstrap intervals) and write MODEL.json.", cmd_fit)
     p.add_argument("--runs", required=True, metavar="RUNS.csv", help="CSV with a header and columns workers,seconds")
-    p.add_argument("--list-length", type=_positive_int, metavar="N",
+    p.add_argument("--list-length", type=positive_int, metavar="N",
                    help="l; enables the t_a term and --granularity ceil (default: the runs' list_length column)")
     _form_options(p, default=False)
-    p.add_argument("--bootstrap", type=int, default=200, metavar="N", help="bootstrap replicates (default 200; 0: none)")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
-    p.add_argument("-o", "--output", required=True, metavar="MODEL.json", help="where to write the model")
+    p.add_argument("--bootstrap", type=nonnegative_int, default=200, metavar="N",
+                   help="bootstrap replicates (default 200; 0: none)")
+    p.add_argument("--seed", type=seed, default=0, metavar="S", help="bootstrap seed (default 0)")
+    p.add_argument("-o", "--out", dest="output", required=True, metavar="MODEL.json", help="where to write the model")
+    add_alias(p, "--output", dest="output")
 
     p = add("predict", "Print T, speedup and efficiency per K and K_max with its interval.", cmd_predict)
     p.add_argument("model", metavar="MODEL.json")
@@ -253,39 +274,47 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("validate", "Compare a model with measured runs: mean and max absolute percentage error per K.", cmd_validate)
     p.add_argument("model", metavar="MODEL.json")
     p.add_argument("--runs", required=True, metavar="RUNS.csv", help="measured runs (columns workers,seconds)")
+    p.add_argument("--max-mape", type=nonnegative_float, metavar="PERCENT",
+                   help="fail (exit status 1) when the mean absolute percentage error over all runs exceeds PERCENT")
 
     p = add("plot", "Plot the predicted speedup with its band, the measured points and K_max.", cmd_plot)
     p.add_argument("model", metavar="MODEL.json")
     p.add_argument("--runs", metavar="RUNS.csv", help="measured runs to draw as points")
-    p.add_argument("--max-workers", type=_positive_int, metavar="K", help="right end of the K axis")
-    p.add_argument("-o", "--output", required=True, metavar="speedup.png", help="image file (png, svg, pdf)")
+    p.add_argument("--max-workers", type=positive_int, metavar="K", help="right end of the K axis")
+    p.add_argument("-o", "--out", dest="output", required=True, metavar="speedup.png",
+                   help="image file: .png, .svg or .pdf")
+    add_alias(p, "--output", dest="output")
 
     p = add("calibrate", "Run a BSF program (one built on hpcbsp.farm) under mpiexec at a few small worker "
                          "counts and write RUNS.csv and MODEL.json.", cmd_calibrate)
     p.add_argument("--workers", type=_workers, default=[1, 2, 3], metavar="LIST",
                    help="worker counts to run (default 1,2,3; each run uses K+1 ranks)")
-    p.add_argument("--repeats", type=_positive_int, default=2, metavar="R", help="runs per worker count (default 2)")
+    p.add_argument("--repeats", type=positive_int, default=2, metavar="R", help="runs per worker count (default 2)")
     p.add_argument("--out-dir", default="runs/calibrate", metavar="DIR",
                    help="where RUNS.csv, MODEL.json and the run logs go (default runs/calibrate)")
-    p.add_argument("--list-length", type=_positive_int, metavar="N", help="override the list length the farm reports")
-    p.add_argument("--bootstrap", type=int, default=200, metavar="N", help="bootstrap replicates (default 200)")
-    p.add_argument("--timeout", type=float, default=300.0, metavar="S", help="limit per run in seconds (default 300)")
+    p.add_argument("--list-length", type=positive_int, metavar="N", help="override the list length the farm reports")
+    p.add_argument("--bootstrap", type=nonnegative_int, default=200, metavar="N",
+                   help="bootstrap replicates (default 200; 0: none)")
+    p.add_argument("--timeout", type=positive_seconds, default=300.0, metavar="S",
+                   help="limit per run in seconds, fractions allowed (default 300)")
     p.add_argument("--mpiexec", metavar="PATH", help="mpiexec to use (default: the one beside this Python)")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
                    help="the program, e.g. -- python -m hpcbsp.apps.jacobi --n 400")
 
     p = add("probe", "Measure this machine's BSP parameters r, g and l (run under mpiexec) and write a profile.", cmd_probe)
-    p.add_argument("-o", "--output", metavar="PROFILE.json", help="where to write the machine profile")
-    p.add_argument("--max-h", type=_positive_int, default=None, metavar="H",
+    p.add_argument("-o", "--out", dest="output", default=DEFAULT_PROFILE, metavar="PROFILE.json",
+                   help=f"where to write the machine profile (default {DEFAULT_PROFILE})")
+    add_alias(p, "--output", dest="output")
+    p.add_argument("--max-h", type=positive_int, default=None, metavar="H",
                    help="largest h-relation in words per rank (default 256, 64 with --quick)")
-    p.add_argument("--repeats", type=_positive_int, default=None, metavar="R",
+    p.add_argument("--repeats", type=positive_int, default=None, metavar="R",
                    help="timed repetitions per h (default 20, 5 with --quick)")
     p.add_argument("--quick", action="store_true", help="a short probe (seconds) for tests and demos")
 
     p = add("ledger", "Show a run's superstep ledger with the BSP prediction w + g·h + l per superstep.", cmd_ledger)
     p.add_argument("run", metavar="RUN.json", help="ledger written by bsp.ledger.save (.json or .csv)")
     p.add_argument("--profile", required=True, metavar="PROFILE.json", help="machine profile from `hpcbsp-cost probe`")
-    p.add_argument("--limit", type=int, default=40, metavar="N", help="supersteps to list (default 40; the summary covers all)")
+    p.add_argument("--limit", type=positive_int, default=40, metavar="N", help="supersteps to list (default 40; the summary covers all)")
     return parser
 
 
@@ -304,6 +333,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         # Output paths are checked (and their folders made) before any work is done.
+        if args.subcommand == "plot" and not args.output.lower().endswith(PLOT_SUFFIXES):
+            raise CostInputError(f"-o {args.output}: the image format comes from the file name; "
+                                 f"end it with {', '.join(PLOT_SUFFIXES)}")
         if getattr(args, "output", None):
             prepare_output(args.output, "output file")
         if getattr(args, "out_dir", None):

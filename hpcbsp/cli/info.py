@@ -1,7 +1,6 @@
 """``hpcbsp info``: what this installation and this launch look like."""
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import socket
@@ -9,6 +8,7 @@ import sys
 
 from .. import __version__
 from ..runtime.launch import detect_launch
+from ..util.args import OneLineParser
 
 
 def gather_info() -> dict[str, object]:
@@ -41,7 +41,7 @@ def gather_info() -> dict[str, object]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="hpcbsp info",
         description="Report hpcbsp's versions, the MPI library, the world size, how the job was "
                     "launched (mpiexec, srun, singleton) and which kernels are compiled. Run it "

@@ -1,44 +1,183 @@
 """hpcbsp (also python -m hpcbsp): the package's command line.
 
-    hpcbsp info [--json]          versions, MPI library, world size, launcher, kernels
-    hpcbsp run SCRIPT [ARGS...]   run a Python script with hpcbsp's failure handling
-    python -m hpcbsp SCRIPT.py    the same (like python -m mpi4py)
+    hpcbsp info [--json]              versions, MPI library, world size, launcher, kernels
+    hpcbsp apps                       list the apps (run one: python -m hpcbsp.apps.NAME --help)
+    hpcbsp run SCRIPT [ARGS...]       run a Python script with hpcbsp's failure handling
+    hpcbsp run -m MODULE [ARGS...]    run a module the same way (like python -m MODULE)
+    hpcbsp SCRIPT [ARGS...]           the same as hpcbsp run SCRIPT (any existing file)
+    hpcbsp -m MODULE [ARGS...]        the same as hpcbsp run -m MODULE
+    hpcbsp --version
 
-Run them under your launcher, e.g. mpiexec -n 4 hpcbsp info, or srun --mpi=pmi2 -n 4 hpcbsp info.
+Run them under your launcher, e.g. mpiexec -n 4 hpcbsp info, or srun --mpi=pmi2 -n 4 hpcbsp info,
+much as python -m mpi4py SCRIPT runs a script under mpi4py's handling.
 An exception on one rank is printed once with its rank and ends every rank with a non-zero status.
 Cost models: hpcbsp-cost --help.  Benchmarks: python -m hpcbsp.bench --help.
+Every command's options: docs/cli.md.
 """
 from __future__ import annotations
 
+import os
 import sys
+
+from ..util.args import launcher_rank
+
+PROG = "hpcbsp"
+RUN_USAGE = ("usage: hpcbsp run SCRIPT [ARGS...] | hpcbsp run -m MODULE [ARGS...]\n\n"
+             "Run a Python script (any file) or a module as __main__, with hpcbsp's failure handling:\n"
+             "an exception on one rank is printed once with its rank and ends every rank with a\n"
+             "non-zero status.  ARGS are passed on (sys.argv[1:]).  Under a launcher:\n"
+             "    mpiexec -n 4 hpcbsp run my_program.py --size 1000\n"
+             "    mpiexec -n 2 hpcbsp run -m hpcbsp.apps.heat --n 1000")
+
+
+def _say(text: str) -> None:
+    if launcher_rank() == 0:
+        print(text, file=sys.stderr)
+
+
+def version() -> str:
+    """The installed hpcbsp's version."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("hpcbsp")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _run(rest: list[str]) -> int:
+    """``hpcbsp run ...`` (``rest``: what follows ``run``)."""
+    if not rest:
+        _say(f"{PROG} run: give a script or -m MODULE to run (see {PROG} run --help)")
+        return 2
+    if rest[0] in ("-h", "--help"):
+        print(RUN_USAGE)
+        return 0
+    if rest[0] == "-m":
+        if len(rest) < 2:
+            _say(f"{PROG} run -m: give a module name, e.g. {PROG} run -m hpcbsp.apps.heat")
+            return 2
+        return _run_module(rest[1], rest[2:])
+    if rest[0].startswith("-m") and len(rest[0]) > 2:  # -mMODULE, like python
+        return _run_module(rest[0][2:], rest[1:])
+    return _run_script(rest[0], rest[1:])
+
+
+def _run_script(path: str, argv: list[str]) -> int:
+    if not os.path.exists(path):
+        _say(f"{PROG}: no such script: {path}")
+        return 2
+    if os.path.isdir(path) and not os.path.isfile(os.path.join(path, "__main__.py")):
+        _say(f"{PROG}: {path} is a folder without a __main__.py; give a Python script (or -m MODULE)")
+        return 2
+    if not os.access(path, os.R_OK):
+        _say(f"{PROG}: cannot read {path}: permission denied")
+        return 2
+    from ..runtime.runner import run_script
+
+    return run_script(path, argv)
+
+
+def _run_module(name: str, argv: list[str]) -> int:
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError) as exc:  # a parent package that is missing, or '.x'
+        spec = None
+        why = str(exc)
+    else:
+        why = ""
+    if spec is None:
+        _say(f"{PROG}: no module named {name!r}{f' ({why})' if why else ''}")
+        return 2
+    from ..runtime.runner import excepthook, install_excepthook
+
+    import runpy
+
+    install_excepthook()
+    sys.argv = [spec.origin or name, *argv]
+    try:
+        runpy.run_module(name, run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    except BaseException:
+        excepthook(*sys.exc_info())  # type: ignore[arg-type]
+        return 1
+    return 0
+
+
+def list_apps() -> list[tuple[str, str]]:
+    """``(name, summary)`` of every runnable module under hpcbsp.apps (read from the source: no
+    app is imported, so listing starts no MPI)."""
+    import ast
+    import pkgutil
+
+    import hpcbsp.apps as apps
+
+    found = []
+    for info in pkgutil.iter_modules(apps.__path__):
+        if info.name.startswith("_"):
+            continue
+        base = os.path.join(apps.__path__[0], info.name)
+        path = os.path.join(base, "__main__.py") if info.ispkg else base + ".py"
+        if not os.path.isfile(path):
+            continue
+        with open(path, encoding="utf-8") as fh:
+            tree = ast.parse(fh.read())
+        if not any(isinstance(node, ast.FunctionDef) and node.name == "main" for node in tree.body):
+            continue
+        doc = ast.get_docstring(tree) or ""
+        first = doc.strip().split("\n\n")[0].replace("\n", " ")
+        found.append((info.name, first))
+    return found
+
+
+def _apps() -> int:
+    print("hpcbsp apps (run one: mpiexec -n 2 python -m hpcbsp.apps.NAME [options]; "
+          "options: python -m hpcbsp.apps.NAME --help):")
+    for name, summary in list_apps():
+        print(f"  {name:14s} {summary}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] in ("-h", "--help"):
-        print(__doc__.strip())
-        return 0 if argv else 2
+    if not argv:
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
     cmd, rest = argv[0], argv[1:]
+    if cmd in ("-h", "--help", "help"):
+        print(__doc__.strip())
+        return 0
+    if cmd in ("-V", "--version"):
+        print(f"{PROG} {version()}")
+        return 0
     if cmd == "info":
         from .info import main as info_main
 
         return info_main(rest)
+    if cmd == "apps":
+        if rest and rest[0] in ("-h", "--help"):
+            print("usage: hpcbsp apps\n\nList the apps under hpcbsp.apps with a line on each.")
+            return 0
+        if rest:
+            _say(f"{PROG} apps: takes no arguments, got {' '.join(rest)}")
+            return 2
+        return _apps()
     if cmd == "run":
-        if not rest:
-            print("hpcbsp run: give a script to run: hpcbsp run SCRIPT.py [ARGS...]", file=sys.stderr)
-            return 2
-        cmd, rest = rest[0], rest[1:]
-    if cmd.endswith(".py"):
-        import os
-
-        if not os.path.exists(cmd):
-            print(f"hpcbsp: no such script: {cmd}", file=sys.stderr)
-            return 2
-        from ..runtime.runner import run_script
-
-        return run_script(cmd, rest)
-    print(f"hpcbsp: unknown command {cmd!r}; try `hpcbsp info`, `hpcbsp run SCRIPT.py` or --help",
-          file=sys.stderr)
+        return _run(rest)
+    if cmd.startswith("-m"):
+        return _run(argv)
+    if cmd.startswith("-"):
+        _say(f"{PROG}: unknown option {cmd!r} (see {PROG} --help)")
+        return 2
+    if os.path.exists(cmd) or cmd.endswith(".py"):
+        return _run_script(cmd, rest)
+    _say(f"{PROG}: unknown command {cmd!r}: not a command (info, apps, run) nor an existing script "
+         f"(see {PROG} --help)")
     return 2
 
 

@@ -290,11 +290,15 @@ def plateau_starts(list_length: int, limit: int) -> np.ndarray:
     """The least K of every plateau of ⌈l/K⌉ on 1..limit, ascending.
 
     The smallest K with ⌈l/K⌉ = v is ⌈l/v⌉; the plateau values are every K up to sqrt(l) and
-    every l/v rounded up for v up to sqrt(l), so O(sqrt(l)) candidates cover all plateaus.
+    every l/v rounded up for v up to sqrt(l), so O(sqrt(l)) candidates cover all plateaus.  Only
+    candidates up to ``limit`` are made (K = ⌈l/v⌉ <= limit needs v >= l/limit), so the work is
+    O(min(sqrt(l), limit)) even for a list of 10^15 elements.
     """
     root = math.isqrt(list_length) + 1
-    small = np.arange(1, root + 1)
+    small = np.arange(1, min(root, limit) + 1)
     values = np.ceil(list_length / small)  # plateau values reached at K <= sqrt(l)
-    candidates = np.concatenate([small, np.ceil(list_length / values), np.ceil(list_length / small), [limit]])
+    v_lo = max(1, list_length // max(limit, 1))
+    large_v = np.arange(v_lo, root + 1) if v_lo <= root else np.empty(0, dtype=np.int64)
+    candidates = np.concatenate([small, np.ceil(list_length / values), np.ceil(list_length / large_v), [limit]])
     candidates = np.unique(candidates.astype(np.int64))
     return candidates[(candidates >= 1) & (candidates <= limit)]

@@ -18,15 +18,18 @@ which is the prediction-versus-measurement the issue asks for.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
+import time
 from typing import Any, Sequence, TextIO
 
 import numpy as np
 
 from ..farm.timings import REPORT_ENV, SAMPLE_FIELDS
 from ..runtime.launch import find_mpiexec
+from ..util.args import plural
 from .errors import CostInputError
 from .farmmodel import model_from_farm
 from .fit import MIN_DISTINCT_WORKERS, fit_runs, n_parameters
@@ -47,7 +50,7 @@ def _command(command: Sequence[str]) -> list[str]:
 def _clean_env(report: str, timeout: float) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_"))}
     env[REPORT_ENV] = report
-    env["MPIEXEC_TIMEOUT"] = str(int(timeout))
+    env["MPIEXEC_TIMEOUT"] = str(max(1, math.ceil(timeout)))  # whole seconds: 0.5 must not become 0 (none)
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -60,8 +63,10 @@ def run_once(command: Sequence[str], workers: int, repeat: int, out_dir: str, *,
     if os.path.exists(report):
         os.remove(report)
     cmd = [mpiexec, "-n", str(workers + 1), *_command(command)]
+    limit = max(1, math.ceil(timeout))
+    t0 = time.monotonic()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 15,
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit + 15,
                               env=_clean_env(report, timeout), stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise CostInputError(f"the run at K = {workers} did not finish within {timeout:g} s: {' '.join(cmd)}") from None
@@ -69,6 +74,9 @@ def run_once(command: Sequence[str], workers: int, repeat: int, out_dir: str, *,
         raise CostInputError(f"cannot start {cmd[0]}: {exc.strerror or exc}") from None
     with open(log, "w") as fh:
         fh.write(f"$ {' '.join(cmd)}\n{proc.stdout}\n--- stderr ---\n{proc.stderr}")
+    if proc.returncode != 0 and time.monotonic() - t0 >= limit:
+        raise CostInputError(f"the run at K = {workers} timed out after {limit} s (--timeout {timeout:g}); "
+                             f"give a larger --timeout or a smaller problem (log: {log})")
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise CostInputError(f"the run at K = {workers} failed with status {proc.returncode}: {last} (log: {log})")
@@ -106,6 +114,9 @@ def calibrate(command: Sequence[str], *, workers: Sequence[int] = (1, 2, 3), rep
     cpus = os.cpu_count() or 1
     for k in sorted(set(int(w) for w in workers)):
         for rep in range(repeats):
+            if progress is not None:
+                progress.write(f"calibrate: running K = {k} (mpiexec -n {k + 1}), repeat {rep + 1}/{repeats} ...\n")
+                progress.flush()
             report = run_once(command, k, rep, out_dir, timeout=timeout, mpiexec=mpiexec)
             by_k.setdefault(k, []).append(report)
             rows.append({"workers": k, "seconds": report["seconds_per_iteration"], "repeat": rep,
@@ -151,7 +162,7 @@ def format_calibration(doc: dict[str, Any]) -> str:
     """The calibration summary for people."""
     p = doc["params"]
     lo, hi = doc["k_max_interval"]
-    lines = [f"calibrated from {doc['repeats']} run(s) at each K in {doc['workers']} ({doc['method']}); "
+    lines = [f"calibrated from {plural(doc['repeats'], 'run')} at each K in {doc['workers']} ({doc['method']}); "
              f"l = {doc['list_length']}",
              f"model: {doc['comm']} exchange, {doc['granularity']} granularity; L = {p['latency']:.3g} s, "
              f"t_c = {p['t_c']:.3g} s, t_Map = {p['t_map']:.3g} s, t_a = {p['t_a']:.3g} s, t_p = {p['t_p']:.3g} s",
@@ -160,7 +171,7 @@ def format_calibration(doc: dict[str, Any]) -> str:
              f"model measured at K = {doc['components_check']['from_workers']} vs every measured K:"]
     for q in doc["components_check"]["points"]:
         lines.append(f"  K = {q['workers']:>3}: measured {1e3 * q['measured_mean']:.3f} ms, predicted "
-                     f"{1e3 * q['predicted']:.3f} ms, error {q['mape']:.1f} %")
+                     f"{1e3 * q['predicted']:.3f} ms, mean |error| {q['mape']:.1f} % over {plural(q['runs'], 'run')}")
     if doc["oversubscribed_workers"]:
         lines.append(f"note: K = {doc['oversubscribed_workers']} ran more ranks than this machine has cores; "
                      "their times measure oversubscription, not the model")

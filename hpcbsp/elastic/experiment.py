@@ -85,12 +85,14 @@ def _timing(config: TrainConfig, repeat: int) -> TimingModel:
 
 
 def run_simulated(config: TrainConfig, name: str, data: Dataset, repeat: int = 0,
-                  checkpoint: CheckpointPlan | None = None) -> PolicyRun:
+                  checkpoint: CheckpointPlan | None = None,
+                  progress: Callable[[float], None] | None = None) -> PolicyRun:
     """Train with policy ``name`` on the virtual clock for ``config.duration`` virtual seconds.
 
     With ``checkpoint``, the run saves itself every ``checkpoint.every`` virtual seconds and
     once finished, and with ``checkpoint.restart`` continues from its last save: the result is
-    bit-identical to an uninterrupted run's.
+    bit-identical to an uninterrupted run's.  ``progress`` is called with the virtual time
+    reached, every hundredth of the duration (the events handled are the same either way).
     """
     model = build_model(config, data)
     grads = [_worker_grad(config, model, data, w, repeat) for w in range(config.n_workers)]
@@ -112,6 +114,12 @@ def run_simulated(config: TrainConfig, name: str, data: Dataset, repeat: int = 0
             sim.advance(until=checkpoint.next_save(sim.next_time))
             checkpoint.save(path, settings, {"sim": sim.state(),
                                              "minibatch_rngs": [g.rng for g in grads]})
+            if progress is not None:
+                progress(sim.now)
+    if progress is not None:
+        while not sim.done:
+            sim.advance(until=sim.next_time + config.duration / 100)
+            progress(sim.now)
     sim.advance()
     res = sim.result()
     return PolicyRun(name, res.policy, "simulated", repeat, res.log, res.policy_stats,

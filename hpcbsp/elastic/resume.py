@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,13 +53,17 @@ class CheckpointPlan:
         Resume each run from its checkpoint where one exists (else start it from the beginning).
     die_after : int or None
         For tests of the restart: the process kills itself (SIGKILL) right after this many saves.
+    quiet : bool
+        No "checkpoint written" lines on stderr (otherwise at most one every two seconds).
     """
 
     directory: Path
     every: float = 1.0
     restart: bool = False
     die_after: int | None = None
+    quiet: bool = False
     saves: int = field(default=0, init=False)
+    _noted: float = field(default=-np.inf, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.every > 0:
@@ -109,6 +115,9 @@ class CheckpointPlan:
         except BSPError as exc:  # something not ours at path: refused, one line
             raise CheckpointError(str(exc)) from None
         self.saves += 1
+        if not self.quiet and time.monotonic() - self._noted >= 2.0:
+            self._noted = time.monotonic()
+            print(f"[checkpoint] written to {path} (save {self.saves} of this job)", file=sys.stderr, flush=True)
         if self.die_after is not None and self.saves >= self.die_after:
             os.kill(os.getpid(), signal.SIGKILL)  # a test's stand-in for a node failure
 

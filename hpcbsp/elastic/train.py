@@ -26,7 +26,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ..util.args import OneLineParser, launcher_rank
+from ..util.args import (OneLineParser, add_alias, fraction, integer, launcher_rank, launcher_size, seed,
+                         nonnegative_float, nonnegative_int, positive_float, positive_int, positive_seconds)
+from ..util.outputs import OutputError, prepare_dir
+from ..util.progress import Progress
 
 from .data import DATASETS, DatasetUnavailable, load_dataset
 from .experiment import PolicyRun, TrainConfig, build_model, run_mpi, run_simulated, warm_up
@@ -53,42 +56,45 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("policies")
     g.add_argument("--policy", default="all",
                    help=f"comma-separated policies or 'all' ({', '.join(REGISTRY)}); default all")
-    g.add_argument("--R", type=int, default=20, help="ElasticBSP lookahead: most iterations between barriers (default 20)")
-    g.add_argument("--s", type=int, default=3, help="SSP staleness bound (default 3)")
-    g.add_argument("--s-lower", type=int, default=3, help="DSSP lower bound s_L (default 3)")
-    g.add_argument("--s-upper", type=int, default=15, help="DSSP upper bound s_U (default 15)")
-    g.add_argument("--backup", type=int, default=1, help="backup workers b: the first n-b gradients count (default 1)")
-    g.add_argument("--window", type=int, default=3,
+    g.add_argument("--R", type=integer, default=20, help="ElasticBSP lookahead: most iterations between barriers (default 20)")
+    g.add_argument("--s", type=integer, default=3, help="SSP staleness bound (default 3)")
+    g.add_argument("--s-lower", type=integer, default=3, help="DSSP lower bound s_L (default 3)")
+    g.add_argument("--s-upper", type=integer, default=15, help="DSSP upper bound s_U (default 15)")
+    g.add_argument("--backup", type=integer, default=1, help="backup workers b: the first n-b gradients count (default 1)")
+    g.add_argument("--window", type=integer, default=3,
                    help="ElasticBSP/DSSP predict an iteration time as the median of the last WINDOW intervals (default 3)")
     g = p.add_argument_group("workers and timing")
     g.add_argument("--slowdown", default=None,
                    help="per-worker iteration-time multipliers, one per worker, e.g. 1,1,1.5,3 "
                         "(default: 1,1,1.5,3 for 4 workers, else all 1 but the last worker at 3)")
-    g.add_argument("--workers", type=int, default=None, help="number of workers with --simulate (default 4)")
-    g.add_argument("--base-delay", type=float, default=0.02, help="iteration time of a worker at slowdown 1, seconds (default 0.02; "
+    g.add_argument("--workers", type=positive_int, default=None, help="number of workers with --simulate (default 4)")
+    g.add_argument("--base-delay", type=nonnegative_float, default=0.02, help="iteration time of a worker at slowdown 1, seconds (default 0.02; "
                         "> 0 with --simulate, where 0 would stop the virtual clock)")
-    g.add_argument("--jitter", type=float, default=0.1, help="lognormal sigma of iteration-time noise (default 0.1)")
-    g.add_argument("--change-at", type=float, default=None, help="time (s) at which --change-worker changes speed (default: never)")
-    g.add_argument("--change-worker", type=int, default=0, help="worker whose speed changes (default 0)")
-    g.add_argument("--change-factor", type=float, default=2.0, help="its iteration-time factor after the change (default 2)")
-    g.add_argument("--stall-prob", type=float, default=0.0, help="probability that an iteration stalls (default 0)")
-    g.add_argument("--stall-factor", type=float, default=10.0, help="how much longer a stalled iteration takes (default 10)")
+    g.add_argument("--jitter", type=nonnegative_float, default=0.1, help="lognormal sigma of iteration-time noise (default 0.1)")
+    g.add_argument("--change-at", type=nonnegative_float, default=None, help="time (s) at which --change-worker changes speed (default: never)")
+    g.add_argument("--change-worker", type=nonnegative_int, default=0, help="worker whose speed changes (default 0)")
+    g.add_argument("--change-factor", type=positive_float, default=2.0, help="its iteration-time factor after the change (default 2)")
+    g.add_argument("--stall-prob", type=fraction, default=0.0, help="probability that an iteration stalls (default 0)")
+    g.add_argument("--stall-factor", type=positive_float, default=10.0, help="how much longer a stalled iteration takes (default 10)")
     g = p.add_argument_group("training")
     g.add_argument("--dataset", choices=DATASETS, default="digits",
                    help="digits (scikit-learn's bundled images; extra 'digits') or generated clusters (default digits)")
     g.add_argument("--model", choices=("softmax", "mlp"), default="softmax", help="default softmax")
-    g.add_argument("--hidden", type=int, default=32, help="MLP hidden units (default 32)")
-    g.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (default 0.05)")
-    g.add_argument("--batch", type=int, default=16, help="mini-batch size per worker (default 16)")
-    g.add_argument("--duration", type=float, default=10.0, help="seconds of training per policy (default 10)")
-    g.add_argument("--eval-every", type=float, default=0.25, help="seconds between test-accuracy evaluations (default 0.25)")
-    g.add_argument("--repeats", type=int, default=1, help="runs per policy with different seeds; medians reported (default 1)")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--hidden", type=positive_int, default=32, help="MLP hidden units (default 32)")
+    g.add_argument("--lr", type=positive_float, default=0.05, help="SGD learning rate (default 0.05)")
+    g.add_argument("--batch", type=positive_int, default=16, help="mini-batch size per worker (default 16)")
+    g.add_argument("--duration", type=positive_float, default=10.0, help="seconds of training per policy (default 10)")
+    g.add_argument("--eval-every", type=positive_float, default=0.25, help="seconds between test-accuracy evaluations (default 0.25)")
+    g.add_argument("--repeats", type=positive_int, default=1, help="runs per policy with different seeds; medians reported (default 1)")
+    g.add_argument("--seed", type=seed, default=0, metavar="S", help="random seed (default 0)")
     g = p.add_argument_group("run")
     g.add_argument("--simulate", action="store_true", help="virtual clock instead of MPI (no mpiexec needed)")
-    g.add_argument("--out", type=Path, default=Path("runs/elastic"), help="output directory (default runs/elastic)")
+    g.add_argument("--out-dir", dest="out", type=Path, default=Path("runs/elastic"), metavar="DIR",
+                   help="output folder (default runs/elastic; checked before the run)")
+    add_alias(g, "--out", dest="out", type=Path)  # the old spelling
     g.add_argument("--no-plot", action="store_true", help="do not write accuracy.png")
-    g.add_argument("--timeout", type=float, default=60.0, help="longest single wait in an MPI run before failing (default 60 s)")
+    g.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    g.add_argument("--timeout", type=positive_seconds, default=60.0, help="longest single wait in an MPI run before failing (default 60 s)")
     g = p.add_argument_group("checkpoint and restart")
     g.add_argument("--checkpoint", type=Path, default=None, metavar="DIR",
                    help="save each policy run under DIR (one subdirectory per policy and repeat)")
@@ -188,6 +194,10 @@ def _fail(message: str, rank: int | None = None) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.simulate and launcher_size() > 1:
+            raise ValueError(f"--simulate runs on one process (a virtual clock) but was started on "
+                             f"{launcher_size()} ranks: run it without mpiexec")
+        prepare_dir(args.out, "--out-dir")  # before the work: a file in the way must not cost the run
         policies = _policies(args.policy)
         if args.simulate:
             config = make_config(args, args.workers)
@@ -198,11 +208,11 @@ def main(argv: list[str] | None = None) -> int:
         if plan is not None and args.simulate:
             plan.check("simulated", policies, args.repeats)
         data = load_dataset(args.dataset, args.seed)
-    except (ValueError, PolicyError, DatasetUnavailable, CheckpointError) as exc:
+    except (ValueError, PolicyError, DatasetUnavailable, CheckpointError, OutputError) as exc:
         return _fail(str(exc))
     if args.simulate:
         try:
-            runs = [_run_sim(config, name, data, rep, plan)
+            runs = [_run_sim(config, name, data, rep, plan, quiet=args.quiet)
                     for rep in range(args.repeats) for name in policies]
         except CheckpointError as exc:
             return _fail(str(exc))
@@ -223,7 +233,7 @@ def _checkpoint_plan(args: argparse.Namespace) -> CheckpointPlan | None:
     if every is None:
         every = 1.0 if args.simulate else 30.0
     return CheckpointPlan(args.checkpoint, every=every, restart=args.restart,
-                          die_after=args.die_after_saves)
+                          die_after=args.die_after_saves, quiet=args.quiet)
 
 
 def _check_checkpoint_dir(args: argparse.Namespace) -> None:
@@ -235,8 +245,10 @@ def _check_checkpoint_dir(args: argparse.Namespace) -> None:
 
 
 def _run_sim(config: TrainConfig, name: str, data: Any, repeat: int,
-             plan: CheckpointPlan | None) -> PolicyRun:
-    run = run_simulated(config, name, data, repeat, checkpoint=plan)
+             plan: CheckpointPlan | None, quiet: bool = False) -> PolicyRun:
+    show = Progress(f"simulated {name} repeat {repeat}", float(config.duration), enabled=not quiet,
+                    unit="virtual s")
+    run = run_simulated(config, name, data, repeat, checkpoint=plan, progress=lambda t: show(min(t, config.duration)))
     acc = run.curve[-1][1] if run.curve else float("nan")
     resumed = _resumed(run, "virtual s")
     print(f"[simulated] {run.label:24s} repeat {repeat}: {config.duration:g} virtual s, "
@@ -291,7 +303,8 @@ def _main_mpi(args: argparse.Namespace, policies: list[str], data: Any,
                 if rank == 0:
                     print(f"[mpi] {name}: {config.n_workers} workers, {config.duration:g} s "
                           f"(repeat {rep})", flush=True)
-                run = run_mpi(comm, config, name, data, rep, progress=_progress(config.duration),
+                run = run_mpi(comm, config, name, data, rep,
+                              progress=None if args.quiet else _progress(config.duration),
                               checkpoint=plan)
                 if run is not None:
                     runs.append(run)
@@ -310,14 +323,13 @@ def _main_mpi(args: argparse.Namespace, policies: list[str], data: Any,
 
 
 def _progress(duration: float):
-    last = [-1.0]
+    """Progress of a real run's policies on stderr (the server's rank), with the accuracy."""
+    shows: dict[str, Progress] = {}
 
     def show(label: str, t: float, log: Any) -> None:
-        if t - last[0] >= 1.0 or not log.curve:
-            last[0] = t
-            acc = log.curve[-1][1] if log.curve else float("nan")
-            print(f"  [{label}] {t:5.1f}/{duration:g} s  accuracy {acc:.3f}  updates {log.updates}",
-                  flush=True)
+        bar = shows.setdefault(label, Progress(label, float(duration), unit="s", every_s=1.0))
+        acc = log.curve[-1][1] if log.curve else float("nan")
+        bar(min(t, duration), f"accuracy {acc:.3f}, updates {log.updates}")
     return show
 
 

@@ -7,12 +7,14 @@ of workers the Reduce adds in another order, so x agrees to rounding.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..runtime import BSP
 from ..runtime.checkpoint import check_target, exists as checkpoint_exists
+from ..util.args import plural
 
 PROGRAM = "hpcbsp.farm"
 
@@ -24,6 +26,7 @@ class FarmCheckpoint:
     path: str
     every: int = 0          #: iterations between checkpoints (0: never write)
     restart: bool = False   #: resume from ``path`` if it holds a checkpoint
+    quiet: bool = False     #: no "checkpoint written" line on stderr (rank 0)
 
     def check(self) -> None:
         """Raise :class:`~hpcbsp.runtime.errors.BSPError` (one line) if ``path`` is not a place
@@ -39,7 +42,7 @@ class FarmCheckpoint:
         ck = bsp.restore(self.path, program=PROGRAM)
         if bsp.pid == 0:
             print(f"farm: restarted from {ck.path} at iteration {int(ck.state['iterations'])} "
-                  f"(saved on {ck.nprocs} ranks, now {bsp.nprocs})", flush=True)
+                  f"(saved on {plural(ck.nprocs, 'rank')}, now {bsp.nprocs})", flush=True)
         return np.array(ck.state["x"]), int(ck.state["iterations"]), bool(ck.state["done"])
 
     def maybe_save(self, bsp: BSP, x: np.ndarray | None, iterations: int, done: bool) -> None:
@@ -52,3 +55,5 @@ class FarmCheckpoint:
             return
         x, done = bsp.broadcast((x, done) if bsp.pid == 0 else None)
         bsp.checkpoint(self.path, program=PROGRAM, x=x, iterations=np.int64(iterations), done=np.bool_(done))
+        if bsp.pid == 0 and not self.quiet:
+            print(f"farm: checkpoint written to {self.path} at iteration {iterations}", file=sys.stderr, flush=True)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -52,7 +52,8 @@ class FarmResult:
 
 
 def run_farm(bsp: BSP, problem: BSFProblem, x0: Any, *, max_iter: int = 1000, report: str | None = None,
-             label: str | None = None, checkpoint: FarmCheckpoint | None = None) -> FarmResult:
+             label: str | None = None, checkpoint: FarmCheckpoint | None = None,
+             progress: Callable[[int], None] | None = None) -> FarmResult:
     """Run a BSF program on this BSP context (collective: every rank calls it).
 
     Parameters
@@ -74,6 +75,9 @@ def run_farm(bsp: BSP, problem: BSFProblem, x0: Any, *, max_iter: int = 1000, re
     checkpoint
         Save x and the iteration count every ``checkpoint.every`` iterations, and resume from an
         earlier checkpoint when ``checkpoint.restart`` (see :mod:`hpcbsp.farm.checkpointing`).
+    progress
+        Called on the master as ``progress(iterations)`` after every iteration (e.g. a
+        :class:`hpcbsp.util.progress.Progress`).
 
     Returns
     -------
@@ -94,7 +98,8 @@ def run_farm(bsp: BSP, problem: BSFProblem, x0: Any, *, max_iter: int = 1000, re
     if checkpoint is not None:
         x, iterations, done = checkpoint.resume(bsp, x)
     if bsp.nprocs == 1:
-        return _run_alone(bsp, problem, x, r_shape, max_iter, report, label, checkpoint, iterations, done)
+        return _run_alone(bsp, problem, x, r_shape, max_iter, report, label, checkpoint, iterations, done,
+                          progress)
 
     master = bsp.pid == 0
     n = x.size
@@ -147,6 +152,8 @@ def run_farm(bsp: BSP, problem: BSFProblem, x0: Any, *, max_iter: int = 1000, re
             converged = done
             _record(samples, t2 - t_iter, part[:, r_size].sum(), part[:, r_size + 1].sum(), t1 - t0, t2 - t1)
         iterations += 1  # every rank counts, so that all agree when a checkpoint is due
+        if master and progress is not None:
+            progress(iterations)
         if checkpoint is not None:
             checkpoint.maybe_save(bsp, x if master else None, iterations, done)
     total = time.perf_counter() - t_loop
@@ -182,7 +189,8 @@ def _measure_latency(bsp: BSP, ping: Any) -> float:
 
 def _run_alone(bsp: BSP, problem: BSFProblem, x: np.ndarray, r_shape: tuple[int, ...], max_iter: int,
                report: str | None, label: str | None, checkpoint: FarmCheckpoint | None,
-               iterations: int, converged: bool) -> FarmResult:
+               iterations: int, converged: bool,
+               progress: Callable[[int], None] | None = None) -> FarmResult:
     """One rank: the master is its own only worker (K = 1, no exchange, L = 0)."""
     length = int(problem.list_length)
     sub = problem.sublist(0, length)
@@ -200,6 +208,8 @@ def _run_alone(bsp: BSP, problem: BSFProblem, x: np.ndarray, r_shape: tuple[int,
         x = x_next
         iterations += 1
         _record(samples, t3 - t0, t1 - t0, t2 - t1, 0.0, t3 - t2)
+        if progress is not None:
+            progress(iterations)
         if checkpoint is not None:
             checkpoint.maybe_save(bsp, x, iterations, converged)
     timings = summarise(samples, workers=1, list_length=length, iterations=iterations,

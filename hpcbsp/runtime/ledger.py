@@ -186,9 +186,11 @@ def summarize(records: list[dict[str, object]], max_rows: int = 12,
     pred = [profile.superstep_cost(float(s["w_s"]), float(s["h_bytes"]), float(s["h_msgs"]))
             for s in steps] if profile is not None else None
     extra = f" {'measured':>10} {'predicted':>10}" if pred else ""
-    lines = [f"ledger: {len(steps)} supersteps on {nranks} rank(s)  "
-             "(w, sync: max over ranks; h: max bytes in or out of one rank; times in ms)",
-             f"  {'step':>5} {'label':<18} {'w':>10} {'sync':>10} {'h [bytes]':>12} {'msgs':>8}{extra}"]
+    lines = [f"ledger: {len(steps)} superstep{'s' if len(steps) != 1 else ''} on {nranks} "
+             f"rank{'s' if nranks != 1 else ''}  (w, sync: max over ranks; h: max bytes in or out of one rank; "
+             "times in ms; requests: puts, gets, queue sends per destination and mailbox records, "
+             "summed over ranks, not MPI messages)",
+             f"  {'step':>5} {'label':<18} {'w':>10} {'sync':>10} {'h [bytes]':>12} {'requests':>8}{extra}"]
     rows = list(range(len(steps))) if len(steps) <= max_rows else \
         list(range(max_rows - 2)) + [len(steps) - 2, len(steps) - 1]
     for j, i in enumerate(rows):

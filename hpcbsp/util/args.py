@@ -1,15 +1,32 @@
-"""Shared command-line plumbing: an argparse parser whose usage errors are one line, exit 2."""
+"""Shared command-line plumbing: one parser class, one set of argument types, one vocabulary.
+
+Every hpcbsp command line (the apps, ``hpcbsp``, ``hpcbsp-cost``, ``hpcbsp.elastic.train``, the
+benchmarks) builds its parser from here, so that the same thing is spelt and checked the same
+way everywhere (docs/cli.md lists the vocabulary):
+
+* :class:`OneLineParser` reports a usage error as one line naming the program and exits 2; it
+  never accepts an abbreviated option (``--n`` must not silently mean ``--no-check``).
+* The argument types (:func:`positive_int`, :func:`nonnegative_int`, :func:`integer`,
+  :func:`positive_float`, :func:`nonnegative_float`, :func:`seconds`, :func:`fraction`, :func:`seed`) reject
+  NaN, infinities, non-ASCII digits and out-of-range values with a message naming the value.
+* :func:`add_common_options` adds ``--seed``, ``--ledger``, ``--json`` and ``--quiet`` with one
+  meaning everywhere; :func:`add_alias` keeps an old spelling as a hidden, deprecated alias.
+"""
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
-from typing import NoReturn
+from typing import Any, Callable, NoReturn
+
+#: The launcher variables that carry a process's rank before MPI starts.
+_RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
 
 
 def launcher_rank() -> int:
     """This process's rank as the launcher's environment says (readable before MPI starts)."""
-    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"):
+    for var in _RANK_VARS:
         if var in os.environ:
             try:
                 return int(os.environ[var])
@@ -18,14 +35,244 @@ def launcher_rank() -> int:
     return 0
 
 
+def launcher_size() -> int:
+    """The number of processes the launcher started (1 without a launcher), before MPI starts."""
+    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE"):
+        if var in os.environ:
+            try:
+                return int(os.environ[var])
+            except ValueError:
+                return 1
+    return 1
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse that reports a usage error as one line naming the program, and exits 2.
 
-    Under mpiexec every rank parses the same arguments; only rank 0 prints the error, so the
-    user sees it once.
+    Abbreviated long options are refused (``allow_abbrev=False``).  Under mpiexec every rank
+    parses the same arguments; only rank 0 prints the error, so the user sees it once.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         if launcher_rank() == 0:
             sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
         sys.exit(2)
+
+
+# -- argument types --------------------------------------------------------------------------------
+
+def _number(text: str, kind: str) -> float:
+    """``text`` as a finite float; ``1_000`` and ``1e6`` accepted, other scripts' digits not."""
+    clean = text.strip().replace("_", "")
+    try:
+        if not clean.isascii():
+            raise ValueError(text)
+        value = float(clean)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {kind}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not {kind} (a finite value is needed)")
+    return value
+
+
+def integer(text: str) -> int:
+    """argparse type: an integer that fits in int64 (``1e6`` and ``1_000_000`` accepted; ``2.5`` is
+    not): the programs keep counts, sizes and seeds in int64 arrays."""
+    clean = text.strip().replace("_", "")
+    if clean.isascii() and clean.lstrip("+-").isdigit():
+        value = int(clean)
+    else:
+        number = _number(text, "an integer")
+        if number != int(number):
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer")
+        value = int(number)
+    if not -2**63 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"{text!r} is out of range (an int64: from -2**63 to 2**63 - 1)")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = integer(text)
+    except argparse.ArgumentTypeError as exc:
+        if "out of range" in str(exc):
+            raise
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer (it must be >= 1)")
+    return value
+
+
+def nonnegative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    value = integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
+    return value
+
+
+def seed(text: str) -> int:
+    """argparse type: a random seed, an integer in [0, 2**63) (numpy's generators take no negative
+    seed, and programs record their seed as an int64)."""
+    value = integer(text)
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a seed (an integer from 0 to 2**63 - 1)")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0."""
+    value = _number(text, "a number")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
+    return value
+
+
+def nonnegative_float(text: str) -> float:
+    """argparse type: a finite number >= 0."""
+    value = _number(text, "a number")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
+    return value
+
+
+def finite_float(text: str) -> float:
+    """argparse type: any finite number."""
+    return _number(text, "a number")
+
+
+def seconds(text: str) -> float:
+    """argparse type: a finite duration in seconds, >= 0 (fractions kept: ``0.5`` is half a second)."""
+    value = _number(text, "a number of seconds")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a time must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type: a finite duration in seconds, > 0."""
+    value = seconds(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"a time must be > 0 seconds, got {text!r}")
+    return value
+
+
+def fraction(text: str) -> float:
+    """argparse type: a probability in [0, 1]."""
+    value = _number(text, "a number")
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} must lie in [0, 1]")
+    return value
+
+
+# -- the shared vocabulary ---------------------------------------------------------------------
+
+def add_alias(parser: argparse.ArgumentParser | Any, *names: str, dest: str,
+              type: Callable[[str], Any] | None = None, action: str | None = None) -> None:
+    """Accept ``names`` as hidden, deprecated spellings of the option stored in ``dest``."""
+    kw: dict[str, Any] = {"dest": dest, "help": argparse.SUPPRESS, "default": argparse.SUPPRESS}
+    if action is not None:
+        kw["action"] = action
+    else:
+        kw["type"] = type
+    parser.add_argument(*names, **kw)
+
+
+def add_common_options(parser: argparse.ArgumentParser | Any, *, with_seed: bool = True, ledger: bool = True,
+                       json: bool = True, quiet: bool = True, seed_help: str = "random seed") -> None:
+    """The options every app has, spelt and defaulted the same everywhere.
+
+    ``--seed S`` (default 0), ``--ledger PATH`` (.json or .csv, checked before the run),
+    ``--json`` (rank 0 prints one JSON object instead of the text report) and ``--quiet`` (no
+    progress lines on stderr).
+    """
+    if with_seed:
+        parser.add_argument("--seed", type=seed, default=0, metavar="S",
+                            help=f"{seed_help}, an integer >= 0 (default 0)")
+    if ledger:
+        parser.add_argument("--ledger", metavar="PATH",
+                            help="save the superstep ledger of every rank (.json or .csv; checked before the run)")
+    if json:
+        parser.add_argument("--json", action="store_true", help="print rank 0's result as one JSON object")
+    if quiet:
+        parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
+#: File name endings the ledger can be saved as (``bsp.ledger.save``).
+LEDGER_SUFFIXES = (".json", ".csv")
+
+
+def check_outputs(parser: argparse.ArgumentParser, outputs: list[tuple[str | None, str, tuple[str, ...]]]) -> None:
+    """Check output paths before any work: ``(path, what, suffixes)``; suffixes ``()``: any.
+
+    A wrong extension, a folder where a file is wanted, or an unwritable place is a usage error
+    (one line, exit 2) now, not a traceback after the run.
+    """
+    from .outputs import OutputError, prepare_output
+
+    for path, what, suffixes in outputs:
+        if not path:
+            continue
+        if suffixes and not path.lower().endswith(suffixes):
+            endings = suffixes[0] if len(suffixes) == 1 else f"{', '.join(suffixes[:-1])} or {suffixes[-1]}"
+            parser.error(f"{what} {path!r}: use a file name ending in {endings}")
+        try:
+            prepare_output(path, what)
+        except OutputError as exc:
+            parser.error(str(exc))
+
+
+def check_out_dir(parser: argparse.ArgumentParser, path: str | os.PathLike[str] | None, what: str) -> None:
+    """Check an output folder before any work: it may exist (as a folder) or be creatable."""
+    from .outputs import OutputError, prepare_dir
+
+    if path is None:
+        return
+    try:
+        prepare_dir(path, what)
+    except OutputError as exc:
+        parser.error(str(exc))
+
+
+def plural(count: int, noun: str, plural_form: str | None = None) -> str:
+    """``1 rank``, ``2 ranks`` (``plural_form`` for irregular nouns)."""
+    return f"{count:,} {noun if count == 1 else (plural_form or noun + 's')}"
+
+
+def physical_memory() -> int | None:
+    """Bytes of physical memory on this node, or None where the system does not say."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_memory(parser: argparse.ArgumentParser, nbytes: float, what: str, hint: str) -> None:
+    """Refuse, before the work, a size whose arrays could not fit in this node's memory.
+
+    ``nbytes`` is the estimated need on one process (``what`` describes it); ``hint`` says which
+    option to make smaller.  A usage error (one line, exit 2) instead of a ``MemoryError``.
+    """
+    total = physical_memory()
+    if total is not None and nbytes > total:
+        parser.error(f"{what} needs about {_bytes(nbytes)} of memory per process, more than this "
+                     f"node's {_bytes(total)}: {hint}")
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if n < 1024 or unit == "EiB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} EiB"
+
+
+def not_a_program(module: str, instead: str) -> int:
+    """For ``python -m`` of a library module: one line saying what to run instead; status 2."""
+    sys.stderr.write(f"{module} is a library module, not a program: {instead}\n")
+    return 2

@@ -30,3 +30,25 @@ def prepare_output(path: str | os.PathLike[str], what: str = "output") -> str:
     except OSError as exc:
         raise OutputError(f"cannot write {what} {path}: {exc.strerror or exc}") from None
     return path
+
+
+def prepare_dir(path: str | os.PathLike[str], what: str = "output folder") -> str:
+    """Check that ``path`` is, or can become, a writable folder; create nothing.
+
+    Call it when the command starts: an existing file in the way, or a place without write
+    permission, is reported (:class:`OutputError`) before the work instead of after it.
+    """
+    path = os.fspath(path)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise OutputError(f"{what} {path} exists and is not a folder; give a folder name")
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe):  # the nearest existing ancestor must let us create the rest
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    if not os.path.isdir(probe):
+        raise OutputError(f"cannot create {what} {path}: {probe} is a file")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise OutputError(f"cannot write {what} {path}: no write permission in {probe}")
+    return path

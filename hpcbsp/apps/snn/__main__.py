@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from hpcbsp.util.args import OneLineParser
-from hpcbsp.util.outputs import OutputError, prepare_output
+from hpcbsp.util.args import (LEDGER_SUFFIXES, OneLineParser, add_alias, add_common_options, check_memory,
+                              check_outputs, fraction,
+                              nonnegative_int, plural, positive_float, positive_int)
 
 from .bsp_mode import DEFAULT_WINDOW_CAP, SUPERSTEP_RULES
 from .lif import LIFParams
@@ -35,45 +36,43 @@ def build_parser() -> OneLineParser:
                     "asynchronously with per-rank lookahead, or serially as the reference. All modes "
                     "give the same spike trains for a seed, on any number of ranks.",
         epilog="Delays are whole steps of --dt. Example: mpiexec -n 2 python -m hpcbsp.apps.snn "
-               "--mode async --neurons 4000 --time-ms 500 --raster raster.png")
+               "--mode async --n 4000 --time-ms 500 --raster raster.png")
     parser.add_argument("--mode", choices=MODES, default="bsp",
                         help="bsp: supersteps of the minimum delay, spikes in BSP queues; async: point-to-point "
                              "messages with time stamps, no global barrier; serial: one-process numpy "
                              "reference (default bsp)")
     net = parser.add_argument_group("network")
-    net.add_argument("--neurons", type=int, metavar="N", default=d.neurons,
-                     help=f"number of neurons (default {d.neurons})")
-    net.add_argument("--fanout", type=int, metavar="K", default=d.fanout,
+    net.add_argument("--n", dest="neurons", type=positive_int, metavar="N", default=d.neurons,
+                     help=f"number of neurons in total (default {d.neurons})")
+    add_alias(net, "--neurons", dest="neurons", type=positive_int)  # the old spelling
+    net.add_argument("--fanout", type=nonnegative_int, metavar="K", default=d.fanout,
                      help=f"outgoing synapses per neuron (default {d.fanout})")
-    net.add_argument("--areas", type=int, metavar="A", default=d.areas,
+    net.add_argument("--areas", type=positive_int, metavar="A", default=d.areas,
                      help=f"areas (contiguous id ranges) with short delays inside, long between (default {d.areas})")
-    net.add_argument("--inter-area", type=float, metavar="F", default=d.inter_area,
+    net.add_argument("--inter-area", type=fraction, metavar="F", default=d.inter_area,
                      help=f"fraction of synapses to other areas (default {d.inter_area})")
-    net.add_argument("--delay-min", type=int, metavar="STEPS", default=d.delay_min,
+    net.add_argument("--delay-min", type=positive_int, metavar="STEPS", default=d.delay_min,
                      help=f"shortest delay inside an area, in steps (default {d.delay_min})")
-    net.add_argument("--delay-local-max", type=int, metavar="STEPS", default=d.delay_local_max,
+    net.add_argument("--delay-local-max", type=positive_int, metavar="STEPS", default=d.delay_local_max,
                      help=f"longest delay inside an area, in steps (default {d.delay_local_max})")
-    net.add_argument("--delay-long-min", type=int, metavar="STEPS", default=d.delay_long_min,
+    net.add_argument("--delay-long-min", type=positive_int, metavar="STEPS", default=d.delay_long_min,
                      help=f"shortest delay between areas, in steps (default {d.delay_long_min})")
-    net.add_argument("--delay-max", type=int, metavar="STEPS", default=d.delay_max,
+    net.add_argument("--delay-max", type=positive_int, metavar="STEPS", default=d.delay_max,
                      help=f"longest delay between areas, in steps (default {d.delay_max})")
-    net.add_argument("--seed", type=int, metavar="S", default=d.seed, help=f"network seed (default {d.seed})")
     run = parser.add_argument_group("simulation")
-    run.add_argument("--time-ms", type=float, metavar="MS", default=1000.0, help="simulated time in ms (default 1000)")
-    run.add_argument("--dt", type=float, metavar="MS", default=d.lif.dt_ms,
+    run.add_argument("--time-ms", type=positive_float, metavar="MS", default=1000.0, help="simulated time in ms (default 1000)")
+    run.add_argument("--dt", type=positive_float, metavar="MS", default=d.lif.dt_ms,
                      help=f"time step in ms (default {d.lif.dt_ms})")
     run.add_argument("--superstep", choices=SUPERSTEP_RULES, default="global",
                      help="bsp: superstep length = the network's minimum delay (global) or the minimum "
                           "delay of synapses between ranks (cross) (default global)")
-    run.add_argument("--window", type=int, metavar="STEPS", default=None,
+    run.add_argument("--window", type=positive_int, metavar="STEPS", default=None,
                      help="async: at most this many steps per window (default: half the smallest delay from "
                           f"the rank to the ranks it projects to, at most {DEFAULT_WINDOW_CAP})")
     out = parser.add_argument_group("output")
-    out.add_argument("--raster", metavar="PNG", help="write a spike raster plot (needs matplotlib)")
+    out.add_argument("--raster", metavar="PNG", help="write a spike raster plot: .png, .svg or .pdf (needs matplotlib)")
     out.add_argument("--spikes", metavar="PATH", help="write the spike trains: .npz (arrays step, neuron) or .csv")
-    out.add_argument("--ledger", metavar="PATH", help="save the superstep ledger (.json, .csv or .trace.json)")
-    out.add_argument("--json", action="store_true", help="print the figures as one JSON object")
-    out.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    add_common_options(out, seed_help="network seed")
     return parser
 
 
@@ -97,6 +96,13 @@ def spec_from_args(parser: OneLineParser, args: Any) -> tuple[NetworkSpec, int]:
     problems = spec.problems()
     if problems:
         parser.error("; ".join(problems))
+    # The whole synapse list (about 24 bytes a synapse, a few copies while it is built) and the
+    # ring buffer of input per delay step and neuron (4 bytes each) on one rank.
+    synapses = float(spec.neurons) * spec.fanout
+    ring = (spec.max_delay + (args.window or DEFAULT_WINDOW_CAP) + 1.0) * spec.neurons
+    check_memory(parser, 4 * 24.0 * synapses + 4.0 * ring,
+                 f"--n {spec.neurons} --fanout {spec.fanout} --delay-max {spec.delay_max}",
+                 "use fewer neurons, a smaller --fanout or shorter delays")
     return spec, steps
 
 
@@ -113,7 +119,8 @@ def report(res: RunResult, spec: NetworkSpec) -> str:
     """Rank 0's text report."""
     from hpcbsp.runtime.ledger import summarize
 
-    lines = [f"snn --mode {res.mode} on {res.nprocs} rank(s): {spec.neurons:,} neurons in {spec.areas} area(s), "
+    lines = [f"snn --mode {res.mode} on {plural(res.nprocs, 'rank')}: {plural(spec.neurons, 'neuron')} in "
+             f"{plural(spec.areas, 'area')}, "
              f"fan-out {spec.fanout}, delays {spec.delay_min}-{spec.delay_local_max} steps inside areas, "
              f"{spec.delay_long_min}-{spec.delay_max} between (dt = {res.dt_ms:g} ms), seed {spec.seed}",
              f"simulated {res.steps * res.dt_ms:g} ms ({res.steps:,} steps) in {res.wall_s:.3f} s wall "
@@ -142,16 +149,10 @@ def main(argv: list[str] | None = None) -> int:
     spec, steps = spec_from_args(parser, args)
     if args.ledger and args.mode == "serial":
         parser.error("--ledger needs --mode bsp or async (the serial reference has no supersteps)")
-    if args.ledger and not args.ledger.endswith((".json", ".csv")):
-        parser.error(f"--ledger {args.ledger!r}: use a .json, .csv or .trace.json extension")
-    if args.spikes and not args.spikes.endswith((".npz", ".csv")):
-        parser.error(f"--spikes {args.spikes!r}: use a .npz or .csv extension")
-    for path, what in ((args.ledger, "ledger"), (args.spikes, "spike file"), (args.raster, "raster plot")):
-        if path:
-            try:
-                prepare_output(path, what)  # before the run: a bad path must not cost the result
-            except OutputError as exc:
-                parser.error(str(exc))
+    # Before the run: a bad path must not cost the result.
+    check_outputs(parser, [(args.ledger, "--ledger file", LEDGER_SUFFIXES),
+                           (args.spikes, "--spikes file", (".npz", ".csv")),
+                           (args.raster, "--raster plot", (".png", ".svg", ".pdf"))])
     from mpi4py import MPI
 
     size = MPI.COMM_WORLD.Get_size()

@@ -35,11 +35,12 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from ...util.progress import Progress
 from ...runtime import BSP
 from .bsp_mode import DEFAULT_WINDOW_CAP
 from .local import SPIKE, LocalSim
 from .network import LocalNetwork, NetworkSpec
-from .result import Progress, RunResult, build_and_simulate, gather_spikes
+from .result import RunResult, build_and_simulate, gather_spikes
 
 #: Tag of time-advance messages on the mode's own communicator.
 _TAG = 17
@@ -137,7 +138,7 @@ def simulate_async(bsp: BSP, net: LocalNetwork, steps: int, *, window: int | Non
         sim = LocalSim(net, window)
         peers = _Peers(comm, sim, net.lookahead)
         out_ranks = net.out_ranks
-        show = Progress(steps, "async", progress and bsp.pid == 0)
+        show = Progress("snn async", steps, enabled=progress and bsp.pid == 0, unit="step")
         windows = 0
         bsp.sync("ready")
         t0 = time.perf_counter()

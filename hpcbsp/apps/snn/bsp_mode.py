@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ...util.progress import Progress
 from .local import SPIKE, LocalSim
 from .network import LocalNetwork, NetworkSpec
-from .result import Progress, RunResult, build_and_simulate, gather_spikes
+from .result import RunResult, build_and_simulate, gather_spikes
 
 if TYPE_CHECKING:
     from ...runtime import BSP
@@ -52,7 +53,7 @@ def simulate_bsp(bsp: BSP, net: LocalNetwork, steps: int, *, rule: str = "global
     d = superstep_length(bsp, net, rule)
     sim = LocalSim(net, d)
     q = bsp.queue(SPIKE, name="spikes")
-    show = Progress(steps, f"bsp/{rule}", progress and bsp.pid == 0)
+    show = Progress(f"snn bsp/{rule}", steps, enabled=progress and bsp.pid == 0, unit="step")
     bsp.sync("ready")
     first = bsp.superstep
     t0 = time.perf_counter()

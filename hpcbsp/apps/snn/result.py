@@ -1,7 +1,6 @@
 """What a simulation run reports, and the collection of spike trains and counters on rank 0."""
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
@@ -105,25 +104,3 @@ def build_and_simulate(bsp: BSP, spec: NetworkSpec,
     res.setup_s = setup
     res.ledger = bsp.ledger.gather()
     return res
-
-
-class Progress:
-    """Rank 0's progress line on stderr: at most every ``every_s`` seconds, only for long runs."""
-
-    def __init__(self, total: int, label: str, enabled: bool = True, every_s: float = 2.0):
-        self.total = total
-        self.label = label
-        self.enabled = enabled
-        self.every_s = every_s
-        self._t0 = time.perf_counter()
-        self._last = self._t0
-
-    def __call__(self, done: int) -> None:
-        if not self.enabled:
-            return
-        now = time.perf_counter()
-        if now - self._last >= self.every_s:
-            self._last = now
-            sys.stderr.write(f"[snn {self.label}] step {done:,}/{self.total:,} "
-                             f"({100.0 * done / max(self.total, 1):.0f}%, {now - self._t0:.1f} s)\n")
-            sys.stderr.flush()

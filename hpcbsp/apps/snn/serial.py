@@ -12,8 +12,9 @@ import time
 
 import numpy as np
 
+from ...util.progress import Progress
 from .network import NetworkSpec, neuron_state, whole_network
-from .result import Progress, RunResult
+from .result import RunResult
 
 
 def simulate_serial(spec: NetworkSpec, steps: int, *, progress: bool = False) -> RunResult:
@@ -33,7 +34,7 @@ def simulate_serial(spec: NetworkSpec, steps: int, *, progress: bool = False) ->
     decay = p.decay
     fired_steps: list[np.ndarray] = []
     fired_ids: list[np.ndarray] = []
-    show = Progress(steps, "serial", progress)
+    show = Progress("snn serial", steps, enabled=progress, unit="step")
     t0 = time.perf_counter()
     for s in range(steps):
         u = ring[s % slots].copy()

@@ -1,0 +1,97 @@
+"""Progress lines on stderr for long runs: one small helper every command uses.
+
+A run that takes longer than about two seconds says how far it is, on stderr (so that stdout
+stays the result), at most every ``every_s`` seconds; a short run prints nothing.  ``--quiet``
+turns it off (``enabled=False``), and under MPI only one rank (the caller passes
+``enabled=rank == 0``) prints.
+
+    show = Progress("heat", total=steps, enabled=not args.quiet and bsp.pid == 0)
+    for step in range(steps):
+        ...
+        show(step + 1)
+    show.note("checkpoint written to ck/ at step 200")
+"""
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+
+class Progress:
+    """Rate-limited progress lines ``[label] 120/1,000 (12%, 2.0 s elapsed, ~14.7 s left)``.
+
+    Parameters
+    ----------
+    label : str
+        What is running (printed in brackets).
+    total : int, float or None
+        The number of units the run will do (a float for a continuous quantity such as
+        simulated time), or None when unknown (no percentage then).
+    enabled : bool
+        False (``--quiet``, or a rank other than 0) prints nothing.
+    every_s : float
+        Least seconds between two lines; the first comes after ``every_s`` too, so runs shorter
+        than that stay silent.
+    unit : str
+        The name of the units counted (``step``, ``iteration``, ...).
+    stream : file, optional
+        Where the lines go (default: ``sys.stderr`` at the time of the call).
+    limit : bool
+        ``total`` is only an upper bound (an iteration limit that a converging run may never
+        reach): no percentage and no time left, just ``of at most``.
+    """
+
+    def __init__(self, label: str, total: float | None = None, *, enabled: bool = True, every_s: float = 2.0,
+                 unit: str = "", stream: TextIO | None = None, limit: bool = False):
+        self.label = label
+        self.total = total
+        self.limit = limit
+        self.enabled = enabled
+        self.every_s = every_s
+        self.unit = unit
+        self._stream = stream
+        self._t0 = time.perf_counter()
+        self._last = self._t0
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds since the helper was made."""
+        return time.perf_counter() - self._t0
+
+    def _write(self, text: str) -> None:
+        stream = self._stream if self._stream is not None else sys.stderr
+        try:
+            stream.write(f"[{self.label}] {text}\n")
+            stream.flush()
+        except (OSError, ValueError):  # a closed or broken stderr must not end the run
+            self.enabled = False
+
+    def __call__(self, done: float, detail: str = "") -> None:
+        """Report ``done`` units (printed only if ``every_s`` has passed since the last line)."""
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        if now - self._last < self.every_s:
+            return
+        self._last = now
+        elapsed = now - self._t0
+        unit = f"{self.unit} " if self.unit else ""
+        if self.total and self.limit:
+            text = f"{unit}{_fmt(done)} (of at most {_fmt(self.total)}; {elapsed:.1f} s elapsed)"
+        elif self.total:
+            left = elapsed * (self.total - done) / done if done > 0 else None
+            text = (f"{unit}{_fmt(done)}/{_fmt(self.total)} ({100.0 * done / self.total:.0f}%, "
+                    f"{elapsed:.1f} s elapsed" + (f", ~{left:.1f} s left)" if left is not None else ")"))
+        else:
+            text = f"{unit}{_fmt(done)} ({elapsed:.1f} s elapsed)"
+        self._write(text + (f"; {detail}" if detail else ""))
+
+    def note(self, text: str) -> None:
+        """Print ``text`` now (an event such as a checkpoint written), unless disabled."""
+        if self.enabled:
+            self._write(text)
+
+
+def _fmt(value: float) -> str:
+    return f"{value:,}" if isinstance(value, int) else f"{value:,.2f}"
