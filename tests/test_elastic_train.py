@@ -29,7 +29,7 @@ QUICK = ["--dataset", "generated", "--duration", "1.5", "--eval-every", "0.1", "
     (["--slowdown", "1,x"], "comma-separated numbers"),
     (["--slowdown", "1,-1"], "slowdowns must be positive"),
     (["--backup", "4"], "must be fewer than the 4 workers"),
-    (["--duration", "0"], "argument --duration: '0' must be > 0"),
+    (["--eval-every", "1e-9"], "would evaluate the model"),
 ])
 def test_bad_input_is_one_line_and_status_2(args: list[str], message: str,
                                             capsys: pytest.CaptureFixture[str]) -> None:
@@ -38,12 +38,17 @@ def test_bad_input_is_one_line_and_status_2(args: list[str], message: str,
     assert len(err) == 1 and message in err[0], err
 
 
-def test_argparse_errors_are_one_line_too(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("args, message", [
+    (["--R", "many"], "--R"),
+    (["--duration", "0"], "argument --duration: '0' must be > 0"),
+])
+def test_argparse_errors_are_one_line_too(args: list[str], message: str,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
-        main(["--simulate", "--R", "many"])
+        main(["--simulate", *args])
     assert info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--R" in err[0]
+    assert len(err) == 1 and message in err[0], err
 
 
 def test_help_shows_the_mpi_example(capsys: pytest.CaptureFixture[str]) -> None:
