@@ -43,6 +43,8 @@ __all__ = ["main", "build_parser"]
 DEFAULT_SLOWDOWN = (1.0, 1.0, 1.5, 3.0)
 #: Most worker iterations a simulated run may take (a virtual clock has no wall-clock bound).
 MAX_SIMULATED_EVENTS = 1e6
+#: Largest --jitter (lognormal sigma of iteration times) accepted.
+MAX_JITTER = 3.0
 PROG = "python -m hpcbsp.elastic.train"
 
 
@@ -142,13 +144,18 @@ def make_config(args: argparse.Namespace, n_workers: int | None) -> TrainConfig:
     options = PolicyOptions(R=args.R, s=args.s, s_lower=args.s_lower, s_upper=args.s_upper,
                             backup=args.backup, window=args.window)
     slowdown = _slowdown(args.slowdown, n_workers)
+    if args.jitter > MAX_JITTER:
+        raise ValueError(f"--jitter {args.jitter:g} is too large: at most {MAX_JITTER:g} (a lognormal sigma; "
+                         f"{MAX_JITTER:g} already spreads iteration times by a factor of about 400 either way)")
     if args.simulate:  # a virtual clock has no wall-clock bound: refuse runs of endless events
         fastest = args.base_delay * min(s for s in slowdown if s > 0) if any(s > 0 for s in slowdown) else 0.0
+        if args.change_at is not None:
+            fastest *= min(1.0, args.change_factor)
         events = len(slowdown) * args.duration / fastest if fastest > 0 else math.inf
         if events > MAX_SIMULATED_EVENTS:
             raise ValueError(f"--duration {args.duration:g} s at --base-delay {args.base_delay:g} s is about "
-                             f"{events:.3g} simulated iterations (at most {MAX_SIMULATED_EVENTS:.0e}): give a "
-                             "larger --base-delay or a shorter --duration")
+                             f"{events:.3g} simulated iterations (at most {MAX_SIMULATED_EVENTS:.0e}, counting "
+                             "--slowdown and --change-factor): give a larger --base-delay or a shorter --duration")
         if args.duration / args.eval_every > MAX_SIMULATED_EVENTS / 100:
             raise ValueError(f"--eval-every {args.eval_every:g} s evaluates the model {args.duration / args.eval_every:.3g} "
                              f"times in --duration {args.duration:g} s: give a larger --eval-every")
