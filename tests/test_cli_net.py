@@ -16,7 +16,7 @@ rule for bad input, checked independently of each command's code:
 Whole programs run in subprocesses on one process each (small sizes keep them quick; a huge size
 must be refused before the work).  ``hpcbsp-cost`` subcommands that do not start MPI, and the
 benchmarks' parsers (with ``--help`` last, so parsing is all that runs), run in-process.
-``HPCBSP_CLI_NET_EXAMPLES`` sets the examples per command (default 4).
+``HPCBSP_CLI_NET_EXAMPLES`` sets the examples per command (default 3; raise it to hunt).
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ from hpcbsp.runtime.launch import expected_world_size
 pytestmark = pytest.mark.skipif((expected_world_size() or 1) > 1,
                                 reason="launches its own processes: runs in the serial pass, not once per rank")
 
-EXAMPLES = int(os.environ.get("HPCBSP_CLI_NET_EXAMPLES", "4"))
+EXAMPLES = int(os.environ.get("HPCBSP_CLI_NET_EXAMPLES", "3"))
 TIMEOUT = 90  # seconds per command: every generated run is small or refused at once
 BIN = Path(sys.executable).parent
 
@@ -262,6 +262,10 @@ REPORTED = [
     (["-m", "hpcbsp.apps.bsfsystem"], 2, "hpcbsp.apps.jacobi"),
     (["-m", "hpcbsp.elastic.train", "--simulate", "--dataset", "generated", "--duration", "1",
       "--base-delay", "0"], 2, "--base-delay"),
+    # found by this net: a virtual clock with (near) zero-length iterations never ends
+    (["-m", "hpcbsp.elastic.train", "--simulate", "--dataset", "generated", "--jitter", "1e300"], 2, "--jitter"),
+    (["-m", "hpcbsp.elastic.train", "--simulate", "--dataset", "generated", "--change-at", "0.1",
+      "--change-factor", "1e-300"], 2, "--change-factor"),
 ]
 
 

@@ -41,6 +41,8 @@ from .timing import TimingModel
 __all__ = ["main", "build_parser"]
 
 DEFAULT_SLOWDOWN = (1.0, 1.0, 1.5, 3.0)
+#: Largest --jitter (lognormal sigma of iteration times) accepted.
+MAX_JITTER = 3.0
 PROG = "python -m hpcbsp.elastic.train"
 #: Bounds that keep a run finite: a simulated run handles every iteration as an event (about
 #: 30-100 us each with training, so 2 million take minutes), and every evaluation runs the model
@@ -155,6 +157,9 @@ def make_config(args: argparse.Namespace, n_workers: int | None) -> TrainConfig:
     options = PolicyOptions(R=args.R, s=args.s, s_lower=args.s_lower, s_upper=args.s_upper,
                             backup=args.backup, window=args.window)
     slowdown = _slowdown(args.slowdown, n_workers)
+    if args.jitter > MAX_JITTER:
+        raise ValueError(f"--jitter {args.jitter:g} is too large: at most {MAX_JITTER:g} (a lognormal sigma; "
+                         f"{MAX_JITTER:g} already spreads iteration times by a factor of about 400 either way)")
     if "backup" in _policies(args.policy) and args.backup >= len(slowdown):
         raise ValueError(f"--backup {args.backup} must be fewer than the {len(slowdown)} workers")
     timing = TimingModel(base_s=args.base_delay, slowdown=slowdown, jitter=args.jitter,

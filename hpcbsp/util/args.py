@@ -119,7 +119,10 @@ def nonnegative_int(text: str) -> int:
 def seed(text: str) -> int:
     """argparse type: a random seed, an integer in [0, 2**63) (numpy's generators take no negative
     seed, and programs record their seed as an int64)."""
-    value = integer(text)
+    try:
+        value = integer(text)
+    except argparse.ArgumentTypeError:
+        value = -1
     if not 0 <= value < 2**63:
         raise argparse.ArgumentTypeError(f"{text!r} is not a seed (an integer from 0 to 2**63 - 1)")
     return value
