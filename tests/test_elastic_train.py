@@ -172,12 +172,12 @@ def test_mlp_trains_on_generated_data(tmp_path: Path) -> None:
     (["--change-at", "0", "--change-factor", "1e-300"], "would simulate about"),
     (["--stall-prob", "1", "--stall-factor", "1e-300"], "would simulate about"),
     (["--eval-every", "1e-9"], "would evaluate the model 1e+09 times"),
-    (["--duration", "inf"], "--duration must be a finite number"),
-    (["--duration", "nan"], "--duration must be a finite number"),
-    (["--base-delay", "nan"], "--base-delay must be a finite number"),
-    (["--jitter", "nan"], "--jitter must be a finite number"),
-    (["--change-at", "nan"], "--change-at must be a finite number"),
-    (["--eval-every", "-1"], "--eval-every must be positive"),
+    (["--duration", "inf"], "argument --duration: 'inf' is not a number"),
+    (["--duration", "nan"], "argument --duration: 'nan' is not a number"),
+    (["--base-delay", "nan"], "argument --base-delay: 'nan' is not a number"),
+    (["--jitter", "nan"], "argument --jitter: 'nan' is not a number"),
+    (["--change-at", "nan"], "argument --change-at: 'nan' is not a number"),
+    (["--eval-every", "-1"], "argument --eval-every: '-1' must be > 0"),
 ])
 def test_timing_that_would_never_end_is_refused_at_once(args: list[str], message: str,
                                                         tmp_path: Path) -> None:
