@@ -230,7 +230,9 @@ make_nodes() {
 
 # The plain-MPI path (hostfile and MPICH hydra's rsh launcher) and Slurm's task prolog, which both
 # choose MPICH's TCP transport unless the caller chose one: between the namespaces MPICH would
-# otherwise still pass messages through shared memory, and no byte would cross the links.
+# otherwise still pass messages through shared memory (its UCX netmod sees one machine), and no
+# byte would cross the links. The OFI netmod with libfabric's tcp provider, not UCX_TLS=tcp:
+# with UCX's tcp transport a flood of small messages (the FA-BSP apps' naive mode) stalled.
 write_launchers() {
   local nodes=$1 subnet=$2 i
   : >"$HOSTFILE"
@@ -240,8 +242,9 @@ write_launchers() {
 $MARK: MPICH hydra's rsh launcher for the local cluster.
 #   mpiexec -f $HOSTFILE -launcher rsh -launcher-exec $RSH -n 4 python ...
 # Hydra calls it as \`rsh [OPTIONS] HOST COMMAND...\`: it runs COMMAND through /bin/sh on HOST
-# (inside that node's network and UTS namespaces), with MPICH's transport set to TCP unless the
-# caller set one (HPCBSP_CLUSTER_TRANSPORT=any leaves MPICH's choice alone).
+# (inside that node's network and UTS namespaces), with MPICH's transport set to TCP (OFI netmod,
+# libfabric's tcp provider) unless the caller set UCX_TLS, MPIR_CVAR_CH4_NETMOD or FI_PROVIDER
+# (HPCBSP_CLUSTER_TRANSPORT=any leaves MPICH's choice alone).
 while [ \$# -gt 0 ]; do case \$1 in -*) shift ;; *) break ;; esac; done
 host=\${1:-}
 [ \$# -gt 0 ] && shift
@@ -252,9 +255,8 @@ if [ -z "\$host" ] || [ ! -e "/var/run/netns/\$host" ] || [ ! -e "$UTS/\$host" ]
   echo "hpcbsp rsh: '\$host' is not a node of the local cluster (nodes: \$(tr '\n' ' ' < $HOSTFILE))" >&2
   exit 255
 fi
-if [ "\${HPCBSP_CLUSTER_TRANSPORT:-tcp}" = tcp ]; then
-  export UCX_TLS="\${UCX_TLS:-tcp}" UCX_NET_DEVICES="\${UCX_NET_DEVICES:-eth0}"
-  export FI_PROVIDER="\${FI_PROVIDER:-tcp}" FI_TCP_IFACE="\${FI_TCP_IFACE:-eth0}"
+if [ "\${HPCBSP_CLUSTER_TRANSPORT:-tcp}" = tcp ] && [ -z "\${UCX_TLS:-}\${MPIR_CVAR_CH4_NETMOD:-}\${FI_PROVIDER:-}" ]; then
+  export MPIR_CVAR_CH4_NETMOD=ofi FI_PROVIDER=tcp FI_TCP_IFACE=eth0
 fi
 # Hydra tells the proxy to call back to mpiexec's host by name. The nodes resolve each other
 # (/etc/hosts), but this machine's own name means the loopback there: when mpiexec runs here,
@@ -272,10 +274,10 @@ $MARK: Slurm's TaskProlog; "export NAME=VALUE" lines set the task's environment.
 # MPICH's TCP transport between the emulated nodes, unless the job chose one
 # (HPCBSP_CLUSTER_TRANSPORT=any leaves MPICH's choice alone).
 [ "\${HPCBSP_CLUSTER_TRANSPORT:-tcp}" = tcp ] || exit 0
-[ -n "\${UCX_TLS:-}" ] || echo "export UCX_TLS=tcp"
-[ -n "\${UCX_NET_DEVICES:-}" ] || echo "export UCX_NET_DEVICES=eth0"
-[ -n "\${FI_PROVIDER:-}" ] || echo "export FI_PROVIDER=tcp"
-[ -n "\${FI_TCP_IFACE:-}" ] || echo "export FI_TCP_IFACE=eth0"
+[ -z "\${UCX_TLS:-}\${MPIR_CVAR_CH4_NETMOD:-}\${FI_PROVIDER:-}" ] || exit 0
+echo "export MPIR_CVAR_CH4_NETMOD=ofi"
+echo "export FI_PROVIDER=tcp"
+echo "export FI_TCP_IFACE=eth0"
 exit 0
 EOF
   chmod 755 "$TASK_PROLOG"
