@@ -200,11 +200,13 @@ def _pytest_under(launcher: str, n: int, files: list[str], *, timeout: float, ke
     assert all(sent > MIB and received > MIB for sent, received in moved.values()), moved
 
 
+@pytest.mark.timeout(660)
 @pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
 def test_mpi_suites_pass_on_4_nodes(launcher: str) -> None:
     _pytest_under(launcher, 4, SUITES, timeout=600, keyword=STRESS)
 
 
+@pytest.mark.timeout(660)
 @pytest.mark.parametrize("ranks", [8, 16])
 def test_bsp_and_fabsp_semantics_with_more_ranks_than_nodes(ranks: int) -> None:
     _pytest_under("mpiexec", ranks, SEMANTICS, timeout=600, keyword=STRESS)
