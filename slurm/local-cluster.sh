@@ -265,7 +265,14 @@ case \$* in
   *"--control-port $NODE_PREFIX"[0-9]*:*) cmd=\$* ;;
   *) cmd=\$(printf '%s' "\$*" | sed "s/--control-port [^ :]*:/--control-port $subnet.1:/") ;;
 esac
-exec nsenter --net="/var/run/netns/\$host" --uts="$UTS/\$host" -- /bin/sh -c "\$cmd"
+# Not exec: this shell stays outside the node, so that when every process on the node is killed
+# (a lost node) it can say which node went, which hydra itself does not.
+nsenter --net="/var/run/netns/\$host" --uts="$UTS/\$host" -- /bin/sh -c "\$cmd"
+rc=\$?
+if [ \$rc -gt 128 ]; then
+  echo "[hpcbsp rsh] lost node \$host: the MPI processes there were killed (signal \$((rc - 128)))" >&2
+fi
+exit \$rc
 EOF
   chmod 755 "$RSH"
   cat >"$TASK_PROLOG" <<EOF
