@@ -150,3 +150,61 @@ def test_a_node_whose_link_goes_down_ends_the_job_naming_its_rank(tmp_path: Path
     # The ranks that can still talk time out in their sync and name the rank that never arrived.
     assert "timed out waiting for the other ranks (ranks not arrived: 2)" in out, out[-4000:]
     assert elapsed >= SYNC_TIMEOUT * 0.5, f"ended after {elapsed:.1f} s, before any timeout could fire:\n{out[-3000:]}"
+
+
+# --- Slurm: a node fails under long-run.sbatch --------------------------------------------------
+
+def _scontrol_job(job_id: str) -> dict[str, str]:
+    import re
+    out = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True,
+                         timeout=30).stdout
+    return dict(re.findall(r"(\w+)=(\S*)", out))
+
+
+@pytest.mark.timeout(400)
+def test_a_node_failure_requeues_the_long_run_which_restarts_on_fewer_nodes(tmp_path: Path) -> None:
+    # The job may run on 2 to 4 nodes, one task each: the first run gets all 4; when one is set
+    # DOWN mid-run, Slurm ends the job (NODE_FAIL) and requeues it (--requeue), and the requeued
+    # run gets the 3 nodes left and restarts from the last periodic checkpoint on 3 ranks. The
+    # heat app checks its result against a serial numpy run (bit-identical).
+    import re
+    ckpt = tmp_path / "ckpt"
+    steps = 60_000
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_FOREIGN_PREFIXES)}
+    env.update(HPCBSP_VENV=sys.prefix, HPCBSP_CHECKPOINT=str(ckpt), HPCBSP_STOP_GRACE="0", PYTHONUNBUFFERED="1")
+    script = Path(__file__).resolve().parents[1] / "slurm" / "long-run.sbatch"
+    sub = subprocess.run(["sbatch", "--parsable", "--nodes=2-4", "--ntasks-per-node=1", "--time=6",
+                          str(script), "-m", "hpcbsp.apps.heat", "--n", "2000", "--steps", str(steps),
+                          "--every", "2000", "--checkpoint", "{checkpoint}", "--restart", "--check"],
+                         capture_output=True, text=True, timeout=30, env=env, cwd=tmp_path)
+    assert sub.returncode == 0, sub.stderr
+    job_id = sub.stdout.split(";")[0].strip()
+    failed_node = None
+    try:
+        deadline = time.monotonic() + 120
+        while not (ckpt / "meta.json").exists():
+            job = _scontrol_job(job_id)
+            assert job.get("JobState") in {"PENDING", "RUNNING", "CONFIGURING"}, job
+            assert time.monotonic() < deadline, f"no checkpoint within 120 s: {job}"
+            time.sleep(0.5)
+        job = _scontrol_job(job_id)
+        assert job["NumNodes"] == "4", job
+        failed_node = NODES[3]
+        subprocess.run(["scontrol", "update", f"nodename={failed_node}", "state=down", "reason=hpcbsp-test"],
+                       check=True, timeout=30)
+        deadline = time.monotonic() + 300
+        while (job := _scontrol_job(job_id)).get("JobState") not in {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}:
+            assert time.monotonic() < deadline, f"job {job_id} still {job.get('JobState')} after 300 s"
+            time.sleep(1)
+    finally:
+        if failed_node:
+            subprocess.run(["scontrol", "update", f"nodename={failed_node}", "state=resume"], timeout=30)
+        if _scontrol_job(job_id).get("JobState") not in {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}:
+            subprocess.run(["scancel", job_id], timeout=30)
+    log = (tmp_path / f"hpcbsp-long-{job_id}.out").read_text()
+    assert job["JobState"] == "COMPLETED" and int(job["Restarts"]) >= 1, (job, log[-3000:])
+    assert failed_node not in job["NodeList"], job  # the last run avoided the failed node
+    (restarted,) = map(int, re.findall(r"restarted from .* at step (\d+)", log))
+    assert 0 < restarted < steps and restarted % 2000 == 0, log[-3000:]
+    assert f"heat: n=2000 steps={steps} on 3 ranks" in log, log[-3000:]
+    assert "check against serial numpy: bit-identical" in log, log[-3000:]

@@ -243,3 +243,18 @@ def test_heat_checkpointed_on_4_nodes_restarts_on_2_bit_identical(tmp_path: Path
     one = _local(3, ["-m", "hpcbsp.apps.heat", "--n", "3000", "--steps", "150", "--out", str(tmp_path / "one.npy")])
     assert one.returncode == 0, one.stdout + one.stderr
     assert np.load(tmp_path / "one.npy").tobytes() == np.load(tmp_path / "nodes.npy").tobytes()
+
+
+# --- the benchmark across nodes runs (its figures are measured on a quiet machine) ----------
+
+def test_the_nodes_benchmark_runs_across_the_nodes() -> None:
+    proc = mpiexec_nodes(4, ["-m", "hpcbsp.bench", "nodes", "--quick", "--mib", "0.25", "--rounds", "1"],
+                         timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert f"ranks: 4 on 4 host(s): {NODES[0]} (1)" in out, out
+    assert re.search(r"bare Sendrecv ring\s+g = .* ns/byte", out) and "throughput ratio" in out, out
+    moved = int(re.search(r"bytes through the emulated nodes' links during the run: ([\d,]+)", out)
+                .group(1).replace(",", ""))
+    assert moved > 4 * 2**18, out  # at least the puts' quarter MiB per rank crossed the links
+    assert "shared memory" not in out, out  # no transport advice: TCP was set
