@@ -27,18 +27,19 @@ def in_ci() -> bool:
 
 def unavailable_marks(reason: str | None) -> list[pytest.MarkDecorator]:
     """Marks for a module whose tests cannot run for ``reason`` (None: they can): a skip with the
-    reason, or under CI a failure of every test with it."""
+    reason, or under CI a failure of every test with it. The module must import the fixture
+    :func:`cluster_required` (pytest finds fixtures in the test module's namespace)."""
     if reason is None:
         return []
     if in_ci():
-        return [pytest.mark.usefixtures("_ci_requires_the_cluster"),
-                pytest.mark.ci_unavailable_reason(reason)]
+        return [pytest.mark.usefixtures("cluster_required"), pytest.mark.unavailable(reason)]
     return [pytest.mark.skip(reason=reason)]
 
 
 @pytest.fixture
-def _ci_requires_the_cluster(request: pytest.FixtureRequest) -> None:
-    mark = request.node.get_closest_marker("ci_unavailable_reason")
+def cluster_required(request: pytest.FixtureRequest) -> None:
+    """Fails the test with the reason its module cannot run (used under CI only)."""
+    mark = request.node.get_closest_marker("unavailable")
     pytest.fail(f"CI=true, so this test may not skip, but: {mark.args[0] if mark else 'unknown'}",
                 pytrace=False)
 

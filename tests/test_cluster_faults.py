@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from cluster_helpers import cluster_required  # noqa: F401  (the fixture behind unavailable_marks)
 from cluster_helpers import HOSTFILE, LINK_PREFIX, RSH, cluster_nodes, unavailable_marks
 from hpcbsp.runtime.launch import find_mpiexec
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster_helpers import unavailable_marks
+from cluster_helpers import cluster_required, unavailable_marks  # noqa: F401  (cluster_required: a fixture)
 
 REPO = Path(__file__).resolve().parents[1]
 SLURM = REPO / "slurm"
