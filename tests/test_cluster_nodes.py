@@ -38,8 +38,6 @@ import pytest
 from cluster_helpers import cluster_required  # noqa: F401  (the fixture behind unavailable_marks)
 from cluster_helpers import HOSTFILE, RSH, cluster_nodes, link_bytes, unavailable_marks
 from hpcbsp.runtime.launch import find_mpiexec
-from mpi_helpers import _remove_leftover_segments as remove_leftover_segments
-from mpi_helpers import _shm_segments as shm_segments
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
@@ -75,15 +73,12 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _run(cmd: list[str], *, timeout: float, cwd: Path = REPO, **env: str) -> subprocess.CompletedProcess:
-    before = shm_segments()
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env(**env),
                               cwd=cwd, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"{' '.join(cmd[:8])} ... still ran after {timeout} s\n"
                     f"{exc.stdout!s:.4000}\n{exc.stderr!s:.4000}")
-    finally:
-        remove_leftover_segments(before)  # MPICH's shared memory of ranks that were killed
 
 
 def mpiexec_nodes(n: int, args: list[str], *, timeout: float = 120, cwd: Path = REPO, **env: str):
