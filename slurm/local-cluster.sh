@@ -1,23 +1,32 @@
 #!/usr/bin/env bash
-# A one-node Slurm on this machine, for trying the scripts in slurm/ and for the Slurm tests.
+# A Slurm on this machine, one node or several, for trying the scripts in slurm/ and for the tests.
 #
-#   slurm/local-cluster.sh start [--cpus N] [--force]   install (Debian), configure, start, wait idle
-#   slurm/local-cluster.sh stop                         shut slurmctld, slurmd (and our munged) down
-#   slurm/local-cluster.sh status                       what runs, and what sinfo says
+#   slurm/local-cluster.sh start [--nodes N] [--link-rate RATE] [--subnet A.B.C] [--cpus N] [--force]
+#   slurm/local-cluster.sh stop       stop every daemon it started, remove the nodes, links and files
+#   slurm/local-cluster.sh status     what runs: daemons, nodes, addresses, links, what sinfo says
 #
-# Runs as root on Debian/Ubuntu, with or without systemd (containers, CI): it installs slurm-wlm
-# and munge with apt-get when they are missing, writes /etc/slurm/slurm.conf for this host (one
-# node, `hostname -s`, on 127.0.0.1), creates a munge key, starts munged, slurmctld and slurmd as
-# plain daemons and waits until `sinfo` shows the node idle. Starting twice is harmless.
+# --nodes 1 (the default): one node, this host (`hostname -s`) at 127.0.0.1.
+# --nodes N >= 2: N emulated hosts hpcbsp-node1..N, each a network namespace with its own hostname
+#   (a UTS namespace) and address A.B.C.(10+i) on a private bridge hpcbsp-br0 (A.B.C.1, default
+#   10.213.0), one slurmd per node, slurmctld and munged on this host. --link-rate RATE (tc tbf,
+#   e.g. 1gbit, 100mbit) shapes each node's link in both directions. For plain MPI without Slurm
+#   it writes a hostfile and a launcher: see `status` and docs/cluster.md.
 #
-# The node is declared with max(nproc, 4) CPUs (--cpus to change) and the default partition
+# Runs as root on Debian/Ubuntu, with or without systemd (containers, CI): installs slurm-wlm and
+# munge with apt-get when missing, writes /etc/slurm/slurm.conf, creates a munge key, starts the
+# daemons and waits (LOCAL_SLURM_WAIT_S, default 90 s) until every node is idle. Starting the same
+# cluster again is harmless; starting a different one while one runs is refused. A start that
+# fails removes what it made.
+#
+# Every node is declared with max(nproc, 4) CPUs (--cpus to change) and the default partition
 # "debug" oversubscribes (OverSubscribe=FORCE:4): the tests run 3- and 4-task jobs and several
-# array tasks at once on a 2-core CI machine. A second partition "urgent" on the same node has a
-# higher PriorityTier and preempts "debug" jobs (PreemptMode=REQUEUE), for the preemption test. SlurmdParameters=config_overrides keeps slurmd from draining a node that has
-# fewer cores than declared. No cgroup plugin is used (containers rarely allow them), so Slurm
-# neither confines nor accounts memory; finished jobs stay visible to `scontrol show job` for a
-# day (MinJobAge) and are logged by jobcomp/filetxt (read them with `sacct -c`: there is no
-# slurmdbd for plain `sacct`). Logs: /var/log/hpcbsp-slurm/.
+# array tasks at once on a 2-core CI machine. A second partition "urgent" on the same nodes has a
+# higher PriorityTier and preempts "debug" jobs (PreemptMode=REQUEUE), for the preemption test.
+# SlurmdParameters=config_overrides keeps slurmd from draining a node that has fewer cores than
+# declared. No cgroup plugin is used (containers rarely allow them), so Slurm neither confines nor
+# accounts memory; finished jobs stay visible to `scontrol show job` for a day (MinJobAge) and are
+# logged by jobcomp/filetxt (read them with `sacct -c`: there is no slurmdbd for plain `sacct`).
+# Logs: /var/log/hpcbsp-slurm/ (kept by `stop`).
 set -euo pipefail
 
 readonly MARK="# Written by hpcbsp slurm/local-cluster.sh"
@@ -28,13 +37,26 @@ readonly LOGS=/var/log/hpcbsp-slurm
 readonly RUN=/run/hpcbsp-slurm
 readonly MUNGE_KEY=/etc/munge/munge.key
 readonly WAIT_S=${LOCAL_SLURM_WAIT_S:-90}
+# The emulated nodes (--nodes N >= 2).
+readonly CLUSTER="$RUN/cluster"      # what runs: nodes=N subnet=A.B.C rate=RATE, one per line
+readonly HOSTFILE="$RUN/hosts"       # for mpiexec -f
+readonly RSH="$RUN/rsh"              # for mpiexec -launcher rsh -launcher-exec
+readonly TASK_PROLOG="$RUN/task-prolog"
+readonly UTS="$RUN/uts"              # one persistent UTS namespace (a hostname) per node
+readonly BRIDGE=hpcbsp-br0
+readonly NODE_PREFIX=hpcbsp-node     # node i: network namespace and hostname hpcbsp-node<i>
+readonly LINK_PREFIX=hpcbsp-v        # node i's link: hpcbsp-v<i> here, eth0 in the node
+readonly MAX_NODES=64
+readonly HOSTS_FILE=${LOCAL_CLUSTER_HOSTS_FILE:-/etc/hosts}
+readonly HOSTS_BEGIN="# BEGIN hpcbsp local-cluster nodes (slurm/local-cluster.sh stop removes this block)"
+readonly HOSTS_END="# END hpcbsp local-cluster nodes"
 
 say() { printf 'local-cluster: %s\n' "$*"; }
 die() { printf 'local-cluster: error: %s\n' "$*" >&2; exit 1; }
 bad_usage() { printf 'local-cluster: %s (see --help)\n' "$*" >&2; exit 2; }
 
 usage() {
-  sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 need_root() {
@@ -112,24 +134,239 @@ start_munge() {
   fi
   mkdir -p "$RUN"
   touch "$RUN/started-munged"
+  STARTED_MUNGED=1
   for _ in $(seq 1 20); do munge_works && return; sleep 0.5; done
   die "munged started but munge -n | unmunge fails (see /var/log/munge/munged.log)"
+}
+
+# --- the emulated nodes (--nodes N >= 2) ---------------------------------------------------------
+
+node_name() { printf '%s%d' "$NODE_PREFIX" "$1"; }
+node_addr() { printf '%s.%d' "$1" $((10 + $2)); }   # subnet, index
+
+# The nodes' names resolve everywhere through a marked block in /etc/hosts (one file for every
+# namespace), as a cluster's nodes resolve each other: MPICH's hydra and Slurm's steps connect
+# to a node by its name. hpcbsp-head is this machine on the bridge. The file is rewritten in
+# place (it may be a bind mount).
+hosts_block_remove() {
+  [[ -f $HOSTS_FILE ]] && grep -qF "$HOSTS_BEGIN" "$HOSTS_FILE" || return 0
+  local tmp
+  tmp=$(mktemp)
+  awk -v b="$HOSTS_BEGIN" -v e="$HOSTS_END" '$0 == b {skip = 1} !skip {print} $0 == e {skip = 0}' "$HOSTS_FILE" >"$tmp"
+  cat "$tmp" >"$HOSTS_FILE"
+  rm -f "$tmp"
+}
+
+hosts_block_add() {
+  local nodes=$1 subnet=$2 i
+  hosts_block_remove
+  {
+    echo "$HOSTS_BEGIN"
+    echo "$subnet.1 hpcbsp-head"
+    for ((i = 1; i <= nodes; i++)); do echo "$(node_addr "$subnet" "$i") $(node_name "$i")"; done
+    echo "$HOSTS_END"
+  } >>"$HOSTS_FILE"
+}
+
+# What the running cluster was started with (empty when none): cluster_get KEY
+cluster_get() {
+  [[ -f $CLUSTER ]] || return 0
+  sed -n "s/^$1=//p" "$CLUSTER" | head -n 1
+}
+
+# tc tbf needs a burst of at least rate/HZ; give it 10 ms of traffic, at least 32 KiB.
+tbf_burst() {
+  awk -v r="$1" 'BEGIN {
+    n = r + 0; u = r; sub(/^[0-9.]+/, "", u)
+    m = (u == "bit") ? 1 : (u == "kbit") ? 1e3 : (u == "mbit") ? 1e6 : (u == "gbit") ? 1e9 : 1e12
+    b = n * m / 8 / 100; if (b < 32768) b = 32768; printf "%d", b }'
+}
+
+# Refuse, before anything is made, a subnet or names that something else already uses.
+check_network_free() {
+  local nodes=$1 subnet=$2 i name used
+  if ip link show "$BRIDGE" >/dev/null 2>&1; then
+    die "a bridge $BRIDGE exists but no local cluster is recorded in $CLUSTER: remove it (ip link del $BRIDGE) or run '$0 stop'"
+  fi
+  used=$(ip -o -4 addr show | awk -v p="$subnet." 'index($4, p) == 1 {print $2 " has " $4; exit}')
+  [[ -z $used ]] || die "the address range $subnet.0/24 is in use here ($used): choose another with --subnet A.B.C"
+  used=$(ip -4 route show | awk -v p="$subnet." 'index($1, p) == 1 {print; exit}')
+  [[ -z $used ]] || die "the address range $subnet.0/24 is routed here ($used): choose another with --subnet A.B.C"
+  for ((i = 1; i <= nodes; i++)); do
+    name=$(node_name "$i")
+    [[ ! -e /var/run/netns/$name ]] || die "a network namespace $name exists already: remove it (ip netns del $name) or run '$0 stop'"
+    ! ip link show "$LINK_PREFIX$i" >/dev/null 2>&1 || die "a link $LINK_PREFIX$i exists already: remove it (ip link del $LINK_PREFIX$i)"
+  done
+}
+
+make_nodes() {
+  local nodes=$1 subnet=$2 rate=$3 i name link burst=""
+  [[ -n $rate ]] && burst=$(tbf_burst "$rate")
+  mkdir -p "$RUN" "$UTS"
+  printf 'nodes=%s\nsubnet=%s\nrate=%s\n' "$nodes" "$subnet" "$rate" >"$CLUSTER"
+  ip link add "$BRIDGE" type bridge
+  ip addr add "$subnet.1/24" dev "$BRIDGE"
+  ip link set "$BRIDGE" up
+  for ((i = 1; i <= nodes; i++)); do
+    name=$(node_name "$i")
+    link=$LINK_PREFIX$i
+    ip netns add "$name"
+    ip link add "$link" type veth peer name eth0 netns "$name"
+    ip link set "$link" master "$BRIDGE" up
+    ip -n "$name" link set lo up
+    ip -n "$name" addr add "$(node_addr "$subnet" "$i")/24" dev eth0
+    ip -n "$name" link set eth0 up
+    touch "$UTS/$name"
+    unshare --uts="$UTS/$name" hostname "$name"
+    if [[ -n $rate ]]; then  # both directions: into the node here, out of it inside the node
+      tc qdisc add dev "$link" root tbf rate "$rate" burst "$burst" latency 50ms
+      tc -n "$name" qdisc add dev eth0 root tbf rate "$rate" burst "$burst" latency 50ms
+    fi
+  done
+  hosts_block_add "$nodes" "$subnet"
+  write_launchers "$nodes" "$subnet"
+  say "made $nodes nodes $(node_name 1)..$(node_name "$nodes") on $BRIDGE ($subnet.0/24)${rate:+, links shaped to $rate}"
+}
+
+# The plain-MPI path (hostfile and MPICH hydra's rsh launcher) and Slurm's task prolog, which both
+# choose MPICH's TCP transport unless the caller chose one: between the namespaces MPICH would
+# otherwise still pass messages through shared memory (its UCX netmod sees one machine), and no
+# byte would cross the links. The OFI netmod with libfabric's tcp provider, not UCX_TLS=tcp:
+# with UCX's tcp transport a flood of small messages (the FA-BSP apps' naive mode) stalled.
+write_launchers() {
+  local nodes=$1 subnet=$2 i
+  : >"$HOSTFILE"
+  for ((i = 1; i <= nodes; i++)); do printf '%s\n' "$(node_name "$i")" >>"$HOSTFILE"; done
+  cat >"$RSH" <<EOF
+#!/bin/sh
+$MARK: MPICH hydra's rsh launcher for the local cluster.
+#   mpiexec -f $HOSTFILE -launcher rsh -launcher-exec $RSH -n 4 python ...
+# Hydra calls it as \`rsh [OPTIONS] HOST COMMAND...\`: it runs COMMAND through /bin/sh on HOST
+# (inside that node's network and UTS namespaces), with MPICH's transport set to TCP (OFI netmod,
+# libfabric's tcp provider) unless the caller set UCX_TLS, MPIR_CVAR_CH4_NETMOD or FI_PROVIDER
+# (HPCBSP_CLUSTER_TRANSPORT=any leaves MPICH's choice alone).
+while [ \$# -gt 0 ]; do case \$1 in -*) shift ;; *) break ;; esac; done
+host=\${1:-}
+[ \$# -gt 0 ] && shift
+case \$host in
+  $subnet.*) host=$NODE_PREFIX\$((\${host##*.} - 10)) ;;
+esac
+if [ -z "\$host" ] || [ ! -e "/var/run/netns/\$host" ] || [ ! -e "$UTS/\$host" ]; then
+  echo "hpcbsp rsh: '\$host' is not a node of the local cluster (nodes: \$(tr '\n' ' ' < $HOSTFILE))" >&2
+  exit 255
+fi
+if [ "\${HPCBSP_CLUSTER_TRANSPORT:-tcp}" = tcp ] && [ -z "\${UCX_TLS:-}\${MPIR_CVAR_CH4_NETMOD:-}\${FI_PROVIDER:-}" ]; then
+  export MPIR_CVAR_CH4_NETMOD=ofi FI_PROVIDER=tcp FI_TCP_IFACE=eth0
+fi
+# Hydra tells the proxy to call back to mpiexec's host by name. The nodes resolve each other
+# (/etc/hosts), but this machine's own name means the loopback there: when mpiexec runs here,
+# the proxy calls back to this machine's address on the bridge instead.
+case \$* in
+  *"--control-port $NODE_PREFIX"[0-9]*:*) cmd=\$* ;;
+  *) cmd=\$(printf '%s' "\$*" | sed "s/--control-port [^ :]*:/--control-port $subnet.1:/") ;;
+esac
+# Not exec: this shell stays outside the node, so that when every process on the node is killed
+# (a lost node) it can say which node went, which hydra itself does not.
+nsenter --net="/var/run/netns/\$host" --uts="$UTS/\$host" -- /bin/sh -c "\$cmd"
+rc=\$?
+if [ \$rc -gt 128 ]; then
+  echo "[hpcbsp rsh] lost node \$host: the MPI processes there were killed (signal \$((rc - 128)))" >&2
+fi
+exit \$rc
+EOF
+  chmod 755 "$RSH"
+  cat >"$TASK_PROLOG" <<EOF
+#!/bin/sh
+$MARK: Slurm's TaskProlog; "export NAME=VALUE" lines set the task's environment.
+# MPICH's TCP transport between the emulated nodes, unless the job chose one
+# (HPCBSP_CLUSTER_TRANSPORT=any leaves MPICH's choice alone).
+[ "\${HPCBSP_CLUSTER_TRANSPORT:-tcp}" = tcp ] || exit 0
+[ -z "\${UCX_TLS:-}\${MPIR_CVAR_CH4_NETMOD:-}\${FI_PROVIDER:-}" ] || exit 0
+echo "export MPIR_CVAR_CH4_NETMOD=ofi"
+echo "export FI_PROVIDER=tcp"
+echo "export FI_TCP_IFACE=eth0"
+exit 0
+EOF
+  chmod 755 "$TASK_PROLOG"
+}
+
+# Remove every node, link and file of the emulated nodes (whatever part of them exists); kill
+# what still runs inside a node (job steps, MPI ranks) first.
+remove_nodes() {
+  local name f pids
+  for f in /var/run/netns/"$NODE_PREFIX"*; do
+    [[ -e $f ]] || continue
+    name=$(basename "$f")
+    pids=$(ip netns pids "$name" 2>/dev/null | tr '\n' ' ')
+    if [[ -n ${pids// /} ]]; then
+      say "killing what still runs on $name (pids $pids)"
+      # shellcheck disable=SC2086
+      kill -9 $pids 2>/dev/null || true
+    fi
+  done
+  for f in /var/run/netns/"$NODE_PREFIX"*; do
+    [[ -e $f ]] || continue
+    name=$(basename "$f")
+    for _ in $(seq 1 20); do [[ -z $(ip netns pids "$name" 2>/dev/null) ]] && break; sleep 0.25; done
+    ip netns del "$name" 2>/dev/null || say "could not remove network namespace $name"
+  done
+  for f in /sys/class/net/"$LINK_PREFIX"*; do
+    [[ -e $f ]] || continue
+    ip link del "$(basename "$f")" 2>/dev/null || true
+  done
+  if ip link show "$BRIDGE" >/dev/null 2>&1; then ip link del "$BRIDGE"; fi
+  if [[ -d $UTS ]]; then
+    for f in "$UTS"/*; do
+      [[ -e $f ]] || continue
+      umount "$f" 2>/dev/null || true
+      rm -f "$f"
+    done
+    rmdir "$UTS" 2>/dev/null || true
+  fi
+  hosts_block_remove
+  rm -f "$CLUSTER" "$HOSTFILE" "$RSH" "$TASK_PROLOG"
+  rm -rf "$STATE/d/$NODE_PREFIX"*
 }
 
 # --- slurm.conf ----------------------------------------------------------------------------------
 
 write_conf() {
-  local cpus=$1 node mem_mb
-  node=$(hostname -s)
-  # RealMemory a little under the total so slurmd never finds less than declared.
-  mem_mb=$(awk '/^MemTotal:/ {printf "%d", $2 / 1024 * 0.9}' /proc/meminfo)
+  local cpus=$1 nodes=$2 subnet=$3 host mem_mb ctld_addr node_lines node_set i
+  host=$(hostname -s)
+  # RealMemory a little under the total (shared by the nodes) so slurmd never finds less than
+  # declared.
+  mem_mb=$(awk -v n="$nodes" '/^MemTotal:/ {printf "%d", $2 / 1024 * 0.9 / n}' /proc/meminfo)
   mkdir -p "$CONF_DIR" "$STATE/ctld" "$STATE/d" "$LOGS" "$RUN"
+  local per_node_files task_prolog=""
+  if ((nodes == 1)); then
+    ctld_addr=127.0.0.1
+    node_set=$host
+    node_lines="NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN"
+    per_node_files="SlurmdSpoolDir=$STATE/d
+SlurmdPidFile=$RUN/slurmd.pid
+SlurmdLogFile=$LOGS/slurmd.log"
+  else
+    ctld_addr=$subnet.1
+    node_set="$NODE_PREFIX[1-$nodes]"
+    node_lines=""
+    for ((i = 1; i <= nodes; i++)); do
+      node_lines+="NodeName=$(node_name "$i") NodeAddr=$(node_addr "$subnet" "$i") CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN"$'\n'
+      mkdir -p "$STATE/d/$(node_name "$i")"
+    done
+    node_lines=${node_lines%$'\n'}
+    # One slurmd per node on this machine: each has its own spool, pid and log file (%n: the node).
+    per_node_files="SlurmdSpoolDir=$STATE/d/%n
+SlurmdPidFile=$RUN/slurmd-%n.pid
+SlurmdLogFile=$LOGS/slurmd-%n.log"
+    task_prolog="# MPICH's TCP transport between the emulated nodes (see $TASK_PROLOG).
+TaskProlog=$TASK_PROLOG"
+  fi
   local tmp
   tmp=$(mktemp)
   cat >"$tmp" <<EOF
 $MARK: edit that script, not this file.
 ClusterName=hpcbsp-local
-SlurmctldHost=$node(127.0.0.1)
+SlurmctldHost=$host($ctld_addr)
 SlurmUser=root
 # A requeued job may start again after cred_expire seconds (default 120): short, for quick tests.
 AuthInfo=cred_expire=10
@@ -141,6 +378,7 @@ MpiDefault=none
 # Containers rarely allow cgroups: track processes through /proc and bind no tasks.
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
+$task_prolog
 JobAcctGatherType=jobacct_gather/linux
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/filetxt
@@ -160,19 +398,17 @@ InactiveLimit=0
 SlurmctldTimeout=60
 SlurmdTimeout=60
 StateSaveLocation=$STATE/ctld
-SlurmdSpoolDir=$STATE/d
 SlurmctldPidFile=$RUN/slurmctld.pid
-SlurmdPidFile=$RUN/slurmd.pid
 SlurmctldLogFile=$LOGS/slurmctld.log
-SlurmdLogFile=$LOGS/slurmd.log
-NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
+$per_node_files
+$node_lines
 # Preemption as many sites run it: a job of the higher tier ("urgent") that needs resources held
 # by "debug" jobs requeues them (those submitted with --requeue; the others are cancelled). The
 # preempted job gets SIGTERM, then SIGKILL after GraceTime + KillWait seconds.
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
-PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4 PriorityTier=1 GraceTime=5
-PartitionName=urgent Nodes=$node MaxTime=INFINITE State=UP PriorityTier=10
+PartitionName=debug Nodes=$node_set Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4 PriorityTier=1 GraceTime=5
+PartitionName=urgent Nodes=$node_set MaxTime=INFINITE State=UP PriorityTier=10
 EOF
   if [[ -f $CONF ]] && cmp -s "$tmp" "$CONF"; then
     rm -f "$tmp"
@@ -186,13 +422,13 @@ EOF
 
 # --- daemons -------------------------------------------------------------------------------------
 
-# A pid file names a live daemon only if that pid runs the program named like the file: after a
-# reboot or a container restart the pid may belong to anything.
+# A pid file names a live daemon only if that pid runs the program named (by default like the
+# file): after a reboot or a container restart the pid may belong to anything.
 pid_alive() {
-  local file=$1 pid name
+  local file=$1 name=${2:-} pid
+  [[ -n $name ]] || name=$(basename "$file" .pid)
   [[ -s $file ]] || return 1
   pid=$(cat "$file")
-  name=$(basename "$file" .pid)
   [[ $pid =~ ^[0-9]+$ ]] && [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$name" ]] || return 1
   # A killed daemon stays a zombie until reaped (slowly, where PID 1 is no real init).
   [[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) != Z ]]
@@ -200,11 +436,12 @@ pid_alive() {
 
 ctld_responds() { timeout 10 scontrol ping 2>/dev/null | grep -q 'is UP'; }
 
-node_state() { timeout 10 sinfo -h -N -n "$(hostname -s)" -o '%t' 2>/dev/null | head -n 1; }
+# "NODE STATE", one line per node, as sinfo sees them.
+node_states() { timeout 10 sinfo -h -N -o '%N %t' 2>/dev/null | sort -u; }
 
 stop_pidfile() {
   local name=$1 file=$2 pid
-  pid_alive "$file" || { rm -f "$file"; return 0; }
+  pid_alive "$file" "$name" || { rm -f "$file"; return 0; }
   pid=$(cat "$file")
   say "stopping $name (pid $pid)"
   kill "$pid" 2>/dev/null || true
@@ -216,63 +453,125 @@ stop_pidfile() {
   rm -f "$file"
 }
 
-start_daemons() {
-  local node
-  node=$(hostname -s)
+# slurmd pid files: slurmd.pid on a one-node cluster, slurmd-<node>.pid per emulated node.
+slurmd_pidfiles() {
+  local f
+  for f in "$RUN"/slurmd.pid "$RUN"/slurmd-*.pid; do
+    if [[ -e $f ]]; then echo "$f"; fi
+  done
+}
+
+start_ctld() {
   if pid_alive "$RUN/slurmctld.pid"; then
     say "slurmctld is running (pid $(cat "$RUN/slurmctld.pid"))"
   else
     say "starting slurmctld"
     # -c: start from a clean state, so jobs of an earlier run (a test's requeued job) never resume.
-    slurmctld -c -f "$CONF" || die "slurmctld failed to start (log: $LOGS/slurmctld.log)"
+    timeout 60 slurmctld -c -f "$CONF" || die "slurmctld failed to start (log: $LOGS/slurmctld.log)"
   fi
   for _ in $(seq 1 40); do ctld_responds && break; sleep 0.5; done
   ctld_responds || { tail -n 20 "$LOGS/slurmctld.log" >&2; die "slurmctld does not answer scontrol ping"; }
-  if pid_alive "$RUN/slurmd.pid"; then
-    say "slurmd is running (pid $(cat "$RUN/slurmd.pid"))"
-  else
-    say "starting slurmd for node $node"
-    slurmd -f "$CONF" -N "$node" || die "slurmd failed to start (log: $LOGS/slurmd.log)"
+}
+
+start_slurmds() {
+  local nodes=$1 i name
+  if ((nodes == 1)); then
+    name=$(hostname -s)
+    if pid_alive "$RUN/slurmd.pid"; then
+      say "slurmd is running (pid $(cat "$RUN/slurmd.pid"))"
+    else
+      say "starting slurmd for node $name"
+      timeout 60 slurmd -f "$CONF" -N "$name" || die "slurmd failed to start (log: $LOGS/slurmd.log)"
+    fi
+    return
   fi
+  for ((i = 1; i <= nodes; i++)); do
+    name=$(node_name "$i")
+    if pid_alive "$RUN/slurmd-$name.pid" slurmd; then
+      say "slurmd of $name is running (pid $(cat "$RUN/slurmd-$name.pid"))"
+      continue
+    fi
+    say "starting slurmd for node $name"
+    # nsenter, not `ip netns exec`: that remounts /sys, which hides the cgroup mounts slurmd reads.
+    timeout 60 nsenter --net="/var/run/netns/$name" --uts="$UTS/$name" -- slurmd -f "$CONF" -N "$name" \
+      || die "slurmd of $name failed to start (log: $LOGS/slurmd-$name.log)"
+  done
 }
 
 wait_idle() {
-  local node state deadline resumed=0
-  node=$(hostname -s)
+  local expected=$1 deadline resumed=0 states="" usable=0 node state
   deadline=$((SECONDS + WAIT_S))
-  say "waiting (up to ${WAIT_S}s) for node $node to be idle..."
+  say "waiting (up to ${WAIT_S}s) for $expected node(s) to be idle..."
   while ((SECONDS < deadline)); do
-    state=$(node_state)
-    case $state in
-      idle|mix|alloc)
-        say "node $node is $state: Slurm is ready (try: srun -n 2 hostname)"
-        return 0 ;;
-      down*|drain*|drng*|fail*)
-        if [[ $resumed -eq 0 ]]; then
-          say "node is $state; resuming it"
-          scontrol update NodeName="$node" State=RESUME >/dev/null 2>&1 || true
-          resumed=1
-        fi ;;
-    esac
+    states=$(node_states)
+    usable=0
+    while read -r node state; do
+      [[ -n $node ]] || continue
+      case $state in
+        idle|mix|alloc) usable=$((usable + 1)) ;;
+        down*|drain*|drng*|fail*)
+          if [[ $resumed -eq 0 ]]; then
+            say "node $node is $state; resuming it"
+            scontrol update NodeName="$node" State=RESUME >/dev/null 2>&1 || true
+          fi ;;
+      esac
+    done <<<"$states"
+    [[ -n $states ]] && resumed=1
+    if ((usable == expected)); then
+      say "$expected node(s) idle: Slurm is ready (try: srun -N $expected -n $expected hostname)"
+      return 0
+    fi
     sleep 1
   done
-  scontrol show node "$node" >&2 || true
-  tail -n 20 "$LOGS/slurmd.log" >&2 || true
-  die "node $node is still '${state:-unknown}' after ${WAIT_S}s"
+  printf '%s\n' "$states" >&2
+  tail -n 20 "$LOGS"/slurmd*.log >&2 || true
+  die "only $usable of $expected node(s) are usable after ${WAIT_S}s (see above)"
+}
+
+stop_slurm() {
+  local f
+  while read -r f; do
+    if [[ -n $f ]]; then stop_pidfile slurmd "$f"; fi
+  done < <(slurmd_pidfiles)
+  stop_pidfile slurmctld "$RUN/slurmctld.pid"
 }
 
 # --- commands ------------------------------------------------------------------------------------
 
+rollback() {
+  say "start failed: removing what it made"
+  stop_slurm >/dev/null 2>&1 || true
+  remove_nodes >/dev/null 2>&1 || true
+  if [[ ${STARTED_MUNGED:-0} -eq 1 ]]; then
+    stop_pidfile munged /run/munge/munged.pid >/dev/null 2>&1 || true
+    rm -f "$RUN/started-munged"
+  fi
+}
+
 cmd_start() {
-  local cpus="" force=0
+  local cpus="" force=0 nodes=1 rate="" subnet=10.213.0
   while [[ $# -gt 0 ]]; do
     case $1 in
-      --cpus) [[ $# -ge 2 && $2 =~ ^[1-9][0-9]*$ ]] || bad_usage "--cpus needs a positive integer"; cpus=$2; shift 2 ;;
-      --cpus=*) cpus=${1#--cpus=}; [[ $cpus =~ ^[1-9][0-9]*$ ]] || bad_usage "--cpus needs a positive integer"; shift ;;
+      --cpus|--nodes|--link-rate|--subnet)
+        [[ $# -ge 2 ]] || bad_usage "$1 needs a value"
+        set -- "$1=$2" "${@:3}" ;;
+      --cpus=*) cpus=${1#*=}; [[ $cpus =~ ^[1-9][0-9]*$ ]] || bad_usage "--cpus needs a positive integer, not '$cpus'"; shift ;;
+      --nodes=*) nodes=${1#*=}
+        [[ $nodes =~ ^-?[0-9]+$ ]] || bad_usage "--nodes needs a whole number of nodes, not '$nodes'"
+        ((nodes >= 1)) || bad_usage "--nodes must be at least 1, not $nodes"
+        ((nodes <= MAX_NODES)) || bad_usage "--nodes must be at most $MAX_NODES, not $nodes"
+        shift ;;
+      --link-rate=*) rate=${1#*=}
+        [[ $rate =~ ^[0-9]+(\.[0-9]+)?(bit|kbit|mbit|gbit|tbit)$ ]] || bad_usage "--link-rate needs a rate like 1gbit, 100mbit or 500kbit, not '$rate'"
+        shift ;;
+      --subnet=*) subnet=${1#*=}
+        [[ $subnet =~ ^(10|172|192)\.[0-9]{1,3}\.[0-9]{1,3}$ ]] || bad_usage "--subnet needs the first three parts of a private /24, like 10.213.0, not '$subnet'"
+        shift ;;
       --force) force=1; shift ;;
       *) bad_usage "unknown option for start: $1" ;;
     esac
   done
+  ((nodes >= 2)) || [[ -z $rate ]] || bad_usage "--link-rate shapes the links between emulated nodes: it needs --nodes 2 or more"
   need_root start
   if [[ -z $cpus ]]; then
     cpus=$(nproc)
@@ -281,31 +580,68 @@ cmd_start() {
   if [[ -f $CONF ]] && ! grep -qF "$MARK" "$CONF" && [[ $force -eq 0 ]]; then
     die "$CONF exists and was not written by this script; refusing to replace it (--force replaces it)"
   fi
+  # One cluster at a time: the same one again is harmless, another is refused.
+  local running=0 have want
+  if [[ -f $CLUSTER ]]; then
+    running=1
+    have="$(cluster_get nodes) nodes on $(cluster_get subnet).0/24"
+    if [[ -n $(cluster_get rate) ]]; then have+=", links at $(cluster_get rate)"; fi
+  elif pid_alive "$RUN/slurmctld.pid"; then
+    running=1
+    have="1 node"
+  fi
+  if ((nodes == 1)); then want="1 node"; else want="$nodes nodes on $subnet.0/24${rate:+, links at $rate}"; fi
+  if ((running)) && [[ $want != "$have" ]]; then
+    die "a local cluster of $have already runs; stop it first ($0 stop), then start $want"
+  fi
   install_packages
+  if ((nodes > 1)); then
+    local tool
+    for tool in ip tc nsenter unshare; do command -v "$tool" >/dev/null || die "$tool not found: emulated nodes need iproute2 and util-linux"; done
+    if [[ -f $CLUSTER ]]; then
+      say "$nodes nodes exist already ($(node_name 1)..$(node_name "$nodes"))"
+    else
+      check_network_free "$nodes" "$subnet"
+      trap rollback EXIT
+      make_nodes "$nodes" "$subnet" "$rate"
+    fi
+  fi
   start_munge
   local changed
-  changed=$(write_conf "$cpus")
+  changed=$(write_conf "$cpus" "$nodes" "$subnet")
   if [[ $changed == changed ]]; then
-    say "wrote $CONF (node $(hostname -s), $cpus CPUs, oversubscribed)"
-    if pid_alive "$RUN/slurmctld.pid" || pid_alive "$RUN/slurmd.pid"; then
+    say "wrote $CONF ($nodes node(s), $cpus CPUs each, oversubscribed)"
+    if pid_alive "$RUN/slurmctld.pid" || [[ -n $(slurmd_pidfiles) ]]; then
       say "configuration changed: restarting the daemons"
       stop_slurm
     fi
   else
     say "$CONF is up to date"
   fi
-  start_daemons
-  wait_idle
+  start_ctld
+  start_slurmds "$nodes"
+  wait_idle "$nodes"
+  trap - EXIT
+  if ((nodes > 1)); then
+    say "plain MPI across the nodes: mpiexec -f $HOSTFILE -launcher rsh -launcher-exec $RSH -n $nodes ..."
+  fi
 }
 
-stop_slurm() {
-  stop_pidfile slurmd "$RUN/slurmd.pid"
-  stop_pidfile slurmctld "$RUN/slurmctld.pid"
+nothing_runs() {
+  [[ ! -f $CLUSTER ]] && ! pid_alive "$RUN/slurmctld.pid" && [[ -z $(slurmd_pidfiles) ]] \
+    && [[ ! -e $RUN/started-munged ]] && ! ip link show "$BRIDGE" >/dev/null 2>&1 \
+    && ! compgen -G "/var/run/netns/$NODE_PREFIX*" >/dev/null \
+    && ! grep -qF "$HOSTS_BEGIN" "$HOSTS_FILE" 2>/dev/null
 }
 
 cmd_stop() {
   need_root stop
+  if nothing_runs; then
+    say "nothing to stop: no local cluster runs"
+    return 0
+  fi
   stop_slurm
+  remove_nodes
   if [[ -e $RUN/started-munged ]]; then
     stop_pidfile munged /run/munge/munged.pid
     rm -f "$RUN/started-munged"
@@ -314,10 +650,33 @@ cmd_stop() {
 }
 
 cmd_status() {
-  local rc=0
-  for d in slurmctld slurmd; do
-    if pid_alive "$RUN/$d.pid"; then say "$d: running (pid $(cat "$RUN/$d.pid"))"; else say "$d: not running"; rc=1; fi
-  done
+  local rc=0 name nodes subnet rate i link d bytes
+  nodes=$(cluster_get nodes)
+  if pid_alive "$RUN/slurmctld.pid"; then say "slurmctld: running (pid $(cat "$RUN/slurmctld.pid"))"; else say "slurmctld: not running"; rc=1; fi
+  if [[ -n $nodes ]]; then
+    subnet=$(cluster_get subnet)
+    rate=$(cluster_get rate)
+    say "nodes: $nodes emulated hosts on bridge $BRIDGE ($subnet.0/24), links ${rate:+shaped to }${rate:-unshaped}"
+    for ((i = 1; i <= nodes; i++)); do
+      name=$(node_name "$i")
+      link=$LINK_PREFIX$i
+      d="slurmd not running"
+      bytes="no link"
+      if pid_alive "$RUN/slurmd-$name.pid" slurmd; then d="slurmd pid $(cat "$RUN/slurmd-$name.pid")"; else rc=1; fi
+      if [[ -r /sys/class/net/$link/statistics/rx_bytes ]]; then
+        bytes="link $link: $(cat "/sys/class/net/$link/statistics/rx_bytes") bytes sent by the node, $(cat "/sys/class/net/$link/statistics/tx_bytes") received"
+      else
+        rc=1
+      fi
+      say "  $name $(node_addr "$subnet" "$i"): $d; $bytes"
+    done
+    say "plain MPI: mpiexec -f $HOSTFILE -launcher rsh -launcher-exec $RSH -n $nodes python ..."
+  elif pid_alive "$RUN/slurmd.pid"; then
+    say "slurmd: running (pid $(cat "$RUN/slurmd.pid"))"
+  else
+    say "slurmd: not running"
+    rc=1
+  fi
   if command -v munge >/dev/null && munge_works; then say "munged: running"; else say "munged: not running"; rc=1; fi
   if command -v sinfo >/dev/null && ctld_responds; then
     timeout 10 sinfo || rc=1
@@ -332,8 +691,8 @@ main() {
   [[ $# -gt 0 ]] && shift
   case $cmd in
     start) cmd_start "$@" ;;
-    stop) cmd_stop ;;
-    status) cmd_status ;;
+    stop) [[ $# -eq 0 ]] || bad_usage "stop takes no options"; cmd_stop ;;
+    status) [[ $# -eq 0 ]] || bad_usage "status takes no options"; cmd_status ;;
     -h|--help|help) usage ;;
     "") usage >&2; exit 2 ;;
     *) bad_usage "unknown command '$cmd': start, stop or status" ;;

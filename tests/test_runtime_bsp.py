@@ -184,9 +184,10 @@ def test_bad_calls_raise_at_the_call(bsp):
     with pytest.raises(BSPError, match=rf"rank {bsp.pid}: table.put of 3 element\(s\) at offset 2 "
                                        r"is outside rank 0's part of table \(size 4\)"):
         x.put(0, [1, 2, 3], offset=2)
-    with pytest.raises(BSPError, match=rf"rank {bsp.pid}: table.put\(pid=7, offset=1, count=1\): "
-                                       rf"pid 7 is not a rank of this BSP program \(0..{bsp.nprocs - 1}\)"):
-        x.put(7, [1], offset=1)
+    bad = bsp.nprocs  # the first pid past the last rank (a fixed 7 is a rank from 8 ranks on)
+    with pytest.raises(BSPError, match=rf"rank {bsp.pid}: table.put\(pid={bad}, offset=1, count=1\): "
+                                       rf"pid {bad} is not a rank of this BSP program \(0..{bsp.nprocs - 1}\)"):
+        x.put(bad, [1], offset=1)
     with pytest.raises(BSPError, match=r"table.get\(pid=-1, offset=0\): pid -1 is not a rank"):
         x.get(-1)
     with pytest.raises(BSPError, match=rf"rank {bsp.pid}: table.put\(pid=0, offset=0, count=1\): "

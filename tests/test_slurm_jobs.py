@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from cluster_helpers import cluster_required, unavailable_marks  # noqa: F401  (cluster_required: a fixture)
+
 REPO = Path(__file__).resolve().parents[1]
 SLURM = REPO / "slurm"
 VENV = Path(sys.prefix)
@@ -54,7 +56,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 _REASON = _slurm_unavailable()
-pytestmark = [pytest.mark.slurm, pytest.mark.skipif(_REASON is not None, reason=_REASON or "")]
+pytestmark = [pytest.mark.slurm, *unavailable_marks(_REASON)]
 
 
 def _run(cmd: list[str], cwd: Path, *, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
@@ -476,8 +478,9 @@ def test_long_run_is_requeued_when_preempted_and_resumes(tmp_path: Path) -> None
             assert _job(job_id)["JobState"] not in _FINAL_STATES, _job(job_id)
             assert time.monotonic() < deadline, "no checkpoint within 60 s"
             time.sleep(0.2)
+        # On the long run's node: on a cluster of several nodes another would be free.
         urgent = _run(["sbatch", "--parsable", "-p", "urgent", "--exclusive", "-n", "1",
-                       "--wrap", "echo urgent work done"], tmp_path, timeout=30)
+                       "-w", _job(job_id)["NodeList"], "--wrap", "echo urgent work done"], tmp_path, timeout=30)
         assert urgent.returncode == 0, urgent.stderr
         urgent_id = urgent.stdout.split(";")[0].strip()
         (job,) = _wait_final(job_id, 240)

@@ -7,7 +7,7 @@ import socket
 import sys
 
 from .. import __version__
-from ..runtime.launch import detect_launch
+from ..runtime.launch import detect_launch, machine_id, transport_advice, transport_settings
 from ..util.args import OneLineParser
 
 
@@ -20,8 +20,14 @@ def gather_info() -> dict[str, object]:
     from .. import kernels
 
     world = MPI.COMM_WORLD
-    hosts = world.gather(socket.gethostname(), root=0)
+    host = socket.gethostname()
+    hosts = world.gather(host, root=0)
+    machines = world.gather(machine_id(), root=0)
+    transports = world.gather(transport_settings(), root=0)
     launch = detect_launch()
+    library = MPI.Get_library_version()
+    device = next((line.split(":", 1)[1].strip() for line in library.splitlines()
+                   if line.strip().startswith("MPICH Device:")), None)
     info: dict[str, object] = {
         "hpcbsp": __version__,
         "python": platform.python_version(),
@@ -32,6 +38,12 @@ def gather_info() -> dict[str, object]:
         "world_size": world.Get_size(),
         **launch.as_dict(),
         "hosts": sorted(set(hosts)) if hosts else None,
+        # Ranks per host, and what the environment tells MPI about its transport (rank 0's; the
+        # MPICH device names the netmods it was built with). None where MPI does not say.
+        "ranks_per_host": ({h: hosts.count(h) for h in sorted(set(hosts))} if hosts else None),
+        "mpi_device": device,
+        "transport": (transports[0] or "chosen by the MPI library") if transports else None,
+        "transport_advice": transport_advice(hosts, machines, transports[0]) if hosts else None,
         "kernels": kernels.compiled_status(),
         "exact_sum": ("extraction fast path on" if kernels.exact_sum_fast_path_enabled() else
                       "integer bins only (the build or the floating-point environment rules out "
@@ -71,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
                 value = ", ".join(f"{k}: {'compiled' if v else 'NOT compiled'}" for k, v in value.items())
             elif isinstance(value, list):
                 value = ", ".join(map(str, value))
+            elif isinstance(value, dict):
+                value = ", ".join(f"{k}={v}" for k, v in value.items())
             if value is None or key == "launch_error":
                 continue
             print(f"{key:<{width}}  {value}")

@@ -125,3 +125,43 @@ def rerun_command(nprocs: int, argv: list[str] | None = None) -> str:
         target = [sys.argv[0]] if sys.argv and sys.argv[0] else []
     args = list(sys.argv[1:] if argv is None else argv)
     return shlex.join([find_mpiexec() or "mpiexec", "-n", str(nprocs), sys.executable, *target, *args])
+#: Environment variables that choose the transport of MPICH's netmods (UCX, libfabric/OFI).
+_TRANSPORT_VARS = ("UCX_TLS", "UCX_NET_DEVICES", "FI_PROVIDER", "FI_TCP_IFACE", "MPIR_CVAR_CH4_NETMOD")
+
+
+def transport_settings(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The transport variables set for this process (empty: the MPI library chooses)."""
+    env = dict(os.environ) if env is None else env
+    return {var: env[var] for var in _TRANSPORT_VARS if env.get(var)}
+
+
+def forces_tcp(settings: dict[str, str]) -> bool:
+    """Whether ``settings`` confine MPICH's inter-process traffic to TCP sockets (UCX's ``tcp``
+    transport only, or libfabric's ``tcp`` provider through the OFI netmod)."""
+    ucx_tcp = settings.get("UCX_TLS", "").replace(" ", "") in {"tcp", "tcp,self"}
+    ofi_tcp = (settings.get("FI_PROVIDER", "").startswith("tcp")
+               and settings.get("MPIR_CVAR_CH4_NETMOD", "").lower() == "ofi")
+    return ucx_tcp or ofi_tcp
+
+
+def machine_id() -> str:
+    """This kernel's boot id: equal on every emulated host of one machine (network namespaces,
+    containers), different between real machines."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def transport_advice(hosts: list[str], machines: list[str], settings: dict[str, str]) -> str | None:
+    """Advice when ranks on several hosts of one machine (emulated nodes) may still talk
+    through shared memory: MPICH's UCX sees one machine and uses its shared-memory transports
+    between them, so no byte crosses the emulated network. None when nothing is to be said."""
+    several_hosts = len(set(hosts)) > 1
+    one_machine = len(set(machines)) == 1 and machines and machines[0]
+    if several_hosts and one_machine and not forces_tcp(settings):
+        return ("the ranks run on several hosts of one machine (emulated nodes) and no TCP "
+                "transport is set, so MPICH may move their messages through shared memory: set "
+                "MPIR_CVAR_CH4_NETMOD=ofi FI_PROVIDER=tcp (or UCX_TLS=tcp) for traffic over the "
+                "links; slurm/local-cluster.sh's launcher and task prolog set the first")
+    return None

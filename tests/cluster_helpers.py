@@ -1,0 +1,64 @@
+"""Shared by the tests that need a running Slurm or the emulated nodes of ``slurm/local-cluster.sh``.
+
+Outside CI such a test skips and says why. Under CI (``CI=true``, which ``.ci/run`` sets after it
+started the 4-node cluster) the same reason fails the test instead: CI must not go green without
+testing Slurm and the nodes.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+#: What ``slurm/local-cluster.sh start --nodes N`` (N >= 2) leaves for its users.
+RUN = Path("/run/hpcbsp-slurm")
+CLUSTER_FILE = RUN / "cluster"
+HOSTFILE = RUN / "hosts"
+RSH = RUN / "rsh"
+NODE_PREFIX = "hpcbsp-node"
+LINK_PREFIX = "hpcbsp-v"
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
+
+
+def unavailable_marks(reason: str | None) -> list[pytest.MarkDecorator]:
+    """Marks for a module whose tests cannot run for ``reason`` (None: they can): a skip with the
+    reason, or under CI a failure of every test with it. The module must import the fixture
+    :func:`cluster_required` (pytest finds fixtures in the test module's namespace)."""
+    if reason is None:
+        return []
+    if in_ci():
+        return [pytest.mark.usefixtures("cluster_required"), pytest.mark.unavailable(reason)]
+    return [pytest.mark.skip(reason=reason)]
+
+
+@pytest.fixture
+def cluster_required(request: pytest.FixtureRequest) -> None:
+    """Fails the test with the reason its module cannot run (used under CI only)."""
+    mark = request.node.get_closest_marker("unavailable")
+    pytest.fail(f"CI=true, so this test may not skip, but: {mark.args[0] if mark else 'unknown'}",
+                pytrace=False)
+
+
+def cluster_nodes() -> list[str]:
+    """The emulated nodes of the running local cluster (empty when none runs)."""
+    try:
+        text = CLUSTER_FILE.read_text()
+    except OSError:
+        return []
+    match = re.search(r"^nodes=(\d+)$", text, re.M)
+    return [f"{NODE_PREFIX}{i}" for i in range(1, int(match.group(1)) + 1)] if match else []
+
+
+def link_bytes() -> dict[str, tuple[int, int]]:
+    """Per node: (bytes the node sent, bytes it received) on its link, read from the host side
+    of its veth pair (its rx is what the node sent)."""
+    out = {}
+    for i, node in enumerate(cluster_nodes(), start=1):
+        stats = Path("/sys/class/net") / f"{LINK_PREFIX}{i}" / "statistics"
+        out[node] = (int((stats / "rx_bytes").read_text()), int((stats / "tx_bytes").read_text()))
+    return out

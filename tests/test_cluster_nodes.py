@@ -1,0 +1,261 @@
+"""hpcbsp across emulated nodes: ``slurm/local-cluster.sh start --nodes 4`` (as root).
+
+Each node is a network namespace with its own hostname and address on a private bridge; the
+ranks of one job run on several of them, launched by ``srun -N 4 --mpi=pmi2`` or by MPICH's
+``mpiexec -f HOSTS -launcher rsh -launcher-exec RSH``. What is checked, and against what:
+
+* the ranks really run on separate hosts (their hostnames) and their messages really cross the
+  links: the byte counters of every node's link (the kernel's, in /sys/class/net) grow by at
+  least the bytes the program exchanged between nodes. The same program with MPICH left to its
+  own choice of transport moves almost nothing over the links (shared memory between the
+  namespaces), which shows that the counters tell the two apart;
+* ``hpcbsp info`` names the hosts and the transport;
+* the MPI test suites of the BSP semantics, the FA-BSP mailboxes and apps, the SNN simulator
+  (bsp and async, against the serial spike trains), the farm and checkpoints pass on 4 nodes
+  under both launchers; those tests compare with independent oracles (numpy, serial runs), so
+  passing there means the same results as on one node. The BSP semantics and FA-BSP tests also
+  run with 8 and 16 ranks over the 4 nodes (oversubscribed);
+* whole programs give the same bits on 4 nodes as on one: the BSF Jacobi farm's solution, and
+  the heat app checkpointed on 4 nodes and restarted on 2 (which also checks itself against a
+  serial numpy run).
+
+Without the 4-node cluster (or not as root: the launcher enters the nodes' namespaces) every
+test skips and says why; under CI it fails instead (see cluster_helpers).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cluster_helpers import cluster_required  # noqa: F401  (the fixture behind unavailable_marks)
+from cluster_helpers import HOSTFILE, RSH, cluster_nodes, link_bytes, unavailable_marks
+from hpcbsp.runtime.launch import find_mpiexec
+
+REPO = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+MPIEXEC = find_mpiexec()
+NODES = cluster_nodes()
+#: Launcher and MPI variables of an enclosing job or mpiexec, which must not leak into ours.
+_FOREIGN_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_",
+                     "UCX_", "FI_")
+MIB = 1 << 20
+
+
+def _unavailable() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root: the launcher enters the emulated nodes' namespaces (slurm/local-cluster.sh)"
+    if len(NODES) < 4:
+        return ("no local cluster of 4 or more emulated nodes runs "
+                "(as root: slurm/local-cluster.sh start --nodes 4)")
+    if shutil.which("srun") is None or MPIEXEC is None:
+        return "srun or this environment's mpiexec is missing"
+    if not (HOSTFILE.exists() and RSH.exists()):
+        return f"the local cluster's hostfile {HOSTFILE} or launcher {RSH} is missing"
+    return None
+
+
+pytestmark = [pytest.mark.slurm, *unavailable_marks(_unavailable())]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_FOREIGN_PREFIXES)}
+    env.update(PYTHONUNBUFFERED="1", MPIEXEC_TIMEOUT="900")
+    env.update(extra)
+    return env
+
+
+def _run(cmd: list[str], *, timeout: float, cwd: Path = REPO, **env: str) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env(**env),
+                              cwd=cwd, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"{' '.join(cmd[:8])} ... still ran after {timeout} s\n"
+                    f"{exc.stdout!s:.4000}\n{exc.stderr!s:.4000}")
+
+
+def mpiexec_nodes(n: int, args: list[str], *, timeout: float = 120, cwd: Path = REPO, **env: str):
+    """``mpiexec -f HOSTS -launcher rsh -launcher-exec RSH -n n python args``: ranks round-robin
+    over the nodes (one slot per node in the hostfile)."""
+    cmd = [MPIEXEC, "-f", str(HOSTFILE), "-launcher", "rsh", "-launcher-exec", str(RSH), "-n", str(n),
+           PYTHON, *args]
+    return _run(cmd, timeout=timeout, cwd=cwd, **env)
+
+
+def srun_nodes(n: int, args: list[str], *, nodes: int = 4, timeout: float = 120, cwd: Path = REPO, **env: str):
+    """``srun -N nodes -n n --mpi=pmi2 python args`` (a time limit, so a hang ends the step)."""
+    minutes = max(1, int(timeout // 60))
+    cmd = ["srun", f"-N{nodes}", f"-n{n}", "--mpi=pmi2", "--kill-on-bad-exit=1", f"--time={minutes}",
+           "--distribution=cyclic", PYTHON, *args]
+    return _run(cmd, timeout=timeout + 30, cwd=cwd, **env)
+
+
+LAUNCHERS = {"mpiexec": mpiexec_nodes, "srun": srun_nodes}
+
+
+def _delta(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+    return {node: (after[node][0] - before[node][0], after[node][1] - before[node][1]) for node in before}
+
+
+# Every rank sends 8 MiB to the next rank and receives 8 MiB from the previous one; with one rank
+# per node, every node's link carries at least 8 MiB each way.
+EXCHANGE = """\
+import socket
+import numpy as np
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+rank, size = comm.Get_rank(), comm.Get_size()
+out = np.full(1 << 20, rank, dtype=np.float64)
+got = np.empty_like(out)
+comm.Sendrecv(out, dest=(rank + 1) % size, recvbuf=got, source=(rank - 1) % size)
+assert np.all(got == (rank - 1) % size)
+hosts = comm.gather(socket.gethostname(), root=0)
+if rank == 0:
+    print("hosts " + " ".join(hosts), flush=True)
+"""
+
+
+def _exchange(tmp_path: Path, launcher: str, **env: str) -> tuple[dict[int, str], dict[str, tuple[int, int]]]:
+    (tmp_path / "exchange.py").write_text(EXCHANGE)
+    before = link_bytes()
+    proc = LAUNCHERS[launcher](4, [str(tmp_path / "exchange.py")], cwd=tmp_path, **env)
+    after = link_bytes()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (line,) = re.findall(r"^hosts (.*)$", proc.stdout, re.M)
+    return dict(enumerate(line.split())), _delta(before, after)
+
+
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_ranks_on_separate_nodes_exchange_over_the_links(tmp_path: Path, launcher: str) -> None:
+    placed, moved = _exchange(tmp_path, launcher)
+    assert sorted(placed.values()) == NODES[:4], placed  # one rank on each of four hosts
+    for node in NODES[:4]:
+        sent, received = moved[node]
+        assert sent >= 8 * MIB and received >= 8 * MIB, (
+            f"{node}'s link carried {sent} bytes out and {received} in for an 8 MiB exchange each way: "
+            f"the messages did not cross the network (shared memory?); all links: {moved}")
+
+
+def test_the_link_counters_catch_shared_memory(tmp_path: Path) -> None:
+    # The same exchange with MPICH left to choose its transport (the launcher then sets none):
+    # UCX sees one machine and uses shared memory between the namespaces. The check above would
+    # fail on this run, which is what makes it a check.
+    placed, moved = _exchange(tmp_path, "mpiexec", HPCBSP_CLUSTER_TRANSPORT="any")
+    assert sorted(placed.values()) == NODES[:4], placed
+    assert all(sent < MIB for sent, _ in moved.values()), moved
+
+
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_hpcbsp_info_names_the_hosts_and_the_transport(launcher: str) -> None:
+    proc = LAUNCHERS[launcher](4, ["-m", "hpcbsp", "info", "--json"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    info = json.loads(proc.stdout[proc.stdout.index("{"):proc.stdout.rindex("}") + 1])
+    assert info["world_size"] == 4 and info["hosts"] == NODES[:4], info
+    assert info["ranks_per_host"] == {node: 1 for node in NODES[:4]}, info
+    assert info["transport"]["FI_PROVIDER"] == "tcp" and info["transport"]["MPIR_CVAR_CH4_NETMOD"] == "ofi", info
+    assert info["transport_advice"] is None, info
+    assert info["launcher"] == launcher
+
+
+def test_hpcbsp_info_advises_tcp_when_nodes_share_a_machine() -> None:
+    proc = mpiexec_nodes(2, ["-m", "hpcbsp", "info", "--json"], HPCBSP_CLUSTER_TRANSPORT="any")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    info = json.loads(proc.stdout[proc.stdout.index("{"):proc.stdout.rindex("}") + 1])
+    assert info["hosts"] == NODES[:2]
+    assert info["transport"] == "chosen by the MPI library"
+    assert "FI_PROVIDER=tcp" in info["transport_advice"], info
+
+
+# --- the MPI test suites on 4 nodes --------------------------------------------------------------
+
+#: Test files whose MPI tests run across the nodes, each against its own oracle.
+SUITES = ["tests/test_runtime_bsp.py", "tests/test_fabsp_mailbox.py", "tests/test_fabsp_apps.py",
+          "tests/test_snn_mpi.py", "tests/test_farm_skeleton.py", "tests/test_runtime_checkpoint.py"]
+#: The BSP semantics and FA-BSP tests, for 8 and 16 ranks over the 4 nodes.
+SEMANTICS = ["tests/test_runtime_bsp.py", "tests/test_fabsp_mailbox.py", "tests/test_fabsp_apps.py"]
+#: Stress tests that measure a resource rather than a semantic (thousands of communicators, peak
+#: memory under a flood of messages); they run on one node in `make test`.
+STRESS = "not contexts_that_fail_together and not peak_memory"
+
+
+def _pytest_under(launcher: str, n: int, files: list[str], *, timeout: float, keyword: str | None = None):
+    args = ["-m", "pytest", "-q", "--only-mpi", "-p", "no:cacheprovider", *files]
+    if keyword:
+        args += ["-k", keyword]
+    before = link_bytes()
+    proc = LAUNCHERS[launcher](n, args, timeout=timeout)
+    moved = _delta(before, link_bytes())
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    summary = re.findall(r"(\d+) (passed|failed|error)", out)
+    assert summary and not any(kind != "passed" for _, kind in summary), out[-6000:]
+    assert sum(int(k) for k, kind in summary if kind == "passed") >= 10, out[-3000:]
+    # Every node took part, and over the network.
+    assert all(sent > MIB and received > MIB for sent, received in moved.values()), moved
+
+
+@pytest.mark.timeout(660)
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_mpi_suites_pass_on_4_nodes(launcher: str) -> None:
+    _pytest_under(launcher, 4, SUITES, timeout=600, keyword=STRESS)
+
+
+@pytest.mark.timeout(660)
+@pytest.mark.parametrize("ranks", [8, 16])
+def test_bsp_and_fabsp_semantics_with_more_ranks_than_nodes(ranks: int) -> None:
+    _pytest_under("mpiexec", ranks, SEMANTICS, timeout=600, keyword=STRESS)
+
+
+# --- whole programs: the same bits on 4 nodes as on one --------------------------------------
+
+def _local(n: int, args: list[str], *, timeout: float = 300, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return _run([MPIEXEC, "-n", str(n), PYTHON, *args], timeout=timeout, cwd=cwd)
+
+
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_farm_jacobi_on_4_nodes_gives_the_one_node_solution(tmp_path: Path, launcher: str) -> None:
+    args = ["-m", "hpcbsp.apps.jacobi", "--n", "400", "--json"]
+    one = _local(4, [*args, "--out", str(tmp_path / "one.npy")])
+    assert one.returncode == 0, one.stdout + one.stderr
+    four = LAUNCHERS[launcher](4, [*args, "--out", str(tmp_path / "four.npy")])
+    assert four.returncode == 0, four.stdout + four.stderr
+    x1, x4 = np.load(tmp_path / "one.npy"), np.load(tmp_path / "four.npy")
+    assert x1.tobytes() == x4.tobytes()
+
+
+def test_heat_checkpointed_on_4_nodes_restarts_on_2_bit_identical(tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt"
+    common = ["-m", "hpcbsp.apps.heat", "--n", "3000", "--checkpoint", str(ckpt)]
+    first = srun_nodes(4, [*common, "--steps", "60", "--every", "20"])
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert (ckpt / "meta.json").exists()
+    second = mpiexec_nodes(2, [*common, "--steps", "150", "--restart", "--check", "--out", str(tmp_path / "nodes.npy")])
+    out = second.stdout + second.stderr
+    assert second.returncode == 0, out
+    assert re.search(r"restarted from .* at step 60", out), out
+    assert "check against serial numpy: bit-identical" in out, out
+    one = _local(3, ["-m", "hpcbsp.apps.heat", "--n", "3000", "--steps", "150", "--out", str(tmp_path / "one.npy")])
+    assert one.returncode == 0, one.stdout + one.stderr
+    assert np.load(tmp_path / "one.npy").tobytes() == np.load(tmp_path / "nodes.npy").tobytes()
+
+
+# --- the benchmark across nodes runs (its figures are measured on a quiet machine) ----------
+
+def test_the_nodes_benchmark_runs_across_the_nodes() -> None:
+    proc = mpiexec_nodes(4, ["-m", "hpcbsp.bench", "nodes", "--quick", "--mib", "0.25", "--rounds", "1"],
+                         timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert f"ranks: 4 on 4 host(s): {NODES[0]} (1)" in out, out
+    assert re.search(r"bare Sendrecv ring\s+g = .* ns/byte", out) and "throughput ratio" in out, out
+    moved = int(re.search(r"bytes through the emulated nodes' links during the run: ([\d,]+)", out)
+                .group(1).replace(",", ""))
+    assert moved > 4 * 2**18, out  # at least the puts' quarter MiB per rank crossed the links
+    assert "shared memory" not in out, out  # no transport advice: TCP was set
