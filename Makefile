@@ -8,7 +8,11 @@ VENV     ?= .venv
 PY       := $(VENV)/bin/python
 MPIEXEC  := $(VENV)/bin/mpiexec
 STAMP    := $(VENV)/.hpcbsp-installed
-EXTRAS   ?= mpich,test,plot,bench
+EXTRAS   ?= mpich,test,plot,bench,digits,torch
+# torch is pinned to the CPU build that lies on this project's machines (pip finds it in
+# /opt/wheels); an unpinned torch would download a multi-GB CUDA build. Elsewhere:
+# `make TORCH_PIN="torch==X.Y"` or install torch your own way first (README, "Installing torch").
+TORCH_PIN ?= torch==2.13.0
 # A deadlocked MPI job fails instead of hanging CI: mpiexec (MPICH hydra) kills it after this.
 export MPIEXEC_TIMEOUT ?= 600
 export PYTHONUNBUFFERED := 1
@@ -29,6 +33,7 @@ $(PY):
 	$(PY) -m pip install --quiet "setuptools>=64" wheel "cython>=3.0" "numpy>=1.24"
 
 $(STAMP): $(PY) pyproject.toml setup.py $(KERNEL_SOURCES)
+	$(PY) -m pip install --quiet "$(TORCH_PIN)"
 	$(PY) -m pip install --quiet --no-build-isolation -e ".[$(EXTRAS)]"
 	$(PY) -c "import hpcbsp.kernels as k; k.require_compiled()"
 	@touch $@
