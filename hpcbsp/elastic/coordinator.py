@@ -39,7 +39,8 @@ class Coordinator:
     n_workers : int
         Number of workers.
     weights : numpy.ndarray or None
-        Initial flat weights (copied); None runs timing only (gradients are ignored).
+        Initial flat weights (copied; float32 stays float32, anything else becomes float64);
+        None runs timing only (gradients are ignored).
     lr : float
         SGD step: an update is ``weights -= lr * mean(applied gradients)``.
     now : float
@@ -55,9 +56,11 @@ class Coordinator:
         self.max_updates = max_updates
         self.n_workers = n_workers
         self.lr = float(lr)
-        self.weights = None if weights is None else np.array(weights, dtype=np.float64).ravel()
+        # float32 weights (torch models) stay float32, as do their gradients and updates.
+        dtype = np.float32 if weights is not None and np.asarray(weights).dtype == np.float32 else np.float64
+        self.weights = None if weights is None else np.array(weights, dtype=dtype).ravel()
         size = 0 if self.weights is None else self.weights.size
-        self._grads = np.zeros((n_workers, size), dtype=np.float64)
+        self._grads = np.zeros((n_workers, size), dtype=dtype)
         self._pending = np.zeros(n_workers, dtype=bool)   # a gradient waits to be applied/dropped
         self._waiting = np.zeros(n_workers, dtype=bool)   # the worker waits to be released
         self._stopped = np.zeros(n_workers, dtype=bool)
