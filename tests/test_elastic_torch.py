@@ -291,3 +291,47 @@ def test_simulated_torch_run_killed_and_restarted_matches_an_uninterrupted_run(t
     assert (out / "curves.csv").read_text() == (ref / "curves.csv").read_text()
     assert (out / "pushes.csv").read_text() == (ref / "pushes.csv").read_text()
 
+
+
+def test_mpi_torch_run_writes_every_policy_and_the_allreduce_baseline(tmp_path: Path) -> None:
+    from mpi_helpers import run_mpi
+
+    out = tmp_path / "out"
+    res = run_mpi(3, ["-m", "hpcbsp.elastic.train", "--model", "student", "--dataset", "teacher",
+                      "--teacher-dim", "16", "--teacher-samples", "400", "--policy", "bsp,allreduce",
+                      "--duration", "1", "--eval-every", "0.2", "--slowdown", "1,2", "--no-plot",
+                      "--out", str(out)], timeout=120)
+    assert not res.timed_out and res.returncode == 0, res.output[-2000:]
+    assert "torch 2." in res.stdout and "1 thread(s) per rank" in res.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    runs = {r["policy"]: r for r in summary["runs"]}
+    assert set(runs) == {"bsp", "allreduce"}
+    for r in runs.values():
+        assert r["updates"] > 0 and r["staleness"]["max"] == 0 and 0.8 < r["duration_s"] < 3
+    # Real compute, the slower worker sleeping its compute once more (--slowdown 1,2).
+    assert summary["config"]["model"]["compute"] == "real"
+
+
+def test_mpi_torch_run_killed_and_restarted_goes_on_from_the_saved_server_state(tmp_path: Path) -> None:
+    from hpcbsp.elastic.resume import CheckpointPlan
+    from mpi_helpers import run_mpi
+
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    args = ["-m", "hpcbsp.elastic.train", "--model", "cnn", "--dataset", "teacher", "--teacher-dim", "16",
+            "--teacher-samples", "400", "--policy", "ssp", "--duration", "3", "--eval-every", "0.1",
+            "--no-plot", "--out", str(out), "--checkpoint", str(ck), "--checkpoint-every", "0.4"]
+    dead = run_mpi(3, [*args, "--die-after-saves", "3"], timeout=90)
+    assert not dead.timed_out and dead.returncode != 0
+    from mpi4py import MPI
+
+    from hpcbsp.runtime.context import BSP
+    with BSP(MPI.COMM_SELF) as bsp:
+        state = bsp.restore(str(ck / "mpi-ssp-r0"), program="hpcbsp.elastic.train").state
+    saved = CheckpointPlan(ck).load(ck / "mpi-ssp-r0", json.loads(state["config"].tobytes().decode()))
+    assert not saved["done"] and saved["coord"].weights.dtype == np.float32
+    res = run_mpi(3, [*args, "--restart"], timeout=90)
+    assert not res.timed_out and res.returncode == 0, res.output[-2000:]
+    assert "resumed from its checkpoint at" in res.stdout
+    run = json.loads((out / "summary.json").read_text())["runs"][0]
+    assert run["resumed_at"] == pytest.approx(saved["elapsed"])
+    assert run["updates"] > saved["coord"].log.updates
