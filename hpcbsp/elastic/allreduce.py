@@ -32,7 +32,7 @@ from mpi4py import MPI
 from .runlog import RunLog
 from .server import ServerResult, ServerTimeout, WorkerResult, poll, wait_request
 
-__all__ = ["run_allreduce", "HEAD_TAG", "WEIGHTS_TAG"]
+__all__ = ["run_allreduce", "allreduce_step", "HEAD_TAG", "WEIGHTS_TAG"]
 
 HEAD_TAG = 7111
 WEIGHTS_TAG = 7112
@@ -118,6 +118,23 @@ def run_allreduce(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray] | 
     return WorkerResult(iterations=st["steps"], blocked_s=st["blocked_s"])
 
 
+def allreduce_step(bsp: Any, buf: np.ndarray, total: np.ndarray, w: np.ndarray, scale: float) -> bool:
+    """One step of the baseline: sum ``buf`` (``P`` gradient values, then the stop vote) over the
+    workers with ``bsp.allreduce`` into ``total`` and, unless someone voted to stop,
+    ``w -= scale * sum`` (in place: the step allocates nothing).
+
+    Returns True when the step was a stop (the weights are then unchanged).  h-relation:
+    ``buf.nbytes`` out of and into every worker.
+    """
+    bsp.allreduce(buf, out=total)
+    if total[-1] > 0:
+        return True
+    grad = total[:-1]
+    grad *= scale  # (the same rounding as w -= scale * grad)
+    w -= grad
+    return False
+
+
 def _train(bsp: Any, comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray], w: np.ndarray,
            lr: float, n: int, duration: float | None, max_updates: int | None,
            eval_every: float | None, pace: Callable[[float, float], float] | None, t0: float,
@@ -125,6 +142,7 @@ def _train(bsp: Any, comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray]
     leader = bsp.pid == 0
     P = w.size
     buf = np.zeros(P + 1, dtype=w.dtype)
+    total = np.empty_like(buf)
     head = np.zeros(3)
     snap = np.empty_like(w)
     sent: list[MPI.Request] = []
@@ -160,17 +178,16 @@ def _train(bsp: Any, comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray]
         done = time.monotonic()
         push_times.append(done - t0)
         buf[P] = 1.0 if leader and done >= stop_at else 0.0
-        total = bsp.allreduce(buf)
+        voted_stop = allreduce_step(bsp, buf, total, w, scale)
         blocked_s += time.monotonic() - done
         step += 1
-        if total[P] > 0:  # worker 0 voted to stop: this step's gradients are not applied
+        if voted_stop:  # worker 0 voted to stop: this step's gradients are not applied
             stopped = done
             break
-        w -= scale * total[:P]
         if max_updates is not None and step >= max_updates:
             stopped = time.monotonic()
             break
-    applied = step - (1 if total[P] > 0 else 0)
+    applied = step - (1 if voted_stop else 0)
     if leader:
         send(_FINAL, min(stopped, stop_at) - t0, applied)
         for req in sent:

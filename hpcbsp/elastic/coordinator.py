@@ -142,6 +142,11 @@ class Coordinator:
         self.log.staleness.extend((self.version - self.pulled_version[idx]).tolist())
         self.log.applied[idx] += 1
         if self.weights is not None:
-            self.weights -= self.lr * (self._grads[idx].mean(axis=0) if idx.size > 1 else self._grads[idx[0]])
+            if idx.size > 1:
+                self.weights -= self.lr * self._grads[idx].mean(axis=0)
+            else:  # in place in the consumed gradient's row (the same rounding, no temporary)
+                step = self._grads[idx[0]]
+                step *= self.lr
+                self.weights -= step
         self.version += 1
         self.log.updates = self.version
