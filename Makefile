@@ -24,7 +24,7 @@ KERNEL_SOURCES := $(wildcard kernels/*.pyx kernels/*.pxd kernels/*.h)
 help:
 	@echo "make run    set up .venv and run the demonstration on 2 ranks"
 	@echo "make test   set up .venv and run the whole test suite (serial, then mpiexec -n 2 and -n 3)"
-	@echo "make bench  run every benchmark (sync, fabsp and snn on 2 ranks); see docs/performance.md"
+	@echo "make bench  run every benchmark (sync, fabsp, snn and elastic on 2 ranks); see docs/performance.md"
 	@echo "make clean  remove build products (keeps .venv)"
 
 $(PY):
@@ -58,6 +58,7 @@ bench: $(STAMP)
 	$(MPIEXEC) -n 2 $(PY) -m hpcbsp.bench fabsp
 	$(PY) -m hpcbsp.bench zipline
 	$(MPIEXEC) -n 2 $(PY) -m hpcbsp.bench snn
+	$(MPIEXEC) -n 2 $(PY) -m hpcbsp.bench elastic
 
 clean:
 	rm -rf build *.egg-info hpcbsp/kernels/*.so hpcbsp/kernels/*.c kernels/*.c

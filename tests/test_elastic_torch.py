@@ -268,6 +268,7 @@ def test_cli_gradient_compression_changes_only_the_rounding(tmp_path: Path) -> N
     (["--model", "student", "--depth", "0"], "--depth and --threads must be at least 1"),
     (["--model", "student", "--dataset", "teacher", "--teacher-samples", "5"], "--teacher-samples at least 20"),
     (["--grad-dtype", "int8"], "argument --grad-dtype: invalid choice"),
+    (["--model", "student", "--device", "gpu0"], "--device 'gpu0' is not a torch device"),
 ])
 def test_cli_bad_torch_options_are_one_line_and_status_2(args: list[str], message: str) -> None:
     proc = subprocess.run([*TRAIN, "--simulate", "--duration", "0.5", "--dataset", "generated", *args],

@@ -76,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--stall-factor", type=float, default=10.0, help="how much longer a stalled iteration takes (default 10)")
     g = p.add_argument_group("training")
     g.add_argument("--dataset", choices=DATASETS, default="digits",
-                   help="digits (scikit-learn's bundled images; extra 'digits') or generated clusters (default digits)")
+                   help="digits (scikit-learn's bundled images; extra 'digits'), generated clusters, or teacher "
+                        "(random inputs labelled by a fixed random network) (default digits)")
     g.add_argument("--model", choices=MODELS, default="softmax",
                    help="softmax, mlp (numpy); cnn, resnet, student (PyTorch, extra 'torch'); default softmax")
     g.add_argument("--hidden", type=int, default=32, help="MLP/student hidden units (default 32)")

@@ -45,6 +45,21 @@ class TorchModelError(ValueError):
     """A module, loss or data the adapter cannot use (the message says what and what to do)."""
 
 
+def _check_device(device: str) -> torch.device:
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise TorchModelError(f"--device {device!r} is not a torch device (cpu, cuda, cuda:1, mps...)") from exc
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise TorchModelError(f"--device {device}: this torch build sees no CUDA device "
+                              "(torch.cuda.is_available() is False); use --device cpu")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise TorchModelError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) here")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise TorchModelError(f"--device {device}: MPS is not available here; use --device cpu")
+    return dev
+
+
 class TorchModel(Model):
     """Wrap ``module`` for the parameter server (see the module docstring).
 
@@ -100,7 +115,7 @@ class TorchModel(Model):
                                   f"values, not n_features = {self.n_features}")
         self.n_classes = n_classes
         self.loss = loss if loss is not None else nn.functional.cross_entropy
-        self.device = torch.device(device)
+        self.device = _check_device(device)
         self.eval_batch = int(eval_batch)
         self.module = module.to(device=self.device, dtype=torch.float32)
         self._params = list(self.module.parameters())
