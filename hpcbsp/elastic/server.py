@@ -39,6 +39,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .coordinator import Coordinator
+from .evaluator import BackgroundEvaluator
 from .policies.base import SyncPolicy
 from .runlog import RunLog
 from .wire import Wire, wire_for
@@ -130,7 +131,9 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
     max_updates : int, optional
         Stop once this many updates were applied. At least one stop condition is required.
     eval_fn, eval_every : optional
-        ``eval_fn(weights) -> (accuracy, loss)``, recorded every ``eval_every`` seconds and at the end.
+        ``eval_fn(weights) -> (accuracy, loss)``, on a copy of the weights every ``eval_every``
+        seconds and at the end.  It runs in a background thread (:mod:`.evaluator`) while the
+        server goes on serving; an evaluation due while the previous one runs is skipped.
     progress : callable, optional
         Called as ``progress(elapsed, log)`` after each evaluation.
     timeout : float
@@ -203,6 +206,13 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
         return idx if flag and idx != MPI.UNDEFINED else None
 
     stopped_at = np.inf
+    evaluator = BackgroundEvaluator(eval_fn) if eval_fn is not None and eval_every else None
+
+    def collect(results: list[tuple[float, float, float, int]]) -> None:
+        for t, acc, loss, version in results:
+            coord.log.record_eval(t, acc, loss, updates=version)
+            if progress is not None:
+                progress(t, coord.log)
 
     def stop_all(now: float) -> None:
         nonlocal stopped_at
@@ -218,11 +228,12 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
         if not coord.stopping and now >= stop_at:
             stop_all(now)  # before any evaluation: none may be stamped after the run's end
             continue
-        if now >= next_eval and not coord.stopping:
-            coord.log.record_eval(now - t0, *eval_fn(coord.weights))  # type: ignore[misc, arg-type]
-            next_eval += eval_every  # type: ignore[operator]
-            if progress is not None:
-                progress(now - t0, coord.log)
+        if evaluator is not None:
+            collect(evaluator.results())
+            if now >= next_eval and not coord.stopping:
+                evaluator.submit(now - t0, coord.weights, coord.version)  # (skipped while busy)
+                while next_eval <= now:
+                    next_eval += eval_every  # type: ignore[operator]
         until = np.inf if coord.stopping else min(next_eval, stop_at, next_save)
         w = _poll(pending, until, now + timeout, "push from any worker")
         if w is None:
@@ -241,6 +252,8 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
             release(r)
         for r in out.stop:
             reply(r, STOP)
+    if evaluator is not None:
+        collect(evaluator.close())
     coord.log.duration_s = min(stopped_at, stop_at) - t0
     for w in range(n):
         _wait(sent[w], timeout, f"completion of the last reply to worker {w}")
