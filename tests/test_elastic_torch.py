@@ -183,10 +183,10 @@ def test_wire_messages_carry_exact_headers_and_rounded_values(fmt: str, torch_dt
 
 # ---------------------------------------------------------------- simulated runs
 
-def _sgd_oracle(net: nn.Module, shape, batches_per_step, lr: float) -> np.ndarray:
-    """Plain torch: per step, average the workers' gradients and take one SGD step."""
+def _sgd_oracle(net: nn.Module, shape, batches_per_step, lr: float, decay: float = 0.0) -> np.ndarray:
+    """Plain torch: per step k, average the workers' gradients, step lr / (1 + decay k)."""
     params = list(net.parameters())
-    for batches in batches_per_step:
+    for k, batches in enumerate(batches_per_step):
         grads = []
         for X, y in batches:
             net.zero_grad()
@@ -195,13 +195,15 @@ def _sgd_oracle(net: nn.Module, shape, batches_per_step, lr: float) -> np.ndarra
             grads.append([p.grad.clone() for p in params])
         with torch.no_grad():
             for i, p in enumerate(params):
-                p -= lr * torch.stack([g[i] for g in grads]).mean(dim=0)
+                p -= lr / (1 + decay * k) * torch.stack([g[i] for g in grads]).mean(dim=0)
     return torch.cat([p.detach().flatten() for p in params]).numpy()
 
 
+@pytest.mark.parametrize("decay", [0.0, 0.5])
 @pytest.mark.parametrize("policy", ["bsp", "allreduce"])
 @pytest.mark.parametrize("n_workers", [2, 3])
-def test_simulated_bsp_and_allreduce_equal_sgd_on_the_averaged_gradients(policy: str, n_workers: int) -> None:
+def test_simulated_bsp_and_allreduce_equal_sgd_on_the_averaged_gradients(policy: str, n_workers: int,
+                                                                         decay: float) -> None:
     net, shape = _net("cnn")
     reference = copy.deepcopy(net)
     model = TorchModel(net, input_shape=shape, n_classes=4)
@@ -221,10 +223,10 @@ def test_simulated_bsp_and_allreduce_equal_sgd_on_the_averaged_gradients(policy:
 
     timing = TimingModel(base_s=0.01, slowdown=tuple(1.0 + k for k in range(n_workers)), jitter=0.2, seed=4)
     res = simulate(make_policy(policy), timing, duration=100.0, weights=model.get_weights(), lr=lr,
-                   grad_fn=grad_fn, max_updates=steps)
+                   grad_fn=grad_fn, max_updates=steps, lr_decay=decay)
     assert res.log.updates == steps and res.weights.dtype == np.float32
     expected = _sgd_oracle(reference, shape, [[batch_of(k, t) for k in range(n_workers)]
-                                              for t in range(steps)], lr)
+                                              for t in range(steps)], lr, decay)
     np.testing.assert_allclose(res.weights, expected, rtol=2e-5, atol=2e-6)
 
 

@@ -62,7 +62,8 @@ def _grad_fn(model, data, worker: int):
     return grad
 
 
-def _oracle(reference: nn.Module, shape, data, n_workers: int, steps: int, round_grad=None) -> np.ndarray:
+def _oracle(reference: nn.Module, shape, data, n_workers: int, steps: int, round_grad=None,
+            decay: float = 0.0) -> np.ndarray:
     params = list(reference.parameters())
     for t in range(steps):
         grads = []
@@ -75,7 +76,7 @@ def _oracle(reference: nn.Module, shape, data, n_workers: int, steps: int, round
             grads.append(g if round_grad is None else [round_grad(x) for x in g])
         with torch.no_grad():
             for i, p in enumerate(params):
-                p -= LR * torch.stack([g[i] for g in grads]).mean(dim=0)
+                p -= LR / (1 + decay * t) * torch.stack([g[i] for g in grads]).mean(dim=0)
     return torch.cat([p.detach().flatten() for p in params]).numpy()
 
 
@@ -85,18 +86,18 @@ def _pace(comm):
 
 
 @pytest.mark.mpi(min_size=2)
-@pytest.mark.parametrize("grad_format", [None, "bfloat16"])
-def test_bsp_server_with_a_torch_model_equals_sgd_on_averaged_gradients(comm, grad_format) -> None:
+@pytest.mark.parametrize("grad_format, decay", [(None, 0.0), (None, 0.5), ("bfloat16", 0.0)])
+def test_bsp_server_with_a_torch_model_equals_sgd_on_averaged_gradients(comm, grad_format, decay) -> None:
     from hpcbsp.elastic.server import serve, work
 
     model, reference, shape, data = _setup()
     n = comm.Get_size() - 1
     if comm.Get_rank() == 0:
         res = serve(comm, make_policy("bsp"), model.get_weights(), LR, max_updates=STEPS,
-                    timeout=TIMEOUT, grad_format=grad_format)
+                    timeout=TIMEOUT, grad_format=grad_format, lr_decay=decay)
         assert res.weights.dtype == np.float32 and res.log.updates == STEPS
         rounding = None if grad_format is None else (lambda g: g.to(torch.bfloat16).to(torch.float32))
-        expected = _oracle(reference, shape, data, n, STEPS, rounding)
+        expected = _oracle(reference, shape, data, n, STEPS, rounding, decay)
         np.testing.assert_allclose(res.weights, expected, rtol=2e-5, atol=2e-6)
         if grad_format == "bfloat16":  # the rounding acted: far from the full-precision result
             assert not np.allclose(res.weights, _oracle(*_setup()[1:3], data, n, STEPS), rtol=1e-6, atol=0)
@@ -107,7 +108,8 @@ def test_bsp_server_with_a_torch_model_equals_sgd_on_averaged_gradients(comm, gr
 
 
 @pytest.mark.mpi(min_size=2)
-def test_allreduce_baseline_with_a_torch_model_equals_sgd_on_averaged_gradients(comm) -> None:
+@pytest.mark.parametrize("decay", [0.0, 0.5])
+def test_allreduce_baseline_with_a_torch_model_equals_sgd_on_averaged_gradients(comm, decay) -> None:
     from hpcbsp.elastic.allreduce import run_allreduce
 
     model, reference, shape, data = _setup("student")
@@ -116,8 +118,8 @@ def test_allreduce_baseline_with_a_torch_model_equals_sgd_on_averaged_gradients(
     if comm.Get_rank() == 0:
         res = run_allreduce(comm, None, w0, LR, max_updates=STEPS,
                             eval_fn=lambda w: model.evaluate(w, data.X_test, data.y_test),
-                            eval_every=0.0001, timeout=TIMEOUT)
-        expected = _oracle(reference, shape, data, n, STEPS)
+                            eval_every=0.0001, timeout=TIMEOUT, lr_decay=decay)
+        expected = _oracle(reference, shape, data, n, STEPS, decay=decay)
         np.testing.assert_allclose(res.weights, expected, rtol=2e-5, atol=2e-6)
         log = res.log
         assert log.updates == STEPS and log.applied.tolist() == [STEPS] * n
@@ -126,7 +128,8 @@ def test_allreduce_baseline_with_a_torch_model_equals_sgd_on_averaged_gradients(
         assert log.curve[-1][1:3] == pytest.approx(model.evaluate(expected, data.X_test, data.y_test))
     else:
         res_w = run_allreduce(comm, _grad_fn(model, data, comm.Get_rank() - 1), w0, LR,
-                              max_updates=STEPS, eval_every=0.0001, pace=_pace(comm), timeout=TIMEOUT)
+                              max_updates=STEPS, eval_every=0.0001, pace=_pace(comm), timeout=TIMEOUT,
+                              lr_decay=decay)
         assert res_w.iterations == STEPS
 
 

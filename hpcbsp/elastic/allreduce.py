@@ -46,7 +46,7 @@ def run_allreduce(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray] | 
                   eval_every: float | None = None,
                   progress: Callable[[float, RunLog], None] | None = None,
                   pace: Callable[[float, float], float] | None = None,
-                  timeout: float = 60.0) -> ServerResult | WorkerResult:
+                  timeout: float = 60.0, lr_decay: float = 0.0) -> ServerResult | WorkerResult:
     """Train with allreduce on ranks ``1..n`` of ``comm``; rank 0 evaluates (collective on ``comm``).
 
     h-relation: see the module docstring.
@@ -59,8 +59,9 @@ def run_allreduce(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray] | 
         On workers: ``grad_fn(weights) -> gradient`` (its next mini-batch); None on rank 0.
     weights : numpy.ndarray
         Initial flat weights, the same on every rank (float32 stays float32).
-    lr : float
-        SGD step: ``weights -= lr * mean(gradients)``.
+    lr, lr_decay : float
+        SGD step: step ``k`` does ``weights -= lr / (1 + lr_decay * k) * mean(gradients)``, as
+        the server does.
     duration, max_updates : optional
         Stop after ``duration`` seconds (worker 0's clock) or ``max_updates`` steps; at least one.
     eval_fn, eval_every : optional
@@ -111,7 +112,7 @@ def run_allreduce(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray] | 
     try:
         with BSP(workers) as bsp:
             st = _train(bsp, comm, grad_fn, w, lr, n, duration, max_updates, eval_every, pace,
-                        t0, timeout)
+                        t0, timeout, lr_decay)
     finally:
         workers.Free()
     comm.gather(st, root=0)
@@ -138,7 +139,7 @@ def allreduce_step(bsp: Any, buf: np.ndarray, total: np.ndarray, w: np.ndarray, 
 def _train(bsp: Any, comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray], w: np.ndarray,
            lr: float, n: int, duration: float | None, max_updates: int | None,
            eval_every: float | None, pace: Callable[[float, float], float] | None, t0: float,
-           timeout: float) -> dict[str, Any]:
+           timeout: float, lr_decay: float = 0.0) -> dict[str, Any]:
     leader = bsp.pid == 0
     P = w.size
     buf = np.zeros(P + 1, dtype=w.dtype)
@@ -178,6 +179,8 @@ def _train(bsp: Any, comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray]
         done = time.monotonic()
         push_times.append(done - t0)
         buf[P] = 1.0 if leader and done >= stop_at else 0.0
+        if lr_decay:
+            scale = lr / (1.0 + lr_decay * step) / n
         voted_stop = allreduce_step(bsp, buf, total, w, scale)
         blocked_s += time.monotonic() - done
         step += 1

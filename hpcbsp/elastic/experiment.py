@@ -57,6 +57,7 @@ class TrainConfig:
     grad_format: str | None = None  # gradients on the wire: None (the weights' dtype), float16, bfloat16
     teacher_dim: int = 64     # --dataset teacher: inputs per sample
     teacher_samples: int = 4000
+    lr_decay: float = 0.0     # update k uses lr / (1 + lr_decay * k)
 
     @property
     def n_workers(self) -> int:
@@ -153,7 +154,7 @@ def run_simulated(config: TrainConfig, name: str, data: Dataset, repeat: int = 0
         grad_fn = lambda w, weights: wire.roundtrip(grads[w](weights))  # noqa: E731
     sim = Simulation(make_policy(name, config.options), _timing(config, repeat),
                      duration=config.duration, weights=model.init(config.seed), lr=config.lr,
-                     grad_fn=grad_fn,
+                     grad_fn=grad_fn, lr_decay=config.lr_decay,
                      eval_fn=lambda weights: model.evaluate(weights, data.X_test, data.y_test),
                      eval_every=config.eval_every)
     resumed_at, finished_before = None, False
@@ -222,7 +223,8 @@ def run_mpi(comm: Any, config: TrainConfig, name: str, data: Dataset, repeat: in
             w0 = model.init(config.seed)
             res = run_allreduce(comm, None, w0, config.lr, duration=config.duration,
                                 eval_fn=lambda weights: model.evaluate(weights, data.X_test, data.y_test),
-                                eval_every=config.eval_every, progress=show, timeout=config.timeout)
+                                eval_every=config.eval_every, progress=show, timeout=config.timeout,
+                                lr_decay=config.lr_decay)
             run = PolicyRun(name, res.policy, "mpi", repeat, res.log, res.policy_stats,  # type: ignore[union-attr]
                             [float(x) for x in res.log.wait_s])  # type: ignore[union-attr]
             if checkpoint is not None:
@@ -237,7 +239,7 @@ def run_mpi(comm: Any, config: TrainConfig, name: str, data: Dataset, repeat: in
                     progress=show, resume=None if state is None else state,
                     save=None if checkpoint is None else save,
                     save_every=np.inf if checkpoint is None else checkpoint.every,
-                    grad_format=config.grad_format)
+                    grad_format=config.grad_format, lr_decay=config.lr_decay)
         blocked = comm.gather(None, root=0)[1:]
         run = PolicyRun(name, res.policy, "mpi", repeat, res.log, res.policy_stats, blocked,
                         resumed_at=None if state is None else state["elapsed"])
@@ -267,7 +269,8 @@ def run_mpi(comm: Any, config: TrainConfig, name: str, data: Dataset, repeat: in
         pace = lambda start, compute: times.next(start + elapsed)  # noqa: E731
     if name == "allreduce":
         run_allreduce(comm, grad, model.init(config.seed), config.lr, duration=config.duration,
-                      eval_every=config.eval_every, pace=pace, timeout=config.timeout)
+                      eval_every=config.eval_every, pace=pace, timeout=config.timeout,
+                      lr_decay=config.lr_decay)
         return None
     res_w = work(comm, grad, model.n_params, pace=pace, timeout=config.timeout,
                  dtype=model.dtype, grad_format=config.grad_format)

@@ -108,7 +108,8 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
           progress: Callable[[float, RunLog], None] | None = None,
           timeout: float = 60.0, resume: dict[str, Any] | None = None,
           save: Callable[[dict[str, Any]], None] | None = None,
-          save_every: float = np.inf, grad_format: str | None = None) -> ServerResult:
+          save_every: float = np.inf, grad_format: str | None = None,
+          lr_decay: float = 0.0) -> ServerResult:
     """Run the server on rank 0 of ``comm`` until the run stops; workers run :func:`work`.
 
     h-relation: per push served, 1 message of ``16 + g P`` bytes in and, when the policy
@@ -125,7 +126,7 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
         Initial flat weights (copied); float32 weights stay float32 (server and wire), any
         other dtype is held and sent as float64.
     lr : float
-        SGD step of each update.
+        SGD step of each update (update ``k`` uses ``lr / (1 + lr_decay * k)``).
     duration : float, optional
         Stop after this many seconds.
     max_updates : int, optional
@@ -157,13 +158,14 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
         try:
             return serve(comm, policy, weights, lr, duration=duration, max_updates=max_updates,
                          eval_fn=eval_fn, eval_every=eval_every, progress=progress, timeout=timeout,
-                         resume=resume, save=save, save_every=save_every, grad_format=grad_format)
+                         resume=resume, save=save, save_every=save_every, grad_format=grad_format,
+                         lr_decay=lr_decay)
         finally:
             comm.Free()
     n = comm.Get_size() - 1
     if n < 1:
         raise ValueError("the parameter server needs at least 2 ranks (1 server + workers)")
-    coord = Coordinator(policy, n, weights, lr, 0.0, max_updates=max_updates)
+    coord = Coordinator(policy, n, weights, lr, 0.0, max_updates=max_updates, lr_decay=lr_decay)
     if resume is not None:
         coord = resume["coord"]
         if coord.n_workers != n:

@@ -82,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="softmax, mlp (numpy); cnn, resnet, student (PyTorch, extra 'torch'); default softmax")
     g.add_argument("--hidden", type=int, default=32, help="MLP/student hidden units (default 32)")
     g.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (default 0.05)")
+    g.add_argument("--lr-decay", type=float, default=0.0,
+                   help="learning-rate rule: update k uses lr / (1 + LR_DECAY * k) (default 0: constant)")
     g.add_argument("--batch", type=int, default=16, help="mini-batch size per worker (default 16)")
     g.add_argument("--duration", type=float, default=10.0, help="seconds of training per policy (default 10)")
     g.add_argument("--eval-every", type=float, default=0.25, help="seconds between test-accuracy evaluations (default 0.25)")
@@ -154,6 +156,8 @@ def make_config(args: argparse.Namespace, n_workers: int | None) -> TrainConfig:
             raise ValueError(f"--{name.replace('_', '-')} must be positive")
     if args.lr <= 0 or args.batch < 1 or args.repeats < 1 or args.hidden < 1 or args.timeout <= 0:
         raise ValueError("--lr and --timeout must be positive; --batch, --repeats and --hidden at least 1")
+    if not args.lr_decay >= 0:
+        raise ValueError(f"--lr-decay must be at least 0, got {args.lr_decay}")
     if args.depth < 1 or args.threads < 1:
         raise ValueError("--depth and --threads must be at least 1")
     options = PolicyOptions(R=args.R, s=args.s, s_lower=args.s_lower, s_upper=args.s_upper,
@@ -169,7 +173,8 @@ def make_config(args: argparse.Namespace, n_workers: int | None) -> TrainConfig:
                        batch=args.batch, duration=args.duration, eval_every=args.eval_every,
                        seed=args.seed, timeout=args.timeout, depth=args.depth, device=args.device,
                        threads=args.threads, compute=args.compute, grad_format=args.grad_dtype,
-                       teacher_dim=args.teacher_dim, teacher_samples=args.teacher_samples)
+                       teacher_dim=args.teacher_dim, teacher_samples=args.teacher_samples,
+                       lr_decay=args.lr_decay)
 
 
 def _fail(message: str, rank: int | None = None) -> int:
