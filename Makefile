@@ -8,7 +8,11 @@ VENV     ?= .venv
 PY       := $(VENV)/bin/python
 MPIEXEC  := $(VENV)/bin/mpiexec
 STAMP    := $(VENV)/.hpcbsp-installed
-EXTRAS   ?= mpich,test,plot,bench
+EXTRAS   ?= mpich,test,plot,bench,digits,torch
+# torch is pinned to the CPU build that lies on this project's machines (pip finds it in
+# /opt/wheels); an unpinned torch would download a multi-GB CUDA build. Elsewhere:
+# `make TORCH_PIN="torch==X.Y"` or install torch your own way first (README, "Installing torch").
+TORCH_PIN ?= torch==2.13.0
 # A deadlocked MPI job fails instead of hanging CI: mpiexec (MPICH hydra) kills it after this.
 export MPIEXEC_TIMEOUT ?= 600
 export PYTHONUNBUFFERED := 1
@@ -20,7 +24,7 @@ KERNEL_SOURCES := $(wildcard kernels/*.pyx kernels/*.pxd kernels/*.h)
 help:
 	@echo "make run    set up .venv and run the demonstration on 2 ranks"
 	@echo "make test   set up .venv and run the whole test suite (serial, then mpiexec -n 2 and -n 3)"
-	@echo "make bench  run every benchmark (sync, fabsp and snn on 2 ranks); see docs/performance.md"
+	@echo "make bench  run every benchmark (sync, fabsp, snn and elastic on 2 ranks); see docs/performance.md"
 	@echo "make clean  remove build products (keeps .venv)"
 
 $(PY):
@@ -29,6 +33,7 @@ $(PY):
 	$(PY) -m pip install --quiet "setuptools>=64" wheel "cython>=3.0" "numpy>=1.24"
 
 $(STAMP): $(PY) pyproject.toml setup.py $(KERNEL_SOURCES)
+	$(PY) -m pip install --quiet "$(TORCH_PIN)"
 	$(PY) -m pip install --quiet --no-build-isolation -e ".[$(EXTRAS)]"
 	$(PY) -c "import hpcbsp.kernels as k; k.require_compiled()"
 	@touch $@
@@ -53,6 +58,7 @@ bench: $(STAMP)
 	$(MPIEXEC) -n 2 $(PY) -m hpcbsp.bench fabsp
 	$(PY) -m hpcbsp.bench zipline
 	$(MPIEXEC) -n 2 $(PY) -m hpcbsp.bench snn
+	$(MPIEXEC) -n 2 $(PY) -m hpcbsp.bench elastic
 
 clean:
 	rm -rf build *.egg-info hpcbsp/kernels/*.so hpcbsp/kernels/*.c kernels/*.c

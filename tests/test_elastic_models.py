@@ -81,7 +81,7 @@ def test_mlp_parameter_count_and_symmetry_breaking_init() -> None:
     w = m.init(0)
     assert np.unique(w[:64 * 32]).size > 1000 and np.all(w[64 * 32:64 * 32 + 32] == 0)
     with pytest.raises(ValueError, match="unknown model"):
-        make_model("cnn", 3, 2)
+        make_model("lstm", 3, 2)
 
 
 def test_sgd_on_generated_data_learns() -> None:

@@ -50,8 +50,8 @@ def _replay_counts(events, n):
 
 # --- registry and options -------------------------------------------------------------------
 
-def test_registry_has_the_six_policies_by_name() -> None:
-    assert set(REGISTRY) == {"bsp", "asp", "ssp", "dssp", "elastic", "backup"}
+def test_registry_has_the_six_policies_and_the_allreduce_baseline_by_name() -> None:
+    assert set(REGISTRY) == {"bsp", "asp", "ssp", "dssp", "elastic", "backup", "allreduce"}
     for name in REGISTRY:
         assert make_policy(name).name == name
 

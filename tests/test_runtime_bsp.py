@@ -169,6 +169,20 @@ def test_allreduce_broadcast_split(bsp):
 
 
 @mpi
+def test_allreduce_into_out_fills_and_returns_it_and_leaves_x_alone(bsp):
+    p = bsp.nprocs
+    x = (np.arange(6, dtype=np.float32) + bsp.pid).reshape(2, 3)
+    before = x.copy()
+    out = np.full((2, 3), np.nan, dtype=np.float32)
+    got = bsp.allreduce(x, out=out)
+    assert got is out
+    np.testing.assert_array_equal(out, (np.arange(6) * p + p * (p - 1) // 2).reshape(2, 3))
+    np.testing.assert_array_equal(x, before)  # sent without a copy, and only read
+    strided = np.arange(10, dtype=np.int64)[::2] + bsp.pid  # not contiguous: copied, same sum
+    np.testing.assert_array_equal(bsp.allreduce(strided), np.arange(10)[::2] * p + p * (p - 1) // 2)
+
+
+@mpi
 def test_allreduce_flushes_pending_puts(bsp):
     x = bsp.coarray(1, dtype=np.int64)
     x.put((bsp.pid + 1) % bsp.nprocs, [bsp.pid + 1])

@@ -66,6 +66,12 @@ def test_allreduce_errors():
             bsp.allreduce(1, op="mean")
         with pytest.raises(BSPError, match="numeric"):
             bsp.allreduce({"a": 1})
+        x = np.zeros(4)
+        for bad in (np.zeros(3), np.zeros(4, np.float32), np.zeros(8)[::2], x, [0.0] * 4):
+            with pytest.raises(BSPError, match=r"out= must be a writeable C-contiguous array of shape \(4,\)"):
+                bsp.allreduce(x, out=bad)
+        with pytest.raises(BSPError, match="exact=True.* not into out="):
+            bsp.allreduce(x, exact=True, out=np.zeros(4))
 
 
 def test_per_superstep_combines_ranks():

@@ -39,25 +39,32 @@ class Coordinator:
     n_workers : int
         Number of workers.
     weights : numpy.ndarray or None
-        Initial flat weights (copied); None runs timing only (gradients are ignored).
+        Initial flat weights (copied; float32 stays float32, anything else becomes float64);
+        None runs timing only (gradients are ignored).
     lr : float
-        SGD step: an update is ``weights -= lr * mean(applied gradients)``.
+        SGD step: update ``k`` (from 0) is ``weights -= lr_k * mean(applied gradients)`` with
+        ``lr_k = lr / (1 + lr_decay * k)``.
     now : float
         Start time.
+    lr_decay : float
+        Inverse-time decay of the step (0: constant ``lr``).
     max_updates : int, optional
         Stop the run at the push that makes this many updates: the workers that push would
         release, and all waiting ones, are told to stop instead (no gradient is computed in vain).
     """
 
     def __init__(self, policy: SyncPolicy, n_workers: int, weights: np.ndarray | None, lr: float,
-                 now: float = 0.0, max_updates: int | None = None):
+                 now: float = 0.0, max_updates: int | None = None, lr_decay: float = 0.0):
         self.policy = policy
         self.max_updates = max_updates
         self.n_workers = n_workers
         self.lr = float(lr)
-        self.weights = None if weights is None else np.array(weights, dtype=np.float64).ravel()
+        self.lr_decay = float(lr_decay)
+        # float32 weights (torch models) stay float32, as do their gradients and updates.
+        dtype = np.float32 if weights is not None and np.asarray(weights).dtype == np.float32 else np.float64
+        self.weights = None if weights is None else np.array(weights, dtype=dtype).ravel()
         size = 0 if self.weights is None else self.weights.size
-        self._grads = np.zeros((n_workers, size), dtype=np.float64)
+        self._grads = np.zeros((n_workers, size), dtype=dtype)
         self._pending = np.zeros(n_workers, dtype=bool)   # a gradient waits to be applied/dropped
         self._waiting = np.zeros(n_workers, dtype=bool)   # the worker waits to be released
         self._stopped = np.zeros(n_workers, dtype=bool)
@@ -139,6 +146,12 @@ class Coordinator:
         self.log.staleness.extend((self.version - self.pulled_version[idx]).tolist())
         self.log.applied[idx] += 1
         if self.weights is not None:
-            self.weights -= self.lr * (self._grads[idx].mean(axis=0) if idx.size > 1 else self._grads[idx[0]])
+            lr = self.lr / (1.0 + self.lr_decay * self.version) if self.lr_decay else self.lr
+            if idx.size > 1:
+                self.weights -= lr * self._grads[idx].mean(axis=0)
+            else:  # in place in the consumed gradient's row (the same rounding, no temporary)
+                step = self._grads[idx[0]]
+                step *= lr
+                self.weights -= step
         self.version += 1
         self.log.updates = self.version

@@ -1,4 +1,5 @@
-"""Training data: scikit-learn's bundled digits (optional extra ``digits``) or generated clusters.
+"""Training data: scikit-learn's bundled digits (optional extra ``digits``), generated clusters,
+or a teacher-student task (random inputs labelled by a fixed random network, any size).
 
 Both come standardised (train-set mean 0, std 1 per feature) and split into train and test sets
 with a seeded permutation, so every MPI rank that loads them with the same seed holds the same
@@ -11,9 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["Dataset", "DatasetUnavailable", "load_dataset", "load_digits", "make_generated",
-           "shard", "MinibatchGradient"]
+           "make_teacher", "shard", "MinibatchGradient"]
 
-DATASETS = ("digits", "generated")
+DATASETS = ("digits", "generated", "teacher")
 
 
 class DatasetUnavailable(RuntimeError):
@@ -70,12 +71,35 @@ def make_generated(n_samples: int = 2000, n_features: int = 20, n_classes: int =
     return _split_standardise("generated", X, y, n_classes, test_fraction, seed)
 
 
-def load_dataset(name: str, seed: int = 0) -> Dataset:
-    """``"digits"`` or ``"generated"``."""
+def make_teacher(n_samples: int = 4000, n_features: int = 64, n_classes: int = 10,
+                 teacher_hidden: int = 64, test_fraction: float = 0.2, seed: int = 0) -> Dataset:
+    """Teacher-student data: standard-normal inputs labelled by a fixed random network.
+
+    The teacher is ``n_features -> teacher_hidden (tanh) -> n_classes`` with Gaussian weights
+    (variance 1/fan-in) drawn from ``seed``; a sample's label is the teacher's argmax.  Only
+    the student's capacity and the optimisation limit the accuracy a student can reach (the
+    labels are a deterministic function of the inputs).  Nothing is downloaded; any size.
+    """
+    if n_samples < 2 * n_classes or n_features < 1 or n_classes < 2 or teacher_hidden < 1:
+        raise ValueError("teacher data needs n_classes >= 2, n_features >= 1, "
+                         "n_samples >= 2*n_classes and a teacher with at least 1 hidden unit")
+    rng = np.random.default_rng([seed, 7])
+    W1 = rng.normal(0.0, 1.0 / np.sqrt(n_features), size=(n_features, teacher_hidden))
+    W2 = rng.normal(0.0, 1.0 / np.sqrt(teacher_hidden), size=(teacher_hidden, n_classes))
+    X = rng.normal(0.0, 1.0, size=(n_samples, n_features))
+    y = np.argmax(np.tanh(X @ W1) @ W2, axis=1)
+    return _split_standardise("teacher", X, y, n_classes, test_fraction, seed)
+
+
+def load_dataset(name: str, seed: int = 0, *, teacher_dim: int = 64,
+                 teacher_samples: int = 4000) -> Dataset:
+    """``"digits"``, ``"generated"`` or ``"teacher"`` (``teacher_dim`` inputs, ``teacher_samples`` samples)."""
     if name == "digits":
         return load_digits(seed=seed)
     if name == "generated":
         return make_generated(seed=seed)
+    if name == "teacher":
+        return make_teacher(n_samples=teacher_samples, n_features=teacher_dim, seed=seed)
     raise ValueError(f"unknown dataset {name!r}; choose from: {', '.join(DATASETS)}")
 
 

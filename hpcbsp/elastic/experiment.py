@@ -2,6 +2,17 @@
 
 :func:`run_simulated` and :func:`run_mpi` build the same data shards, model, timing and policy,
 so the two modes differ only in the transport and the clock.
+
+Iteration times on MPI (``TrainConfig.compute``):
+
+* ``sleep`` (the numpy models' default): a worker's iteration lasts the timing model's sample,
+  ``base_delay * slowdown * noise``; it sleeps for whatever its gradient left of that.
+* ``real`` (the torch models' default): a worker's iteration lasts its *measured* compute time
+  ``c`` times the timing model's factor ``slowdown * noise`` (the model with ``base_delay = 1``):
+  it sleeps ``c * (factor - 1)`` after computing.  A worker slowed by real load is slower
+  still; ``--slowdown 1,1,1,1 --jitter 0`` leaves the real times alone.
+
+On the virtual clock every iteration lasts the timing model's sample (``sleep``'s rule).
 """
 from __future__ import annotations
 
@@ -12,15 +23,17 @@ from typing import Any
 import numpy as np
 
 from .data import Dataset, MinibatchGradient, shard
-from .models import Model, make_model
+from .models import TORCH_MODELS, Model, make_model
 from .policies import PolicyOptions, make_policy
 from .runlog import RunLog
 from .resume import CheckpointError, CheckpointPlan
 from .simulator import Simulation
 from .timing import TimingModel
+from .wire import Wire
 from .zipline import zipline
 
-__all__ = ["TrainConfig", "PolicyRun", "run_simulated", "run_mpi", "warm_up", "build_model"]
+__all__ = ["TrainConfig", "PolicyRun", "run_simulated", "run_mpi", "warm_up", "build_model",
+           "model_info", "model_report"]
 
 
 @dataclass(frozen=True)
@@ -37,10 +50,23 @@ class TrainConfig:
     eval_every: float = 0.25
     seed: int = 0
     timeout: float = 60.0
+    depth: int = 2            # hidden layers / residual blocks of a torch model
+    device: str = "cpu"       # where a torch model computes
+    threads: int = 1          # torch threads per rank
+    compute: str = "auto"     # iteration times on MPI: real, sleep, or auto (real for torch models)
+    grad_format: str | None = None  # gradients on the wire: None (the weights' dtype), float16, bfloat16
+    teacher_dim: int = 64     # --dataset teacher: inputs per sample
+    teacher_samples: int = 4000
+    lr_decay: float = 0.0     # update k uses lr / (1 + lr_decay * k)
 
     @property
     def n_workers(self) -> int:
         return self.timing.n_workers
+
+    @property
+    def real_compute(self) -> bool:
+        """True when MPI workers pace by their measured compute time (see the module docstring)."""
+        return self.compute == "real" or (self.compute == "auto" and self.model in TORCH_MODELS)
 
 
 @dataclass
@@ -63,7 +89,34 @@ class PolicyRun:
 
 
 def build_model(config: TrainConfig, data: Dataset) -> Model:
-    return make_model(config.model, data.n_features, data.n_classes, config.hidden)
+    return make_model(config.model, data.n_features, data.n_classes, config.hidden,
+                      depth=config.depth, device=config.device, threads=config.threads)
+
+
+def model_info(config: TrainConfig, model: Model | None) -> dict[str, Any]:
+    """What the run report says about the model: its name, size, dtype and (torch) threads."""
+    info: dict[str, Any] = {"name": config.model, "compute": "real" if config.real_compute else "sleep",
+                            "grad_dtype": config.grad_format}
+    if model is not None:
+        info["parameters"] = model.n_params
+        info["dtype"] = np.dtype(model.dtype).name
+        describe = getattr(model, "describe", None)
+        if callable(describe):
+            info.update(describe())
+    return info
+
+
+def model_report(config: TrainConfig, model: Model, simulated: bool = False) -> str:
+    """One line for the start of a run: the model, its size and dtype, torch threads and device."""
+    info = model_info(config, model)
+    line = (f"model {info['name']}: {info['parameters']:,} {info['dtype']} parameters; "
+            f"iteration time: {'virtual clock' if simulated else info['compute']}")
+    if "torch" in info:
+        line += (f"; torch {info['torch']}, {info['torch_threads']} thread(s) per rank, "
+                 f"device {info['device']}")
+    if config.grad_format:
+        line += f"; gradients sent as {config.grad_format}"
+    return line
 
 
 def warm_up(model: Model, data: Dataset) -> None:
@@ -96,9 +149,14 @@ def run_simulated(config: TrainConfig, name: str, data: Dataset, repeat: int = 0
     """
     model = build_model(config, data)
     grads = [_worker_grad(config, model, data, w, repeat) for w in range(config.n_workers)]
+    if config.grad_format is None or name == "allreduce":  # (allreduce sums at full precision)
+        grad_fn = lambda w, weights: grads[w](weights)  # noqa: E731
+    else:  # what the server would decode from a compressed push
+        wire = Wire(config.grad_format)
+        grad_fn = lambda w, weights: wire.roundtrip(grads[w](weights))  # noqa: E731
     sim = Simulation(make_policy(name, config.options), _timing(config, repeat),
                      duration=config.duration, weights=model.init(config.seed), lr=config.lr,
-                     grad_fn=lambda w, weights: grads[w](weights),
+                     grad_fn=grad_fn, lr_decay=config.lr_decay,
                      eval_fn=lambda weights: model.evaluate(weights, data.X_test, data.y_test),
                      eval_every=config.eval_every)
     resumed_at, finished_before = None, False
@@ -136,7 +194,11 @@ def run_mpi(comm: Any, config: TrainConfig, name: str, data: Dataset, repeat: in
     not run again).  The workers of a resumed run draw from fresh random streams (one set per
     restart), so the mini-batches of the saved history are not drawn again.  Raises :class:`CheckpointError` on every
     rank if rank 0 cannot use its checkpoint.
+
+    ``name == "allreduce"`` runs the serverless baseline (:mod:`.allreduce`) on the same workers;
+    its checkpoint is written once, when it finished (a killed allreduce run starts again).
     """
+    from .allreduce import run_allreduce
     from .server import serve, work  # MPI only when a real run is asked for
 
     model = build_model(config, data)
@@ -164,13 +226,28 @@ def run_mpi(comm: Any, config: TrainConfig, name: str, data: Dataset, repeat: in
 
         policy = make_policy(name, config.options)
         label = policy.describe()
+        show = None if progress is None else (lambda t, log: progress(label, t, log))
+        if name == "allreduce":
+            w0 = model.init(config.seed)
+            res = run_allreduce(comm, None, w0, config.lr, duration=config.duration,
+                                eval_fn=lambda weights: model.evaluate(weights, data.X_test, data.y_test),
+                                eval_every=config.eval_every, progress=show, timeout=config.timeout,
+                                lr_decay=config.lr_decay)
+            run = PolicyRun(name, res.policy, "mpi", repeat, res.log, res.policy_stats,  # type: ignore[union-attr]
+                            [float(x) for x in res.log.wait_s])  # type: ignore[union-attr]
+            if checkpoint is not None:
+                checkpoint.save(path, settings, {"done": True, "restarts": restarts,  # type: ignore[arg-type]
+                                                 "label": run.label, "log": run.log,
+                                                 "stats": run.policy_stats,
+                                                 "blocked": run.worker_blocked_s})
+            return run
         res = serve(comm, policy, model.init(config.seed), config.lr, duration=config.duration,
                     eval_fn=lambda weights: model.evaluate(weights, data.X_test, data.y_test),
                     eval_every=config.eval_every, timeout=config.timeout,
-                    progress=None if progress is None else (lambda t, log: progress(label, t, log)),
-                    resume=None if state is None else state,
+                    progress=show, resume=None if state is None else state,
                     save=None if checkpoint is None else save,
-                    save_every=np.inf if checkpoint is None else checkpoint.every)
+                    save_every=np.inf if checkpoint is None else checkpoint.every,
+                    grad_format=config.grad_format, lr_decay=config.lr_decay)
         blocked = comm.gather(None, root=0)[1:]
         run = PolicyRun(name, res.policy, "mpi", repeat, res.log, res.policy_stats, blocked,
                         resumed_at=None if state is None else state["elapsed"])
@@ -186,12 +263,24 @@ def run_mpi(comm: Any, config: TrainConfig, name: str, data: Dataset, repeat: in
         return None
     worker = comm.Get_rank() - 1
     grad = _worker_grad(config, model, data, worker, repeat)
-    times = _timing(config, repeat).worker(worker)
+    timing = _timing(config, repeat)
+    if config.real_compute:  # the model's factor alone: slowdown * noise (see the module docstring)
+        timing = replace(timing, base_s=1.0)
+    times = timing.worker(worker)
     if restarts:
         grad.rng = np.random.default_rng([config.seed, repeat, worker, restarts, 1])
         times.rng = np.random.default_rng([config.timing.seed, repeat, worker, restarts, 2])
     # A resumed worker's clock starts at the run's elapsed time (for --change-at).
-    res_w = work(comm, grad, model.n_params, iteration_time=lambda start: times.next(start + elapsed),
-                 timeout=config.timeout)
+    if config.real_compute:
+        pace = lambda start, compute: compute * times.next(start + elapsed)  # noqa: E731
+    else:
+        pace = lambda start, compute: times.next(start + elapsed)  # noqa: E731
+    if name == "allreduce":
+        run_allreduce(comm, grad, model.init(config.seed), config.lr, duration=config.duration,
+                      eval_every=config.eval_every, pace=pace, timeout=config.timeout,
+                      lr_decay=config.lr_decay)
+        return None
+    res_w = work(comm, grad, model.n_params, pace=pace, timeout=config.timeout,
+                 dtype=model.dtype, grad_format=config.grad_format)
     comm.gather(res_w.blocked_s, root=0)
     return None

@@ -18,13 +18,25 @@ from numba import njit
 
 from ..kernels.numba_kernels import softmax_loss_grad_sum_into
 
-__all__ = ["Model", "SoftmaxRegression", "MLP", "make_model"]
+__all__ = ["Model", "SoftmaxRegression", "MLP", "make_model", "MODELS", "NUMPY_MODELS", "TORCH_MODELS",
+           "TorchUnavailable"]
+
+NUMPY_MODELS = ("softmax", "mlp")
+#: PyTorch networks (:mod:`hpcbsp.elastic.torch.nets`; need the ``torch`` extra).
+TORCH_MODELS = ("cnn", "resnet", "student")
+MODELS = NUMPY_MODELS + TORCH_MODELS
+
+
+class TorchUnavailable(RuntimeError):
+    """A torch model was asked for, and torch is not installed (the message says how to get it)."""
 
 
 class Model:
     """What the training code needs from a model (implemented by the two classes below)."""
 
     n_params: int
+    #: dtype of the flat parameters and gradients (float32 for torch models).
+    dtype: type = np.float64
 
     def init(self, seed: int) -> np.ndarray:
         raise NotImplementedError
@@ -118,15 +130,32 @@ class MLP(Model):
         return out
 
 
-def make_model(name: str, n_features: int, n_classes: int, n_hidden: int = 32) -> Model:
-    """``"softmax"`` or ``"mlp"``."""
+def make_model(name: str, n_features: int, n_classes: int, n_hidden: int = 32, *,
+               depth: int = 2, device: str = "cpu", threads: int | None = 1) -> Model:
+    """``"softmax"`` or ``"mlp"`` (numpy/Numba), or one of :data:`TORCH_MODELS`.
+
+    For a torch model, ``depth`` and ``device`` are passed on and torch is set to ``threads``
+    threads in this process (None: torch's default).
+    """
+    if name in TORCH_MODELS:
+        try:
+            import torch
+
+            from .torch import make_torch_model
+        except ImportError as exc:
+            raise TorchUnavailable(f"--model {name} needs PyTorch, which is not installed: "
+                                   "`pip install 'hpcbsp[torch]'` (README: Installing torch)") from exc
+        if threads is not None:
+            torch.set_num_threads(threads)
+        return make_torch_model(name, n_features, n_classes, hidden=n_hidden, depth=depth,
+                                device=device)
     if name == "softmax":
         return SoftmaxRegression(n_features, n_classes)
     if name == "mlp":
         if n_hidden < 1:
             raise ValueError(f"the MLP needs at least one hidden unit, got {n_hidden}")
         return MLP(n_features, n_hidden, n_classes)
-    raise ValueError(f"unknown model {name!r}; choose from: softmax, mlp")
+    raise ValueError(f"unknown model {name!r}; choose from: {', '.join(MODELS)}")
 
 
 @njit(cache=True)

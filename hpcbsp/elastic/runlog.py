@@ -34,9 +34,11 @@ class RunLog:
         self.dropped = np.zeros(self.n_workers, dtype=np.int64)
         self.wait_s = np.zeros(self.n_workers, dtype=np.float64)
 
-    def record_eval(self, time_s: float, accuracy: float, loss: float) -> None:
-        """Append one point of the accuracy-versus-time curve."""
-        self.curve.append((float(time_s), float(accuracy), float(loss), int(self.updates)))
+    def record_eval(self, time_s: float, accuracy: float, loss: float, updates: int | None = None) -> None:
+        """Append one point of the accuracy-versus-time curve (``updates``: the version of the
+        weights evaluated; default the current count)."""
+        self.curve.append((float(time_s), float(accuracy), float(loss),
+                           int(self.updates if updates is None else updates)))
 
     def summary(self) -> dict[str, Any]:
         """JSON-ready totals: per-worker lists, staleness statistics, final accuracy."""

@@ -1,17 +1,23 @@
 """The parameter server on MPI: rank 0 serves, ranks ``1..n`` are workers ``0..n-1``.
 
-Protocol (point-to-point on an explicit communicator, numpy buffers of ``P + 2`` float64):
+Protocol (point-to-point on an explicit communicator; each message is one contiguous numpy
+buffer laid out by :class:`.wire.Wire`: a 16-byte header of two int64, then the ``P`` values):
 
-* reply, server -> worker (tag ``REPLY_TAG``): ``[command, version, weights...]``; the server
-  sends one at the start and one per release; ``command`` is ``CONTINUE`` or ``STOP``.
-* push, worker -> server (tag ``PUSH_TAG``): ``[version computed on, iteration, gradient...]``.
+* reply, server -> worker (tag ``REPLY_TAG``): header ``[command, version]``, then the weights
+  in their own dtype (float64 for the numpy models, float32 for torch models); the server sends
+  one at the start and one per release; ``command`` is ``CONTINUE`` or ``STOP``.
+* push, worker -> server (tag ``PUSH_TAG``): header ``[version computed on, iteration]``, then
+  the gradient, in the weights' dtype or a compressed format (``grad_format``: float16 or
+  bfloat16, decoded to float32 by the server before the policy sees it).
 
 A worker pushes once per reply and waits for the next reply, so the server sees every push time
 (its clock at receipt) and can withhold a reply: that is all a policy needs. The server keeps
 one receive posted per computing worker and serves whichever push arrives first.
 
-h-relation per iteration of worker ``w``: the worker sends 1 message of ``8 (P + 2)`` bytes and
-receives 1 of the same size; the server receives and sends ``n`` such messages per round of pushes.
+h-relation per iteration of worker ``w``: the worker sends 1 message of ``16 + g P`` bytes and
+receives 1 of ``16 + w P`` bytes (``w``, ``g``: bytes per weight and per gradient value: 8 for
+float64, 4 for float32, 2 for float16/bfloat16); the server receives and sends ``n`` such
+messages per round of pushes.
 
 Both sides take the communicator explicitly; ``None`` means a private duplicate of
 ``MPI.COMM_WORLD`` (made and freed collectively by the server and every worker), so the
@@ -33,17 +39,18 @@ import numpy as np
 from mpi4py import MPI
 
 from .coordinator import Coordinator
+from .evaluator import BackgroundEvaluator
 from .policies.base import SyncPolicy
 from .runlog import RunLog
+from .wire import Wire, wire_for
 
 __all__ = ["serve", "work", "ServerResult", "WorkerResult", "PUSH_TAG", "REPLY_TAG", "CONTINUE", "STOP",
-           "ServerTimeout"]
+           "ServerTimeout", "poll", "wait_request"]
 
 PUSH_TAG = 7101
 REPLY_TAG = 7102
-CONTINUE = 0.0
-STOP = 1.0
-_HEADER = 2
+CONTINUE = 0
+STOP = 1
 
 
 class ServerTimeout(TimeoutError):
@@ -101,11 +108,13 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
           progress: Callable[[float, RunLog], None] | None = None,
           timeout: float = 60.0, resume: dict[str, Any] | None = None,
           save: Callable[[dict[str, Any]], None] | None = None,
-          save_every: float = np.inf) -> ServerResult:
+          save_every: float = np.inf, grad_format: str | None = None,
+          lr_decay: float = 0.0) -> ServerResult:
     """Run the server on rank 0 of ``comm`` until the run stops; workers run :func:`work`.
 
-    h-relation: per push served, 1 message of ``8 (P + 2)`` bytes in and, when the policy
-    releases or stops workers, 1 message of ``8 (P + 2)`` bytes out to each of them.
+    h-relation: per push served, 1 message of ``16 + g P`` bytes in and, when the policy
+    releases or stops workers, 1 message of ``16 + w P`` bytes out to each of them (``w``, ``g``:
+    bytes per weight and per gradient value, see the module docstring).
 
     Parameters
     ----------
@@ -114,15 +123,18 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
     policy : SyncPolicy
         Decides when pushes are applied and workers released.
     weights : numpy.ndarray
-        Initial flat weights (copied).
+        Initial flat weights (copied); float32 weights stay float32 (server and wire), any
+        other dtype is held and sent as float64.
     lr : float
-        SGD step of each update.
+        SGD step of each update (update ``k`` uses ``lr / (1 + lr_decay * k)``).
     duration : float, optional
         Stop after this many seconds.
     max_updates : int, optional
         Stop once this many updates were applied. At least one stop condition is required.
     eval_fn, eval_every : optional
-        ``eval_fn(weights) -> (accuracy, loss)``, recorded every ``eval_every`` seconds and at the end.
+        ``eval_fn(weights) -> (accuracy, loss)``, on a copy of the weights every ``eval_every``
+        seconds and at the end.  It runs in a background thread (:mod:`.evaluator`) while the
+        server goes on serving; an evaluation due while the previous one runs is skipped.
     progress : callable, optional
         Called as ``progress(elapsed, log)`` after each evaluation.
     timeout : float
@@ -135,6 +147,9 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
     save, save_every : optional
         ``save(state)`` is called between two pushes every ``save_every`` seconds (the state's
         objects are live: write them out before returning).
+    grad_format : str, optional
+        How the workers send gradients (:data:`.wire.FORMATS`; None: the weights' dtype); the
+        workers must be given the same.
     """
     if duration is None and max_updates is None:
         raise ValueError("serve() needs a stop condition: duration or max_updates")
@@ -143,30 +158,32 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
         try:
             return serve(comm, policy, weights, lr, duration=duration, max_updates=max_updates,
                          eval_fn=eval_fn, eval_every=eval_every, progress=progress, timeout=timeout,
-                         resume=resume, save=save, save_every=save_every)
+                         resume=resume, save=save, save_every=save_every, grad_format=grad_format,
+                         lr_decay=lr_decay)
         finally:
             comm.Free()
     n = comm.Get_size() - 1
     if n < 1:
         raise ValueError("the parameter server needs at least 2 ranks (1 server + workers)")
-    coord = Coordinator(policy, n, weights, lr, 0.0, max_updates=max_updates)
+    coord = Coordinator(policy, n, weights, lr, 0.0, max_updates=max_updates, lr_decay=lr_decay)
     if resume is not None:
         coord = resume["coord"]
         if coord.n_workers != n:
             raise ValueError(f"the saved run had {coord.n_workers} workers, this one has {n}")
         policy = coord.policy
     size = coord.weights.size  # type: ignore[union-attr]
-    inbox = np.zeros((n, size + _HEADER))
-    outbox = np.zeros((n, size + _HEADER))
+    out_wire = wire_for(coord.weights.dtype)  # type: ignore[union-attr]
+    in_wire = Wire(grad_format or out_wire.format)
+    inbox = in_wire.alloc(n, size)
+    outbox = out_wire.alloc(n, size)
     recv: list[MPI.Request] = [MPI.REQUEST_NULL] * n
     sent: list[MPI.Request] = [MPI.REQUEST_NULL] * n
 
     def reply(w: int, command: float) -> None:
         # The previous reply to w was received before w pushed again, so this wait is immediate.
         _wait(sent[w], timeout, f"completion of the reply to worker {w}")
-        outbox[w, 0] = command
-        outbox[w, 1] = coord.version
-        outbox[w, _HEADER:] = coord.weights
+        out_wire.header(outbox[w])[:] = (command, coord.version)
+        out_wire.payload(outbox[w])[:] = coord.weights
         sent[w] = comm.Isend(outbox[w], dest=w + 1, tag=REPLY_TAG)
 
     def release(w: int) -> None:
@@ -191,6 +208,13 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
         return idx if flag and idx != MPI.UNDEFINED else None
 
     stopped_at = np.inf
+    evaluator = BackgroundEvaluator(eval_fn) if eval_fn is not None and eval_every else None
+
+    def collect(results: list[tuple[float, float, float, int]]) -> None:
+        for t, acc, loss, version in results:
+            coord.log.record_eval(t, acc, loss, updates=version)
+            if progress is not None:
+                progress(t, coord.log)
 
     def stop_all(now: float) -> None:
         nonlocal stopped_at
@@ -206,28 +230,32 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
         if not coord.stopping and now >= stop_at:
             stop_all(now)  # before any evaluation: none may be stamped after the run's end
             continue
-        if now >= next_eval and not coord.stopping:
-            coord.log.record_eval(now - t0, *eval_fn(coord.weights))  # type: ignore[misc, arg-type]
-            next_eval += eval_every  # type: ignore[operator]
-            if progress is not None:
-                progress(now - t0, coord.log)
+        if evaluator is not None:
+            collect(evaluator.results())
+            if now >= next_eval and not coord.stopping:
+                evaluator.submit(now - t0, coord.weights, coord.version)  # (skipped while busy)
+                while next_eval <= now:
+                    next_eval += eval_every  # type: ignore[operator]
         until = np.inf if coord.stopping else min(next_eval, stop_at, next_save)
         w = _poll(pending, until, now + timeout, "push from any worker")
         if w is None:
             continue
         now = time.monotonic()
         recv[w] = MPI.REQUEST_NULL
-        if not coord.stopping and int(inbox[w, 0]) != coord.pulled_version[w]:
-            raise RuntimeError(f"worker {w} pushed a gradient for version {int(inbox[w, 0])}, "
+        pushed_on = int(in_wire.header(inbox[w])[0])
+        if not coord.stopping and pushed_on != coord.pulled_version[w]:
+            raise RuntimeError(f"worker {w} pushed a gradient for version {pushed_on}, "
                                f"but was sent version {coord.pulled_version[w]}")
         was_stopping = coord.stopping
-        out = coord.push(w, inbox[w, _HEADER:], now - t0)
+        out = coord.push(w, None if coord.stopping else in_wire.decode(inbox[w]), now - t0)
         if coord.stopping and not was_stopping:
             stopped_at = now  # max_updates reached at this push
         for r in out.release:
             release(r)
         for r in out.stop:
             reply(r, STOP)
+    if evaluator is not None:
+        collect(evaluator.close())
     coord.log.duration_s = min(stopped_at, stop_at) - t0
     for w in range(n):
         _wait(sent[w], timeout, f"completion of the last reply to worker {w}")
@@ -238,11 +266,12 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
 
 def work(comm: MPI.Comm | None, grad_fn: Callable[[np.ndarray], np.ndarray], n_params: int, *,
          iteration_time: Callable[[float], float] | None = None, timeout: float = 60.0,
-         record_versions: bool = False) -> WorkerResult:
+         record_versions: bool = False, dtype: Any = np.float64, grad_format: str | None = None,
+         pace: Callable[[float, float], float] | None = None) -> WorkerResult:
     """Run a worker (rank >= 1 of ``comm``) until the server says stop.
 
-    h-relation: per iteration, 1 message of ``8 (P + 2)`` bytes out (the push) and 1 of the same
-    size in (the reply with the weights).
+    h-relation: per iteration, 1 message of ``16 + g P`` bytes out (the push) and 1 of
+    ``16 + w P`` bytes in (the reply with the weights; see the module docstring).
 
     Parameters
     ----------
@@ -255,20 +284,33 @@ def work(comm: MPI.Comm | None, grad_fn: Callable[[np.ndarray], np.ndarray], n_p
     iteration_time : callable, optional
         ``iteration_time(start) -> seconds``: the injected iteration time (``start`` is seconds
         since this worker began); the worker sleeps for whatever the gradient left of it.
+    pace : callable, optional
+        ``pace(start, compute) -> seconds``: the iteration time given the gradient's measured
+        compute time (for example ``compute * slowdown``); the worker sleeps for the rest.
+        Takes the place of ``iteration_time``.
     timeout : float
         Longest wait for a reply before :class:`ServerTimeout`.
     record_versions : bool
         Keep the version of every weights received (for tests).
+    dtype : numpy dtype
+        The weights' dtype as the server sends them (float64, or float32 for float32 weights).
+    grad_format : str, optional
+        How gradients are sent (:data:`.wire.FORMATS`; None: as ``dtype``); the server's must match.
     """
     if comm is None:
         comm = MPI.COMM_WORLD.Dup()
         try:
             return work(comm, grad_fn, n_params, iteration_time=iteration_time, timeout=timeout,
-                        record_versions=record_versions)
+                        record_versions=record_versions, dtype=dtype, grad_format=grad_format,
+                        pace=pace)
         finally:
             comm.Free()
-    inbox = np.zeros(n_params + _HEADER)
-    outbox = np.zeros(n_params + _HEADER)
+    in_wire = wire_for(dtype)
+    out_wire = Wire(grad_format or in_wire.format)
+    inbox = in_wire.alloc(1, n_params)[0]
+    outbox = out_wire.alloc(1, n_params)[0]
+    reply_head, push_head = in_wire.header(inbox), out_wire.header(outbox)
+    weights = in_wire.payload(inbox)
     result = WorkerResult()
     t0 = time.monotonic()
 
@@ -278,20 +320,30 @@ def work(comm: MPI.Comm | None, grad_fn: Callable[[np.ndarray], np.ndarray], n_p
         _wait(req, timeout, "reply from the server")
         result.blocked_s += time.monotonic() - tic
         if record_versions:
-            result.versions.append(int(inbox[1]))
+            result.versions.append(int(reply_head[1]))
 
     receive()
-    while inbox[0] == CONTINUE:
+    while reply_head[0] == CONTINUE:
         start = time.monotonic()
-        outbox[_HEADER:] = grad_fn(inbox[_HEADER:])
-        if iteration_time is not None:
-            left = iteration_time(start - t0) - (time.monotonic() - start)
+        out_wire.encode(grad_fn(weights), outbox)
+        compute = time.monotonic() - start
+        target = None
+        if pace is not None:
+            target = pace(start - t0, compute)
+        elif iteration_time is not None:
+            target = iteration_time(start - t0)
+        if target is not None:
+            left = target - (time.monotonic() - start)
             if left > 0:
                 time.sleep(left)
-        outbox[0] = inbox[1]
-        outbox[1] = result.iterations
+        push_head[:] = (reply_head[1], result.iterations)
         result.iterations += 1
         req = comm.Isend(outbox, dest=0, tag=PUSH_TAG)
         _wait(req, timeout, "delivery of a push to the server")
         receive()
     return result
+
+
+#: The bounded, sleeping waits, for this package's other MPI driver (:mod:`.allreduce`).
+poll = _poll
+wait_request = _wait

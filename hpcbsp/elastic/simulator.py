@@ -38,7 +38,7 @@ class SimResult:
 def simulate(policy: SyncPolicy, timing: TimingModel, *, duration: float,
              weights: np.ndarray | None = None, lr: float = 0.0, grad_fn: GradFn | None = None,
              eval_fn: EvalFn | None = None, eval_every: float | None = None,
-             max_updates: int | None = None, latency_s: float = 0.0) -> SimResult:
+             max_updates: int | None = None, latency_s: float = 0.0, lr_decay: float = 0.0) -> SimResult:
     """Run ``policy`` on ``timing.n_workers`` simulated workers for ``duration`` virtual seconds.
 
     Parameters
@@ -59,10 +59,12 @@ def simulate(policy: SyncPolicy, timing: TimingModel, *, duration: float,
         Stop once this many updates were applied.
     latency_s : float
         Added to every iteration (the push/pull round trip).
+    lr_decay : float
+        Inverse-time decay of the step: update ``k`` uses ``lr / (1 + lr_decay * k)``.
     """
     sim = Simulation(policy, timing, duration=duration, weights=weights, lr=lr, grad_fn=grad_fn,
                      eval_fn=eval_fn, eval_every=eval_every, max_updates=max_updates,
-                     latency_s=latency_s)
+                     latency_s=latency_s, lr_decay=lr_decay)
     sim.advance()
     return sim.result()
 
@@ -82,7 +84,7 @@ class Simulation:
     def __init__(self, policy: SyncPolicy, timing: TimingModel, *, duration: float,
                  weights: np.ndarray | None = None, lr: float = 0.0, grad_fn: GradFn | None = None,
                  eval_fn: EvalFn | None = None, eval_every: float | None = None,
-                 max_updates: int | None = None, latency_s: float = 0.0):
+                 max_updates: int | None = None, latency_s: float = 0.0, lr_decay: float = 0.0):
         if not (np.isfinite(duration) and duration > 0):
             raise ValueError(f"duration must be a positive finite number, got {duration}")
         if not (np.isfinite(latency_s) and latency_s >= 0):
@@ -103,7 +105,7 @@ class Simulation:
         self.eval_every = eval_every
         self.train = grad_fn is not None and weights is not None
         self.coord = Coordinator(policy, n, weights if self.train else None, lr, 0.0,
-                                 max_updates=max_updates)
+                                 max_updates=max_updates, lr_decay=lr_decay)
         self.streams = [timing.worker(i) for i in range(n)]
         self.pulled: list[np.ndarray | None] = [self.coord.weights.copy() if self.train else None
                                                 for _ in range(n)]

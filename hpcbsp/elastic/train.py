@@ -8,6 +8,11 @@ Virtual-clock run of the same thing (no MPI; any number of workers)::
 
     python -m hpcbsp.elastic.train --simulate --policy all --slowdown 1,1,1.5,3
 
+A PyTorch CNN on the digits with real compute times, every policy and the allreduce baseline
+(needs the ``torch`` extra)::
+
+    mpiexec -n 5 python -m hpcbsp.elastic.train --model cnn --dataset digits --policy all
+
 Each policy trains for ``--duration`` seconds; the output directory receives ``curves.csv``
 (accuracy vs time per policy), ``workers.csv`` (waiting time per worker), ``pushes.csv`` (every
 push time the server logged), ``summary.json`` (staleness statistics, time to reach BSP's final
@@ -32,11 +37,14 @@ from ..util.outputs import OutputError, prepare_dir
 from ..util.progress import Progress
 
 from .data import DATASETS, DatasetUnavailable, load_dataset
-from .experiment import PolicyRun, TrainConfig, build_model, run_mpi, run_simulated, warm_up
+from .experiment import (PolicyRun, TrainConfig, build_model, model_info, model_report, run_mpi,
+                         run_simulated, warm_up)
+from .models import MODELS, TorchUnavailable
 from .policies import REGISTRY, PolicyError, PolicyOptions
 from .report import compare, format_table, write_outputs
 from .resume import CheckpointError, CheckpointPlan
 from .timing import TimingModel
+from .wire import FORMATS
 
 __all__ = ["main", "build_parser"]
 
@@ -80,15 +88,33 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--stall-factor", type=positive_float, default=10.0, help="how much longer a stalled iteration takes (default 10)")
     g = p.add_argument_group("training")
     g.add_argument("--dataset", choices=DATASETS, default="digits",
-                   help="digits (scikit-learn's bundled images; extra 'digits') or generated clusters (default digits)")
-    g.add_argument("--model", choices=("softmax", "mlp"), default="softmax", help="default softmax")
-    g.add_argument("--hidden", type=positive_int, default=32, help="MLP hidden units (default 32)")
+                   help="digits (scikit-learn's bundled images; extra 'digits'), generated clusters, or teacher "
+                        "(random inputs labelled by a fixed random network) (default digits)")
+    g.add_argument("--model", choices=MODELS, default="softmax",
+                   help="softmax, mlp (numpy); cnn, resnet, student (PyTorch, extra 'torch'); default softmax")
+    g.add_argument("--hidden", type=positive_int, default=32, help="MLP/student hidden units (default 32)")
     g.add_argument("--lr", type=positive_float, default=0.05, help="SGD learning rate (default 0.05)")
+    g.add_argument("--lr-decay", type=nonnegative_float, default=0.0,
+                   help="learning-rate rule: update k uses lr / (1 + LR_DECAY * k) (default 0: constant)")
     g.add_argument("--batch", type=positive_int, default=16, help="mini-batch size per worker (default 16)")
     g.add_argument("--duration", type=positive_float, default=10.0, help="seconds of training per policy (default 10)")
     g.add_argument("--eval-every", type=positive_float, default=0.25, help="seconds between test-accuracy evaluations (default 0.25)")
     g.add_argument("--repeats", type=positive_int, default=1, help="runs per policy with different seeds; medians reported (default 1)")
     g.add_argument("--seed", type=seed, default=0, metavar="S", help="random seed (default 0)")
+    g = p.add_argument_group("PyTorch models and the wire")
+    g.add_argument("--depth", type=positive_int, default=2,
+                   help="student: hidden layers; resnet: residual blocks (default 2)")
+    g.add_argument("--device", default="cpu", help="where a torch model computes: cpu, cuda, cuda:1... (default cpu)")
+    g.add_argument("--threads", type=positive_int, default=1, help="torch threads per rank (default 1: ranks are the parallelism)")
+    g.add_argument("--compute", choices=("auto", "real", "sleep"), default="auto",
+                   help="MPI iteration times: real = measured compute x slowdown (the extra is slept), "
+                        "sleep = --base-delay x slowdown; auto = real for torch models (default auto)")
+    g.add_argument("--grad-dtype", choices=FORMATS, default=None,
+                   help="gradients on the wire (default: the weights' dtype, float32 for torch); "
+                        "float16/bfloat16 halve the push (allreduce always sums full precision)")
+    g.add_argument("--teacher-dim", type=positive_int, default=64, help="--dataset teacher: inputs per sample (default 64)")
+    g.add_argument("--teacher-samples", type=positive_int, default=4000,
+                   help="--dataset teacher: samples, 20%% held out for testing (default 4000)")
     g = p.add_argument_group("run")
     g.add_argument("--simulate", action="store_true", help="virtual clock instead of MPI (no mpiexec needed)")
     g.add_argument("--out-dir", dest="out", type=Path, default=Path("runs/elastic"), metavar="DIR",
@@ -154,6 +180,10 @@ def make_config(args: argparse.Namespace, n_workers: int | None) -> TrainConfig:
                          f"{args.duration:g} s (at most {MAX_EVALUATIONS:,}): give a larger --eval-every")
     if args.lr <= 0 or args.batch < 1 or args.repeats < 1 or args.hidden < 1 or args.timeout <= 0:
         raise ValueError("--lr and --timeout must be positive; --batch, --repeats and --hidden at least 1")
+    if not args.lr_decay >= 0:
+        raise ValueError(f"--lr-decay must be at least 0, got {args.lr_decay}")
+    if args.depth < 1 or args.threads < 1:
+        raise ValueError("--depth and --threads must be at least 1")
     options = PolicyOptions(R=args.R, s=args.s, s_lower=args.s_lower, s_upper=args.s_upper,
                             backup=args.backup, window=args.window)
     slowdown = _slowdown(args.slowdown, n_workers)
@@ -170,7 +200,10 @@ def make_config(args: argparse.Namespace, n_workers: int | None) -> TrainConfig:
         _check_simulable(timing, args.duration, len(slowdown))
     return TrainConfig(timing=timing, options=options, model=args.model, hidden=args.hidden, lr=args.lr,
                        batch=args.batch, duration=args.duration, eval_every=args.eval_every,
-                       seed=args.seed, timeout=args.timeout)
+                       seed=args.seed, timeout=args.timeout, depth=args.depth, device=args.device,
+                       threads=args.threads, compute=args.compute, grad_format=args.grad_dtype,
+                       teacher_dim=args.teacher_dim, teacher_samples=args.teacher_samples,
+                       lr_decay=args.lr_decay)
 
 
 def _check_simulable(timing: TimingModel, duration: float, workers: int) -> None:
@@ -212,8 +245,11 @@ def main(argv: list[str] | None = None) -> int:
         plan = _checkpoint_plan(args)
         if plan is not None and args.simulate:
             plan.check("simulated", policies, args.repeats)
-        data = load_dataset(args.dataset, args.seed)
-    except (ValueError, PolicyError, DatasetUnavailable, CheckpointError, OutputError) as exc:
+        data = _load_data(args)
+        if args.simulate:
+            model = build_model(config, data)
+            print(model_report(config, model, simulated=True), flush=True)
+    except (ValueError, PolicyError, DatasetUnavailable, TorchUnavailable, CheckpointError, OutputError) as exc:
         return _fail(str(exc))
     if args.simulate:
         try:
@@ -221,8 +257,15 @@ def main(argv: list[str] | None = None) -> int:
                     for rep in range(args.repeats) for name in policies]
         except CheckpointError as exc:
             return _fail(str(exc))
-        return _finish(args, config, runs)
+        return _finish(args, config, runs, model)
     return _main_mpi(args, policies, data, plan)
+
+
+def _load_data(args: argparse.Namespace) -> Any:
+    if args.dataset == "teacher" and (args.teacher_dim < 1 or args.teacher_samples < 20):
+        raise ValueError("--teacher-dim must be at least 1 and --teacher-samples at least 20")
+    return load_dataset(args.dataset, args.seed, teacher_dim=args.teacher_dim,
+                        teacher_samples=args.teacher_samples)
 
 
 def _checkpoint_plan(args: argparse.Namespace) -> CheckpointPlan | None:
@@ -285,8 +328,11 @@ def _main_mpi(args: argparse.Namespace, policies: list[str], data: Any,
             raise ValueError("a real run needs at least 2 ranks (1 server + workers): "
                              "mpiexec -n 5 python -m hpcbsp.elastic.train ..., or use --simulate")
         config = make_config(args, world.Get_size() - 1)
+        model = build_model(config, data)  # (a model that cannot be built stops every rank here)
     except (ValueError, RuntimeError) as exc:
         return _fail(str(exc), rank)
+    if rank == 0:
+        print(model_report(config, model), flush=True)
     error = None
     if rank == 0 and plan is not None:  # the checkpoints live where rank 0 (the server) writes
         try:
@@ -300,7 +346,7 @@ def _main_mpi(args: argparse.Namespace, policies: list[str], data: Any,
     deathwatch.start(rank, world.Get_size())  # a rank that dies silently is named
     comm = world.Dup()
     try:
-        warm_up(build_model(config, data), data)
+        warm_up(model, data)
         comm.Barrier()
         runs = []
         for rep in range(args.repeats):
@@ -316,7 +362,7 @@ def _main_mpi(args: argparse.Namespace, policies: list[str], data: Any,
                     if run.resumed_at is not None:
                         print(f"  [{run.label}]{_resumed(run, 's')}", flush=True)
                 comm.Barrier()
-        status = _finish(args, config, runs) if rank == 0 else 0
+        status = _finish(args, config, runs, model) if rank == 0 else 0
     except CheckpointError as exc:  # raised on every rank alike: a usage error, not a crash
         comm.Free()
         return _fail(str(exc), rank)
@@ -338,9 +384,10 @@ def _progress(duration: float):
     return show
 
 
-def _finish(args: argparse.Namespace, config: TrainConfig, runs: list[PolicyRun]) -> int:
+def _finish(args: argparse.Namespace, config: TrainConfig, runs: list[PolicyRun],
+            model: Any = None) -> int:
     cfg = {"argv": vars(args), "timing": asdict(config.timing),
-           "options": asdict(config.options)}
+           "options": asdict(config.options), "model": model_info(config, model)}
     print(format_table(compare(runs)))
     written, skipped = write_outputs(args.out, runs, cfg, slowdown=config.timing.slowdown,
                                      plot=not args.no_plot)

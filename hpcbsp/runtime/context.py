@@ -317,7 +317,8 @@ class BSP:
         for hook in self._hooks:
             hook.progress()
 
-    def allreduce(self, x: Any, op: str = "sum", *, exact: bool = False) -> Any:
+    def allreduce(self, x: Any, op: str = "sum", *, exact: bool = False,
+                  out: np.ndarray | None = None) -> Any:
         """Reduce ``x`` element-wise over all ranks and return the result on every rank.
 
         A superstep of its own (pending puts are delivered first).  ``op`` is one of
@@ -325,6 +326,10 @@ class BSP:
         or integers; ``op="sum"``) ``x`` is this rank's share of a set of values and the result is the
         correctly rounded sum of *all elements on all ranks*: the same bits for any number of
         ranks and any distribution of the data.
+
+        ``out`` (not with ``exact``): a C-contiguous array of ``x``'s shape and dtype, distinct
+        from ``x``, that receives the result and is returned: a loop reducing a large buffer
+        then allocates nothing (a C-contiguous ``x`` is sent as it is, without a copy).
 
         h-relation: ``x.nbytes`` out of and into every rank (counted as one message each way;
         the MPI library's tree or ring moves up to ~2x that); for ``exact`` the fixed-size
@@ -342,11 +347,21 @@ class BSP:
                 raise BSPError(f"rank {self.pid}: exact=True sums float64 values (or narrower, or "
                                f"integers); {arr.dtype} would be rounded first: convert it yourself "
                                "if that is what you want")
+            if out is not None:
+                raise BSPError(f"rank {self.pid}: allreduce(exact=True) returns a float, not into out=")
             return self._exact_sum(arr)
+        if out is not None and (not isinstance(out, np.ndarray) or out.shape != arr.shape
+                                or out.dtype != arr.dtype or not out.flags.c_contiguous
+                                or not out.flags.writeable or np.shares_memory(out, arr)):
+            raise BSPError(f"rank {self.pid}: allreduce out= must be a writeable C-contiguous array "
+                           f"of shape {arr.shape} and dtype {arr.dtype}, not overlapping x")
         desc = f"allreduce(op={op!r}, dtype={arr.dtype}, shape={arr.shape})"
         t0, traffic = self._begin(Kind.ALLREDUCE, signature(desc), lambda: desc, counted=True)
-        send = np.array(arr, order="C")  # keeps 0-d arrays 0-d, unlike ascontiguousarray
-        out = np.empty_like(send)
+        # MPI only reads the send buffer: a C-contiguous array goes as it is (no copy); anything
+        # else is copied (np.array keeps 0-d arrays 0-d, unlike ascontiguousarray).
+        send = arr if arr.ndim and arr.flags.c_contiguous else np.array(arr, order="C")
+        if out is None:
+            out = np.empty_like(send)
         self.comm.Allreduce(send, out, op=_MPI_OPS[op])
         self._count_collective(traffic, send.nbytes)
         self._end(f"allreduce:{op}", t0, traffic)

@@ -1,11 +1,13 @@
 """Synchronisation policies for the parameter server, by name.
 
 ``make_policy("ssp", PolicyOptions(s=3))`` builds one; :data:`REGISTRY` lists them. Each policy is
-one module: :mod:`.bsp`, :mod:`.asp`, :mod:`.ssp`, :mod:`.dssp`, :mod:`.elastic`, :mod:`.backup`.
+one module: :mod:`.bsp`, :mod:`.asp`, :mod:`.ssp`, :mod:`.dssp`, :mod:`.elastic`, :mod:`.backup`,
+and :mod:`.allreduce` (the serverless baseline: BSP's decisions; on MPI it runs without a server).
 A new policy is a new module plus one line here.
 """
 from __future__ import annotations
 
+from .allreduce import AllReduce
 from .asp import ASP
 from .backup import Backup
 from .base import Decision, PolicyError, PolicyOptions, SyncPolicy
@@ -15,9 +17,10 @@ from .elastic import ElasticBSP
 from .ssp import SSP
 
 __all__ = ["REGISTRY", "make_policy", "Decision", "PolicyError", "PolicyOptions", "SyncPolicy",
-           "ASP", "BSP", "SSP", "DSSP", "ElasticBSP", "Backup"]
+           "ASP", "BSP", "SSP", "DSSP", "ElasticBSP", "Backup", "AllReduce"]
 
-REGISTRY: dict[str, type[SyncPolicy]] = {cls.name: cls for cls in (BSP, ASP, SSP, DSSP, ElasticBSP, Backup)}
+REGISTRY: dict[str, type[SyncPolicy]] = {cls.name: cls for cls in (BSP, ASP, SSP, DSSP, ElasticBSP, Backup,
+                                                            AllReduce)}
 
 
 def make_policy(name: str, options: PolicyOptions | None = None) -> SyncPolicy:

@@ -1,0 +1,159 @@
+"""Parameter-server push+pull vs raw Send/Recv, and an allreduce step vs bare MPI.Allreduce.
+
+    mpiexec -n 2 python -m hpcbsp.bench elastic [--params P] [--iters N] [--rounds R]
+
+Two comparisons, each measured side by side in alternating rounds (medians), on a float32
+model of ``P`` parameters (default 1,048,576: 4 MiB each way):
+
+* **push+pull**: one worker (rank 1) pushes a gradient to the server (rank 0) and waits for
+  the weights, through :func:`hpcbsp.elastic.server.serve`/``work`` with the ASP policy (every
+  push applied, ``weights -= lr * g``, and answered at once): the whole round trip a worker
+  sees.  Baseline: rank 1 ``Send``s the same bytes (16-byte header + ``4 P``) to rank 0 and
+  ``Recv``s as many back, raw mpi4py.  Ratio = baseline time / server time (target >= 0.8x).
+  Ranks other than 0 and 1 sit the comparison out.
+* **allreduce step**: one step of the allreduce baseline
+  (:func:`hpcbsp.elastic.allreduce.allreduce_step`: ``bsp.allreduce`` of ``P + 1`` values on
+  every rank into a preallocated buffer, then ``w -= lr/n * sum``) against a bare
+  ``MPI.Allreduce`` of the same buffer into a preallocated one.  Ratio = bare time / step time
+  (target >= 0.9x); ``bsp.allreduce`` alone (control step, ledger, the reduction) is shown too.
+
+Figures are meaningful only on a quiet machine with at least as many cores as ranks.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import hpcbsp
+from hpcbsp.elastic.allreduce import allreduce_step
+from hpcbsp.elastic.policies import make_policy
+from hpcbsp.elastic.server import serve, work
+from hpcbsp.elastic.wire import HEADER_BYTES
+
+
+def _server_round(comm: MPI.Comm, grad: np.ndarray, w0: np.ndarray, iters: int) -> float | None:
+    """Seconds per push+pull through the server, as worker 1 sees it (None on other ranks)."""
+    rank = comm.Get_rank()
+    pair = comm.Split(0 if rank < 2 else MPI.UNDEFINED, rank)
+    if pair == MPI.COMM_NULL:
+        return None
+    try:
+        if rank == 0:
+            serve(pair, make_policy("asp"), w0, 1e-6, max_updates=iters + 1, timeout=120.0)
+            return None
+        first = [0.0]
+
+        def grad_fn(weights: np.ndarray) -> np.ndarray:
+            if not first[0]:
+                first[0] = time.perf_counter()  # from the first reply on: iters round trips
+            return grad
+        tic = time.perf_counter()
+        work(pair, grad_fn, grad.size, dtype=np.float32, timeout=120.0)
+        return (time.perf_counter() - first[0]) / iters if first[0] else time.perf_counter() - tic
+    finally:
+        pair.Free()
+
+
+def _raw_round(comm: MPI.Comm, nbytes: int, iters: int) -> float | None:
+    rank = comm.Get_rank()
+    if rank > 1:
+        return None
+    buf = np.zeros(nbytes, dtype=np.uint8)
+    back = np.zeros(nbytes, dtype=np.uint8)
+    if rank == 0:
+        for _ in range(iters):
+            comm.Recv(buf, source=1, tag=1)
+            comm.Send(back, dest=1, tag=2)
+        return None
+    tic = time.perf_counter()
+    for _ in range(iters):
+        comm.Send(buf, dest=0, tag=1)
+        comm.Recv(back, source=0, tag=2)
+    return (time.perf_counter() - tic) / iters
+
+
+def _max(comm: MPI.Comm, value: float | None) -> float:
+    return comm.allreduce(value if value is not None else 0.0, op=MPI.MAX)
+
+
+def bench(bsp: "hpcbsp.BSP", params: int, iters: int, rounds: int) -> dict[str, float]:
+    comm = bsp.comm.Dup()  # the baselines' and the server's own communicator
+    rng = np.random.default_rng(bsp.pid)
+    grad = rng.standard_normal(params).astype(np.float32)
+    w0 = np.zeros(params, dtype=np.float32)
+    nbytes = HEADER_BYTES + 4 * params
+    server, raw, step, bare, reduce_only = [], [], [], [], []
+    buf = np.zeros(params + 1, dtype=np.float32)
+    buf[:params] = grad
+    out = np.empty_like(buf)
+    total = np.empty_like(buf)
+    w = np.zeros(params, dtype=np.float32)
+    scale = 1e-6 / bsp.nprocs
+    for _ in range(rounds):
+        if bsp.nprocs > 1:
+            comm.Barrier()
+            server.append(_max(comm, _server_round(comm, grad, w0, iters)))
+            comm.Barrier()
+            raw.append(_max(comm, _raw_round(comm, nbytes, iters)))
+        comm.Barrier()
+        tic = time.perf_counter()
+        for _ in range(iters):
+            allreduce_step(bsp, buf, total, w, scale)
+        step.append(_max(comm, (time.perf_counter() - tic) / iters))
+        comm.Barrier()
+        tic = time.perf_counter()
+        for _ in range(iters):
+            comm.Allreduce(buf, out, op=MPI.SUM)
+        bare.append(_max(comm, (time.perf_counter() - tic) / iters))
+        comm.Barrier()
+        tic = time.perf_counter()
+        for _ in range(iters):
+            bsp.allreduce(buf, out=total)
+        reduce_only.append(_max(comm, (time.perf_counter() - tic) / iters))
+    comm.Free()
+    med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731
+    return {"server_s": med(server), "raw_s": med(raw), "step_s": med(step), "bare_s": med(bare),
+            "reduce_s": med(reduce_only), "bytes": nbytes}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hpcbsp.bench elastic",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--params", type=int, default=1 << 20, help="float32 parameters (default 1048576)")
+    parser.add_argument("--iters", type=int, default=50, help="round trips / steps per round (default 50)")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds (default 5)")
+    parser.add_argument("--quick", action="store_true", help="a short run (10 iterations, 2 rounds)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.iters, args.rounds = 10, 2
+    if args.params < 1 or args.iters < 1 or args.rounds < 1:
+        if MPI.COMM_WORLD.Get_rank() == 0:
+            print("python -m hpcbsp.bench elastic: error: --params, --iters and --rounds must be at "
+                  "least 1", file=sys.stderr)
+        return 2
+    r = hpcbsp.run(bench, args.params, args.iters, args.rounds)
+    if MPI.COMM_WORLD.Get_rank() == 0:
+        p = MPI.COMM_WORLD.Get_size()
+        mib = r["bytes"] / 2**20
+        print(f"ranks: {p}  model: {args.params:,} float32 parameters ({mib:.2f} MiB per message); "
+              f"medians of {args.rounds} alternating rounds of {args.iters}")
+        if p > 1:
+            print(f"push+pull via server {1e3 * r['server_s']:8.3f} ms   raw Send/Recv {1e3 * r['raw_s']:8.3f} ms   "
+                  f"ratio = {r['raw_s'] / r['server_s']:.2f}x  (target >= 0.8x)")
+        else:
+            print("push+pull: needs 2 ranks (server + worker): run under mpiexec -n 2")
+        print(f"allreduce step       {1e3 * r['step_s']:8.3f} ms   bare Allreduce {1e3 * r['bare_s']:8.3f} ms   "
+              f"ratio = {r['bare_s'] / r['step_s']:.2f}x  (target >= 0.9x)")
+        print(f"  of which bsp.allreduce alone {1e3 * r['reduce_s']:8.3f} ms   "
+              f"ratio = {r['bare_s'] / r['reduce_s']:.2f}x  (the rest is the SGD update, two passes over w)")
+        print("(figures count only on a quiet machine with a core per rank)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,229 @@
+"""The allreduce baseline on MPI: synchronous data parallelism without a parameter server.
+
+Ranks ``1..n`` of the communicator are the workers, as in a parameter-server run, so both use
+the same workers and the same shards; rank 0 only evaluates (it plays no part in training).
+Every step each worker
+
+1. computes the gradient of its next mini-batch on its own copy of the weights,
+2. sleeps as the pacing asks (``--slowdown``, as a server worker does),
+3. sums the gradients with ``bsp.allreduce`` on the workers' BSP context (one superstep; the
+   last element of the buffer carries worker 0's "stop" vote, so the decision to end the run
+   costs no extra message),
+4. applies ``weights -= lr * sum / n`` itself: every worker holds the same weights after every
+   step, which are exactly BSP's (the mean of all ``n`` gradients per update).
+
+Evaluation stays off the workers' critical path as in a server run: when an evaluation is due,
+worker 0 sends a copy of its weights to rank 0 (non-blocking: a header of three float64
+``[command, time, updates]`` and the weights), and rank 0 records the accuracy at worker 0's
+time stamp.
+
+h-relation per step: each worker sends and receives ``(P + 1) w`` bytes in the allreduce (``w``
+bytes per value); worker 0 also sends ``24 + w P`` bytes to rank 0 per evaluation.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from .runlog import RunLog
+from .server import ServerResult, ServerTimeout, WorkerResult, poll, wait_request
+
+__all__ = ["run_allreduce", "allreduce_step", "HEAD_TAG", "WEIGHTS_TAG"]
+
+HEAD_TAG = 7111
+WEIGHTS_TAG = 7112
+_SNAPSHOT, _FINAL = 0.0, 1.0
+
+
+def run_allreduce(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray] | None,
+                  weights: np.ndarray, lr: float, *, duration: float | None = None,
+                  max_updates: int | None = None,
+                  eval_fn: Callable[[np.ndarray], tuple[float, float]] | None = None,
+                  eval_every: float | None = None,
+                  progress: Callable[[float, RunLog], None] | None = None,
+                  pace: Callable[[float, float], float] | None = None,
+                  timeout: float = 60.0, lr_decay: float = 0.0) -> ServerResult | WorkerResult:
+    """Train with allreduce on ranks ``1..n`` of ``comm``; rank 0 evaluates (collective on ``comm``).
+
+    h-relation: see the module docstring.
+
+    Parameters
+    ----------
+    comm : MPI.Comm
+        Rank 0 evaluates, ranks ``1..size-1`` are the workers.
+    grad_fn : callable or None
+        On workers: ``grad_fn(weights) -> gradient`` (its next mini-batch); None on rank 0.
+    weights : numpy.ndarray
+        Initial flat weights, the same on every rank (float32 stays float32).
+    lr, lr_decay : float
+        SGD step: step ``k`` does ``weights -= lr / (1 + lr_decay * k) * mean(gradients)``, as
+        the server does.
+    duration, max_updates : optional
+        Stop after ``duration`` seconds (worker 0's clock) or ``max_updates`` steps; at least one.
+    eval_fn, eval_every : optional
+        ``eval_fn(weights) -> (accuracy, loss)`` (used on rank 0), every ``eval_every`` seconds
+        (the same on every rank; at worker 0's first step boundary after it is due) and at the end.
+    progress : callable, optional
+        On rank 0: ``progress(elapsed, log)`` after each evaluation.
+    pace : callable, optional
+        On workers: ``pace(start, compute) -> seconds`` the iteration should take (as in
+        :func:`.server.work`); the worker sleeps for the rest before the allreduce.
+    timeout : float
+        Longest wait of rank 0 for worker 0's next message beyond the run's duration, and of a
+        worker for a send to complete.
+
+    Returns
+    -------
+    ServerResult on rank 0 (its ``log`` as a server run's: pushes = applied = steps per worker,
+    staleness 0, ``wait_s`` = time each worker spent in the allreduce), WorkerResult elsewhere.
+    """
+    from hpcbsp.runtime.context import BSP
+
+    if duration is None and max_updates is None:
+        raise ValueError("run_allreduce() needs a stop condition: duration or max_updates")
+    n = comm.Get_size() - 1
+    if n < 1:
+        raise ValueError("the allreduce baseline needs at least 2 ranks (1 evaluator + workers)")
+    rank = comm.Get_rank()
+    dtype = np.float32 if np.asarray(weights).dtype == np.float32 else np.float64
+    w = np.array(weights, dtype=dtype).ravel()
+    workers = comm.Split(MPI.UNDEFINED if rank == 0 else 1, rank)
+    comm.Barrier()
+    t0 = time.monotonic()
+    if rank == 0:
+        log, final = _observe(comm, n, w, eval_fn, progress,
+                              timeout + (duration if duration is not None else 0.0))
+        stats = comm.gather(None, root=0)[1:]
+        for k, st in enumerate(stats):
+            log.pushes[k] = st["steps"]
+            log.applied[k] = st["applied"]
+            log.wait_s[k] = st["blocked_s"]
+            log.push_times.extend((k, t) for t in st["push_times"])
+        log.push_times.sort(key=lambda e: e[1])
+        log.staleness.extend([0] * int(log.applied.sum()))
+        return ServerResult("allreduce", log, {"steps": log.updates,
+                                               "compute_s": [st["compute_s"] for st in stats]},
+                            final)
+    assert grad_fn is not None
+    try:
+        with BSP(workers) as bsp:
+            st = _train(bsp, comm, grad_fn, w, lr, n, duration, max_updates, eval_every, pace,
+                        t0, timeout, lr_decay)
+    finally:
+        workers.Free()
+    comm.gather(st, root=0)
+    return WorkerResult(iterations=st["steps"], blocked_s=st["blocked_s"])
+
+
+def allreduce_step(bsp: Any, buf: np.ndarray, total: np.ndarray, w: np.ndarray, scale: float) -> bool:
+    """One step of the baseline: sum ``buf`` (``P`` gradient values, then the stop vote) over the
+    workers with ``bsp.allreduce`` into ``total`` and, unless someone voted to stop,
+    ``w -= scale * sum`` (in place: the step allocates nothing).
+
+    Returns True when the step was a stop (the weights are then unchanged).  h-relation:
+    ``buf.nbytes`` out of and into every worker.
+    """
+    bsp.allreduce(buf, out=total)
+    if total[-1] > 0:
+        return True
+    grad = total[:-1]
+    grad *= scale  # (the same rounding as w -= scale * grad)
+    w -= grad
+    return False
+
+
+def _train(bsp: Any, comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray], w: np.ndarray,
+           lr: float, n: int, duration: float | None, max_updates: int | None,
+           eval_every: float | None, pace: Callable[[float, float], float] | None, t0: float,
+           timeout: float, lr_decay: float = 0.0) -> dict[str, Any]:
+    leader = bsp.pid == 0
+    P = w.size
+    buf = np.zeros(P + 1, dtype=w.dtype)
+    total = np.empty_like(buf)
+    head = np.zeros(3)
+    snap = np.empty_like(w)
+    sent: list[MPI.Request] = []
+    step = 0
+    compute_s = blocked_s = 0.0
+    push_times: list[float] = []
+    next_eval = 0.0 if eval_every else np.inf
+    scale = lr / n
+
+    def send(command: float, at: float, updates: int) -> None:
+        for req in sent:
+            wait_request(req, timeout, "delivery of the weights to rank 0 (evaluator)")
+        sent.clear()
+        head[:] = (command, at, updates)
+        snap[:] = w
+        sent.extend([comm.Isend(head, dest=0, tag=HEAD_TAG), comm.Isend(snap, dest=0, tag=WEIGHTS_TAG)])
+
+    stop_at = t0 + duration if duration is not None else np.inf
+    while True:
+        now = time.monotonic()
+        if leader and now - t0 >= next_eval and now < stop_at:
+            send(_SNAPSHOT, now - t0, step)
+            while next_eval <= now - t0:
+                next_eval += eval_every  # type: ignore[operator]
+        start = time.monotonic()
+        buf[:P] = grad_fn(w)
+        compute = time.monotonic() - start
+        compute_s += compute
+        if pace is not None:
+            left = pace(start - t0, compute) - (time.monotonic() - start)
+            if left > 0:
+                time.sleep(left)
+        done = time.monotonic()
+        push_times.append(done - t0)
+        buf[P] = 1.0 if leader and done >= stop_at else 0.0
+        if lr_decay:
+            scale = lr / (1.0 + lr_decay * step) / n
+        voted_stop = allreduce_step(bsp, buf, total, w, scale)
+        blocked_s += time.monotonic() - done
+        step += 1
+        if voted_stop:  # worker 0 voted to stop: this step's gradients are not applied
+            stopped = done
+            break
+        if max_updates is not None and step >= max_updates:
+            stopped = time.monotonic()
+            break
+    applied = step - (1 if voted_stop else 0)
+    if leader:
+        send(_FINAL, min(stopped, stop_at) - t0, applied)
+        for req in sent:
+            wait_request(req, timeout, "delivery of the final weights to rank 0 (evaluator)")
+    return {"steps": step, "applied": applied, "compute_s": compute_s, "blocked_s": blocked_s,
+            "push_times": push_times}
+
+
+def _observe(comm: MPI.Comm, n: int, w: np.ndarray,
+             eval_fn: Callable[[np.ndarray], tuple[float, float]] | None,
+             progress: Callable[[float, RunLog], None] | None,
+             wait_s: float) -> tuple[RunLog, np.ndarray]:
+    log = RunLog(n)
+    head = np.zeros(3)
+    while True:
+        deadline = time.monotonic() + wait_s
+        req = comm.Irecv(head, source=1, tag=HEAD_TAG)
+        try:
+            poll(lambda: True if req.Test() else None, np.inf, deadline,
+                  "message from worker 0 of the allreduce run")
+        except ServerTimeout:
+            req.Cancel()
+            raise
+        comm.Recv(w, source=1, tag=WEIGHTS_TAG)
+        command, at, updates = float(head[0]), float(head[1]), int(head[2])
+        log.updates = updates
+        if command == _FINAL:
+            log.duration_s = at
+            if eval_fn is not None:
+                log.record_eval(at, *eval_fn(w))
+            break
+        if eval_fn is not None:
+            log.record_eval(at, *eval_fn(w))
+            if progress is not None:
+                progress(at, log)
+    return log, w

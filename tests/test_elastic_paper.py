@@ -1,0 +1,62 @@
+"""The paper-experiment driver's statistics and report (hpcbsp.elastic.paper).
+
+Oracles: scipy's Student t interval, and hand-made curves whose times to target are known.
+"""
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hpcbsp.elastic.paper import main, summarise, t_interval
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 12, 31, 40])
+def test_t_interval_matches_scipy(n: int) -> None:
+    stats = pytest.importorskip("scipy.stats", reason="scipy (comes with the 'digits' extra) is the oracle")
+    v = np.random.default_rng(n).normal(3.0, 0.5, n)
+    mean, half = t_interval(list(v))
+    lo, hi = stats.t.interval(0.95, n - 1, loc=v.mean(), scale=stats.sem(v))
+    assert mean == pytest.approx(v.mean())
+    assert half == pytest.approx((hi - lo) / 2, rel=2e-3 if n <= 31 else 0.05)  # normal beyond 30 dof
+    assert np.isnan(t_interval([1.0])[1])
+
+
+def _curve(times_acc):
+    return [(t, a, 1.0, i) for i, (t, a) in enumerate(times_acc)]
+
+
+def test_summary_times_to_target_by_hand() -> None:
+    curves = {"bsp": {0: _curve([(0, .1), (1, .5), (2, .9)]), 1: _curve([(0, .1), (1, .95), (2, .96)])},
+              "asp": {0: _curve([(0, .1), (0.5, .92), (1, .93)]), 1: _curve([(0, .1), (0.5, .95)])},
+              "ssp": {0: _curve([(0, .1), (1, .95)]), 1: _curve([(0, .1), (1, .5)])}}
+    rows = {r["policy"]: r for r in summarise(curves, 0.9)}
+    assert rows["bsp"]["reach_values"] == [2, 1] and rows["bsp"]["reach"][0] == 1.5
+    assert rows["asp"]["reach"][0] == 0.5 and rows["asp"]["vs_bsp"] == 3.0
+    assert rows["ssp"]["reached"] == 1 and np.isnan(rows["ssp"]["reach"][0])  # one seed never got there
+    assert rows["bsp"]["final"][0] == pytest.approx(0.93)
+
+
+def test_report_command_writes_the_table(tmp_path: Path) -> None:
+    with (tmp_path / "curves.csv").open("w", newline="") as fh:
+        wr = csv.writer(fh)
+        wr.writerow(["mode", "policy", "repeat", "time_s", "accuracy", "loss", "updates"])
+        for rep in range(2):
+            for t, a in [(0, .1), (1, .5 + rep * .45), (2, .96)]:
+                wr.writerow(["mpi", "bsp", rep, t, a, 1.0, t])
+    assert main(["report", str(tmp_path), "--target", "0.9"]) == 0
+    text = (tmp_path / "paper.md").read_text()
+    assert "| bsp | 2 | 0.960 ± 0.000 | 1.50 ± 6.35 | 2/2 | 1.00x |"  # 12.706 * 0.5 in text
+
+
+def test_bad_input_is_one_line_and_status_2(tmp_path: Path) -> None:
+    for args, message in ((["report", str(tmp_path)], "curves.csv does not exist"),
+                          (["run", "--workers", "3"], "--slowdown lists 4 workers but --workers is 3"),
+                          (["run", "--target", "2"], "--target must be an accuracy in (0, 1]")):
+        proc = subprocess.run([sys.executable, "-m", "hpcbsp.elastic.paper", *args],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
