@@ -37,7 +37,7 @@ from ..runtime import BSP
 from ..runtime.ledger import summarize
 from ..runtime.partition import Cyclic
 from ..util.args import OneLineParser
-from ..util.outputs import OutputError, prepare_output
+from .algorithms_common import add_ledger_option, check_ledger
 
 
 def is_power_of_two(n: int) -> bool:
@@ -140,20 +140,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=1024, help="transform length, a power of two (default 1024)")
     parser.add_argument("--repeat", type=int, default=1, help="transforms to run (default 1)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    parser.add_argument("--ledger", metavar="PATH",
-                        help="save the superstep ledger (.json or .csv) for hpcbsp-cost ledger")
+    add_ledger_option(parser)
     args = parser.parse_args(argv)
     if args.n < 2 or not is_power_of_two(args.n):
         parser.error(f"--n must be a power of two >= 2, got {args.n}")
     if args.repeat < 1:
         parser.error(f"--repeat must be >= 1, got {args.repeat}")
-    if args.ledger:
-        if not args.ledger.endswith((".json", ".csv")):
-            parser.error(f"--ledger {args.ledger!r}: use a .json or .csv extension")
-        try:
-            prepare_output(args.ledger, "ledger")
-        except OutputError as exc:
-            parser.error(str(exc))
+    check_ledger(parser, args.ledger)
     ok = True
     with BSP() as world:
         p = usable_ranks(args.n, world.nprocs)

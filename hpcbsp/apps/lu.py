@@ -46,7 +46,7 @@ from ..runtime import BSP
 from ..runtime.ledger import summarize
 from ..runtime.partition import Grid, dims_create, grid
 from ..util.args import OneLineParser
-from ..util.outputs import OutputError, prepare_output
+from .algorithms_common import add_grid_option, add_ledger_option, check_ledger, grid_dims
 
 #: A pivot candidate: the signed value and its global row (-1: this rank has no row >= k).
 CANDIDATE = np.dtype([("value", np.float64), ("row", np.int64)])
@@ -239,45 +239,20 @@ def check(bsp: BSP, a: np.ndarray, res: LUResult, layout: Grid) -> tuple[float, 
     return err, resid, same_piv
 
 
-def parse_grid(text: str | None, nprocs: int) -> tuple[int, int] | str:
-    """``"MxN"`` as (M, N), or an error message."""
-    if text is None:
-        return dims_create(nprocs, 2)  # type: ignore[return-value]
-    try:
-        m, n = (int(v) for v in text.lower().split("x"))
-    except ValueError:
-        return f"--grid {text!r}: write it as MxN, for example 2x2"
-    if m < 1 or n < 1 or m * n != nprocs:
-        return f"--grid {text}: M x N must equal the number of ranks ({nprocs})"
-    return m, n
-
-
 def main(argv: list[str] | None = None) -> int:
     p = OneLineParser(prog="python -m hpcbsp.apps.lu",
                       description="LU decomposition with partial pivoting of a random matrix on a 2-D "
                                   "cyclic distribution; checks P A = L U and the pivots against "
                                   "scipy.linalg.lu_factor and prints the superstep ledger.")
     p.add_argument("--n", type=int, default=60, help="order of the matrix (default 60)")
-    p.add_argument("--grid", metavar="MxN", help="processor grid, M*N = ranks (default: balanced, "
-                                                 "as MPI_Dims_create)")
+    add_grid_option(p)
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    p.add_argument("--ledger", metavar="PATH", help="save the superstep ledger (.json or .csv) for "
-                                                    "hpcbsp-cost ledger")
+    add_ledger_option(p)
     args = p.parse_args(argv)
     if args.n < 1:
         p.error(f"--n must be >= 1, got {args.n}")
-    if args.ledger:
-        if not args.ledger.endswith((".json", ".csv")):
-            p.error(f"--ledger {args.ledger!r}: use a .json or .csv extension")
-        try:
-            prepare_output(args.ledger, "ledger")
-        except OutputError as exc:
-            p.error(str(exc))
-    from mpi4py import MPI
-
-    dims = parse_grid(args.grid, MPI.COMM_WORLD.Get_size())
-    if isinstance(dims, str):
-        p.error(dims)
+    check_ledger(p, args.ledger)
+    dims = grid_dims(p, args.grid)
     try:
         import scipy.linalg  # noqa: F401
     except ImportError:

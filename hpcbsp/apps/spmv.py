@@ -46,8 +46,7 @@ from ..runtime import BSP
 from ..runtime.ledger import summarize
 from ..runtime.partition import Explicit, Grid, dims_create, grid
 from ..util.args import OneLineParser
-from ..util.outputs import OutputError, prepare_output
-from .lu import parse_grid
+from .algorithms_common import add_grid_option, add_ledger_option, check_ledger, grid_dims
 
 #: A request for x_j: the owner's local index, the slot in the requester's buffer, the requester.
 REQUEST = np.dtype([("local", np.int64), ("slot", np.int64), ("src", np.int64)])
@@ -169,12 +168,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--density", type=float, default=0.01, help="fraction of nonzeros (default 0.01)")
     p.add_argument("--partition", choices=("block", "cyclic"), default="block",
                    help="how rows and columns are split over the grid (default block)")
-    p.add_argument("--grid", metavar="MxN", help="processor grid, M*N = ranks (default: balanced, "
-                                                 "as MPI_Dims_create)")
+    add_grid_option(p)
     p.add_argument("--repeat", type=int, default=1, help="products after the setup (default 1)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    p.add_argument("--ledger", metavar="PATH", help="save the superstep ledger (.json or .csv) for "
-                                                    "hpcbsp-cost ledger")
+    add_ledger_option(p)
     args = p.parse_args(argv)
     if args.rows < 1 or args.cols < 1:
         p.error(f"--rows and --cols must be >= 1, got {args.rows} and {args.cols}")
@@ -182,18 +179,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--density must be in (0, 1], got {args.density}")
     if args.repeat < 1:
         p.error(f"--repeat must be >= 1, got {args.repeat}")
-    if args.ledger:
-        if not args.ledger.endswith((".json", ".csv")):
-            p.error(f"--ledger {args.ledger!r}: use a .json or .csv extension")
-        try:
-            prepare_output(args.ledger, "ledger")
-        except OutputError as exc:
-            p.error(str(exc))
-    from mpi4py import MPI
-
-    dims = parse_grid(args.grid, MPI.COMM_WORLD.Get_size())
-    if isinstance(dims, str):
-        p.error(dims)
+    check_ledger(p, args.ledger)
+    dims = grid_dims(p, args.grid)
     try:
         import scipy.sparse as sparse
     except ImportError:
