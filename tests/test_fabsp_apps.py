@@ -13,6 +13,7 @@ import pytest
 import hpcbsp
 from hpcbsp.apps import bfs, histogram, index_gather, triangles
 from hpcbsp.apps.irregular_graphs import bfs_levels, erdos_renyi, rmat, triangles_dense
+from hpcbsp.apps.rma import gather_rma, histogram_rma
 
 mpi = pytest.mark.mpi(min_size=2)
 MODES = ["fabsp", "bsp", "naive"]
@@ -25,7 +26,7 @@ def bsp():
 
 
 @mpi
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODES + ["rma"])
 def test_histogram(bsp, mode):
     p, me, n, table = bsp.nprocs, bsp.pid, 3000, 37
     owner, off = histogram.updates_of(me, p, n, table, seed=5)
@@ -33,6 +34,8 @@ def test_histogram(bsp, mode):
         counts, _ = histogram.histogram_fabsp(bsp, owner, off, table, chunk=500, buffer=50)
     elif mode == "bsp":
         counts, _ = histogram.histogram_bsp(bsp, owner, off, table)
+    elif mode == "rma":  # one MPI_Accumulate per update
+        counts, _ = histogram_rma(bsp, owner, off, table)
     else:
         counts, _ = histogram.histogram_naive(bsp, owner, off, table)
     whole = np.zeros(table * p, dtype=np.int64)
@@ -43,7 +46,7 @@ def test_histogram(bsp, mode):
 
 
 @mpi
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODES + ["rma"])
 def test_index_gather(bsp, mode):
     p, me, n, table = bsp.nprocs, bsp.pid, 2000, 23
     whole = index_gather.global_table(p, table, seed=3)
@@ -54,6 +57,8 @@ def test_index_gather(bsp, mode):
         tgt, _ = index_gather.gather_fabsp(bsp, owner, off, local, chunk=300, buffer=40, max_pending=2)
     elif mode == "bsp":
         tgt, _ = index_gather.gather_bsp(bsp, owner, off, local)
+    elif mode == "rma":  # one MPI_Get per read
+        tgt, _ = gather_rma(bsp, owner, off, local)
     else:
         tgt, _ = index_gather.gather_naive(bsp, owner, off, local)
     np.testing.assert_array_equal(tgt, whole[g])

@@ -1,6 +1,6 @@
 """histogram (bale): N random increments per rank into a distributed table of counters.
 
-    mpiexec -n P python -m hpcbsp.apps.histogram [--n UPDATES] [-T TABLE] [--mode fabsp|bsp|naive]
+    mpiexec -n P python -m hpcbsp.apps.histogram [--n UPDATES] [-T TABLE] [--mode fabsp|bsp|naive|rma]
 
 Each rank draws N (--n, per rank) uniform global indices into a table of T*P int64 counters laid out cyclically
 (index g on rank g % P at offset g // P) and increments table[g] once for each.  Modes:
@@ -8,7 +8,9 @@ Each rank draws N (--n, per rank) uniform global indices into a table of T*P int
   fabsp  one mailbox whose handler adds a batch of offsets into the local counters; the rank
          sends its indices in chunks while handlers run as batches arrive; one sync;
   bsp    one queue send of all offsets and one sync, then the owner adds them (bulk exchange);
-  naive  one MPI message per update (for the baseline; use a much smaller N).
+  naive  one MPI message per update (for the baseline; use a much smaller N);
+  rma    one passive-target MPI_Accumulate(+1) per update into the owner's window (the one-sided
+         baseline, like bale's AGP; use a much smaller N).
 
 Prints updates per second per rank (timed: from a sync after the indices exist to the end of the
 last sync) and the superstep ledger, and checks the table against a serial numpy oracle
@@ -35,6 +37,7 @@ from ..kernels import scatter_add
 from ..runtime import BSP, BSPError
 from ..runtime.checkpoint import check_target, exists as checkpoint_exists
 from ..util.args import nonnegative_int, positive_int
+from .rma import histogram_rma
 from .irregular_common import Outcome, cyclic_owner, naive_exchange, table_app_main, timed, \
     timed_naive
 
@@ -117,6 +120,8 @@ def run_histogram(bsp: BSP, mode: str, n: int, table: int, seed: int = 1, chunk:
         counts, seconds = histogram_bsp(bsp, owner, off, table)
     elif mode == "naive":
         counts, seconds = histogram_naive(bsp, owner, off, table)
+    elif mode == "rma":
+        counts, seconds = histogram_rma(bsp, owner, off, table)
     else:
         raise ValueError(f"unknown mode {mode!r}")
     ok = bool(np.array_equal(counts, oracle(bsp.pid, bsp.nprocs, n, table, seed))) if check else None
@@ -215,7 +220,7 @@ def _restart_options(parser: argparse.ArgumentParser) -> Callable[[argparse.Name
             parser.error("--rounds must be >= 1 and --every >= 0")
         if (args.every or args.restart) and not args.checkpoint:
             parser.error("--every and --restart need --checkpoint DIR")
-        if (args.rounds > 1 or args.checkpoint) and args.mode == "naive":
+        if (args.rounds > 1 or args.checkpoint) and args.mode in ("naive", "rma"):
             parser.error("--rounds and --checkpoint work with --mode fabsp or bsp")
         if args.checkpoint:
             try:

@@ -1,6 +1,6 @@
 """index_gather (bale): N random reads per rank from a distributed table.
 
-    mpiexec -n P python -m hpcbsp.apps.index_gather [--n READS] [-T TABLE] [--mode fabsp|bsp|naive]
+    mpiexec -n P python -m hpcbsp.apps.index_gather [--n READS] [-T TABLE] [--mode fabsp|bsp|naive|rma]
 
 Every rank draws N (--n, per rank) uniform global indices into a table of T*P int64 values laid out cyclically
 (index g on rank g % P at offset g // P) and gathers ``tgt[i] = table[g_i]``.  Modes:
@@ -11,7 +11,9 @@ Every rank draws N (--n, per rank) uniform global indices into a table of T*P in
          from rank d match this rank's requests to d in the order they were made;
   bsp    requests by one queue send and one sync, replies by a second queue send and sync
          (both in request order, as bale's exstack version);
-  naive  one MPI message per request and one per reply (use a much smaller N).
+  naive  one MPI message per request and one per reply (use a much smaller N);
+  rma    one passive-target MPI_Get per read from the owner's window (the one-sided baseline,
+         like bale's AGP; use a much smaller N).
 
 Prints reads per second per rank and the superstep ledger, and checks ``tgt`` against a serial
 numpy oracle (the whole table built on every rank from the seed, indexed by the regenerated
@@ -27,6 +29,7 @@ from mpi4py import MPI
 from ..kernels import gather, group_by_dest
 from ..runtime import BSP
 from ..runtime.destinations import destination_slices
+from .rma import gather_rma
 from .irregular_common import Outcome, cyclic_owner, naive_exchange, table_app_main, timed, \
     timed_naive
 
@@ -138,6 +141,8 @@ def run_index_gather(bsp: BSP, mode: str, n: int, table: int, seed: int = 1, chu
         tgt, seconds = gather_bsp(bsp, owner, off, local)
     elif mode == "naive":
         tgt, seconds = gather_naive(bsp, owner, off, local)
+    elif mode == "rma":
+        tgt, seconds = gather_rma(bsp, owner, off, local)
     else:
         raise ValueError(f"unknown mode {mode!r}")
     ok = bool(np.array_equal(tgt, whole[g])) if check else None

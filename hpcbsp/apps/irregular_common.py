@@ -25,6 +25,8 @@ from ..util.args import (LEDGER_SUFFIXES, OneLineParser, add_alias, add_common_o
                          launcher_size, plural, positive_int)
 
 MODES = ("fabsp", "bsp", "naive")
+#: The table apps (histogram, index_gather) also have the one-sided baseline (:mod:`.rma`).
+TABLE_MODES = MODES + ("rma",)
 _TAG_NAIVE = 7
 
 
@@ -37,16 +39,18 @@ def cyclic_owner(g: np.ndarray, nprocs: int) -> tuple[np.ndarray, np.ndarray]:
     return rank, off
 
 
-def app_parser(prog: str, doc: str) -> argparse.ArgumentParser:
+def app_parser(prog: str, doc: str, modes: tuple[str, ...] = MODES) -> argparse.ArgumentParser:
     """The options every irregular app has; the app adds its own."""
     parser = OneLineParser(
         prog=f"python -m hpcbsp.apps.{prog}", description=doc,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mode", choices=MODES, default="fabsp",
+    rma = ("; rma: one passive-target MPI RMA operation (Accumulate or Get) per record, the "
+           "one-sided baseline (use a much smaller size; raw MPI too)") if "rma" in modes else ""
+    parser.add_argument("--mode", choices=modes, default="fabsp",
                         help="fabsp: mailboxes with handlers, aggregated and overlapped (default); "
                              "bsp: plain BSP, one bulk exchange per superstep; naive: one MPI "
                              "message per record (use a much smaller size; raw MPI, so the ledger does "
-                             "not count it)")
+                             f"not count it){rma}")
     parser.add_argument("--buffer", type=positive_int, default=None,
                         help="fabsp: records per destination buffer (default: about 64 KiB)")
     parser.add_argument("--max-pending", type=positive_int, default=16,
@@ -84,9 +88,9 @@ def table_app_main(argv: list[str] | None, app: str, doc: str, unit: str,
     keyword arguments for ``run`` (checking them with ``parser.error``).
     """
     n_default, n_naive, table_default = defaults
-    parser = app_parser(app, doc)
+    parser = app_parser(app, doc, TABLE_MODES)
     parser.add_argument("--n", dest="n", metavar="N", type=positive_int, default=None,
-                        help=f"{unit} per rank (default {n_default:,}; {n_naive:,} with --mode naive)")
+                        help=f"{unit} per rank (default {n_default:,}; {n_naive:,} with --mode naive or rma)")
     add_alias(parser, "-n", f"--{unit}", dest="n", type=positive_int)  # the old spellings
     parser.add_argument("-T", "--table", type=positive_int, default=table_default,
                         help=f"table entries per rank (default {table_default:,})")
@@ -94,14 +98,14 @@ def table_app_main(argv: list[str] | None, app: str, doc: str, unit: str,
     args = parser.parse_args(argv)
     app_kw = extra_kw(args)
     check_app_outputs(parser, args)
-    n = args.n or (n_naive if args.mode == "naive" else n_default)
+    n = args.n or (n_naive if args.mode in ("naive", "rma") else n_default)
     # Per rank: the indices and offsets drawn (int64, a few copies) and the table; the oracle
     # holds the whole table (T times the ranks: the launcher says how many).
     check_memory(parser, 6 * 8.0 * n + 8.0 * args.table * (2 + launcher_size()),
                  f"--n {n} -T {args.table}", "use a smaller --n or -T")
 
     def app_main(bsp: BSP) -> int:
-        n = args.n or (n_naive if args.mode == "naive" else n_default)
+        n = args.n or (n_naive if args.mode in ("naive", "rma") else n_default)
         kw = dict(mailbox_options(args) if args.mode == "fabsp" else {}, **app_kw)
         out = run(bsp, args.mode, n, args.table, args.seed, args.chunk, not args.no_check, **kw)
         return report(bsp, app, args.mode, out, args, unit=unit)
