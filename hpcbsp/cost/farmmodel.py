@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..farm.emulation import NOTICE, describe
 from ..farm.timings import SAMPLE_FIELDS, per_iteration_params
 from .bsf import BSFModel, BSFParams
 from .errors import CostInputError
@@ -20,7 +21,9 @@ from .modelfile import CalibratedModel, provenance
 
 def model_from_farm(report: Mapping[str, Any], *, n_boot: int = 200, seed: int = 0,
                     granularity: str = "continuous") -> CalibratedModel:
-    """The linear-exchange BSF model measured by one farm run, with bootstrap over iterations.
+    """The BSF model measured by one farm run, with bootstrap over iterations.
+
+    The model's communication form is the run's exchange (``linear`` or ``tree``).
 
     Parameters
     ----------
@@ -40,7 +43,10 @@ def model_from_farm(report: Mapping[str, Any], *, n_boot: int = 200, seed: int =
         samples = {k: np.asarray(report["samples"][k], dtype=float) for k in SAMPLE_FIELDS}
     except (KeyError, TypeError, ValueError) as exc:
         raise CostInputError(f"not a farm report: missing or malformed {exc}") from None
-    model = BSFModel(params, "linear", granularity)
+    comm = str(report.get("exchange") or "linear")
+    if comm not in ("linear", "tree"):
+        raise CostInputError(f"not a farm report: unknown exchange {comm!r}")
+    model = BSFModel(params, comm, granularity)
     boot = None
     n_iter = samples["seconds"].size
     if n_boot > 0 and n_iter >= 2:
@@ -49,7 +55,7 @@ def model_from_farm(report: Mapping[str, Any], *, n_boot: int = 200, seed: int =
         for _ in range(n_boot):
             pick = rng.integers(0, n_iter, size=n_iter)
             per = per_iteration_params({k: v[pick] for k, v in samples.items()}, workers,
-                                       params.list_length, params.latency)
+                                       params.list_length, params.latency, comm)
             reps.append([2.0 * params.latency + np.median(per["t_c"]), np.median(per["t_map"]), np.median(per["t_a"]),
                          np.median(per["t_p"])])
         boot = np.maximum(np.array(reps), 0.0)
@@ -61,14 +67,19 @@ def model_from_farm(report: Mapping[str, Any], *, n_boot: int = 200, seed: int =
         "label": report.get("label"),
         "method": "components measured by the farm (medians over iterations)",
     }
+    if report.get("emulated"):
+        fit["emulated_compute"] = dict(report["emulated"])
+        fit["method"] += "; " + NOTICE
     return CalibratedModel(model, boot, None if boot is None else "iterations", fit,
                            provenance(source="farm", nprocs=report.get("nprocs")))
 
 
 def format_farm_parameters(report: Mapping[str, Any]) -> str:
-    """The measured BSF parameters in one readable block."""
-    return (f"measured BSF parameters (K = {report['workers']}, l = {report['list_length']}, "
-            f"{report['iterations']} iterations, median T = {1e3 * report['seconds_per_iteration']:.3f} ms):\n"
+    """The measured BSF parameters in one readable block (with the simulation notice if emulated)."""
+    notice = describe(report.get("emulated"))
+    return ((f"{notice}\n" if notice else "")
+            + f"measured BSF parameters (K = {report['workers']}, l = {report['list_length']}, "
+            f"{report.get('exchange', 'linear')} exchange, {report['iterations']} iterations, median T = {1e3 * report['seconds_per_iteration']:.3f} ms):\n"
             f"  L = {report['latency'] * 1e6:.1f} us, t_c = {report['t_c'] * 1e6:.1f} us, "
             f"t_Map = {report['t_map'] * 1e3:.3f} ms, t_a = {report['t_a'] * 1e9:.1f} ns, "
             f"t_p = {report['t_p'] * 1e6:.1f} us")
