@@ -105,6 +105,33 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
     return base
 
 
+def model_from_reports(by_k: dict[int, list[dict[str, Any]]], runs: Runs, length: int, *,
+                       n_boot: int = 200) -> tuple[CalibratedModel, str, CalibratedModel]:
+    """The calibrated model from farm reports at a few K: ``(model, method, components)``.
+
+    ``components`` is the white-box model the smallest K's runs measured of themselves (their
+    iterations pooled); ``model`` is a least-squares fit of T(K) in the farm's exchange form when
+    ``runs`` cover at least three distinct K and enough rows, else ``components``.  An emulated
+    run's model says so in its ``fit`` record.
+    """
+    smallest = min(by_k)
+    components = model_from_farm(merge_reports(by_k[smallest]), n_boot=n_boot)
+    if length != components.model.params.list_length:
+        components.model = components.model.with_params(
+            type(components.model.params)(**{**components.model.params.as_dict(), "list_length": length}))
+    comm = components.model.comm  # the farm's exchange
+    if runs.distinct_workers().size >= MIN_DISTINCT_WORKERS and len(runs) >= n_parameters(length):
+        model: CalibratedModel = fit_runs(runs, list_length=length, n_boot=n_boot, comms=(comm,))
+        method = "fit"
+    else:
+        model, method = components, "components"
+    emulated = by_k[smallest][0].get("emulated")
+    if emulated:
+        model.fit["emulated_compute"] = dict(emulated)
+        model.fit["notice"] = NOTICE
+    return model, method, components
+
+
 def calibrate(command: Sequence[str], *, workers: Sequence[int] = (1, 2, 3), repeats: int = 2,
               out_dir: str = "runs/calibrate", timeout: float = 300.0, mpiexec: str | None = None,
               list_length: int | None = None, n_boot: int = 200,
@@ -157,21 +184,10 @@ def calibrate(command: Sequence[str], *, workers: Sequence[int] = (1, 2, 3), rep
     runs = Runs.from_arrays([r["workers"] for r in rows], [r["seconds"] for r in rows], source=runs_path)
     length = list_length or int(rows[0]["list_length"])
     smallest = min(by_k)
-    components = model_from_farm(merge_reports(by_k[smallest]), n_boot=n_boot)
-    if length != components.model.params.list_length:
-        components.model = components.model.with_params(
-            type(components.model.params)(**{**components.model.params.as_dict(), "list_length": length}))
-    comm = components.model.comm  # the farm's exchange
-    if runs.distinct_workers().size >= MIN_DISTINCT_WORKERS and len(runs) >= n_parameters(length):
-        model: CalibratedModel = fit_runs(runs, list_length=length, n_boot=n_boot, comms=(comm,))
-        method = "fit"
-    else:
-        model, method = components, "components"
+    model, method, components = model_from_reports(by_k, runs, length, n_boot=n_boot)
     model.fit["command"] = " ".join(command)
     emulated = by_k[smallest][0].get("emulated")
-    if emulated:
-        model.fit["emulated_compute"] = dict(emulated)
-        model.fit["notice"] = NOTICE
+    comm = model.model.comm
     save_model(model_path, model)
     check = validation(components, runs)
     lo, hi = model.k_max_interval()
