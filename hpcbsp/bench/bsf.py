@@ -234,7 +234,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--exchanges", type=_list(EXCHANGE_FORMS), default=list(EXCHANGE_FORMS), metavar="LIST",
                    help="linear,tree (default both)")
     p.add_argument("--n", type=int, default=1000, help="system order = list length l (default 1000)")
-    p.add_argument("--iters", type=int, default=20, help="iterations per run (default 20)")
+    p.add_argument("--iters", type=int, default=12, help="iterations per run (default 12)")
     p.add_argument("--t-map", type=float, default=None, metavar="S",
                    help="emulate a Map of S seconds for the whole list instead of measuring the app's")
     p.add_argument("--out-dir", default=os.path.join("runs", "bench-bsf"), metavar="DIR",

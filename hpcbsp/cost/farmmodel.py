@@ -20,10 +20,20 @@ from .modelfile import CalibratedModel, provenance
 
 
 def model_from_farm(report: Mapping[str, Any], *, n_boot: int = 200, seed: int = 0,
-                    granularity: str = "continuous") -> CalibratedModel:
+                    granularity: str = "continuous", spread: bool = False) -> CalibratedModel:
     """The BSF model measured by one farm run, with bootstrap over iterations.
 
-    The model's communication form is the run's exchange (``linear`` or ``tree``).
+    The model's communication form is the run's exchange (``linear`` or ``tree``).  Its
+    parameters are medians over iterations.  The replicates (``boot_coefficients``, which give
+    the K_max interval and the speedup band) are either
+
+    * ``spread=False``: medians over iterations resampled with replacement: the uncertainty of
+      the median, which stays narrow when every iteration is slowed alike (a loaded machine); or
+    * ``spread=True``: each parameter taken from one iteration drawn at random (independently per
+      parameter): the spread of what single iterations measured, which is narrow only when the
+      iterations agree.  On a busy machine the iterations disagree (measured here under a load
+      of 20 on 2 cores: the exchange of single iterations ranged from 0.8 to 38 ms), so the band
+      is wide instead of a confident, wrong K_max.
 
     Parameters
     ----------
@@ -31,6 +41,8 @@ def model_from_farm(report: Mapping[str, Any], *, n_boot: int = 200, seed: int =
         A farm run's timings (``FarmTimings.as_dict()`` or a report line).
     n_boot
         Bootstrap replicates over iterations (0: none).
+    spread
+        Replicates from single iterations (the calibration's spread), not medians of resamples.
     granularity
         Granularity of the returned model (the farm's split is ``ceil``-exact; ``continuous``
         gives the classical smooth curve and closed-form K_BSF).
@@ -52,7 +64,12 @@ def model_from_farm(report: Mapping[str, Any], *, n_boot: int = 200, seed: int =
     if n_boot > 0 and n_iter >= 2:
         rng = np.random.default_rng(seed)
         reps = []
-        for _ in range(n_boot):
+        if spread:
+            per = per_iteration_params(samples, workers, params.list_length, params.latency, comm)
+            pick = rng.integers(0, n_iter, size=(n_boot, 4))
+            reps = np.column_stack([2.0 * params.latency + per["t_c"][pick[:, 0]], per["t_map"][pick[:, 1]],
+                                    per["t_a"][pick[:, 2]], per["t_p"][pick[:, 3]]])
+        for _ in range(0 if spread else n_boot):
             pick = rng.integers(0, n_iter, size=n_iter)
             per = per_iteration_params({k: v[pick] for k, v in samples.items()}, workers,
                                        params.list_length, params.latency, comm)
@@ -70,7 +87,8 @@ def model_from_farm(report: Mapping[str, Any], *, n_boot: int = 200, seed: int =
     if report.get("emulated"):
         fit["emulated_compute"] = dict(report["emulated"])
         fit["method"] += "; " + NOTICE
-    return CalibratedModel(model, boot, None if boot is None else "iterations", fit,
+    kind = None if boot is None else ("single iterations (spread)" if spread else "iterations")
+    return CalibratedModel(model, boot, kind, fit,
                            provenance(source="farm", nprocs=report.get("nprocs")))
 
 
