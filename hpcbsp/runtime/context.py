@@ -92,9 +92,13 @@ class BSP:
         check_world(MPI.COMM_WORLD.Get_size())
         deathwatch.start(MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size())  # names a silent death
         base = MPI.COMM_WORLD if comm is None else comm
-        #: How this context's ranks wait for one another: "spin" or "yield" (agreed by all).
-        self.wait: str = waiting.resolve(wait, base)
         self.comm: MPI.Comm = base.Dup()
+        try:
+            #: How this context's ranks wait for one another: "spin" or "yield" (agreed by all).
+            self.wait: str = waiting.resolve(wait, self.comm)
+        except BSPError:
+            self.comm.Free()  # every rank raises here: nothing else uses the copy
+            raise
         self.pid: int = self.comm.Get_rank()
         self.nprocs: int = self.comm.Get_size()
         self.superstep: int = 0
