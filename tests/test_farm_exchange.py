@@ -152,3 +152,39 @@ def test_measure_map_counts_every_element_once():
     problem.map = lambda x, idx: (calls.append(len(idx)), inner(x, idx))[1]
     t_map, t_a = measure_map(problem, np.array([0.0]))
     assert sum(calls) == 600 and max(calls) <= 256 and t_map > 0 and t_a >= 0
+
+
+SERIAL_ONLY = pytest.mark.skipif(int(os.environ.get("PMI_SIZE", "1")) > 1,
+                                 reason="launches its own MPI jobs: runs in the serial pass, not once per rank")
+
+
+@SERIAL_ONLY
+def test_app_options_say_it_is_a_simulation():
+    res = run_mpi(3, ["-m", "hpcbsp.apps.jacobi", "--n", "120", "--exchange", "tree", "--emulate-compute",
+                      "t_map=0.002", "--max-iter", "4"], timeout=120)
+    assert not res.timed_out and res.returncode == 0, res.output
+    assert "SIMULATION of compute" in res.stdout and "x is not a solution" in res.stdout
+    assert "4 iterations (fixed), no check against numpy" in res.stdout and "tree exchange" in res.stdout
+    bad = run_mpi(2, ["-m", "hpcbsp.apps.jacobi", "--emulate-compute", "t_map=soon"], timeout=60)
+    assert bad.returncode == 2 and "--emulate-compute" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@SERIAL_ONLY
+def test_calibrate_with_emulated_compute(tmp_path):
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_", "MPIR_"))}
+    proc = subprocess.run([sys.executable, "-m", "hpcbsp.cli.cost", "calibrate", "--workers", "1,2", "--repeats", "1",
+                           "--exchange", "tree", "--emulate-compute", "--out-dir", str(tmp_path), "--timeout", "120",
+                           "--", "python", "-m", "hpcbsp.apps.jacobi", "--n", "100", "--max-iter", "4"],
+                          capture_output=True, text=True, timeout=300, env=env, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("SIMULATION of compute")
+    assert "measured by the first run, used by every run" in proc.stderr
+    doc = json.loads((tmp_path / "MODEL.json").read_text())
+    assert doc["comm"] == "tree" and doc["fit"]["emulated_compute"]["measured"] is True
+    # The second run waited exactly what the first measured.
+    reports = [json.loads(open(tmp_path / f"report-K{k}-r0.jsonl").readline()) for k in (1, 2)]
+    assert reports[1]["emulated"]["t_map"] == reports[0]["emulated"]["t_map"]
+    assert reports[1]["emulated"]["measured"] is False
