@@ -56,6 +56,7 @@ NAP_FRACTION = 0.125
 FIRST_NAP_S = 20e-6
 LONGEST_NAP_S = 1e-3
 
+
 def requested_mode(wait: str | None) -> str:
     """The mode asked for on this rank: ``wait`` if given, else ``$HPCBSP_WAIT``, else ``auto``."""
     mode = wait if wait is not None else (os.environ.get(WAIT_ENV) or "auto")
