@@ -97,7 +97,8 @@ def format_farm_parameters(report: Mapping[str, Any]) -> str:
     notice = describe(report.get("emulated"))
     return ((f"{notice}\n" if notice else "")
             + f"measured BSF parameters (K = {report['workers']}, l = {report['list_length']}, "
-            f"{report.get('exchange', 'linear')} exchange, {report['iterations']} iterations, median T = {1e3 * report['seconds_per_iteration']:.3f} ms):\n"
+            f"{report.get('exchange', 'linear')} exchange, {report['iterations']} iterations, "
+            f"median T = {1e3 * report['seconds_per_iteration']:.3f} ms):\n"
             f"  L = {report['latency'] * 1e6:.1f} us, t_c = {report['t_c'] * 1e6:.1f} us, "
             f"t_Map = {report['t_map'] * 1e3:.3f} ms, t_a = {report['t_a'] * 1e9:.1f} ns, "
             f"t_p = {report['t_p'] * 1e6:.1f} us")
