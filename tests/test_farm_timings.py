@@ -56,3 +56,21 @@ def test_bootstrap_over_iterations_brackets_the_point_estimate():
 def test_malformed_report():
     with pytest.raises(CostInputError, match="not a farm report"):
         model_from_farm({"workers": 1})
+
+
+def test_spread_band_spans_what_single_iterations_measured():
+    # Half the iterations see an exchange of 2L + t_c = 1.2e-4 s, half (a busy machine) 1.2e-3 s.
+    # By hand (linear, t_a = t_p = 0, t_Map = 0.1 s, K = 1):
+    #   quiet: K_BSF = sqrt(0.1/1.2e-4) = 28.87; T(28) = 0.0069314 > T(29) = 0.0069283 → K_max 29
+    #   busy:  K_BSF = sqrt(0.1/1.2e-3) = 9.129;  T(9) = 0.021911 < T(10) = 0.022   → K_max 9
+    p = BSFParams(latency=1e-5, t_c=1e-4, t_map=0.1, t_a=0.0, t_p=0.0, list_length=100)
+    samples = synthetic_samples(p, 1, 20)
+    samples["seconds"] = [t + (1.08e-3 if i % 2 else 0.0) for i, t in enumerate(samples["seconds"])]
+    t = summarise(samples, workers=1, list_length=100, iterations=20, total_s=1.0, latency=p.latency)
+    spread = model_from_farm(t.as_dict(), n_boot=400, seed=3, spread=True)
+    assert spread.k_max_interval() == (9, 29)
+    assert spread.boot_method == "single iterations (spread)"
+    # Iterations that agree give no spread at all.
+    calm = summarise(synthetic_samples(p, 1, 20), workers=1, list_length=100, iterations=20, total_s=1.0,
+                     latency=p.latency)
+    assert model_from_farm(calm.as_dict(), n_boot=100, spread=True).k_max_interval() == (29, 29)

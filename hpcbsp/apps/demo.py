@@ -52,13 +52,16 @@ def report(out: dict[str, Any], records: list[dict[str, object]], nprocs: int, o
     print(summarize(records))
     print()
     print(format_farm_parameters(out["timings"]))
-    cm = model_from_farm(out["timings"], n_boot=200)
+    # The band comes from the spread of single iterations: wide when they disagree (a busy machine).
+    cm = model_from_farm(out["timings"], n_boot=200, spread=True)
     k_max = cm.model.k_max()
     top = max(16, 4 * k_max) if k_max else 256
     workers = sorted({1, 2, 4, 8, 16, 32, 64, 128, 256, top} & set(range(1, top + 1)) | ({k_max} if k_max else set()))
     print()
     print("predicted on this machine from that one run:")
     print(format_prediction(prediction(cm, workers)))
+    print(f"(95% band and interval: the spread of the run's single iterations; "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs while it ran)")
     os.makedirs(out_dir, exist_ok=True)
     model_path = os.path.join(out_dir, "MODEL.json")
     plot_path = os.path.join(out_dir, "speedup.png")

@@ -1,17 +1,23 @@
-"""Empty sync vs Barrier, and put throughput vs hand-written Alltoallv (run under mpiexec -n 2).
+"""Empty sync vs Barrier, put throughput vs hand-written Alltoallv, waiting that yields vs spinning.
 
-    mpiexec -n 2 python -m hpcbsp.bench sync [--iters N] [--mib M] [--rounds R]
+    mpiexec -n 2 python -m hpcbsp.bench sync [--iters N] [--mib M] [--rounds R] [--nap-ms W]
 
 Both sides of each comparison are measured alternately in the same run (R rounds, medians), since
 shared machines are noisy. Put throughput: every rank sends M MiB in total, split evenly over the
 other ranks, as one put per destination, and the sync delivers it; the baseline packs the same
 bytes into one send buffer and calls one ``Alltoallv`` into a receive buffer.
+
+Wait modes (:mod:`hpcbsp.runtime.waiting`): two contexts on the same ranks, one ``wait="spin"``
+and one ``wait="yield"``, measured alternately: the empty sync's latency, and a sync in which the
+last rank arrives W ms late (``--nap-ms``), for which the other ranks' CPU time during the wait
+(``time.process_time``) and the time the sync ends after that rank's arrival are reported.
 """
 from __future__ import annotations
 
 import statistics
 import sys
 import time
+from typing import Any
 
 import numpy as np
 from mpi4py import MPI
@@ -27,6 +33,37 @@ def _time(fn, iters: int, comm: MPI.Comm) -> float:
         fn()
     dt = (time.perf_counter() - t0) / iters
     return comm.allreduce(dt, op=MPI.MAX)
+
+
+def wait_modes(bsp: "hpcbsp.BSP", iters: int, rounds: int, nap_s: float) -> dict[str, Any]:
+    """Empty sync latency and a late rank's wait, spinning vs yielding (medians over rounds)."""
+    ctx = {mode: hpcbsp.BSP(bsp.comm, wait=mode) for mode in ("spin", "yield")}
+    comm = bsp.comm
+    late = bsp.nprocs - 1
+    out: dict[str, list[float]] = {f"{m}_{k}": [] for m in ctx for k in ("sync_us", "cpu", "after_us")}
+    try:
+        for _ in range(rounds):
+            for mode, c in ctx.items():
+                out[f"{mode}_sync_us"].append(1e6 * _time(c.sync, iters, comm))
+                comm.Barrier()
+                cpu0, t0 = time.process_time(), time.perf_counter()
+                if bsp.pid == late:
+                    time.sleep(nap_s)
+                arrived = time.perf_counter()
+                c.sync()
+                t1, cpu1 = time.perf_counter(), time.process_time()
+                arrived = comm.bcast(arrived, root=late)  # one node: one perf_counter clock
+                if bsp.pid != late:
+                    out[f"{mode}_cpu"].append((cpu1 - cpu0) / (t1 - t0))
+                    out[f"{mode}_after_us"].append(1e6 * (t1 - arrived))
+    finally:
+        for c in ctx.values():
+            c.close()
+    med = statistics.median
+    res = {k: med(v) if v else float("nan") for k, v in out.items()}
+    # The worst rank's figures: the largest CPU share and the latest end.
+    worst = {k: comm.allreduce(v if v == v else -1.0, op=MPI.MAX) for k, v in res.items()}
+    return {**worst, "default": bsp.wait}  # the mode this run's context chose
 
 
 def bench(bsp: "hpcbsp.BSP", iters: int, mib: float, rounds: int) -> dict[str, float]:
@@ -109,11 +146,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--repeats", dest="rounds", type=positive_int, default=7,
                         help="alternating rounds, medians reported (default 7)")
     add_alias(parser, "--rounds", dest="rounds", type=positive_int)  # the old spelling
+    parser.add_argument("--nap-ms", type=positive_float, default=20.0,
+                        help="how late the last rank arrives in the wait-mode row (default 20 ms)")
     parser.add_argument("--quick", action="store_true", help="a short run (200 iterations, 3 rounds)")
     args = parser.parse_args(argv)
     if args.quick:
         args.iters, args.rounds = 200, 3
+    if args.iters < 1 or args.rounds < 1 or not args.nap_ms > 0:
+        parser.error("--iters and --rounds must be >= 1 and --nap-ms > 0")
     r = hpcbsp.run(bench, args.iters, args.mib, args.rounds)
+    w = hpcbsp.run(wait_modes, args.iters, args.rounds, args.nap_ms / 1e3) if MPI.COMM_WORLD.Get_size() > 1 else None
     if MPI.COMM_WORLD.Get_rank() == 0:
         p = MPI.COMM_WORLD.Get_size()
         print(f"ranks: {p}  (medians of {args.rounds} alternating rounds)")
@@ -129,6 +171,14 @@ def main(argv: list[str]) -> int:
               f"throughput ratio = {r['alltoallv_s'] / r['put_s']:.2f}x  (target >= 0.9x)")
         print(f"hpput (unbuffered) {1e3 * r['hpput_s']:8.2f} ms ({gbs(r['hpput_s']):.2f} GB/s)   "
               f"throughput ratio = {r['alltoallv_s'] / r['hpput_s']:.2f}x of pack+Alltoallv")
+        if w is not None:
+            print(f"wait=yield vs wait=spin (default here: {w['default']}): empty sync "
+                  f"{w['yield_sync_us']:8.2f} us vs {w['spin_sync_us']:8.2f} us = "
+                  f"{w['yield_sync_us'] / w['spin_sync_us']:.2f}x latency")
+            print(f"  a rank {args.nap_ms:g} ms late: the others use {100 * w['yield_cpu']:.0f} % of a core "
+                  f"yielding vs {100 * w['spin_cpu']:.0f} % spinning while they wait; the sync ends "
+                  f"{w['yield_after_us']:.0f} us vs {w['spin_after_us']:.0f} us after the late rank arrives "
+                  f"(worst rank, medians of {args.rounds} rounds)")
         if p == 1:
             print("note: with one rank nothing crosses ranks; run under mpiexec -n 2")
     return 0

@@ -192,7 +192,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                              "hpcbsp-cost calibrate -- python -m hpcbsp.apps.jacobi --n 400")
     doc = calibrate(command, workers=args.workers, repeats=args.repeats, out_dir=args.out_dir,
                     timeout=args.timeout, mpiexec=args.mpiexec, list_length=args.list_length,
-                    n_boot=args.bootstrap, progress=None if args.json else sys.stderr)
+                    n_boot=args.bootstrap, progress=None if args.json else sys.stderr,
+                    exchange=args.exchange, emulate=args.emulate_compute)
     _emit(args, doc, format_calibration(doc))
     return 0
 
@@ -298,6 +299,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=positive_seconds, default=300.0, metavar="S",
                    help="limit per run in seconds, fractions allowed (default 300)")
     p.add_argument("--mpiexec", metavar="PATH", help="mpiexec to use (default: the one beside this Python)")
+    p.add_argument("--exchange", choices=("linear", "tree"),
+                   help="the farm's exchange in every run (default: the program's own, linear unless it says)")
+    p.add_argument("--emulate-compute", nargs="?", const="measure", metavar="t_map=S[,t_a=S]",
+                   help="a SIMULATION of compute: workers wait the Map's time instead of computing "
+                        "(measured by the first run unless given); master, messages and syncs stay real")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
                    help="the program, e.g. -- python -m hpcbsp.apps.jacobi --n 400")
 

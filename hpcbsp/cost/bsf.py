@@ -35,6 +35,20 @@ so t_Map stands for the whole parallel work B and ``ceil`` granularity is unavai
 
 The model is data (:class:`BSFParams`) plus a form (:class:`BSFModel`); the same basis functions
 (:func:`basis`) serve prediction and least-squares fitting (:mod:`hpcbsp.cost.fit`).
+
+Sources.  [S21] L. B. Sokolinsky, "BSF: a parallel computation model for scalability estimation
+of iterative numerical algorithms on cluster computing systems", J. Parallel Distrib. Comput. 149
+(2021) 193–206, arXiv:2008.03485: the list-based cost metric (parameters L, t_c, t_Map, t_a, t_p,
+l; T_1, T_K, speedup a_BSF, efficiency e_BSF and the boundary K_BSF of its §3).  [E17] N. Ezhova's
+BSF simulator (github.com/ezhova-nadezhda/BSF-simulator, ``mpiapp.cpp``), whose code prints the
+2017 form T_K = K·(L + t_s) + t_w/K + K·L + t_r + t_p, the linear form here with t_a = 0.  Only
+the abstract of [S21] could be retrieved where this module was checked (issue 17), so the
+formulas below are cited by what they compute, not by equation number; the linear form follows
+the skeleton's Algorithm 2 term by term (K one-by-one exchanges, a worker fold of l/K − 1 ⊕,
+a master fold of K − 1 ⊕), and tests/test_cost_bsf_paper.py checks every function against values
+worked out by hand from these equations, and against [E17].  The tree form's log2 K exchanges are
+this project's (the farm's binomial tree); later BSF papers' boundary with a t_c/(t_a·ln 2) term
+has the same shape but was not checked against them.
 """
 from __future__ import annotations
 
@@ -167,18 +181,24 @@ class BSFModel:
 
     # -- time, speedup, efficiency -------------------------------------------------------------
     def time(self, workers: Iterable[int] | int | np.ndarray) -> np.ndarray:
-        """Predicted seconds per iteration T(K) for each K."""
+        """Predicted seconds per iteration T(K) for each K.
+
+        [S21] §3, the iteration time on K workers:
+        ``T_K = c(K)·(2L + t_c) + t_Map·g(K) + (l·g(K) − 1)·t_a + (K − 1)·t_a + t_p``, which at K = 1
+        is the paper's ``T_1 = 2L + t_c + t_Map + (l − 1)·t_a + t_p``; with t_a = 0 and c(K) = K it
+        is [E17]'s ``K·(2L + t_s) + t_w/K + t_r + t_p``.
+        """
         x = basis(workers, self.comm, self.granularity, self.params.list_length)
         c = self.params.coefficients()
         # Column by column, not a matrix product: equal rows then give bit-equal times, so a(1) == 1.
         return x[:, 0] * c[0] + x[:, 1] * c[1] + x[:, 2] * c[2] + x[:, 3] * c[3]
 
     def speedup(self, workers: Iterable[int] | int | np.ndarray) -> np.ndarray:
-        """a(K) = T(1)/T(K)."""
+        """a(K) = T(1)/T(K): [S21]'s speedup a_BSF(K) = T_1/T_K."""
         return self.time(1)[0] / self.time(workers)
 
     def efficiency(self, workers: Iterable[int] | int | np.ndarray) -> np.ndarray:
-        """e(K) = a(K)/K."""
+        """e(K) = a(K)/K: [S21]'s parallel efficiency e_BSF(K) = a_BSF(K)/K."""
         k = as_workers(workers)
         return self.speedup(k) / k
 
@@ -186,7 +206,8 @@ class BSFModel:
     def aggregate(self) -> dict[str, float]:
         """The continuous form's aggregate coefficients.
 
-        Linear: ``T = A·K + B/K + C``; tree: ``T = A·(1 + log2 K) + t_a·K + B/K + C``.
+        Linear: ``T = A·K + B/K + C``; tree: ``T = A·(1 + log2 K) + t_a·K + B/K + C`` ([S21]'s T_K
+        with its terms collected: A = 2L + t_c (+ t_a, linear), B = t_Map + l·t_a, C = t_p − 2·t_a).
         """
         p = self.params
         length = p.list_length or 0
@@ -198,7 +219,8 @@ class BSFModel:
     def k_bsf(self) -> float | None:
         """The real-valued closed-form boundary of the continuous form; None if T never turns up.
 
-        Linear: sqrt(B/A).  Tree: the positive root of t_a·K² + A/ln2·K − B = 0, that is
+        Linear: sqrt(B/A), [S21]'s scalability boundary
+        K_BSF = sqrt((t_Map + l·t_a)/(2L + t_c + t_a)), the root of dT_K/dK = 0.  Tree: the positive root of t_a·K² + A/ln2·K − B = 0, that is
         ½·(sqrt((A/(t_a·ln2))² + 4B/t_a) − A/(t_a·ln2)) (B·ln2/A when t_a = 0).  For ``ceil``
         granularity this is the boundary of the continuous envelope.
         """

@@ -14,6 +14,12 @@ The model written is
 
 In both cases the components model of the smallest K is also checked against every measured K,
 which is the prediction-versus-measurement the issue asks for.
+
+``exchange`` selects the farm's exchange (``$HPCBSP_FARM_EXCHANGE`` of the runs; the model takes
+the same communication form).  ``emulate`` runs the workers' compute emulated
+(``$HPCBSP_FARM_EMULATE``, :mod:`hpcbsp.farm.emulation`): ``measure`` has the first run measure
+the Map's time and every later run wait exactly that; the summary, the model file and every line
+printed then say that this is a simulation of compute.
 """
 from __future__ import annotations
 
@@ -27,6 +33,8 @@ from typing import Any, Sequence, TextIO
 
 import numpy as np
 
+from ..farm.emulation import EMULATE_ENV, NOTICE, FarmEmulation, parse_emulation
+from ..farm.skeleton import EXCHANGE_ENV, EXCHANGES
 from ..farm.timings import REPORT_ENV, SAMPLE_FIELDS
 from ..runtime.launch import find_mpiexec
 from ..util.args import plural
@@ -47,8 +55,9 @@ def _command(command: Sequence[str]) -> list[str]:
     return cmd
 
 
-def _clean_env(report: str, timeout: float) -> dict[str, str]:
+def _clean_env(report: str, timeout: float, farm_env: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_"))}
+    env.update(farm_env or {})
     env[REPORT_ENV] = report
     env["MPIEXEC_TIMEOUT"] = str(max(1, math.ceil(timeout)))  # whole seconds: 0.5 must not become 0 (none)
     env["PYTHONUNBUFFERED"] = "1"
@@ -56,8 +65,11 @@ def _clean_env(report: str, timeout: float) -> dict[str, str]:
 
 
 def run_once(command: Sequence[str], workers: int, repeat: int, out_dir: str, *, timeout: float,
-             mpiexec: str) -> dict[str, Any]:
-    """One run at K workers; returns the last farm report it wrote."""
+             mpiexec: str, farm_env: dict[str, str] | None = None) -> dict[str, Any]:
+    """One run at K workers; returns the last farm report it wrote.
+
+    ``farm_env``: extra environment of the run (the farm's exchange and emulation settings).
+    """
     report = os.path.join(out_dir, f"report-K{workers}-r{repeat}.jsonl")
     log = os.path.join(out_dir, f"run-K{workers}-r{repeat}.log")
     if os.path.exists(report):
@@ -67,7 +79,7 @@ def run_once(command: Sequence[str], workers: int, repeat: int, out_dir: str, *,
     t0 = time.monotonic()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit + 15,
-                              env=_clean_env(report, timeout), stdin=subprocess.DEVNULL)
+                              env=_clean_env(report, timeout, farm_env), stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise CostInputError(f"the run at K = {workers} did not finish within {timeout:g} s: {' '.join(cmd)}") from None
     except OSError as exc:
@@ -101,11 +113,51 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
     return base
 
 
+def model_from_reports(by_k: dict[int, list[dict[str, Any]]], runs: Runs, length: int, *,
+                       n_boot: int = 200) -> tuple[CalibratedModel, str, CalibratedModel]:
+    """The calibrated model from farm reports at a few K: ``(model, method, components)``.
+
+    ``components`` is the white-box model the smallest K's runs measured of themselves (their
+    iterations pooled); ``model`` is a least-squares fit of T(K) in the farm's exchange form when
+    ``runs`` cover at least three distinct K and enough rows, else ``components``.  An emulated
+    run's model says so in its ``fit`` record.
+    """
+    smallest = min(by_k)
+    components = model_from_farm(merge_reports(by_k[smallest]), n_boot=n_boot)
+    if length != components.model.params.list_length:
+        components.model = components.model.with_params(
+            type(components.model.params)(**{**components.model.params.as_dict(), "list_length": length}))
+    comm = components.model.comm  # the farm's exchange
+    if runs.distinct_workers().size >= MIN_DISTINCT_WORKERS and len(runs) >= n_parameters(length):
+        model: CalibratedModel = fit_runs(runs, list_length=length, n_boot=n_boot, comms=(comm,))
+        method = "fit"
+    else:
+        model, method = components, "components"
+    emulated = by_k[smallest][0].get("emulated")
+    if emulated:
+        model.fit["emulated_compute"] = dict(emulated)
+        model.fit["notice"] = NOTICE
+    return model, method, components
+
+
 def calibrate(command: Sequence[str], *, workers: Sequence[int] = (1, 2, 3), repeats: int = 2,
               out_dir: str = "runs/calibrate", timeout: float = 300.0, mpiexec: str | None = None,
               list_length: int | None = None, n_boot: int = 200,
-              progress: TextIO | None = None) -> dict[str, Any]:
+              progress: TextIO | None = None, exchange: str | None = None,
+              emulate: str | None = None) -> dict[str, Any]:
     """Run, record and model; returns a summary document (the ``--json`` output)."""
+    farm_env: dict[str, str] = {}
+    if exchange is not None:
+        if exchange not in EXCHANGES:
+            raise CostInputError(f"unknown exchange {exchange!r}; choose from {', '.join(EXCHANGES)}")
+        farm_env[EXCHANGE_ENV] = exchange
+    emulation: FarmEmulation | None = None
+    if emulate is not None:
+        try:
+            emulation = parse_emulation(emulate)
+        except ValueError as exc:
+            raise CostInputError(str(exc)) from None
+        farm_env[EMULATE_ENV] = emulation.spec()
     mpiexec = mpiexec or find_mpiexec()
     if not mpiexec:
         raise CostInputError("no mpiexec found beside this Python or on PATH; give --mpiexec")
@@ -117,7 +169,17 @@ def calibrate(command: Sequence[str], *, workers: Sequence[int] = (1, 2, 3), rep
             if progress is not None:
                 progress.write(f"calibrate: running K = {k} (mpiexec -n {k + 1}), repeat {rep + 1}/{repeats} ...\n")
                 progress.flush()
-            report = run_once(command, k, rep, out_dir, timeout=timeout, mpiexec=mpiexec)
+            report = run_once(command, k, rep, out_dir, timeout=timeout, mpiexec=mpiexec, farm_env=farm_env)
+            if emulation is not None and not report.get("emulated"):
+                raise CostInputError(f"the program ignored ${EMULATE_ENV} (its farm report at K = {k} is of "
+                                     "real compute); it must call hpcbsp.farm.run_farm without emulate=")
+            if emulation is not None and emulation.measured:
+                # The first run measured the Map; every later run waits exactly that long.
+                emulation = FarmEmulation(report["emulated"]["t_map"], report["emulated"]["t_a"])
+                farm_env[EMULATE_ENV] = emulation.spec()
+                if progress is not None:
+                    progress.write(f"calibrate: {NOTICE}; t_Map = {1e3 * emulation.t_map:.3f} ms measured "
+                                   "by the first run, used by every run\n")
             by_k.setdefault(k, []).append(report)
             rows.append({"workers": k, "seconds": report["seconds_per_iteration"], "repeat": rep,
                          **{c: report[c] for c in RUN_COLUMNS[3:]}})
@@ -133,16 +195,10 @@ def calibrate(command: Sequence[str], *, workers: Sequence[int] = (1, 2, 3), rep
     runs = Runs.from_arrays([r["workers"] for r in rows], [r["seconds"] for r in rows], source=runs_path)
     length = list_length or int(rows[0]["list_length"])
     smallest = min(by_k)
-    components = model_from_farm(merge_reports(by_k[smallest]), n_boot=n_boot)
-    if length != components.model.params.list_length:
-        components.model = components.model.with_params(
-            type(components.model.params)(**{**components.model.params.as_dict(), "list_length": length}))
-    if runs.distinct_workers().size >= MIN_DISTINCT_WORKERS and len(runs) >= n_parameters(length):
-        model: CalibratedModel = fit_runs(runs, list_length=length, n_boot=n_boot)
-        method = "fit"
-    else:
-        model, method = components, "components"
+    model, method, components = model_from_reports(by_k, runs, length, n_boot=n_boot)
     model.fit["command"] = " ".join(command)
+    emulated = by_k[smallest][0].get("emulated")
+    comm = model.model.comm
     save_model(model_path, model)
     check = validation(components, runs)
     lo, hi = model.k_max_interval()
@@ -154,7 +210,8 @@ def calibrate(command: Sequence[str], *, workers: Sequence[int] = (1, 2, 3), rep
         "params": model.model.params.as_dict(), "comm": model.model.comm, "granularity": model.model.granularity,
         "components_check": {"from_workers": smallest, "mape": check["mape"], "max_ape": check["max_ape"],
                              "points": check["points"]},
-        "oversubscribed_workers": oversubscribed,
+        "oversubscribed_workers": oversubscribed, "exchange": comm,
+        "emulated_compute": emulated or None,
     }
 
 
@@ -162,7 +219,9 @@ def format_calibration(doc: dict[str, Any]) -> str:
     """The calibration summary for people."""
     p = doc["params"]
     lo, hi = doc["k_max_interval"]
-    lines = [f"calibrated from {plural(doc['repeats'], 'run')} at each K in {doc['workers']} ({doc['method']}); "
+    lines = [f"{NOTICE} (t_Map = {1e3 * doc['emulated_compute']['t_map']:.3f} ms per iteration on one worker)"] \
+        if doc.get("emulated_compute") else []
+    lines += [f"calibrated from {plural(doc['repeats'], 'run')} at each K in {doc['workers']} ({doc['method']}); "
              f"l = {doc['list_length']}",
              f"model: {doc['comm']} exchange, {doc['granularity']} granularity; L = {p['latency']:.3g} s, "
              f"t_c = {p['t_c']:.3g} s, t_Map = {p['t_map']:.3g} s, t_a = {p['t_a']:.3g} s, t_p = {p['t_p']:.3g} s",
@@ -172,7 +231,7 @@ def format_calibration(doc: dict[str, Any]) -> str:
     for q in doc["components_check"]["points"]:
         lines.append(f"  K = {q['workers']:>3}: measured {1e3 * q['measured_mean']:.3f} ms, predicted "
                      f"{1e3 * q['predicted']:.3f} ms, mean |error| {q['mape']:.1f} % over {plural(q['runs'], 'run')}")
-    if doc["oversubscribed_workers"]:
+    if doc["oversubscribed_workers"] and not doc.get("emulated_compute"):
         lines.append(f"note: K = {doc['oversubscribed_workers']} ran more ranks than this machine has cores; "
                      "their times measure oversubscription, not the model")
     lines.append(f"wrote {doc['runs_csv']} and {doc['model_json']}")

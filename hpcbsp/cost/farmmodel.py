@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..farm.emulation import NOTICE, describe
 from ..farm.timings import SAMPLE_FIELDS, per_iteration_params
 from .bsf import BSFModel, BSFParams
 from .errors import CostInputError
@@ -24,8 +25,20 @@ ONE_RANK = ("a farm run on one rank measures no communication (the master is its
 
 
 def model_from_farm(report: Mapping[str, Any], *, n_boot: int = 200, seed: int = 0,
-                    granularity: str = "continuous") -> CalibratedModel:
-    """The linear-exchange BSF model measured by one farm run, with bootstrap over iterations.
+                    granularity: str = "continuous", spread: bool = False) -> CalibratedModel:
+    """The BSF model measured by one farm run, with bootstrap over iterations.
+
+    The model's communication form is the run's exchange (``linear`` or ``tree``).  Its
+    parameters are medians over iterations.  The replicates (``boot_coefficients``, which give
+    the K_max interval and the speedup band) are either
+
+    * ``spread=False``: medians over iterations resampled with replacement: the uncertainty of
+      the median, which stays narrow when every iteration is slowed alike (a loaded machine); or
+    * ``spread=True``: each parameter taken from one iteration drawn at random (independently per
+      parameter): the spread of what single iterations measured, which is narrow only when the
+      iterations agree.  On a busy machine the iterations disagree (measured here under a load
+      of 20 on 2 cores: the exchange of single iterations ranged from 0.8 to 38 ms), so the band
+      is wide instead of a confident, wrong K_max.
 
     Raises :class:`CostInputError` (:data:`ONE_RANK`) for a run on one rank: it exchanged
     nothing, and a model with L = t_c = 0 would predict scaling with confidence and wrongly.
@@ -36,6 +49,8 @@ def model_from_farm(report: Mapping[str, Any], *, n_boot: int = 200, seed: int =
         A farm run's timings (``FarmTimings.as_dict()`` or a report line).
     n_boot
         Bootstrap replicates over iterations (0: none).
+    spread
+        Replicates from single iterations (the calibration's spread), not medians of resamples.
     granularity
         Granularity of the returned model (the farm's split is ``ceil``-exact; ``continuous``
         gives the classical smooth curve and closed-form K_BSF).
@@ -50,16 +65,24 @@ def model_from_farm(report: Mapping[str, Any], *, n_boot: int = 200, seed: int =
         samples = {k: np.asarray(report["samples"][k], dtype=float) for k in SAMPLE_FIELDS}
     except (KeyError, TypeError, ValueError) as exc:
         raise CostInputError(f"not a farm report: missing or malformed {exc}") from None
-    model = BSFModel(params, "linear", granularity)
+    comm = str(report.get("exchange") or "linear")
+    if comm not in ("linear", "tree"):
+        raise CostInputError(f"not a farm report: unknown exchange {comm!r}")
+    model = BSFModel(params, comm, granularity)
     boot = None
     n_iter = samples["seconds"].size
     if n_boot > 0 and n_iter >= 2:
         rng = np.random.default_rng(seed)
         reps = []
-        for _ in range(n_boot):
+        if spread:
+            per = per_iteration_params(samples, workers, params.list_length, params.latency, comm)
+            pick = rng.integers(0, n_iter, size=(n_boot, 4))
+            reps = np.column_stack([2.0 * params.latency + per["t_c"][pick[:, 0]], per["t_map"][pick[:, 1]],
+                                    per["t_a"][pick[:, 2]], per["t_p"][pick[:, 3]]])
+        for _ in range(0 if spread else n_boot):
             pick = rng.integers(0, n_iter, size=n_iter)
             per = per_iteration_params({k: v[pick] for k, v in samples.items()}, workers,
-                                       params.list_length, params.latency)
+                                       params.list_length, params.latency, comm)
             reps.append([2.0 * params.latency + np.median(per["t_c"]), np.median(per["t_map"]), np.median(per["t_a"]),
                          np.median(per["t_p"])])
         boot = np.maximum(np.array(reps), 0.0)
@@ -71,14 +94,21 @@ def model_from_farm(report: Mapping[str, Any], *, n_boot: int = 200, seed: int =
         "label": report.get("label"),
         "method": "components measured by the farm (medians over iterations)",
     }
-    return CalibratedModel(model, boot, None if boot is None else "iterations", fit,
+    if report.get("emulated"):
+        fit["emulated_compute"] = dict(report["emulated"])
+        fit["method"] += "; " + NOTICE
+    kind = None if boot is None else ("single iterations (spread)" if spread else "iterations")
+    return CalibratedModel(model, boot, kind, fit,
                            provenance(source="farm", nprocs=report.get("nprocs")))
 
 
 def format_farm_parameters(report: Mapping[str, Any]) -> str:
-    """The measured BSF parameters in one readable block."""
-    return (f"measured BSF parameters (K = {report['workers']}, l = {report['list_length']}, "
-            f"{report['iterations']} iterations, median T = {1e3 * report['seconds_per_iteration']:.3f} ms):\n"
+    """The measured BSF parameters in one readable block (with the simulation notice if emulated)."""
+    notice = describe(report.get("emulated"))
+    return ((f"{notice}\n" if notice else "")
+            + f"measured BSF parameters (K = {report['workers']}, l = {report['list_length']}, "
+            f"{report.get('exchange', 'linear')} exchange, {report['iterations']} iterations, "
+            f"median T = {1e3 * report['seconds_per_iteration']:.3f} ms):\n"
             + (f"  L = {report['latency'] * 1e6:.1f} us, t_c = {report['t_c'] * 1e6:.1f} us, "
                if report.get("exchange_measured", True) else
                "  L, t_c: not measured (one rank: nothing was exchanged), ")

@@ -5,11 +5,15 @@
 >>> result.x, result.timings.params()                                               # doctest: +SKIP
 
 The run measures its own BSF cost parameters (L, t_c, t_Map, t_a, t_p, l), so one run at a small
-K parameterises the model of :mod:`hpcbsp.cost.bsf` (see ``hpcbsp-cost calibrate``).
+K parameterises the model of :mod:`hpcbsp.cost.bsf` (see ``hpcbsp-cost calibrate``).  The
+exchange is linear (one by one) or a tree; the workers' compute can be emulated (waits of its
+measured time: a simulation of compute, :mod:`hpcbsp.farm.emulation`).
 """
 from .checkpointing import FarmCheckpoint
+from .emulation import EMULATE_ENV, FarmEmulation, parse_emulation
 from .problem import BSFProblem
-from .skeleton import FarmResult, run_farm
+from .skeleton import EXCHANGE_ENV, EXCHANGES, FarmResult, run_farm
 from .timings import REPORT_ENV, FarmTimings
 
-__all__ = ["BSFProblem", "FarmCheckpoint", "FarmResult", "FarmTimings", "REPORT_ENV", "run_farm"]
+__all__ = ["BSFProblem", "EMULATE_ENV", "EXCHANGES", "EXCHANGE_ENV", "FarmCheckpoint", "FarmEmulation",
+           "FarmResult", "FarmTimings", "REPORT_ENV", "parse_emulation", "run_farm"]

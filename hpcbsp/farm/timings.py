@@ -4,7 +4,8 @@ Per iteration the master records its iteration time T and the parts it can attri
 workers' Map times (summed: t_Map is the Map of the *whole* list on one worker), the folds
 (workers' local Reduce plus the master's fold of the K partial results: l − 1 ⊕ in all), and its
 compute + stop time t_p.  What remains of T after the model's own work terms at this K is the
-master-worker exchange: ``c(K)·(2L + t_c)`` with c(K) = K for the farm's one-by-one exchange.
+master-worker exchange: ``c(K)·(2L + t_c)`` with c(K) = K for the farm's one-by-one (linear)
+exchange and c(K) = 1 + log2 K for its tree exchange, as in :mod:`hpcbsp.cost.bsf`.
 L is measured separately (one-byte put and sync), so t_c = exchange − 2L.
 
 Taking the model's terms (rather than, say, the slowest worker's clock) means the calibrated
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Optional
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -45,6 +47,9 @@ class FarmTimings:
     #: False for a run on one rank (the master is its own worker): nothing was exchanged, so
     #: L and t_c were not measured (they read 0) and the run cannot predict scaling.
     exchange_measured: bool = True
+    exchange: str = "linear"        #: the farm's exchange: "linear" (one by one) or "tree"
+    #: With emulated compute, the waits' times ``{"t_map", "t_a", "measured"}``; None when real.
+    emulated: Optional[dict[str, Any]] = None
 
     def params(self) -> dict[str, float | int]:
         """The BSF parameters as a mapping (the keys of :class:`hpcbsp.cost.bsf.BSFParams`)."""
@@ -55,13 +60,15 @@ class FarmTimings:
         return asdict(self)
 
 
-def exchanges(workers: int) -> int:
-    """c(K) of the farm's one-by-one exchange: K master-worker exchanges per iteration."""
-    return workers
+def exchanges(workers: int, exchange: str = "linear") -> float:
+    """c(K): K exchanges for the one-by-one (linear) exchange, 1 + log2 K for the tree."""
+    if exchange == "tree":
+        return 1.0 + math.log2(workers)
+    return float(workers)
 
 
 def per_iteration_params(samples: dict[str, np.ndarray], workers: int, list_length: int,
-                         latency: float) -> dict[str, np.ndarray]:
+                         latency: float, exchange: str = "linear") -> dict[str, np.ndarray]:
     """BSF parameters from each iteration's measurements (arrays, one value per iteration).
 
     With g = ⌈l/K⌉/l the slowest worker's share, the model's work at K is
@@ -74,26 +81,27 @@ def per_iteration_params(samples: dict[str, np.ndarray], workers: int, list_leng
     t_p = samples["compute_s"]
     g = math.ceil(list_length / workers) / list_length
     work = t_map * g + (list_length * g - 1.0) * t_a + (workers - 1.0) * t_a + t_p
-    exchange = np.maximum(t - work, 0.0) / exchanges(workers)
-    t_c = np.maximum(exchange - 2.0 * latency, 0.0)
-    return {"t_map": t_map, "t_a": t_a, "t_p": t_p, "t_c": t_c, "exchange": exchange}
+    per_exchange = np.maximum(t - work, 0.0) / exchanges(workers, exchange)
+    t_c = np.maximum(per_exchange - 2.0 * latency, 0.0)
+    return {"t_map": t_map, "t_a": t_a, "t_p": t_p, "t_c": t_c, "exchange": per_exchange}
 
 
 def summarise(samples: dict[str, list[float]], *, workers: int, list_length: int, iterations: int,
-              total_s: float, latency: float, exchange_measured: bool = True) -> FarmTimings:
+              total_s: float, latency: float, exchange_measured: bool = True, exchange: str = "linear",
+              emulated: dict[str, Any] | None = None) -> FarmTimings:
     """Medians over iterations of the per-iteration parameters (``exchange_measured``: see
     :class:`FarmTimings`)."""
     arrays = {k: np.asarray(v, dtype=float) for k, v in samples.items()}
     if iterations == 0 or arrays["seconds"].size == 0:
         return FarmTimings(workers, list_length, 0, total_s, latency, 0.0, 0.0, 0.0, 0.0, 0.0, samples,
-                           exchange_measured)
-    per = per_iteration_params(arrays, workers, list_length, latency)
+                           exchange_measured=exchange_measured, exchange=exchange, emulated=emulated)
+    per = per_iteration_params(arrays, workers, list_length, latency, exchange)
     return FarmTimings(
         workers=workers, list_length=list_length, iterations=iterations, total_s=total_s,
         latency=latency, t_c=float(np.median(per["t_c"])), t_map=float(np.median(per["t_map"])),
         t_a=float(np.median(per["t_a"])), t_p=float(np.median(per["t_p"])),
         seconds_per_iteration=float(np.median(arrays["seconds"])), samples=samples,
-        exchange_measured=exchange_measured)
+        exchange_measured=exchange_measured, exchange=exchange, emulated=emulated)
 
 
 def append_report(timings: FarmTimings, path: str | None = None, **extra: Any) -> str | None:

@@ -17,7 +17,7 @@ from typing import Any, Callable, Protocol
 import numpy as np
 from mpi4py import MPI
 
-from . import deathwatch
+from . import deathwatch, waiting
 from .coarray import Coarray
 from .control import ControlStep, Kind, signature
 from .errors import BSPError
@@ -77,6 +77,11 @@ class BSP:
         Seconds a collective BSP call may wait for the other ranks before it raises
         :class:`BSPError` on this rank (default: ``$HPCBSP_SYNC_TIMEOUT`` or no limit).  Give every
         rank the same setting.
+    wait
+        How a rank waits for the others in a collective call: ``"spin"`` (busy-poll, lowest
+        latency), ``"yield"`` (poll with growing sleeps, gives the core away) or ``"auto"``
+        (yield when a node runs more ranks than it has cores).  Default: ``$HPCBSP_WAIT`` or
+        ``"auto"``; see :mod:`hpcbsp.runtime.waiting`.  The mode used is :attr:`wait`.
 
     Notes
     -----
@@ -85,7 +90,8 @@ class BSP:
     that make different calls get a :class:`BSPError` naming what each did instead of a hang.
     """
 
-    def __init__(self, comm: MPI.Comm | None = None, *, timeout: float | None = None):
+    def __init__(self, comm: MPI.Comm | None = None, *, timeout: float | None = None,
+                 wait: str | None = None):
         from .runner import install_excepthook  # (runner imports this module)
 
         install_excepthook()  # uncaught errors: one report per rank, and no hang (see runner)
@@ -93,6 +99,12 @@ class BSP:
         deathwatch.start(MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size())  # names a silent death
         base = MPI.COMM_WORLD if comm is None else comm
         self.comm: MPI.Comm = base.Dup()
+        try:
+            #: How this context's ranks wait for one another: "spin" or "yield" (agreed by all).
+            self.wait: str = waiting.resolve(wait, self.comm)
+        except BSPError:
+            self.comm.Free()  # every rank raises here: nothing else uses the copy
+            raise
         self.pid: int = self.comm.Get_rank()
         self.nprocs: int = self.comm.Get_size()
         self.superstep: int = 0
@@ -103,7 +115,8 @@ class BSP:
         self._sync_label: str | None = None
         self._describe_sync = lambda: f"sync(label={self._sync_label!r})"  # only on divergence
         self._control = ControlStep(self.comm)
-        self._control.nonblocking = self.timeout is not None
+        self._control.wait_mode = self.wait
+        self._control.nonblocking = self.timeout is not None or self.wait == "yield"
         self._control.track_arrivals = self.timeout is not None
         self._outbox = Outbox(self.nprocs, self.pid)
         self._objects: list[Coarray | Queue] = []
@@ -421,7 +434,7 @@ class BSP:
         if sub == MPI.COMM_NULL:
             return None
         try:
-            return BSP(sub, timeout=self.timeout)
+            return BSP(sub, timeout=self.timeout, wait=self.wait)
         finally:
             sub.Free()
 

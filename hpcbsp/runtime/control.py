@@ -27,6 +27,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .errors import BSPError, SyncTimeout
+from .waiting import Naps
 
 
 class Kind(enum.IntEnum):
@@ -75,6 +76,8 @@ class ControlStep:
         #: rank (p-1 small messages each way), so that a rank that gives up can name the ranks
         #: that never came.  Off by default: it costs O(p) messages per step.
         self.track_arrivals = False
+        #: How the non-blocking step waits between polls: "spin" or "yield" (see waiting).
+        self.wait_mode = "spin"
         self._seq = 0
         self._sbuf = bytearray(_RECORD.size)
         self._rbuf = bytearray(_RECORD.size)
@@ -208,6 +211,7 @@ class ControlStep:
 
     def _wait(self, req: MPI.Request, progress: Sequence[Callable[[], object]],
               deadline: float | None, kind: Kind, superstep: int, tracked: bool) -> None:
+        nap = Naps(self.wait_mode, polling_others=bool(progress))
         while not req.Test():
             for fn in progress:
                 fn()
@@ -218,8 +222,7 @@ class ControlStep:
                     f"rank {self.comm.Get_rank()}: {kind.name.lower()} at superstep {superstep} "
                     f"timed out waiting for the other ranks ({missing}); they are stuck in local "
                     "work, dead, or never call sync")
-            if not progress:
-                time.sleep(0)  # yield the core: ranks are often oversubscribed
+            nap()  # give the core away, as the wait mode says
 
     def _diverged(self, kind: Kind, superstep: int, describe: Callable[[], str]) -> None:
         """All ranks saw a disagreement: gather what each was doing and raise the same error."""

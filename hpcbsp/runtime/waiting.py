@@ -1,0 +1,153 @@
+"""How a rank waits for the others: spinning, or giving its core away (``BSP(wait=...)``).
+
+MPICH's blocking calls busy-poll: a rank that reached a ``sync`` first keeps its core at 100 %
+until the last rank arrives.  With one rank per core that is the fastest way to wait; with more
+ranks than cores (a laptop, a 2-core CI box, the BSF validation runs of ``python -m hpcbsp.bench
+bsf``) the waiting ranks take the cores the working ones need, and every time measured is a
+time of oversubscription.
+
+Modes (``BSP(wait=MODE)`` or ``$HPCBSP_WAIT``; the same on every rank):
+
+``spin``
+    The control step is a blocking (persistent) ``Allreduce``: lowest latency, a full core per
+    waiting rank.
+``yield``
+    The control step is an ``Iallreduce`` polled with ``Test``: a short spin that yields to the
+    scheduler (``SPIN_S``), then sleeps of an eighth of the time waited so far, at most
+    ``LONGEST_NAP_S``.  A rank that waits long uses a few per cent of a core; a wait ends up to
+    about an eighth (at most a millisecond) later than the last rank's arrival, and an empty
+    sync costs more than a spinning one (``python -m hpcbsp.bench sync`` measures both).
+``auto`` (default)
+    ``yield`` when some node runs more ranks of this communicator than the cores those ranks may
+    use (the union of their CPU affinity masks), else ``spin``.
+
+The control step begins every collective BSP call (``sync``, ``allreduce``, ``broadcast``,
+registration, leaving), and it is where a rank waits for the others, so the choice covers the
+waits in a sync, in a farm step and in a collective.  The data exchange and the collective
+proper that follow it start only once every rank has arrived and stay blocking MPI calls; MPICH
+can be told to yield inside those too with ``MPIR_CVAR_ENABLE_HEAVY_YIELD=1`` in the launch
+environment (measured on the development machine: a rank blocked 1 s in a ``Barrier`` used
+0.43 s of CPU by default, 0.10 s with that setting, 0.02 s polled with the naps of this module;
+``MPIR_CVAR_CH4_PROGRESS_THROTTLE`` and ``MPIR_CVAR_POLLS_BEFORE_YIELD`` made no difference).
+
+The resolved mode is agreed by all ranks when the context is created (a MAX reduction: one rank
+asking to yield makes all yield), because blocking and non-blocking control steps never match.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable
+
+from mpi4py import MPI
+
+from .errors import BSPError
+
+#: Environment variable that sets the default mode.
+WAIT_ENV = "HPCBSP_WAIT"
+WAIT_MODES: tuple[str, ...] = ("auto", "spin", "yield")
+#: Polling with only a yield to the scheduler at the start of a yielding wait (ranks that
+#: arrive together finish here).
+SPIN_S = 100e-6
+#: A nap is this fraction of the time waited so far, clamped to [FIRST_NAP_S, LONGEST_NAP_S]:
+#: a wait overshoots by at most about that fraction, and naps of two ranks that wait for each
+#: other (each stage of the control step's reduction needs both) cannot escalate.
+NAP_FRACTION = 0.125
+FIRST_NAP_S = 20e-6
+LONGEST_NAP_S = 1e-3
+
+
+def requested_mode(wait: str | None) -> str:
+    """The mode asked for on this rank: ``wait`` if given, else ``$HPCBSP_WAIT``, else ``auto``."""
+    mode = wait if wait is not None else (os.environ.get(WAIT_ENV) or "auto")
+    return str(mode).strip().lower()
+
+
+def usable_cores() -> frozenset[int]:
+    """The CPUs this process may run on (its affinity mask; all CPUs where that is unknown)."""
+    try:
+        return frozenset(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return frozenset(range(os.cpu_count() or 1))
+
+
+def oversubscribed(comm: MPI.Comm) -> bool:
+    """Collective: does this rank's node run more ranks of ``comm`` than their usable cores?
+
+    Each node's ranks pool their affinity masks; a node is oversubscribed when it has more
+    ranks than CPUs in the union.  (Another job's processes on the same cores are not seen.)
+    """
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        masks = node.allgather(usable_cores())
+        return node.Get_size() > len(frozenset().union(*masks))
+    finally:
+        node.Free()
+
+
+def resolve(wait: str | None, comm: MPI.Comm) -> str:
+    """Collective: the mode every rank of ``comm`` uses, ``"spin"`` or ``"yield"``.
+
+    One ``Allreduce`` of the modes asked for (plus, for ``auto``, the node check), so that a
+    mode given on one rank only, or a bad one, is settled the same way on every rank: a bad mode
+    anywhere raises :class:`BSPError` on every rank; otherwise ``yield`` anywhere wins over
+    ``auto``, which wins over ``spin``.
+    """
+    mode = requested_mode(wait)
+    code = _CODES.get(mode, len(_CODES))
+    if comm.Get_size() > 1:
+        agreed = comm.allreduce(code, op=MPI.MAX)
+    else:
+        agreed = code
+    if agreed == len(_CODES):
+        me = comm.Get_rank()
+        if code == len(_CODES):
+            source = "wait=" if wait is not None else f"${WAIT_ENV}="
+            raise BSPError(f"rank {me}: {source}{mode!r} is not a wait mode; choose from {', '.join(WAIT_MODES)}")
+        raise BSPError(f"rank {me}: another rank was given a wait mode that is not one of {', '.join(WAIT_MODES)}")
+    if comm.Get_size() == 1:
+        return "spin"  # nobody to wait for
+    if agreed == _CODES["yield"]:
+        return "yield"
+    if agreed == _CODES["auto"]:
+        return "yield" if comm.allreduce(int(oversubscribed(comm)), op=MPI.MAX) else "spin"
+    return "spin"
+
+
+_CODES = {"spin": 0, "auto": 1, "yield": 2}
+
+
+class Naps:
+    """What a rank does between two polls of a request it waits for (one object per wait).
+
+    ``spin``: nothing, or ``time.sleep(0)`` when nothing else is polled (as before the wait
+    modes existed).  ``yield``: ``os.sched_yield()`` for the first ``SPIN_S``, then sleeps of
+    ``NAP_FRACTION`` of the time waited so far, between ``FIRST_NAP_S`` and ``LONGEST_NAP_S``.
+    """
+
+    __slots__ = ("_start", "_call")
+
+    def __init__(self, mode: str, polling_others: bool = False):
+        self._start = time.perf_counter()
+        if mode == "yield":
+            self._call: Callable[[], None] = self._yielding
+        else:
+            self._call = _nothing if polling_others else _sleep0
+
+    def __call__(self) -> None:
+        self._call()
+
+    def _yielding(self) -> None:
+        waited = time.perf_counter() - self._start
+        if waited < SPIN_S:
+            os.sched_yield()
+        else:
+            time.sleep(min(max(NAP_FRACTION * waited, FIRST_NAP_S), LONGEST_NAP_S))
+
+
+def _nothing() -> None:
+    pass
+
+
+def _sleep0() -> None:
+    time.sleep(0)
