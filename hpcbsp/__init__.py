@@ -9,10 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from . import kernels as _kernels  # noqa: F401  (raises a clear error if the build is missing)
-from .runtime.errors import BSPError
+from .runtime.errors import BadInput, BSPError, Divergence, PeerFailed, SyncTimeout, UsageError
 
 __version__ = "0.1.0"
-__all__ = ["BSP", "BSPError", "run", "__version__"]
+__all__ = ["BSP", "BSPError", "BadInput", "Divergence", "PeerFailed", "SyncTimeout", "UsageError", "run",
+           "__version__"]
 
 
 def __getattr__(name: str) -> Any:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import hpcbsp
-from hpcbsp import BSPError
+from hpcbsp import Divergence, UsageError
 from hpcbsp.fabsp.engine import Engine
 
 mpi = pytest.mark.mpi(min_size=2)
@@ -202,13 +202,13 @@ def test_all_to_all_with_replies_under_tight_flow_control(bsp):
 @mpi
 def test_bad_input_raises_at_the_call_on_that_rank(bsp):
     box = bsp.mailbox(lambda recs: None, np.float32, name="values")
-    with pytest.raises(BSPError, match=f"pid {bsp.nprocs} is not a rank"):
+    with pytest.raises(UsageError, match=f"pid {bsp.nprocs} is not a rank"):
         box.send(bsp.nprocs, [1.0])
-    with pytest.raises(BSPError, match="destination -1 at position 2"):
+    with pytest.raises(UsageError, match="destination -1 at position 2"):
         box.send(np.array([0, 1, -1]), [1.0, 2.0, 3.0])
-    with pytest.raises(BSPError, match="cannot be cast"):
+    with pytest.raises(UsageError, match="cannot be cast"):
         box.send(0, np.array([1 + 2j]))
-    with pytest.raises(BSPError, match=r"one destination per record \(2 records"):
+    with pytest.raises(UsageError, match=r"one destination per record \(2 records"):
         box.send(np.array([0, 1, 0]), [1.0, 2.0])
     bsp.sync()
     rec = bsp.ledger[-1]
@@ -219,7 +219,7 @@ def test_bad_input_raises_at_the_call_on_that_rank(bsp):
 def test_mailboxes_that_differ_between_ranks_raise_on_every_rank():
     with hpcbsp.BSP() as bsp:
         dtype = np.int64 if bsp.pid == 0 else np.float64
-        with pytest.raises(BSPError, match="diverged"):
+        with pytest.raises(Divergence, match="diverged"):
             bsp.mailbox(lambda recs: None, dtype)
     with hpcbsp.BSP() as bsp:  # MPI still usable
         assert bsp.allreduce(1) == bsp.nprocs

@@ -10,7 +10,7 @@ import pytest
 from mpi4py import MPI
 
 import hpcbsp
-from hpcbsp import BSPError
+from hpcbsp import BSPError, Divergence, PeerFailed, UsageError
 from hpcbsp.apps.classic import distributed_matvec, inner_product, prefix_sum
 from hpcbsp.runtime.distribution import block_range
 
@@ -52,7 +52,7 @@ def test_get_reads_value_before_puts_of_same_superstep(bsp):
     target = (bsp.pid + 1) % bsp.nprocs
     fut = x.get(target, offset=1, count=2)
     x.put(target, [99.0, 99.0], offset=1)  # lands in the same superstep as the get reads
-    with pytest.raises(BSPError, match="after the next sync"):
+    with pytest.raises(UsageError, match="after the next sync"):
         fut.value
     bsp.sync()
     np.testing.assert_array_equal(fut.value, [target, target])
@@ -181,23 +181,23 @@ def test_allreduce_flushes_pending_puts(bsp):
 def test_bad_calls_raise_at_the_call(bsp):
     x = bsp.coarray(4, dtype=np.int64, name="table")
     # Each message names the rank, the array, the offset and the size of what was asked.
-    with pytest.raises(BSPError, match=rf"rank {bsp.pid}: table.put of 3 element\(s\) at offset 2 "
+    with pytest.raises(UsageError, match=rf"rank {bsp.pid}: table.put of 3 element\(s\) at offset 2 "
                                        r"is outside rank 0's part of table \(size 4\)"):
         x.put(0, [1, 2, 3], offset=2)
-    with pytest.raises(BSPError, match=rf"rank {bsp.pid}: table.put\(pid=7, offset=1, count=1\): "
+    with pytest.raises(UsageError, match=rf"rank {bsp.pid}: table.put\(pid=7, offset=1, count=1\): "
                                        rf"pid 7 is not a rank of this BSP program \(0..{bsp.nprocs - 1}\)"):
         x.put(7, [1], offset=1)
-    with pytest.raises(BSPError, match=r"table.get\(pid=-1, offset=0\): pid -1 is not a rank"):
+    with pytest.raises(UsageError, match=r"table.get\(pid=-1, offset=0\): pid -1 is not a rank"):
         x.get(-1)
-    with pytest.raises(BSPError, match=rf"rank {bsp.pid}: table.put\(pid=0, offset=0, count=1\): "
+    with pytest.raises(UsageError, match=rf"rank {bsp.pid}: table.put\(pid=0, offset=0, count=1\): "
                                        "values of dtype float64 cannot be cast to int64"):
         x.put(0, [1.5])
-    with pytest.raises(BSPError, match="outside"):
+    with pytest.raises(UsageError, match="outside"):
         x.get(0, offset=3, count=2)
     q = bsp.queue(np.int32)
-    with pytest.raises(BSPError, match=r"destination 99 at position 1"):
+    with pytest.raises(UsageError, match=r"destination 99 at position 1"):
         q.send(np.array([0, 99]), [1, 2])
-    with pytest.raises(BSPError, match="one destination per record"):
+    with pytest.raises(UsageError, match="one destination per record"):
         q.send(np.array([0, 1, 0]), [1, 2])
     bsp.sync()  # nothing was queued by the failed calls
     assert bsp.ledger[-1].msgs_out == 0
@@ -207,7 +207,7 @@ def test_bad_calls_raise_at_the_call(bsp):
 def test_registration_that_differs_raises_on_every_rank():
     with hpcbsp.BSP() as bsp:
         dtype = np.float64 if bsp.pid == 0 else np.int32
-        with pytest.raises(BSPError, match="diverged"):
+        with pytest.raises(Divergence, match="diverged"):
             bsp.coarray(4, dtype=dtype)
     # MPI is still usable and a new context works.
     with hpcbsp.BSP() as bsp:
@@ -222,7 +222,7 @@ def test_contexts_that_fail_together_free_their_communicator():
         # every third context in non-blocking mode (a timeout makes the control step wait with
         # Iallreduce): its communicator must be freed as well
         with hpcbsp.BSP(timeout=30 if i % 3 == 0 else None) as bsp:
-            with pytest.raises(BSPError, match="diverged"):
+            with pytest.raises(Divergence, match="diverged"):
                 if bsp.pid == 0:
                     bsp.sync()
                 else:
@@ -233,7 +233,7 @@ def test_contexts_that_fail_together_free_their_communicator():
         bsp.sync()
     # After the block: this rank's records are still readable; combining them is not possible.
     assert len(bsp.ledger) == 2 and "2 supersteps" in bsp.ledger.summary()
-    with pytest.raises(BSPError, match="inside the BSP block"):
+    with pytest.raises(UsageError, match="inside the BSP block"):
         bsp.ledger.gather()
 
 
@@ -245,7 +245,7 @@ def test_a_context_is_released_once_when_leaving_diverges():
     calls = []
     with hpcbsp.BSP() as bsp:
         bsp._add_close_hook(lambda: calls.append(bsp.pid))
-        with pytest.raises(BSPError, match="diverged"):
+        with pytest.raises(Divergence, match="diverged"):
             if bsp.pid == 0:
                 bsp.close()
             else:
@@ -259,7 +259,7 @@ def test_a_context_is_released_once_when_leaving_diverges():
 @mpi
 def test_coarray_on_some_ranks_only_raises_on_every_rank():
     with hpcbsp.BSP() as bsp:
-        with pytest.raises(BSPError, match=r"rank 0: coarray\(n=2.*sync\(label=None\)|"
+        with pytest.raises(Divergence, match=r"rank 0: coarray\(n=2.*sync\(label=None\)|"
                                            r"sync\(label=None\).*rank 0: coarray"):
             if bsp.pid == 0:
                 bsp.coarray(2)
@@ -277,7 +277,7 @@ def test_rank_leaving_while_others_sync():
         bsp.sync()
         return "synced"
 
-    with pytest.raises(BSPError) as err:
+    with pytest.raises(Divergence) as err:
         hpcbsp.run(prog)
     msg = str(err.value)
     assert "rank 1: left the BSP block" in msg and "superstep 0" in msg
@@ -297,7 +297,7 @@ def test_failure_on_one_rank_reaches_the_others():
     if MPI.COMM_WORLD.Get_rank() == MPI.COMM_WORLD.Get_size() - 1:
         assert isinstance(err.value, ValueError)
     else:
-        assert isinstance(err.value, BSPError) and err.value.remote
+        assert isinstance(err.value, PeerFailed)
         assert "boom on the last rank" in str(err.value)
 
 
@@ -397,7 +397,7 @@ def test_exact_allreduce_on_one_rank():
     data = _hard_sum_data()
     with hpcbsp.BSP() as bsp:
         assert bsp.allreduce(data, exact=True) == math.fsum(data)
-        with pytest.raises(BSPError, match="op='sum'"):
+        with pytest.raises(UsageError, match="op='sum'"):
             bsp.allreduce(data, op="max", exact=True)
 
 
@@ -428,7 +428,7 @@ def test_hpput_delivers_like_put(bsp, n):
     if left == 0:
         expected[:2] = [0.0, 1.0]
     np.testing.assert_array_equal(got, expected)
-    with pytest.raises(BSPError, match="outside"):
+    with pytest.raises(UsageError, match="outside"):
         x.hpput(right, src, offset=x.sizes[right])
 
 
@@ -443,7 +443,7 @@ def test_control_step_falls_back_to_allreduce_without_persistent_collectives(bsp
     bsp.sync()
     assert x.local[0] == (bsp.pid - 1) % bsp.nprocs + 10
     if bsp.nprocs > 1:
-        with pytest.raises(BSPError, match="diverged"):
+        with pytest.raises(Divergence, match="diverged"):
             if bsp.pid == 0:
                 bsp.sync()
             else:

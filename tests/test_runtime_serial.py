@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import hpcbsp
-from hpcbsp import BSPError
+from hpcbsp import UsageError
 from hpcbsp.runtime.distribution import block_range, block_sizes
 from hpcbsp.runtime.control import signature
 from hpcbsp.runtime.ledger import per_superstep, summarize
@@ -50,7 +50,7 @@ def test_bad_ledger_extension(tmp_path):
 def test_closed_context_refuses_collectives():
     bsp = hpcbsp.BSP()
     bsp.close()
-    with pytest.raises(BSPError, match="closed"):
+    with pytest.raises(UsageError, match="closed"):
         bsp.sync()
 
 
@@ -62,9 +62,9 @@ def test_undelivered_puts_warn_at_close():
 
 def test_allreduce_errors():
     with hpcbsp.BSP() as bsp:
-        with pytest.raises(BSPError, match="not one of"):
+        with pytest.raises(UsageError, match="not one of"):
             bsp.allreduce(1, op="mean")
-        with pytest.raises(BSPError, match="numeric"):
+        with pytest.raises(UsageError, match="numeric"):
             bsp.allreduce({"a": 1})
 
 
@@ -104,3 +104,28 @@ def test_summary_with_a_cost_profile():
     assert "predicted" in text
     # measured = w + sync = exactly the model's prediction here: zero error
     assert "mean error 0.0%" in text
+
+
+def test_every_kind_of_failure_is_a_bsp_error_and_reported_by_its_kind():
+    # Oracle: the report rules written in hpcbsp.runtime.report (bad input once on rank 0 as one
+    # line, a peer's failure as one line, anything else as a rank-prefixed traceback).
+    from hpcbsp import BadInput, BSPError, Divergence, PeerFailed, SyncTimeout
+    from hpcbsp.fabsp.engine import PeerFailed as EnginePeerFailed
+    from hpcbsp.runtime.report import format_failure
+
+    kinds = (UsageError, Divergence, PeerFailed, SyncTimeout, BadInput)
+    assert all(issubclass(k, BSPError) for k in kinds)
+    assert len({k for k in kinds for j in kinds if k is not j and issubclass(k, j)}) == 0, \
+        "the kinds are siblings: catching one never catches another"
+    assert EnginePeerFailed is PeerFailed  # the old import path still works
+    assert format_failure(BadInput("checkpoint x is damaged"), 0, 2) == "[hpcbsp] error: checkpoint x is damaged\n"
+    assert format_failure(BadInput("checkpoint x is damaged"), 1, 2) == ""
+    assert format_failure(PeerFailed("stopping because rank 0 failed"), 1, 2) == \
+        "[hpcbsp] rank 1/2: stopping because rank 0 failed\n"
+    for exc in (Divergence("the ranks diverged"), UsageError("bad put"), SyncTimeout("late")):
+        try:
+            raise exc
+        except BSPError as caught:
+            text = format_failure(caught, 1, 3)
+        assert text.startswith("[hpcbsp] rank 1/3 failed:\n[rank 1] Traceback")
+        assert text.rstrip().endswith(f"[rank 1] {type(exc).__module__}.{type(exc).__name__}: {exc}")

@@ -27,7 +27,7 @@ collective half done: at once inside ``send`` or ``sync``; from ``progress()`` (
 runtime also calls while it waits inside the sync's control step) it is kept for this rank's
 next ``send`` or ``sync`` (or raised by ``progress`` after ``$HPCBSP_ABORT_GRACE``/2 seconds, so
 that a loop spinning on ``bsp.progress()`` cannot hang).  A rank that receives the poison stops
-handling and drops what it sends; its next ``sync`` raises :class:`BSPError` (``remote=True``)
+handling and drops what it sends; its next ``sync`` raises :class:`~hpcbsp.runtime.errors.PeerFailed`
 naming the failed rank.  The ranks thus reach the runtime's failure step together and the job
 ends with the failing rank's traceback, instead of waiting for a rank that is gone.
 """
@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Iterator
 import numpy as np
 from mpi4py import MPI
 
-from ..runtime.errors import BSPError, SyncTimeout
+from ..runtime.errors import PeerFailed, SyncTimeout, UsageError
 from ..runtime.exchange import Traffic
 from .termination import DoubleWave
 
@@ -58,13 +58,6 @@ POISON_TAG = 32000
 _PROGRESS_BATCHES = 64
 #: The same inside a quiescence, between flushes of the buffers that handlers filled.
 _QUIESCE_BATCHES = 256
-
-
-class PeerFailed(BSPError):
-    """Another rank failed (its handler raised); this rank stops (``remote=True``)."""
-
-    def __init__(self, message: str):
-        super().__init__(message, remote=True)
 
 
 class Engine:
@@ -118,7 +111,7 @@ class Engine:
         """Add a mailbox; its index is its tag.  Records that arrived early are queued now."""
         index = len(self.boxes)
         if index >= POISON_TAG:  # tags must stay below the failure notice's (and MPI_TAG_UB)
-            raise BSPError(f"rank {self.pid}: too many mailboxes in one BSP context ({index})")
+            raise UsageError(f"rank {self.pid}: too many mailboxes in one BSP context ({index})")
         self.boxes.append(box)
         for tag, src, raw in [e for e in self._early if e[0] == index]:
             recs = raw.view(box.dtype)
@@ -132,7 +125,7 @@ class Engine:
         False (the records are dropped) once another rank failed: the next sync reports it."""
         self._raise_deferred()
         if self._state != "open":
-            raise BSPError(f"{where}: the BSP context is {self._state}; nothing can be sent any more")
+            raise UsageError(f"{where}: the BSP context is {self._state}; nothing can be sent any more")
         return self._peer_failure is None
 
     @contextlib.contextmanager
@@ -215,13 +208,13 @@ class Engine:
     def quiesce(self) -> Traffic:
         """Collective: return when no mailbox record is buffered, in flight or being handled."""
         if self._in_handler:
-            raise BSPError(f"rank {self.pid}: sync() called inside a mailbox handler")
+            raise UsageError(f"rank {self.pid}: sync() called inside a mailbox handler")
         self._raise_deferred()
         if self._peer_failure is not None:
             self._state = "failed"
             raise PeerFailed(f"stopping because {self._peer_failure}")
         if self._state != "open":
-            raise BSPError(f"rank {self.pid}: the BSP context is {self._state}")
+            raise UsageError(f"rank {self.pid}: the BSP context is {self._state}")
         wave = DoubleWave(self._comm)
         timeout = self._bsp.timeout
         deadline = None if timeout is None else time.monotonic() + timeout

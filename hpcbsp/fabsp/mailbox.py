@@ -33,7 +33,7 @@ from mpi4py import MPI
 from ..runtime.destinations import split_by_destination
 from ..runtime.coarray import as_records
 from ..runtime.control import Kind, signature
-from ..runtime.errors import BSPError
+from ..runtime.errors import UsageError
 from .aggregation import Aggregator
 from .engine import Engine, default_buffer
 
@@ -78,20 +78,20 @@ class Mailbox:
                  name: str | None = None):
         where = f"rank {bsp.pid}: mailbox"
         if not callable(handler):
-            raise BSPError(f"{where}: handler must be callable, got {type(handler).__name__}")
+            raise UsageError(f"{where}: handler must be callable, got {type(handler).__name__}")
         try:
             dt = np.dtype(dtype)
         except TypeError as exc:
-            raise BSPError(f"{where}: {dtype!r} is not a numpy dtype ({exc})") from None
+            raise UsageError(f"{where}: {dtype!r} is not a numpy dtype ({exc})") from None
         if dt.hasobject or dt.itemsize == 0:
-            raise BSPError(f"{where}: records must be plain data; dtype {dt} holds Python objects "
+            raise UsageError(f"{where}: records must be plain data; dtype {dt} holds Python objects "
                            "or nothing")
         buffer = default_buffer(dt.itemsize, bsp.nprocs) if buffer is None else buffer
         for label, value in (("buffer", buffer), ("max_pending", max_pending)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise BSPError(f"{where}: {label} must be a positive integer, got {value!r}")
+                raise UsageError(f"{where}: {label} must be a positive integer, got {value!r}")
         if buffer * dt.itemsize > _MAX_MESSAGE_BYTES:
-            raise BSPError(f"{where}: buffer of {buffer} records of {dt.itemsize} bytes exceeds "
+            raise UsageError(f"{where}: buffer of {buffer} records of {dt.itemsize} bytes exceeds "
                            "the 2 GiB limit of one MPI message")
         self.name = name or getattr(handler, "__name__", "mailbox")
         self.dtype = dt
@@ -119,7 +119,7 @@ class Mailbox:
         """Send ``records`` to ``pid`` (an int), or record i to ``pid[i]`` (an integer array).
 
         Returns once the records are copied into buffers (or sent); the handler runs on the
-        destination before the next ``sync`` returns there.  Raises :class:`BSPError` at the
+        destination before the next ``sync`` returns there.  Raises :class:`UsageError` at the
         call for a pid out of range, records that do not convert to the mailbox's dtype, or a
         pid array whose length differs from the number of records.
 

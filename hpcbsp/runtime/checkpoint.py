@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .coarray import Coarray
-from .errors import BSPError
+from .errors import BadInput, BSPError
 
 if TYPE_CHECKING:
     from .context import BSP
@@ -85,7 +85,7 @@ def _agree_or_raise(bsp: "BSP", error: str | None, what: str) -> None:
     if bad:
         rank, msg = bad[0]
         more = f" (and on {len(bad) - 1} more rank(s))" if len(bad) > 1 else ""
-        raise BSPError(f"{what} failed on rank {rank}: {msg}{more}", collective=True)
+        raise BadInput(f"{what} failed on rank {rank}: {msg}{more}")
 
 
 def save(bsp: "BSP", path: str, program: str | None, state: dict[str, Any]) -> str:

@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .errors import BSPError
+from .errors import UsageError
 from .exchange import PUT
 
 if TYPE_CHECKING:
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 
 def as_records(values: object, dtype: np.dtype, what: str) -> np.ndarray:
-    """``values`` as a C-contiguous 1-D array of ``dtype``, or a :class:`BSPError` saying why not.
+    """``values`` as a C-contiguous 1-D array of ``dtype``, or a :class:`UsageError` saying why not.
 
     Numeric values are cast when numpy's ``same_kind`` rule allows it (int -> float, float64 ->
     float32); a cast that would change the kind of value (float -> int, complex -> float) or a
@@ -23,7 +23,7 @@ def as_records(values: object, dtype: np.dtype, what: str) -> np.ndarray:
     if arr.dtype != dtype:
         if arr.dtype.names is not None or dtype.names is not None or not np.can_cast(
                 arr.dtype, dtype, casting="same_kind"):
-            raise BSPError(f"{what}: values of dtype {arr.dtype} cannot be cast to {dtype}")
+            raise UsageError(f"{what}: values of dtype {arr.dtype} cannot be cast to {dtype}")
         arr = arr.astype(dtype)
     return np.ascontiguousarray(arr.reshape(-1))
 
@@ -47,7 +47,7 @@ class GetFuture:
     @property
     def value(self) -> np.ndarray:
         if self._value is None:
-            raise BSPError(f"{self._what}: the value is available after the next sync")
+            raise UsageError(f"{self._what}: the value is available after the next sync")
         return self._value
 
     def _fulfil(self, raw: np.ndarray) -> None:
@@ -128,7 +128,7 @@ class Coarray:
         self._bsp._check_pid(pid, self._call(op, pid, offset, count))
         size = self.sizes[pid]
         if offset < 0 or count < 0 or offset + count > size:
-            raise BSPError(
+            raise UsageError(
                 f"rank {self._bsp.pid}: {self.name}.{op} of {count} element(s) at offset {offset} "
                 f"is outside rank {pid}'s part of {self.name} (size {size})")
 

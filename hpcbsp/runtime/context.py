@@ -20,7 +20,7 @@ from mpi4py import MPI
 from . import deathwatch
 from .coarray import Coarray
 from .control import ControlStep, Kind, signature
-from .errors import BSPError
+from .errors import BSPError, UsageError
 from .exchange import Outbox, Traffic, exchange
 from .launch import check_world
 from .ledger import Ledger
@@ -147,7 +147,7 @@ class BSP:
     def _fail(self, exc: BaseException) -> None:
         """This rank failed: tell the other ranks at their next collective call, or abort the job.
 
-        The others see the failure as a :class:`BSPError` (``remote=True``) from the control step
+        The others see the failure as a :class:`PeerFailed` from the control step
         they are in or enter next.  If they do not get there within ``$HPCBSP_ABORT_GRACE``
         seconds (default 10: they may be stuck in local work or in MPI calls of their own), the
         whole job is aborted so that nothing hangs.
@@ -181,7 +181,7 @@ class BSP:
         self._set_state("failed")
         # Only a failure that every rank saw in the same completed step (not a timeout, not a
         # mailbox handler's error raised while this rank waited) leaves the communicator quiet.
-        self._failed_together = exc.agreed
+        self._failed_together = self._control.settled
 
     def _release_after_failure(self) -> None:
         """Free the MPI resources of a context whose ranks all saw it fail (once).  Without this,
@@ -217,7 +217,7 @@ class BSP:
         """
         dt = np.dtype(dtype)
         if int(n) != n or n < 0:
-            raise BSPError(f"rank {self.pid}: coarray size must be a non-negative integer, got {n!r}")
+            raise UsageError(f"rank {self.pid}: coarray size must be a non-negative integer, got {n!r}")
         name = name or f"coarray{len(self._objects)}"
         self._agree(Kind.REGISTER, signature(f"coarray {dt.descr}"),
                     lambda: f"coarray(n={n}, dtype={dt}, name={name!r})")
@@ -316,15 +316,15 @@ class BSP:
         accumulator instead.
         """
         if op not in _MPI_OPS:
-            raise BSPError(f"rank {self.pid}: allreduce op {op!r} is not one of {', '.join(_MPI_OPS)}")
+            raise UsageError(f"rank {self.pid}: allreduce op {op!r} is not one of {', '.join(_MPI_OPS)}")
         arr = np.asarray(x)
         if arr.dtype == object:
-            raise BSPError(f"rank {self.pid}: allreduce needs numeric data, got {type(x).__name__}")
+            raise UsageError(f"rank {self.pid}: allreduce needs numeric data, got {type(x).__name__}")
         if exact:
             if op != "sum" or arr.dtype.kind not in "fiub":
-                raise BSPError(f"rank {self.pid}: exact=True needs op='sum' on real numbers")
+                raise UsageError(f"rank {self.pid}: exact=True needs op='sum' on real numbers")
             if arr.dtype.kind == "f" and arr.itemsize > 8:
-                raise BSPError(f"rank {self.pid}: exact=True sums float64 values (or narrower, or "
+                raise UsageError(f"rank {self.pid}: exact=True sums float64 values (or narrower, or "
                                f"integers); {arr.dtype} would be rounded first: convert it yourself "
                                "if that is what you want")
             return self._exact_sum(arr)
@@ -407,7 +407,7 @@ class BSP:
         from . import checkpoint as ckpt
 
         if self._outbox.nrecords:
-            raise BSPError(f"rank {self.pid}: checkpoint between supersteps only: "
+            raise UsageError(f"rank {self.pid}: checkpoint between supersteps only: "
                            f"{self._outbox.nrecords} request(s) are pending; call sync() first")
         self._agree(Kind.CHECKPOINT, signature(f"checkpoint {sorted(state)}"),
                     lambda: f"checkpoint(state={sorted(state)})")
@@ -433,7 +433,7 @@ class BSP:
     def _check_pid(self, pid: Any, what: str) -> int:
         if isinstance(pid, (bool, np.bool_)) or not isinstance(pid, (int, np.integer)) \
                 or not 0 <= pid < self.nprocs:
-            raise BSPError(f"rank {self.pid}: {what}: pid {pid!r} is not a rank of this BSP program "
+            raise UsageError(f"rank {self.pid}: {what}: pid {pid!r} is not a rank of this BSP program "
                            f"(0..{self.nprocs - 1})")
         return int(pid)
 
@@ -441,7 +441,7 @@ class BSP:
                has_data: bool = False, has_gets: bool = False,
                with_progress: bool = True) -> tuple[bool, bool]:
         if self._state != "open":
-            raise BSPError(f"rank {self.pid}: this BSP context is {self._state}; no collective "
+            raise UsageError(f"rank {self.pid}: this BSP context is {self._state}; no collective "
                            "call can be made on it any more")
         deadline = time.monotonic() + self.timeout if self.timeout is not None else None
         try:

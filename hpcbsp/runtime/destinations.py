@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..kernels import group_by_dest
-from .errors import BSPError
+from .errors import UsageError
 
 if TYPE_CHECKING:
     from .context import BSP
@@ -20,20 +20,20 @@ def split_by_destination(bsp: "BSP", pid: int | np.ndarray, recs: np.ndarray,
     destination with records, in ascending rank, slicing ``records`` with send order kept within a
     destination (a stable counting sort); ``fresh`` says whether ``records`` is a new array that the
     caller may keep without copying.  A pid outside the program's ranks, or a pid array of the
-    wrong length or type, raises :class:`BSPError` naming ``where``.
+    wrong length or type, raises :class:`UsageError` naming ``where``.
     """
     if np.ndim(pid) == 0:
         dest = bsp._check_pid(pid, where)
         return recs, ([(dest, 0, recs.size)] if recs.size else []), False
     dests = np.asarray(pid)
     if dests.shape != (recs.size,) or dests.dtype.kind not in "iu":
-        raise BSPError(f"rank {bsp.pid}: {where}: pid must be an int or an integer array with one "
+        raise UsageError(f"rank {bsp.pid}: {where}: pid must be an int or an integer array with one "
                        f"destination per record ({recs.size} records, got pid of shape {dests.shape}, "
                        f"dtype {dests.dtype})")
     try:
         perm, counts = group_by_dest(np.ascontiguousarray(dests, dtype=np.int64), bsp.nprocs)
     except ValueError as exc:
-        raise BSPError(f"rank {bsp.pid}: {where}: {exc} (ranks of this BSP program: "
+        raise UsageError(f"rank {bsp.pid}: {where}: {exc} (ranks of this BSP program: "
                        f"0..{bsp.nprocs - 1})") from None
     return recs[perm], destination_slices(counts), True
 

@@ -18,7 +18,7 @@ from typing import Iterable, Iterator, Protocol
 
 from mpi4py import MPI
 
-from .errors import BSPError
+from .errors import UsageError
 
 
 class CostModel(Protocol):
@@ -83,7 +83,7 @@ class Ledger:
         Returns the list on ``root`` (on every rank if ``root`` is None), ``None`` elsewhere.
         """
         if self._comm == MPI.COMM_NULL:
-            raise BSPError(f"rank {self._rank}: the ledger's BSP context has ended, so its ranks "
+            raise UsageError(f"rank {self._rank}: the ledger's BSP context has ended, so its ranks "
                            "can no longer combine their records: call ledger.gather() or "
                            "ledger.save() inside the BSP block (the records of this rank are "
                            "still here: iterate over the ledger or call summary())")

@@ -1,7 +1,7 @@
 """Running a BSP function on every rank, and what happens when one rank fails.
 
 The rule: a failing rank prints its traceback once, prefixed with its rank; the other ranks learn
-of the failure at their next collective BSP call (a :class:`BSPError` with ``remote=True``, printed
+of the failure at their next collective BSP call (a :class:`~.errors.PeerFailed`, printed
 as one line); the job ends with a non-zero status within seconds.  If the other ranks never reach
 a BSP call (stuck in local work or in MPI calls of their own), the job is aborted after
 ``$HPCBSP_ABORT_GRACE`` seconds.
@@ -27,7 +27,7 @@ def run(fn: Callable[..., T], *args: Any, comm: MPI.Comm | None = None, **kw: An
     """Call ``fn(bsp, *args, **kw)`` on every rank of ``comm`` and return this rank's result.
 
     MPI stays initialised afterwards.  If ``fn`` raises on some rank, the exception propagates
-    there and every other rank raises :class:`BSPError` (``remote=True``) at its next collective
+    there and every other rank raises :class:`~.errors.PeerFailed` at its next collective
     BSP call.  An uncaught exception is printed once, with its rank (see :func:`excepthook`).
     """
     install_excepthook()
