@@ -244,7 +244,7 @@ def test_a_context_is_released_once_when_leaving_diverges():
     # rank 0 at once (its close), the others when they leave the block.
     calls = []
     with hpcbsp.BSP() as bsp:
-        bsp._add_close_hook(lambda: calls.append(bsp.pid))
+        bsp.extension.add_close_hook(lambda: calls.append(bsp.pid))
         with pytest.raises(Divergence, match="diverged"):
             if bsp.pid == 0:
                 bsp.close()

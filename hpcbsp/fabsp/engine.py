@@ -1,7 +1,7 @@
 """The FA-BSP engine of one BSP context: moves mailbox messages, runs handlers, ends supersteps.
 
 One engine serves all mailboxes of a context and is the context's sync hook (see
-:class:`hpcbsp.runtime.context.SyncHook`):
+:class:`hpcbsp.runtime.superstep.SyncHook`):
 
 * ``progress()`` (non-blocking) receives what has arrived, runs handlers one batch at a time,
   and completes finished sends;
@@ -45,7 +45,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..runtime.errors import PeerFailed, SyncTimeout, UsageError
-from ..runtime.exchange import Traffic
+from ..runtime.ledger import Traffic
 from .termination import DoubleWave
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ class Engine:
     @classmethod
     def existing(cls, bsp: "BSP") -> "Engine | None":
         """The engine of ``bsp`` if it has one."""
-        return next((hook for hook in bsp._hooks if isinstance(hook, Engine)), None)
+        return bsp.extension.sync_hook(Engine)
 
     @classmethod
     def of(cls, bsp: "BSP") -> "Engine":
@@ -75,8 +75,8 @@ class Engine:
         if engine is not None:
             return engine
         engine = cls(bsp)
-        bsp._add_sync_hook(engine)
-        bsp._add_close_hook(engine.close)
+        bsp.extension.add_sync_hook(engine)
+        bsp.extension.add_close_hook(engine.close)
         return engine
 
     def __init__(self, bsp: "BSP"):
@@ -269,7 +269,7 @@ class Engine:
         # Warn only on a normal close: after a failure (this engine's, another rank's, or the
         # context's, caught by the program), undelivered records are expected.
         if self._state == "open" and self._peer_failure is None and sys.exc_info()[0] is None \
-                and self._bsp._state != "failed":
+                and self._bsp.extension.state != "failed":
             left = sum(b.aggregator.nbuffered for b in self.boxes) + len(self._inbox)
             if left:
                 warnings.warn(f"rank {self.pid}: mailbox records of superstep {self._bsp.superstep} "

@@ -30,10 +30,9 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 from mpi4py import MPI
 
-from ..runtime.destinations import split_by_destination
-from ..runtime.coarray import as_records
-from ..runtime.control import Kind, signature
+from ..runtime.control import Kind
 from ..runtime.errors import UsageError
+from ..runtime.records import as_records, split_by_destination
 from .aggregation import Aggregator
 from .engine import Engine, default_buffer
 
@@ -102,8 +101,8 @@ class Mailbox:
         self._bsp = bsp
         existing = Engine.existing(bsp)
         with existing.holding_handlers() if existing is not None else contextlib.nullcontext():
-            bsp._agree(Kind.REGISTER, signature("mailbox " + str(dt.descr)),
-                       lambda: f"mailbox(handler={self.name}, dtype={dt})")
+            bsp.extension.agree(Kind.REGISTER, "mailbox " + str(dt.descr),
+                                lambda: f"mailbox(handler={self.name}, dtype={dt})")
         self._engine = Engine.of(bsp)
         self.aggregator = Aggregator(bsp.nprocs, dt, self.buffer)
         #: Sends in flight and their messages (kept alive until the send completes).
@@ -131,11 +130,11 @@ class Mailbox:
         where = f"rank {self._bsp.pid}: {self.name}.send"
         accepting = engine.accepting(where)
         recs = as_records(records, self.dtype, where)
-        grouped, groups, fresh = split_by_destination(self._bsp, pid, recs, f"{self.name}.send")
+        me = self._bsp.pid
+        grouped, groups, fresh = split_by_destination(me, self._bsp.nprocs, pid, recs, f"{self.name}.send")
         if not groups or not accepting:
             return
         engine.count_sent(recs.size)
-        me = self._bsp.pid
         moved = False
         for dest, start, stop in groups:
             part = grouped[start:stop]

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 from mpi4py import MPI
 
+from .ledger import Traffic
+
 if TYPE_CHECKING:
     from .coarray import GetFuture
 
@@ -48,22 +50,6 @@ class Registered(Protocol):
     def _write(self, offset: int, data: np.ndarray) -> None: ...
     def _deliver(self, batches: list[np.ndarray]) -> None: ...
     def _view(self, offset: int, count: int) -> np.ndarray: ...
-
-
-@dataclass
-class Traffic:
-    """Counts of one superstep on this rank (payload bytes between different ranks)."""
-
-    bytes_out: int = 0
-    bytes_in: int = 0
-    msgs_out: int = 0
-    msgs_in: int = 0
-
-    def add(self, other: "Traffic") -> None:
-        self.bytes_out += other.bytes_out
-        self.bytes_in += other.bytes_in
-        self.msgs_out += other.msgs_out
-        self.msgs_in += other.msgs_in
 
 
 class BufferPool:

@@ -14,7 +14,7 @@ import csv
 import json
 import os
 from dataclasses import asdict, dataclass, fields
-from typing import Iterable, Iterator, Protocol
+from typing import Callable, Iterable, Iterator, Protocol
 
 from mpi4py import MPI
 
@@ -26,6 +26,24 @@ class CostModel(Protocol):
 
     def superstep_cost(self, w: float, h_bytes: float, messages: float) -> float:
         """Predicted seconds of a superstep with work ``w``, h-relation ``h_bytes``."""
+
+
+@dataclass
+class Traffic:
+    """What one superstep moved on this rank: payload bytes and requests between different ranks
+    (the counting rule is in the module docstring).  The exchange, the collectives and FA-BSP
+    mailboxes each return one; the context adds them up into the superstep's ledger record."""
+
+    bytes_out: int = 0
+    bytes_in: int = 0
+    msgs_out: int = 0
+    msgs_in: int = 0
+
+    def add(self, other: "Traffic") -> None:
+        self.bytes_out += other.bytes_out
+        self.bytes_in += other.bytes_in
+        self.msgs_out += other.msgs_out
+        self.msgs_in += other.msgs_in
 
 
 FIELDS = ("index", "label", "work_s", "sync_s", "bytes_out", "bytes_in", "msgs_out", "msgs_in")
@@ -59,10 +77,9 @@ class Ledger:
         # Plain tuples in SuperstepRecord field order: appending one is the cheapest thing an
         # empty sync can do; records are built on access.
         self._rows: list[tuple] = []
-
-    def append_row(self, index: int, label: str | None, work_s: float, sync_s: float,
-                   bytes_out: int, bytes_in: int, msgs_out: int, msgs_in: int, start_s: float) -> None:
-        self._rows.append((index, label, work_s, sync_s, bytes_out, bytes_in, msgs_out, msgs_in, start_s))
+        #: ``add(row)`` records one superstep: a tuple of the :class:`SuperstepRecord` fields in
+        #: order (the list's own append, so that the sync's finisher makes no Python call).
+        self.add: Callable[[tuple], None] = self._rows.append
 
     def __len__(self) -> int:
         return len(self._rows)

@@ -16,8 +16,9 @@ from typing import Any, Callable, TypeVar
 
 from mpi4py import MPI
 
-from .context import _LIVE, BSP
+from .context import BSP
 from .errors import BSPError, SyncTimeout
+from .lifecycle import LIVE
 from .report import abort_job, format_failure, report_failure
 
 T = TypeVar("T")
@@ -48,9 +49,9 @@ def excepthook(exc_type: type[BaseException], exc: BaseException, tb: TracebackT
     # Peers of live BSP contexts are told through the context (which aborts, with this report,
     # if they do not listen in time); with none, abort so that ranks blocked in their own MPI
     # calls do not hang.
-    live = list(_LIVE)
-    for bsp in live:
-        bsp._fail(exc)
+    live = list(LIVE)
+    for context in live:
+        context.fail(exc)
     told = getattr(exc, "hpcbsp_peers_told", False)
     if size > 1 and (isinstance(exc, SyncTimeout) or not (live or told or isinstance(exc, BSPError))):
         abort_job(format_failure(exc, rank, size))
