@@ -28,12 +28,12 @@ import contextlib
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
-from mpi4py import MPI
 
 from ..runtime.control import Kind
 from ..runtime.errors import UsageError
 from ..runtime.records import as_records, split_by_destination
 from .aggregation import Aggregator
+from .backpressure import SendWindow
 from .engine import Engine, default_buffer
 
 if TYPE_CHECKING:
@@ -105,9 +105,8 @@ class Mailbox:
                                 lambda: f"mailbox(handler={self.name}, dtype={dt})")
         self._engine = Engine.of(bsp)
         self.aggregator = Aggregator(bsp.nprocs, dt, self.buffer)
-        #: Sends in flight and their messages (kept alive until the send completes).
-        self.pending: list[MPI.Request] = []
-        self.pending_msgs: list[np.ndarray] = []
+        #: Sends in flight and their messages (back-pressure: at most ``max_pending``).
+        self.window = SendWindow(self.max_pending, self.aggregator)
         self.index = self._engine.register(self)
 
     def __repr__(self) -> str:

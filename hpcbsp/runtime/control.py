@@ -26,6 +26,7 @@ from typing import Callable, Sequence
 import numpy as np
 from mpi4py import MPI
 
+from ..util.waiting import poll, yield_core
 from .errors import BSPError, Divergence, PeerFailed, SyncTimeout
 
 
@@ -208,18 +209,21 @@ class ControlStep:
 
     def _wait(self, req: MPI.Request, progress: Sequence[Callable[[], object]],
               deadline: float | None, kind: Kind, superstep: int) -> None:
-        while not req.Test():
+        def expired() -> SyncTimeout:
+            missing = f"ranks not arrived: {', '.join(map(str, self._missing()))}" \
+                if self.track_arrivals else "the ranks that are late are not tracked"
+            return SyncTimeout(
+                f"rank {self.comm.Get_rank()}: {kind.name.lower()} at superstep {superstep} "
+                f"timed out waiting for the other ranks ({missing}); they are stuck in local "
+                "work, dead, or never call sync")
+
+        def keep_moving() -> None:
             for fn in progress:
                 fn()
-            if deadline is not None and time.monotonic() > deadline:
-                missing = f"ranks not arrived: {', '.join(map(str, self._missing()))}" \
-                    if self.track_arrivals else "the ranks that are late are not tracked"
-                raise SyncTimeout(
-                    f"rank {self.comm.Get_rank()}: {kind.name.lower()} at superstep {superstep} "
-                    f"timed out waiting for the other ranks ({missing}); they are stuck in local "
-                    "work, dead, or never call sync")
-            if not progress:
-                time.sleep(0)  # yield the core: ranks are often oversubscribed
+
+        # Without progress to make, yield the core: ranks are often oversubscribed.
+        poll(lambda: True if req.Test() else None, deadline=deadline, expired=expired,
+             pause=keep_moving if progress else yield_core)
 
     def _diverged(self, kind: Kind, superstep: int, describe: Callable[[], str]) -> None:
         """All ranks saw a disagreement: gather what each was doing and raise the same error."""
