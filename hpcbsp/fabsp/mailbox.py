@@ -13,9 +13,10 @@ by handlers at any depth, have been handled.  Records from one rank to another t
 mailbox are handled in the order they were sent (per-pair FIFO); there is no order between
 sources.  Handlers do not run while a mailbox is being created, but they may run while this
 rank waits in any other collective call, so create the mailboxes (and the state their handlers
-use) before sending.  A handler must not call ``sync``.  Puts and queue sends from a handler
-travel with the exchange of this sync only if some rank had put/get/queue traffic before the
-sync started, otherwise with the next one: keep handlers to mailbox sends and local updates.
+use) before sending.  A handler must not call ``sync``.  Puts, gets and queue sends made by a
+handler before ``sync`` returns are delivered by that same sync: once the mailboxes are quiet
+the ranks agree again on whether anything is left to exchange, and no handler runs after that
+point of the sync.
 
 Aggregation and memory.  Records are buffered per destination (``buffer`` records) and a full
 buffer goes out as one message; at most ``max_pending`` messages per mailbox are in flight, and

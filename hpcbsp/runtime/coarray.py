@@ -118,7 +118,7 @@ class Coarray:
                 f"rank {self._bsp.pid}: {self.name}.{op} of {count} element(s) at offset {offset} "
                 f"is outside rank {pid}'s part of {self.name} (size {size})")
 
-    # The exchange's side (see exchange.Registered).
+    # The exchange's side (see exchange.Target).
     def _read(self, offset: int, count: int) -> np.ndarray:
         return self.local[offset:offset + count]
 
@@ -127,6 +127,3 @@ class Coarray:
 
     def _view(self, offset: int, count: int) -> np.ndarray:
         return self.local[offset:offset + count]
-
-    def _deliver(self, batches: list[np.ndarray]) -> None:  # pragma: no cover - never a target
-        raise AssertionError("queue records addressed to a coarray")

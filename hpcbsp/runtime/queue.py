@@ -45,16 +45,10 @@ class Queue:
         """What was sent to this rank in the previous superstep: by source rank, then send order."""
         return self._received
 
-    # The exchange's side (see exchange.Registered).
+    # The exchange's side (see exchange.Sink).
     def _deliver(self, batches: list[np.ndarray]) -> None:
         self._received = np.concatenate(batches) if len(batches) > 1 else batches[0].copy()
 
     def _clear(self) -> None:
         if self._received.size:
             self._received = np.empty(0, dtype=self.dtype)
-
-    def _read(self, offset: int, count: int) -> np.ndarray:  # pragma: no cover
-        raise AssertionError("get addressed to a queue")
-
-    def _write(self, offset: int, data: np.ndarray) -> None:  # pragma: no cover
-        raise AssertionError("put addressed to a queue")
