@@ -18,10 +18,6 @@ mpi = pytest.mark.mpi(min_size=2)
 MODES = ["fabsp", "bsp", "naive"]
 
 
-@pytest.fixture
-def bsp():
-    with hpcbsp.BSP() as ctx:
-        yield ctx
 
 
 @mpi
