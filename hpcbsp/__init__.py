@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import fabsp as _fabsp  # noqa: F401  (provides BSP.mailbox to the runtime)
 from . import kernels as _kernels  # noqa: F401  (raises a clear error if the build is missing)
 from .runtime.errors import BadInput, BSPError, Divergence, PeerFailed, SyncTimeout, UsageError
-from . import fabsp as _fabsp  # noqa: F401,E402  (provides BSP.mailbox to the runtime)
 
 __version__ = "0.1.0"
 __all__ = ["BSP", "BSPError", "BadInput", "Divergence", "PeerFailed", "SyncTimeout", "UsageError", "run",

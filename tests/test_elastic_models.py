@@ -6,8 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from hpcbsp.elastic.data import (DatasetUnavailable, MinibatchGradient, load_dataset, load_digits,
-                                 make_generated, shard)
+from hpcbsp.elastic.data import DatasetUnavailable, MinibatchGradient, load_dataset, load_digits, make_generated, shard
 from hpcbsp.elastic.models import MLP, SoftmaxRegression, make_model
 
 pytestmark = pytest.mark.serial_only

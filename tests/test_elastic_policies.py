@@ -4,8 +4,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hpcbsp.elastic.policies import (REGISTRY, BSP, DSSP, SSP, Backup, Decision, ElasticBSP,
-                                     PolicyError, PolicyOptions, SyncPolicy, make_policy)
+from hpcbsp.elastic.policies import (
+    BSP,
+    DSSP,
+    REGISTRY,
+    SSP,
+    Backup,
+    Decision,
+    ElasticBSP,
+    PolicyError,
+    PolicyOptions,
+    SyncPolicy,
+    make_policy,
+)
 from hpcbsp.elastic.policies.dssp import extra_iterations
 from hpcbsp.elastic.simulator import simulate
 from hpcbsp.elastic.timing import TimingModel

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from mpi_helpers import run_mpi
 
 from hpcbsp.elastic.data import load_dataset
 from hpcbsp.elastic.experiment import TrainConfig, run_simulated
@@ -24,7 +25,6 @@ from hpcbsp.elastic.resume import CheckpointError, CheckpointPlan
 from hpcbsp.elastic.simulator import Simulation
 from hpcbsp.elastic.snapshot import SnapshotError, decode, encode
 from hpcbsp.elastic.timing import TimingModel
-from mpi_helpers import run_mpi
 
 pytestmark = pytest.mark.serial_only
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from mpi_helpers import run_mpi
 
 from hpcbsp.elastic.train import main
-from mpi_helpers import run_mpi
 
 pytestmark = pytest.mark.serial_only
 

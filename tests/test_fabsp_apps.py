@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import hpcbsp
 from hpcbsp.apps import bfs, histogram, index_gather, triangles
 from hpcbsp.apps.irregular_graphs import bfs_levels, erdos_renyi, rmat, triangles_dense
 

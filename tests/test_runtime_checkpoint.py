@@ -8,12 +8,12 @@ import time
 
 import numpy as np
 import pytest
+from mpi_helpers import run_mpi
 
 import hpcbsp
 from hpcbsp import BadInput, BSPError, UsageError
-from hpcbsp.runtime.distribution import block_range
 from hpcbsp.apps.heat import reference
-from mpi_helpers import run_mpi
+from hpcbsp.runtime.distribution import block_range
 
 HEAT = ["-m", "hpcbsp.apps.heat", "--n", "600", "--steps", "60"]
 

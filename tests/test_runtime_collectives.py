@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from mpi4py import MPI
 
 import hpcbsp
 from hpcbsp import UsageError

@@ -11,8 +11,8 @@ import pytest
 
 import hpcbsp
 from hpcbsp import UsageError
-from hpcbsp.runtime.distribution import block_range, block_sizes
 from hpcbsp.runtime.control import signature
+from hpcbsp.runtime.distribution import block_range, block_sizes
 from hpcbsp.runtime.ledger import per_superstep, summarize
 
 

@@ -7,17 +7,16 @@ test_snn_model.py).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from mpi_helpers import run_mpi
 
 from hpcbsp.apps.snn.network import NetworkSpec, whole_network
 from hpcbsp.apps.snn.raster import missing_matplotlib
 from hpcbsp.apps.snn.serial import simulate_serial
-from mpi_helpers import run_mpi
 
 NET = ["--neurons", "400", "--fanout", "20", "--areas", "4", "--delay-min", "2", "--delay-local-max", "8",
        "--delay-long-min", "12", "--delay-max", "30", "--seed", "3"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .errors import UsageError
 from .exchange import PUT, Outbox
@@ -61,7 +62,7 @@ class Coarray:
         return (f"Coarray({self.name!r}, dtype={self.dtype}, local={self.local.size} elements on "
                 f"rank {self._bsp.pid}, {sum(self.sizes)} in all)")
 
-    def put(self, pid: int, values: object, offset: int = 0) -> None:
+    def put(self, pid: int, values: ArrayLike, offset: int = 0) -> None:
         """Copy ``values`` now; they land in ``pid``'s ``local[offset:offset+len(values)]`` at the next sync.
 
         h-relation: ``len(values) * itemsize`` bytes and one message out of this rank and into

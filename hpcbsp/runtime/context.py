@@ -131,7 +131,7 @@ class BSP(Supersteps):
         self._queues.append(q)
         return q
 
-    def mailbox(self, handler: Callable[[np.ndarray], object], dtype: Any, **kw: Any) -> Any:
+    def mailbox(self, handler: Callable[..., object], dtype: Any, **kw: Any) -> Any:
         """Register an FA-BSP mailbox (collective); see :class:`hpcbsp.fabsp.mailbox.Mailbox`.
 
         ``handler(records)`` runs on the receiving rank with batches of records of ``dtype``.

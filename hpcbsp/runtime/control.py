@@ -103,8 +103,8 @@ class ControlStep:
         superstep: int,
         sig: int,
         describe: Callable[[], str],
-        has_data: bool = False,
-        has_gets: bool = False,
+        has_data: bool | int = False,
+        has_gets: bool | int = False,
         progress: Sequence[Callable[[], object]] = (),
         deadline: float | None = None,
     ) -> tuple[bool, bool]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, Sequence, cast
+from typing import TYPE_CHECKING, Any, Protocol, Sequence, cast
 
 import numpy as np
 from mpi4py import MPI
@@ -187,13 +187,15 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any
 
     # Parse every source's records, in ascending source order.
     gets: list[tuple[int, int, int, int]] = []
-    data: list[tuple[int, int, int, int, np.ndarray]] = []
+    # (source, code, object id, offset, payload bytes), or for a large put (..., element count)
+    # until it is received; None once it was received in place.
+    data: list[tuple[int, int, int, int, Any] | None] = []
     for src in range(p):
         buf = (np.frombuffer(outbox.bufs[me], np.uint8) if src == me
                else recvbuf[displs[src]:displs[src + 1]])
         pos, end = 0, buf.size
         while pos < end:
-            code, obj, off, cnt = HEADER.unpack_from(buf, pos)
+            code, obj, off, cnt = HEADER.unpack_from(buf, pos)  # type: ignore[arg-type]  # numpy buffer
             pos += HEADER.size
             if src != me:
                 traffic.msgs_in += 1  # a request: a put, a get, or one batch of queue records
@@ -219,10 +221,10 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any
             traffic.bytes_out += part.nbytes
     # 2. Large payloads: straight into the target where nothing else writes those elements.
     large_recvs = []
-    if large_sends or any(rec[1] == PUT_LARGE for rec in data):
+    if large_sends or any(rec is not None and rec[1] == PUT_LARGE for rec in data):
         alone = _isolated_large_puts(data, registry)
         for i, rec in enumerate(data):
-            if rec[1] != PUT_LARGE:
+            if rec is None or rec[1] != PUT_LARGE:
                 continue
             src, _, obj, off, cnt = rec
             target = cast(Target, registry[obj])
@@ -240,10 +242,9 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any
         if rec is None:
             continue
         _, code, obj, off, raw = rec
-        target = registry[obj]
-        values = raw.view(target.dtype)
+        values = raw.view(registry[obj].dtype)
         if code == PUT:
-            cast(Target, target)._write(off, values)
+            cast(Target, registry[obj])._write(off, values)
         else:
             batches.setdefault(obj, []).append(values)
     for obj, parts in batches.items():

@@ -14,7 +14,7 @@ import csv
 import json
 import os
 from dataclasses import asdict, dataclass, fields
-from typing import Callable, Iterable, Iterator, Protocol
+from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from mpi4py import MPI
 
@@ -63,7 +63,7 @@ class SuperstepRecord:
     msgs_in: int
     start_s: float       #: when the superstep's work began, seconds since the context started
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -94,7 +94,7 @@ class Ledger:
     def records(self) -> list[SuperstepRecord]:
         return list(self)
 
-    def gather(self, root: int | None = 0) -> list[dict[str, object]] | None:
+    def gather(self, root: int | None = 0) -> list[dict[str, Any]] | None:
         """Collective: every rank's records as dicts with a ``rank`` field.
 
         Returns the list on ``root`` (on every rank if ``root`` is None), ``None`` elsewhere.
@@ -108,9 +108,10 @@ class Ledger:
         if root is None:
             parts = self._comm.allgather(mine)
         else:
-            parts = self._comm.gather(mine, root=root)
-            if parts is None:
+            gathered = self._comm.gather(mine, root=root)
+            if gathered is None:
                 return None
+            parts = gathered
         return [rec for part in parts for rec in part]
 
     def save(self, path: str | os.PathLike[str]) -> str | None:
@@ -133,7 +134,7 @@ class Ledger:
         return summarize([dict(r.as_dict(), rank=self._rank) for r in self], profile=profile)
 
 
-def write_records(path: str, records: list[dict[str, object]], nprocs: int) -> None:
+def write_records(path: str, records: list[dict[str, Any]], nprocs: int) -> None:
     """Write gathered ledger records in the format given by ``path``'s extension."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.tmp"
@@ -155,7 +156,7 @@ def write_records(path: str, records: list[dict[str, object]], nprocs: int) -> N
     os.replace(tmp, path)
 
 
-def _trace_events(records: Iterable[dict[str, object]]) -> dict[str, object]:
+def _trace_events(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     events = []
     for rec in records:
         rank = rec["rank"]
@@ -170,9 +171,9 @@ def _trace_events(records: Iterable[dict[str, object]]) -> dict[str, object]:
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
-def per_superstep(records: Iterable[dict[str, object]]) -> list[dict[str, object]]:
+def per_superstep(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Combine ranks: per superstep, w = max work, sync = max sync time, h = max bytes in/out."""
-    steps: dict[int, dict[str, object]] = {}
+    steps: dict[int, dict[str, Any]] = {}
     for rec in records:
         i = int(rec["index"])
         s = steps.setdefault(i, {"index": i, "label": rec["label"], "w_s": 0.0, "sync_s": 0.0,
@@ -188,7 +189,7 @@ def per_superstep(records: Iterable[dict[str, object]]) -> list[dict[str, object
     return [steps[i] for i in sorted(steps)]
 
 
-def summarize(records: list[dict[str, object]], max_rows: int = 12,
+def summarize(records: list[dict[str, Any]], max_rows: int = 12,
               profile: CostModel | None = None) -> str:
     """A human-readable table of the supersteps (all ranks combined) and totals.
 
