@@ -129,3 +129,31 @@ def test_every_kind_of_failure_is_a_bsp_error_and_reported_by_its_kind():
             text = format_failure(caught, 1, 3)
         assert text.startswith("[hpcbsp] rank 1/3 failed:\n[rank 1] Traceback")
         assert text.rstrip().endswith(f"[rank 1] {type(exc).__module__}.{type(exc).__name__}: {exc}")
+
+
+def test_the_extension_interface_on_one_rank():
+    # Oracle: what the test registers and does, step by step.
+    from hpcbsp.fabsp.engine import Engine
+    from hpcbsp.runtime.control import Kind
+    from hpcbsp.runtime.extension import provided
+
+    calls = []
+    with hpcbsp.BSP() as bsp:
+        ext = bsp.extension
+        assert ext.state == "open" and ext.coarrays() == [] and ext.sync_hook(Engine) is None
+        a = bsp.coarray(2, name="a")
+        bsp.queue(np.int64)
+        b = bsp.coarray(3, name="b", scratch=True)
+        assert ext.coarrays() == [a, b]  # in order, scratch included, queues not
+        ext.agree(Kind.REGISTER, "thing <i8", lambda: "thing()")
+        assert bsp.superstep == 0 and len(bsp.ledger) == 0  # a control step is not a superstep
+        assert ext.check_pid(np.int32(0), "x.send") == 0
+        with pytest.raises(UsageError, match=r"rank 0: x.send: pid 1 is not a rank"):
+            ext.check_pid(1, "x.send")
+        box = bsp.mailbox(lambda recs: None, np.int64)  # provided by hpcbsp.fabsp
+        assert ext.sync_hook(Engine) is Engine.existing(bsp) and box.index == 0
+        ext.add_close_hook(lambda: calls.append("closed"))
+        bsp.sync()
+    assert ext.state == "closed" and calls == ["closed"]
+    with pytest.raises(UsageError, match="bsp.nothing is provided by a layer above the runtime"):
+        provided("nothing")
