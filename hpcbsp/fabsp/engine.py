@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Iterator
 import numpy as np
 from mpi4py import MPI
 
-from ..runtime.errors import BSPError, SyncTimeout
+from ..runtime.errors import BSPError, SyncTimeout, env_number
 from ..runtime.exchange import Traffic
 from .termination import DoubleWave
 
@@ -444,6 +444,6 @@ def default_buffer(itemsize: int, nprocs: int) -> int:
     descheduled.  So the buffers share a budget of 16 MiB per mailbox (like YGM's default),
     each between 64 KiB and 512 KiB; ``$HPCBSP_MAILBOX_BYTES`` sets the bytes per buffer.
     """
-    env = os.environ.get("HPCBSP_MAILBOX_BYTES")
+    env = env_number("HPCBSP_MAILBOX_BYTES", int, 1)
     nbytes = int(env) if env else min(512 << 10, max(64 << 10, (16 << 20) // max(1, nprocs)))
     return max(1, nbytes // max(1, itemsize))

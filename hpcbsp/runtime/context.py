@@ -20,7 +20,7 @@ from mpi4py import MPI
 from . import deathwatch, waiting
 from .coarray import Coarray
 from .control import ControlStep, Kind, signature
-from .errors import BSPError
+from .errors import BSPError, env_number
 from .exchange import Outbox, Traffic, exchange
 from .launch import check_world
 from .ledger import Ledger
@@ -98,6 +98,7 @@ class BSP:
         check_world(MPI.COMM_WORLD.Get_size())
         deathwatch.start(MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size())  # names a silent death
         base = MPI.COMM_WORLD if comm is None else comm
+        env_timeout = env_number("HPCBSP_SYNC_TIMEOUT", float, 0.0)  # before anything is made
         self.comm: MPI.Comm = base.Dup()
         try:
             #: How this context's ranks wait for one another: "spin" or "yield" (agreed by all).
@@ -108,8 +109,7 @@ class BSP:
         self.pid: int = self.comm.Get_rank()
         self.nprocs: int = self.comm.Get_size()
         self.superstep: int = 0
-        env_timeout = os.environ.get("HPCBSP_SYNC_TIMEOUT")
-        self.timeout = timeout if timeout is not None else (float(env_timeout) if env_timeout else None)
+        self.timeout = timeout if timeout is not None else env_timeout
         self.ledger = Ledger(self.comm)
         self._ledger_rows = self.ledger._rows  # the sync fast path appends rows directly
         self._sync_label: str | None = None

@@ -30,3 +30,31 @@ class SyncTimeout(BSPError):
     The waiting collective cannot be completed or cancelled, so the job cannot go on: uncaught,
     it ends the job (see :func:`hpcbsp.runtime.runner.excepthook`).
     """
+
+
+def env_number(name: str, kind: type[int] | type[float], minimum: float) -> int | float | None:
+    """The number in environment variable ``name``, or None where it is unset or empty.
+
+    Raises :class:`BSPError` with one line naming the variable and its value when it is not a
+    finite number of ``kind`` of at least ``minimum`` (above zero when ``minimum`` is 0.0 for a
+    float: a time), instead of a ``ValueError`` traceback from deep inside the runtime.
+    """
+    import math
+    import os
+
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return None
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    positive = kind is float and minimum == 0.0
+    if value is None or not math.isfinite(value) or value < minimum or (positive and value <= 0):
+        what = "a positive number" if positive else f"an integer >= {minimum:g}" if kind is int \
+            else f"a number >= {minimum:g}"
+        # Every rank reads the same environment (the launcher passes it on): a collective error,
+        # reported once, without a traceback.
+        raise BSPError(f"environment variable {name}={text!r} is not {what}: correct it or unset it "
+                       "(docs/environment.md)", collective=True)
+    return value
