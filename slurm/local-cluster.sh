@@ -48,6 +48,7 @@ readonly NODE_PREFIX=hpcbsp-node     # node i: network namespace and hostname hp
 readonly LINK_PREFIX=hpcbsp-v        # node i's link: hpcbsp-v<i> here, eth0 in the node
 readonly MAX_NODES=64
 readonly HOSTS_FILE=${LOCAL_CLUSTER_HOSTS_FILE:-/etc/hosts}
+STARTED_MUNGED=0  # set to 1 once this run started munged (a failed start stops it again)
 readonly HOSTS_BEGIN="# BEGIN hpcbsp local-cluster nodes (slurm/local-cluster.sh stop removes this block)"
 readonly HOSTS_END="# END hpcbsp local-cluster nodes"
 
@@ -542,7 +543,7 @@ rollback() {
   say "start failed: removing what it made"
   stop_slurm >/dev/null 2>&1 || true
   remove_nodes >/dev/null 2>&1 || true
-  if [[ ${STARTED_MUNGED:-0} -eq 1 ]]; then
+  if [[ $STARTED_MUNGED -eq 1 ]]; then
     stop_pidfile munged /run/munge/munged.pid >/dev/null 2>&1 || true
     rm -f "$RUN/started-munged"
   fi
