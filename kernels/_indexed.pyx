@@ -25,6 +25,8 @@ cdef extern from "simd_blocks.h" nogil:
 
 cdef enum:
     CHECK_BLOCK = 4096     # indices tested per vectorised pass (32 KiB, stays in L1)
+    APPLY_BLOCK = 1024     # indices tested, then applied, at a time (8 KiB: with their values
+                           # and the table they stay in L1 between the test and the update)
 
 
 cdef Py_ssize_t _first_bad(const int64_t* p, Py_ssize_t n, uint64_t usize) noexcept nogil:
@@ -81,7 +83,7 @@ cdef Py_ssize_t _add_checked(elem_t* t, Py_ssize_t m, Py_ssize_t st, const int64
         return -1
     memcpy(saved, t, m * sizeof(elem_t))
     while start < n:
-        stop = n if n - start < CHECK_BLOCK else start + CHECK_BLOCK
+        stop = n if n - start < APPLY_BLOCK else start + APPLY_BLOCK
         if hpcbsp_any_index_at_or_above(ix + start, stop - start, usize):
             memcpy(t, saved, m * sizeof(elem_t))
             free(saved)
