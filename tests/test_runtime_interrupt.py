@@ -76,7 +76,7 @@ def _interrupt_heat(ck: str, nprocs: int, delay: float) -> tuple[int, str, float
         if var.startswith(("PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_")):
             del env[var]
     cmd = [MPIEXEC, "-n", str(nprocs), sys.executable, "-m", "hpcbsp.apps.heat", "--n", str(N),
-           "--steps", "100000000", "--checkpoint", ck, "--every", str(EVERY)]
+           "--steps", "100000000", "--checkpoint", ck, "--every", str(EVERY), "--quiet"]  # no progress lines
     meta = os.path.join(ck, "meta.json")
     old = _identity(meta)  # an earlier run's checkpoint
     before = _shm_segments()
@@ -155,7 +155,7 @@ def test_ctrl_c_ends_every_rank_at_once_in_one_line_and_keeps_the_checkpoint(tmp
 
 def test_ctrl_c_on_one_rank_is_one_line_too(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "hpcbsp.apps.heat", "--n", str(N), "--steps",
-                             "100000000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             "100000000", "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, stdin=subprocess.DEVNULL)
     try:
         time.sleep(3.0)

@@ -86,7 +86,9 @@ def run_once(command: Sequence[str], workers: int, repeat: int, out_dir: str, *,
         raise CostInputError(f"cannot start {cmd[0]}: {exc.strerror or exc}") from None
     with open(log, "w") as fh:
         fh.write(f"$ {' '.join(cmd)}\n{proc.stdout}\n--- stderr ---\n{proc.stderr}")
-    if proc.returncode != 0 and time.monotonic() - t0 >= limit:
+    # Cut off by MPIEXEC_TIMEOUT: mpiexec says so with status 255, but a launcher may also end
+    # the job quietly; a run that reached the limit without a report was cut off either way.
+    if (proc.returncode != 0 or not os.path.exists(report)) and time.monotonic() - t0 >= limit:
         raise CostInputError(f"the run at K = {workers} timed out after {limit} s (--timeout {timeout:g}); "
                              f"give a larger --timeout or a smaller problem (log: {log})")
     if proc.returncode != 0:
