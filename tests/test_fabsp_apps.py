@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import hpcbsp
 from hpcbsp.apps import bfs, histogram, index_gather, triangles
 from hpcbsp.apps.irregular_graphs import bfs_levels, erdos_renyi, rmat, triangles_dense
 
@@ -18,10 +17,6 @@ mpi = pytest.mark.mpi(min_size=2)
 MODES = ["fabsp", "bsp", "naive"]
 
 
-@pytest.fixture
-def bsp():
-    with hpcbsp.BSP() as ctx:
-        yield ctx
 
 
 @mpi

@@ -22,11 +22,11 @@ import os
 import sys
 from typing import Any, Sequence
 
-from hpcbsp.util.args import OneLineParser, launcher_rank
-from hpcbsp.util.outputs import OutputError, prepare_output
 from hpcbsp.cost.bsf import COMM_FORMS, GRANULARITIES, BSFModel, BSFParams
 from hpcbsp.cost.errors import CostInputError
 from hpcbsp.cost.klist import parse_workers
+from hpcbsp.util.args import OneLineParser, launcher_rank
+from hpcbsp.util.outputs import OutputError, prepare_output
 
 PROG = "hpcbsp-cost"
 

@@ -6,12 +6,13 @@ import json
 import platform
 import socket
 import sys
+from typing import Any
 
 from .. import __version__
 from ..runtime.launch import detect_launch
 
 
-def gather_info() -> dict[str, object]:
+def gather_info() -> dict[str, Any]:
     """Collective over MPI.COMM_WORLD: versions, MPI library, world size, launch, kernels."""
     import mpi4py
     import numpy
@@ -22,7 +23,7 @@ def gather_info() -> dict[str, object]:
     world = MPI.COMM_WORLD
     hosts = world.gather(socket.gethostname(), root=0)
     launch = detect_launch()
-    info: dict[str, object] = {
+    info: dict[str, Any] = {
         "hpcbsp": __version__,
         "python": platform.python_version(),
         "numpy": numpy.__version__,

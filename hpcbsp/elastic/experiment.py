@@ -14,8 +14,8 @@ import numpy as np
 from .data import Dataset, MinibatchGradient, shard
 from .models import Model, make_model
 from .policies import PolicyOptions, make_policy
-from .runlog import RunLog
 from .resume import CheckpointError, CheckpointPlan
+from .runlog import RunLog
 from .simulator import Simulation
 from .timing import TimingModel
 from .zipline import zipline

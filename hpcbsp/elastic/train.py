@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from ..util.args import OneLineParser, launcher_rank
-
 from .data import DATASETS, DatasetUnavailable, load_dataset
 from .experiment import PolicyRun, TrainConfig, build_model, run_mpi, run_simulated, warm_up
 from .policies import REGISTRY, PolicyError, PolicyOptions

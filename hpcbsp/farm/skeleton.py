@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from ..runtime import BSP, BSPError
 from ..runtime.distribution import block_range
 from .checkpointing import FarmCheckpoint
-from ..runtime import BSP, BSPError
 from .problem import BSFProblem
 from .timings import SAMPLE_FIELDS, FarmTimings, append_report, summarise
 

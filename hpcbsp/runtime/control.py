@@ -26,7 +26,8 @@ from typing import Callable, Sequence
 import numpy as np
 from mpi4py import MPI
 
-from .errors import BSPError, SyncTimeout
+from ..util.waiting import poll, yield_core
+from .errors import BSPError, Divergence, PeerFailed, SyncTimeout
 
 
 class Kind(enum.IntEnum):
@@ -75,6 +76,10 @@ class ControlStep:
         #: rank (p-1 small messages each way), so that a rank that gives up can name the ranks
         #: that never came.  Off by default: it costs O(p) messages per step.
         self.track_arrivals = False
+        #: True once a control step ended in a disagreement that every rank saw (a divergence or
+        #: a reported failure): no collective is left half done, so the communicator is quiet on
+        #: every rank and can be freed.  Not after a timeout, which only this rank saw.
+        self.settled = False
         self._seq = 0
         self._sbuf = bytearray(_RECORD.size)
         self._rbuf = bytearray(_RECORD.size)
@@ -98,19 +103,20 @@ class ControlStep:
         superstep: int,
         sig: int,
         describe: Callable[[], str],
-        has_data: bool = False,
-        has_gets: bool = False,
+        has_data: bool | int = False,
+        has_gets: bool | int = False,
         progress: Sequence[Callable[[], object]] = (),
         deadline: float | None = None,
     ) -> tuple[bool, bool]:
         """Enter the control step; return ``(any_data, any_gets)`` as agreed by all ranks.
 
-        Raises :class:`BSPError` on every rank if the ranks disagree on the kind of call, the
-        superstep or the signature.  ``describe`` is called only then, to say what this rank was
+        Raises :class:`~.errors.Divergence` on every rank if the ranks disagree on the kind of
+        call, the superstep or the signature (:class:`~.errors.PeerFailed` if some rank reported
+        a failure).  ``describe`` is called only then, to say what this rank was
         doing.  In non-blocking mode, ``progress`` callables run while waiting (FA-BSP mailboxes
         keep delivering messages, so a rank that reached the sync early does not block senders
         that are still computing) and ``deadline`` (a ``time.monotonic()`` value) bounds the
-        wait; on expiry a :class:`BSPError` is raised on this rank.
+        wait; on expiry a :class:`~.errors.SyncTimeout` is raised on this rank.
 
         This is the hot path of an empty sync (one ``pack_into``, one ``Allreduce``, one
         ``unpack``); keep it that way.
@@ -203,18 +209,21 @@ class ControlStep:
 
     def _wait(self, req: MPI.Request, progress: Sequence[Callable[[], object]],
               deadline: float | None, kind: Kind, superstep: int) -> None:
-        while not req.Test():
+        def expired() -> SyncTimeout:
+            missing = f"ranks not arrived: {', '.join(map(str, self._missing()))}" \
+                if self.track_arrivals else "the ranks that are late are not tracked"
+            return SyncTimeout(
+                f"rank {self.comm.Get_rank()}: {kind.name.lower()} at superstep {superstep} "
+                f"timed out waiting for the other ranks ({missing}); they are stuck in local "
+                "work, dead, or never call sync")
+
+        def keep_moving() -> None:
             for fn in progress:
                 fn()
-            if deadline is not None and time.monotonic() > deadline:
-                missing = f"ranks not arrived: {', '.join(map(str, self._missing()))}" \
-                    if self.track_arrivals else "the ranks that are late are not tracked"
-                raise SyncTimeout(
-                    f"rank {self.comm.Get_rank()}: {kind.name.lower()} at superstep {superstep} "
-                    f"timed out waiting for the other ranks ({missing}); they are stuck in local "
-                    "work, dead, or never call sync")
-            if not progress:
-                time.sleep(0)  # yield the core: ranks are often oversubscribed
+
+        # Without progress to make, yield the core: ranks are often oversubscribed.
+        poll(lambda: True if req.Test() else None, deadline=deadline, expired=expired,
+             pause=keep_moving if progress else yield_core)
 
     def _diverged(self, kind: Kind, superstep: int, describe: Callable[[], str]) -> None:
         """All ranks saw a disagreement: gather what each was doing and raise the same error."""
@@ -222,17 +231,20 @@ class ControlStep:
         everyone = self.comm.allgather(mine)
         failed = [(r, d) for r, (k, _, d) in enumerate(everyone) if k == Kind.FAIL]
         me = self.comm.Get_rank()
+        self.settled = True
         if failed:
             who = "; ".join(f"rank {r} {d}" for r, d in failed)
-            raise BSPError(f"stopping because {who}", remote=(int(kind) != Kind.FAIL), agreed=True)
+            if int(kind) == Kind.FAIL:  # this rank failed too: it knows (its _fail swallows this)
+                raise BSPError(f"stopping because {who}")
+            raise PeerFailed(f"stopping because {who}")
         groups: dict[str, list[int]] = {}
         for r, (_, step, d) in enumerate(everyone):
             groups.setdefault(f"{d} at superstep {step}", []).append(r)
         parts = [f"{_ranks(rs)}: {d}" for d, rs in groups.items()]
-        raise BSPError(
+        raise Divergence(
             f"the ranks of this BSP program diverged (seen on rank {me}): " + "; ".join(parts)
             + ". Every rank must make the same sequence of collective BSP calls (sync, coarray, "
-            "queue, allreduce, broadcast, split) and leave the BSP block together.", agreed=True)
+            "queue, allreduce, broadcast, split) and leave the BSP block together.")
 
 
 def _ranks(ranks: list[int]) -> str:
