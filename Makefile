@@ -19,11 +19,12 @@ export PYTHONUNBUFFERED := 1
 
 KERNEL_SOURCES := $(wildcard kernels/*.pyx kernels/*.pxd kernels/*.h)
 
-.PHONY: run test test-serial test-mpi install clean bench help
+.PHONY: run test lint test-serial test-mpi install clean bench help
 
 help:
 	@echo "make run    set up .venv and run the demonstration on 2 ranks"
-	@echo "make test   set up .venv and run the whole test suite (serial, then mpiexec -n 2 and -n 3)"
+	@echo "make test   set up .venv, lint (ruff, mypy) and run the whole test suite (serial, then mpiexec -n 2 and -n 3)"
+	@echo "make lint   ruff and mypy as configured in pyproject.toml"
 	@echo "make bench  run every benchmark (sync, fabsp, snn and elastic on 2 ranks); see docs/performance.md"
 	@echo "make clean  remove build products (keeps .venv)"
 
@@ -43,7 +44,11 @@ install: $(STAMP)
 run: $(STAMP)
 	$(MPIEXEC) -n 2 $(PY) -m hpcbsp.apps.demo
 
-test: test-serial test-mpi
+test: lint test-serial test-mpi
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 test-serial: $(STAMP)
 	$(PY) -m pytest -q tests

@@ -1,18 +1,21 @@
 """hpcbsp: Bulk Synchronous Parallel programs on MPI.
 
-``hpcbsp.BSP`` and ``hpcbsp.run`` are imported on first use, so that ``import hpcbsp`` (and the
-cost-model command line) does not initialise MPI.  Importing hpcbsp fails with a clear message
-when its compiled kernels are missing.
+``import hpcbsp`` imports the runtime (and with it mpi4py) and the FA-BSP layer, which provides
+``BSP.mailbox`` to the runtime (see :mod:`hpcbsp.runtime.extension`); the layers are described in
+docs/architecture.md.  Importing hpcbsp fails with a clear message when its compiled kernels are
+missing.
 """
 from __future__ import annotations
 
 from typing import Any
 
+from . import fabsp as _fabsp  # noqa: F401  (provides BSP.mailbox to the runtime)
 from . import kernels as _kernels  # noqa: F401  (raises a clear error if the build is missing)
-from .runtime.errors import BSPError
+from .runtime.errors import BadInput, BSPError, Divergence, PeerFailed, SyncTimeout, UsageError
 
 __version__ = "0.1.0"
-__all__ = ["BSP", "BSPError", "run", "__version__"]
+__all__ = ["BSP", "BSPError", "BadInput", "Divergence", "PeerFailed", "SyncTimeout", "UsageError", "run",
+           "__version__"]
 
 
 def __getattr__(name: str) -> Any:

@@ -36,6 +36,15 @@ def unavailable_marks(reason: str | None) -> list[pytest.MarkDecorator]:
     return [pytest.mark.skip(reason=reason)]
 
 
+def skip_or_fail(reason: str | None) -> None:
+    """Inside a test or fixture: skip with ``reason`` (None: nothing), or under CI fail with it."""
+    if reason is None:
+        return
+    if in_ci():
+        pytest.fail(f"CI=true, so this test may not skip, but: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
 @pytest.fixture
 def cluster_required(request: pytest.FixtureRequest) -> None:
     """Fails the test with the reason its module cannot run (used under CI only)."""

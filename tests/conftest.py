@@ -5,6 +5,11 @@ MPI run:    ``mpiexec -n 2 python -m pytest --only-mpi tests`` (and ``-n 3``).  
 0.6, ``--with-mpi`` runs the serial tests too; ``--only-mpi`` alone runs just the MPI-marked ones.
 Under mpiexec only rank 0 prints the usual report; a failure on another rank is printed to
 stderr with its rank, and every rank's exit status counts.
+
+Markers: ``mpi`` (runs under mpiexec, once per rank), ``serial_only`` (runs in the serial pass
+only: under `mpiexec -n P pytest --with-mpi` pytest-mpi 0.6 runs unmarked tests on every rank,
+and a test that starts MPI jobs of its own, or a child Python, would run P times at once or
+inherit the rank's process-manager variables).  Fixture ``bsp``: a BSP context on COMM_WORLD.
 """
 from __future__ import annotations
 
@@ -12,6 +17,8 @@ import os
 import sys
 
 import pytest
+
+from hpcbsp.runtime.launch import expected_world_size
 
 os.environ.setdefault("MPIEXEC_TIMEOUT", "600")
 os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(os.path.dirname(__file__), "..", ".hpcbsp-cache", "numba"))
@@ -40,9 +47,25 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         sys.stderr.flush()
 
 
+@pytest.fixture
+def bsp():
+    """A BSP context on MPI.COMM_WORLD, left (collectively) at the end of the test."""
+    import hpcbsp
+
+    with hpcbsp.BSP() as ctx:
+        yield ctx
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Say how MPI tests are run when they are skipped in the serial pass."""
+    """Skip serial-only tests inside an MPI job, and say how MPI tests are run when they are
+    skipped in the serial pass."""
+    if (expected_world_size() or 1) > 1:
+        serial = pytest.mark.skip(reason="serial_only: runs in the serial pass (plain pytest), not once "
+                                         "per rank of an MPI job")
+        for item in items:
+            if item.get_closest_marker("serial_only") is not None:
+                item.add_marker(serial)
     if config.getoption("--with-mpi", default=False) or config.getoption("--only-mpi", default=False):
         return
     reason = ("an MPI test: `make test` runs it under `mpiexec -n 2` and `-n 3` "

@@ -11,6 +11,20 @@ from hpcbsp.runtime.launch import find_mpiexec
 
 MPIEXEC = find_mpiexec()
 
+#: Variables of an enclosing mpiexec (or Slurm step) that a child must not inherit: a child that
+#: imports mpi4py must start as a singleton or as a rank of its own job, not of the test's.
+_MPI_PREFIXES = ("PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_")
+_SLURM_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_")
+
+
+def clean_env(*, slurm: bool = False, **extra: str) -> dict[str, str]:
+    """This process's environment without the launcher's rank variables (and, with ``slurm``,
+    without those of an enclosing Slurm job), plus ``extra``."""
+    prefixes = _MPI_PREFIXES + (_SLURM_PREFIXES if slurm else ())
+    env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
+    env.update(extra)
+    return env
+
 
 @dataclass
 class MPIResult:
@@ -41,15 +55,8 @@ def run_mpi(nprocs: int, args: list[str], *, timeout: float = 120, env: dict[str
     subprocess call (kills mpiexec) a few seconds later.
     """
     assert MPIEXEC is not None, "no mpiexec found next to the Python interpreter or on PATH"
-    full_env = dict(os.environ)
     # Do not inherit the rank variables of an enclosing mpiexec (tests may run under one).
-    for var in list(full_env):
-        if var.startswith(("PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_")):
-            del full_env[var]
-    full_env["MPIEXEC_TIMEOUT"] = str(int(timeout))
-    full_env["PYTHONUNBUFFERED"] = "1"
-    if env:
-        full_env.update(env)
+    full_env = clean_env(MPIEXEC_TIMEOUT=str(int(timeout)), PYTHONUNBUFFERED="1", **(env or {}))
     cmd = [MPIEXEC, "-n", str(nprocs)] + ([sys.executable] if python else []) + list(args)
     before = _shm_segments()
     try:

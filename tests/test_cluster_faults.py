@@ -25,12 +25,18 @@ import uuid
 from pathlib import Path
 
 import pytest
-
-from cluster_helpers import cluster_required  # noqa: F401  (the fixture behind unavailable_marks)
-from cluster_helpers import HOSTFILE, LINK_PREFIX, RSH, cluster_nodes, unavailable_marks
-from hpcbsp.runtime.launch import find_mpiexec
+from cluster_helpers import (
+    HOSTFILE,
+    LINK_PREFIX,
+    RSH,
+    cluster_nodes,
+    cluster_required,  # noqa: F401  (the fixture behind unavailable_marks)
+    unavailable_marks,
+)
 from mpi_helpers import _remove_leftover_segments as remove_leftover_segments
 from mpi_helpers import _shm_segments as shm_segments
+
+from hpcbsp.runtime.launch import find_mpiexec
 
 PYTHON = sys.executable
 MPIEXEC = find_mpiexec()

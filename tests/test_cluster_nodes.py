@@ -34,9 +34,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cluster_helpers import (
+    HOSTFILE,
+    RSH,
+    cluster_nodes,
+    cluster_required,  # noqa: F401  (the fixture behind unavailable_marks)
+    link_bytes,
+    unavailable_marks,
+)
 
-from cluster_helpers import cluster_required  # noqa: F401  (the fixture behind unavailable_marks)
-from cluster_helpers import HOSTFILE, RSH, cluster_nodes, link_bytes, unavailable_marks
 from hpcbsp.runtime.launch import find_mpiexec
 
 REPO = Path(__file__).resolve().parents[1]

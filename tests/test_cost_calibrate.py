@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 import pytest
@@ -11,12 +10,7 @@ from hpcbsp.cli.cost import main
 from hpcbsp.cost.modelfile import load_model
 from hpcbsp.cost.runs import read_runs
 
-# Under `mpiexec -n P pytest --with-mpi` every rank runs the serial tests too (pytest-mpi 0.6 does not
-# skip them); a test that launches MPI jobs of its own would then start P copies of them at once.
-SERIAL_ONLY = pytest.mark.skipif(int(os.environ.get("PMI_SIZE", os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))) > 1,
-                                 reason="launches its own MPI jobs: runs in the serial pass, not once per rank")
-
-pytestmark = SERIAL_ONLY
+pytestmark = pytest.mark.serial_only  # it launches MPI jobs of its own
 
 
 def test_calibrate_jacobi(tmp_path, capsys):

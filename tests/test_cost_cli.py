@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -146,8 +145,7 @@ def test_malformed_model_file(capsys, tmp_path):
     assert code == 2 and "not valid JSON" in err
 
 
-@pytest.mark.skipif(int(os.environ.get("PMI_SIZE", "1")) > 1,
-                    reason="a child Python would inherit this rank's MPI process-manager variables")
+@pytest.mark.serial_only  # a child Python would inherit this rank's process-manager variables
 def test_module_and_console_script_entry_points(tmp_path):
     args = ["bsf", "--latency", "0", "--t-c", "1", "--t-map", "100", "--t-a", "0", "--t-p", "0",
             "--list-length", "100", "--json"]

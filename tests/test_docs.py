@@ -41,7 +41,8 @@ import pytest
 
 # Launcher and MPI variables of an enclosing job or mpiexec must not leak into the blocks; why
 # Slurm blocks cannot run here (None where a Slurm answers with a usable node).
-from test_slurm_jobs import _FOREIGN_PREFIXES, _REASON as _NO_SLURM
+from test_slurm_jobs import _FOREIGN_PREFIXES
+from test_slurm_jobs import _REASON as _NO_SLURM
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]

@@ -6,14 +6,10 @@ import sys
 import numpy as np
 import pytest
 
-from hpcbsp.elastic.data import (DatasetUnavailable, MinibatchGradient, load_dataset, load_digits,
-                                 make_generated, shard)
+from hpcbsp.elastic.data import DatasetUnavailable, MinibatchGradient, load_dataset, load_digits, make_generated, shard
 from hpcbsp.elastic.models import MLP, SoftmaxRegression, make_model
-from hpcbsp.runtime.launch import expected_world_size
 
-# pytest-mpi 0.6 runs unmarked tests on every rank under `mpiexec ... --with-mpi`.
-pytestmark = pytest.mark.skipif((expected_world_size() or 1) > 1,
-                                reason="serial test: runs in the serial pass, not once per rank")
+pytestmark = pytest.mark.serial_only
 
 
 def _numpy_softmax_loss(w: np.ndarray, X: np.ndarray, y: np.ndarray, k: int) -> float:

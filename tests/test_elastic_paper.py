@@ -50,7 +50,7 @@ def test_report_command_writes_the_table(tmp_path: Path) -> None:
                 wr.writerow(["mpi", "bsp", rep, t, a, 1.0, t])
     assert main(["report", str(tmp_path), "--target", "0.9"]) == 0
     text = (tmp_path / "paper.md").read_text()
-    assert "| bsp | 2 | 0.960 ± 0.000 | 1.50 ± 6.35 | 2/2 | 1.00x |"  # 12.706 * 0.5 in text
+    assert "| bsp | 2 | 0.960 ± 0.000 | 1.50 ± 6.35 | 2/2 | 1.00x |" in text  # 6.35 = 12.706 * 0.5
 
 
 def test_bad_input_is_one_line_and_status_2(tmp_path: Path) -> None:

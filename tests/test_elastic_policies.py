@@ -4,16 +4,24 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hpcbsp.elastic.policies import (REGISTRY, BSP, DSSP, SSP, Backup, Decision, ElasticBSP,
-                                     PolicyError, PolicyOptions, SyncPolicy, make_policy)
+from hpcbsp.elastic.policies import (
+    BSP,
+    DSSP,
+    REGISTRY,
+    SSP,
+    Backup,
+    Decision,
+    ElasticBSP,
+    PolicyError,
+    PolicyOptions,
+    SyncPolicy,
+    make_policy,
+)
 from hpcbsp.elastic.policies.dssp import extra_iterations
 from hpcbsp.elastic.simulator import simulate
 from hpcbsp.elastic.timing import TimingModel
-from hpcbsp.runtime.launch import expected_world_size
 
-# pytest-mpi 0.6 runs unmarked tests on every rank under `mpiexec ... --with-mpi`.
-pytestmark = pytest.mark.skipif((expected_world_size() or 1) > 1,
-                                reason="serial test: runs in the serial pass, not once per rank")
+pytestmark = pytest.mark.serial_only
 
 NOISY = TimingModel(base_s=0.01, slowdown=(1.0, 1.0, 2.0, 5.0), jitter=0.3, seed=3)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from mpi_helpers import run_mpi
 
 from hpcbsp.elastic.data import load_dataset
 from hpcbsp.elastic.experiment import TrainConfig, run_simulated
@@ -24,11 +25,8 @@ from hpcbsp.elastic.resume import CheckpointError, CheckpointPlan
 from hpcbsp.elastic.simulator import Simulation
 from hpcbsp.elastic.snapshot import SnapshotError, decode, encode
 from hpcbsp.elastic.timing import TimingModel
-from hpcbsp.runtime.launch import expected_world_size
-from mpi_helpers import run_mpi
 
-pytestmark = pytest.mark.skipif((expected_world_size() or 1) > 1,
-                                reason="serial tests and their own MPI jobs: run in the serial pass")
+pytestmark = pytest.mark.serial_only
 
 TRAIN = [sys.executable, "-m", "hpcbsp.elastic.train"]
 SIM = ["--simulate", "--policy", "all", "--dataset", "generated", "--duration", "2",

@@ -11,11 +11,8 @@ from hpcbsp.elastic.policies import BSP, Decision, PolicyOptions, SyncPolicy, ma
 from hpcbsp.elastic.runlog import staleness_summary
 from hpcbsp.elastic.simulator import simulate
 from hpcbsp.elastic.timing import TimingModel
-from hpcbsp.runtime.launch import expected_world_size
 
-# pytest-mpi 0.6 runs unmarked tests on every rank under `mpiexec ... --with-mpi`.
-pytestmark = pytest.mark.skipif((expected_world_size() or 1) > 1,
-                                reason="serial test: runs in the serial pass, not once per rank")
+pytestmark = pytest.mark.serial_only
 
 # Binary fractions keep every simulated time exact, so the hand-computed oracles are exact too.
 EXACT = TimingModel(base_s=0.25, slowdown=(1.0, 1.0, 1.5, 3.0), jitter=0.0)

@@ -316,8 +316,9 @@ def test_mpi_torch_run_writes_every_policy_and_the_allreduce_baseline(tmp_path: 
 
 
 def test_mpi_torch_run_killed_and_restarted_goes_on_from_the_saved_server_state(tmp_path: Path) -> None:
-    from hpcbsp.elastic.resume import CheckpointPlan
     from mpi_helpers import run_mpi
+
+    from hpcbsp.elastic.resume import CheckpointPlan
 
     out, ck = tmp_path / "out", tmp_path / "ck"
     args = ["-m", "hpcbsp.elastic.train", "--model", "cnn", "--dataset", "teacher", "--teacher-dim", "16",

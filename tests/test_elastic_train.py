@@ -9,14 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from hpcbsp.elastic.train import main
-from hpcbsp.runtime.launch import expected_world_size
 from mpi_helpers import run_mpi
 
-# pytest-mpi 0.6 runs unmarked tests on every rank under `mpiexec ... --with-mpi`.
-pytestmark = pytest.mark.skipif((expected_world_size() or 1) > 1,
-                                reason="launches its own MPI jobs: runs in the serial pass, not once per rank")
+from hpcbsp.elastic.train import main
+
+pytestmark = pytest.mark.serial_only
 
 QUICK = ["--dataset", "generated", "--duration", "1.5", "--eval-every", "0.1", "--base-delay", "0.01"]
 

@@ -9,11 +9,8 @@ import pytest
 from hpcbsp.bench import zipline as bench_zipline
 from hpcbsp.elastic.zipline import SyncSet, predict_end_times, zipline
 from hpcbsp.elastic.zipline_reference import brute_force, heap_smallest_range
-from hpcbsp.runtime.launch import expected_world_size
 
-# pytest-mpi 0.6 runs unmarked tests on every rank under `mpiexec ... --with-mpi`.
-pytestmark = pytest.mark.skipif((expected_world_size() or 1) > 1,
-                                reason="serial test: runs in the serial pass, not once per rank")
+pytestmark = pytest.mark.serial_only
 
 
 def _random_instance(rng: np.random.Generator, n: int, R: int, integer: bool) -> np.ndarray:

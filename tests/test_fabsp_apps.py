@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import hpcbsp
 from hpcbsp.apps import bfs, histogram, index_gather, triangles
 from hpcbsp.apps.irregular_graphs import bfs_levels, erdos_renyi, rmat, triangles_dense
 from hpcbsp.apps.rma import gather_rma, histogram_rma
@@ -19,10 +18,6 @@ mpi = pytest.mark.mpi(min_size=2)
 MODES = ["fabsp", "bsp", "naive"]
 
 
-@pytest.fixture
-def bsp():
-    with hpcbsp.BSP() as ctx:
-        yield ctx
 
 
 @mpi

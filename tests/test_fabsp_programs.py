@@ -9,7 +9,6 @@ import os
 import time
 
 import pytest
-
 from mpi_helpers import run_mpi
 
 PROGRAMS = os.path.join(os.path.dirname(__file__), "programs")

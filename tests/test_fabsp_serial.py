@@ -18,8 +18,7 @@ import hpcbsp
 from hpcbsp import BSPError
 from hpcbsp.apps import bfs, histogram, index_gather, triangles
 from hpcbsp.apps.irregular_common import cyclic_owner, naive_exchange, positive_int
-from hpcbsp.apps.irregular_graphs import bfs_levels, erdos_renyi, local_rows, ragged_arange, rmat, \
-    triangles_dense, triangles_sparse
+from hpcbsp.apps.irregular_graphs import bfs_levels, erdos_renyi, local_rows, ragged_arange, rmat, triangles_dense, triangles_sparse
 from hpcbsp.fabsp.aggregation import Aggregator
 from hpcbsp.fabsp.engine import Engine, default_buffer
 from hpcbsp.fabsp.termination import DoubleWave

@@ -3,7 +3,6 @@ run; another rank count agrees to rounding (the Reduce adds in another order).""
 from __future__ import annotations
 
 import numpy as np
-
 from mpi_helpers import run_mpi
 
 JACOBI = ["-m", "hpcbsp.apps.jacobi", "--n", "200"]

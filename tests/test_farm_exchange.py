@@ -14,6 +14,8 @@ import os
 import numpy as np
 import pytest
 from mpi4py import MPI
+from mpi_helpers import run_mpi
+from test_farm_skeleton import serial_reference, weighted_mean_problem
 
 import hpcbsp
 from hpcbsp import BSPError
@@ -23,9 +25,6 @@ from hpcbsp.cost.farmmodel import format_farm_parameters, model_from_farm
 from hpcbsp.farm import FarmEmulation, parse_emulation, run_farm
 from hpcbsp.farm.emulation import emulation_from_env, measure_map, wait_split
 from hpcbsp.farm.timings import exchanges
-from mpi_helpers import run_mpi
-
-from test_farm_skeleton import serial_reference, weighted_mean_problem
 
 mpi = pytest.mark.mpi(min_size=2)
 PROGRAM = os.path.join(os.path.dirname(__file__), "programs", "farm_tree_vs_linear.py")

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from hpcbsp.cost.bsf import BSFModel, BSFParams
-from hpcbsp.cost.farmmodel import model_from_farm
 from hpcbsp.cost.errors import CostInputError
+from hpcbsp.cost.farmmodel import model_from_farm
 from hpcbsp.farm.timings import per_iteration_params, summarise
 
 

@@ -10,11 +10,11 @@ import json
 
 import numpy as np
 import pytest
+from mpi_helpers import run_mpi
 
 import hpcbsp
 from hpcbsp.apps.fft import ParallelFFT, bit_reverse_permutation, fft_radix2, random_signal, usable_ranks
 from hpcbsp.runtime.partition import Cyclic
-from mpi_helpers import run_mpi
 
 mpi = pytest.mark.mpi(min_size=2)
 

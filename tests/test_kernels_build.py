@@ -7,20 +7,12 @@ import subprocess
 import sys
 
 import pytest
+from mpi_helpers import clean_env
 
 from hpcbsp import kernels
 from hpcbsp.kernels._extensions import EXTENSIONS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    """This environment without an enclosing mpiexec's rank variables (a child that imports
-    mpi4py must start as a singleton, not as a rank of the test's own job)."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_"))}
-    env.update(extra)
-    return env
 
 
 def run(args: list[str], timeout: float = 120, **env: str) -> subprocess.CompletedProcess:

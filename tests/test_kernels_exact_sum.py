@@ -5,10 +5,10 @@ import math
 
 import numpy as np
 import pytest
+from float_bits import same
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from float_bits import bits, same
 from hpcbsp import kernels
 from hpcbsp.kernels import reference
 

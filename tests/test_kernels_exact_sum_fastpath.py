@@ -19,10 +19,10 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from float_bits import bits, same
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from float_bits import bits, same
 from hpcbsp import kernels
 from hpcbsp.kernels import reference
 from hpcbsp.kernels._extensions import MODULES

@@ -10,10 +10,10 @@ import re
 import numba
 import numpy as np
 import pytest
+from test_kernels_build import run  # a subprocess outside any enclosing mpiexec job
 
 from hpcbsp import kernels
 from hpcbsp.kernels import numba_kernels, reference
-from test_kernels_build import run  # a subprocess outside any enclosing mpiexec job
 
 JIT_DISABLED = bool(numba.config.DISABLE_JIT)
 

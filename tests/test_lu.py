@@ -11,10 +11,10 @@ import json
 
 import numpy as np
 import pytest
+from mpi_helpers import run_mpi
 
 import hpcbsp
 from hpcbsp.apps.lu import apply_pivots, cyclic_grid, lu, random_matrix
-from mpi_helpers import run_mpi
 
 scipy_linalg = pytest.importorskip("scipy.linalg", reason="the LU oracle is scipy.linalg.lu_factor")
 

@@ -13,10 +13,9 @@ import itertools
 import numpy as np
 import pytest
 
-from hpcbsp.runtime.errors import BSPError
-from hpcbsp.runtime.partition import (Block, BlockCyclic, Cyclic, Explicit, Grid, dims_create,
-                                      from_description, grid, partitioning)
 from hpcbsp.runtime.distribution import block_range
+from hpcbsp.runtime.errors import BSPError
+from hpcbsp.runtime.partition import Block, BlockCyclic, Cyclic, Explicit, Grid, dims_create, from_description, grid, partitioning
 
 
 def enumerate_block(n: int, p: int) -> list[tuple[int, int]]:

@@ -9,11 +9,11 @@ import math
 
 import numpy as np
 import pytest
+from mpi_helpers import run_mpi
 
 import hpcbsp
 from hpcbsp.apps.rowjacobi import CSRRows, dominant_system, jacobi, solve
 from hpcbsp.runtime.distribution import block_range
-from mpi_helpers import run_mpi
 
 mpi = pytest.mark.mpi(min_size=2)
 

@@ -2,19 +2,19 @@
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import shutil
 import time
 
 import numpy as np
 import pytest
+from mpi_helpers import run_mpi
 
 import hpcbsp
-from hpcbsp import BSPError
-from hpcbsp.runtime.distribution import block_range
+from hpcbsp import BadInput, BSPError, UsageError
 from hpcbsp.apps.heat import reference
-from mpi_helpers import run_mpi
+from hpcbsp.runtime.distribution import block_range
 
 HEAT = ["-m", "hpcbsp.apps.heat", "--n", "600", "--steps", "60"]
 
@@ -113,12 +113,12 @@ def test_one_rank_checkpoint_roundtrip_and_errors(tmp_path):
         np.testing.assert_array_equal(x.local, np.arange(5))
         assert ck.superstep == 1 and int(ck.state["it"]) == 7
         np.testing.assert_array_equal(ck.state["v"], np.arange(3.0))
-        with pytest.raises(BSPError, match="not found"):
+        with pytest.raises(BadInput, match="not found"):
             bsp.restore(str(tmp_path / "nope"), program="t")
         with pytest.raises(BSPError, match="Python objects"):
             bsp.checkpoint(path, program="t", bad=np.array([{}], dtype=object))
         x.put(0, [1])
-        with pytest.raises(BSPError, match="call sync"):
+        with pytest.raises(UsageError, match="call sync"):
             bsp.checkpoint(path, program="t")
         bsp.sync()
 
@@ -148,7 +148,7 @@ def test_failed_save_keeps_previous_checkpoint(tmp_path_factory):
         bsp.checkpoint(path, program="t", step=np.int64(1))
         x.local[:] = -1
         # Replicated state that differs between ranks: the save must fail everywhere...
-        with pytest.raises(BSPError, match="differs between ranks"):
+        with pytest.raises(BadInput, match="differs between ranks"):
             bsp.checkpoint(path, program="t", step=np.int64(bsp.pid))
         # ...and the first checkpoint is still there and intact.
         ck = bsp.restore(path, program="t")

@@ -14,12 +14,12 @@ import sys
 
 import numpy as np
 import pytest
+from mpi_helpers import run_mpi
 
 import hpcbsp
 from hpcbsp import BSPError
 from hpcbsp.runtime import checkpoint as ckpt
 from hpcbsp.runtime.distribution import block_range
-from mpi_helpers import run_mpi
 
 N = 11  # elements of the test coarray, split over the ranks
 

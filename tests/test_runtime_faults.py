@@ -6,10 +6,10 @@ import sys
 import time
 
 import pytest
+from mpi_helpers import run_mpi
 
 from hpcbsp import BSPError
 from hpcbsp.runtime.launch import check_world, detect_launch
-from mpi_helpers import run_mpi
 
 HERE = os.path.dirname(__file__)
 PROGRAMS = os.path.join(HERE, "programs")

@@ -17,11 +17,11 @@ import time
 
 import numpy as np
 import pytest
+from mpi_helpers import MPIEXEC, _remove_leftover_segments, _shm_segments
 
 import hpcbsp
 from hpcbsp.apps.heat import reference
 from hpcbsp.runtime.launch import expected_world_size
-from mpi_helpers import MPIEXEC, _remove_leftover_segments, _shm_segments
 
 pytestmark = pytest.mark.skipif((expected_world_size() or 1) > 1,
                                 reason="launches its own MPI jobs: runs in the serial pass, not once per rank")

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import hpcbsp
-from hpcbsp import BSPError
-from hpcbsp.runtime.distribution import block_range, block_sizes
+from hpcbsp import UsageError
 from hpcbsp.runtime.control import signature
+from hpcbsp.runtime.distribution import block_range, block_sizes
 from hpcbsp.runtime.ledger import per_superstep, summarize
 
 
@@ -50,7 +50,7 @@ def test_bad_ledger_extension(tmp_path):
 def test_closed_context_refuses_collectives():
     bsp = hpcbsp.BSP()
     bsp.close()
-    with pytest.raises(BSPError, match="closed"):
+    with pytest.raises(UsageError, match="closed"):
         bsp.sync()
 
 
@@ -62,15 +62,15 @@ def test_undelivered_puts_warn_at_close():
 
 def test_allreduce_errors():
     with hpcbsp.BSP() as bsp:
-        with pytest.raises(BSPError, match="not one of"):
+        with pytest.raises(UsageError, match="not one of"):
             bsp.allreduce(1, op="mean")
-        with pytest.raises(BSPError, match="numeric"):
+        with pytest.raises(UsageError, match="numeric"):
             bsp.allreduce({"a": 1})
         x = np.zeros(4)
         for bad in (np.zeros(3), np.zeros(4, np.float32), np.zeros(8)[::2], x, [0.0] * 4):
-            with pytest.raises(BSPError, match=r"out= must be a writeable C-contiguous array of shape \(4,\)"):
+            with pytest.raises(UsageError, match=r"out= must be a writeable C-contiguous array of shape \(4,\)"):
                 bsp.allreduce(x, out=bad)
-        with pytest.raises(BSPError, match="exact=True.* not into out="):
+        with pytest.raises(UsageError, match="exact=True.* not into out="):
             bsp.allreduce(x, exact=True, out=np.zeros(4))
 
 
@@ -115,7 +115,60 @@ def test_summary_with_a_cost_profile():
 @pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), "2", True])
 def test_sync_refuses_a_timeout_that_is_not_a_positive_number(bad):
     with hpcbsp.BSP() as bsp:
-        with pytest.raises(BSPError, match=r"rank 0: sync\(label='s', timeout=.*positive number of seconds"):
+        with pytest.raises(UsageError, match=r"rank 0: sync\(label='s', timeout=.*positive number of seconds"):
             bsp.sync("s", timeout=bad)
         bsp.sync("s", timeout=np.float64(5))  # the context is still usable
         assert bsp.superstep == 1
+
+
+def test_every_kind_of_failure_is_a_bsp_error_and_reported_by_its_kind():
+    # Oracle: the report rules written in hpcbsp.runtime.report (bad input once on rank 0 as one
+    # line, a peer's failure as one line, anything else as a rank-prefixed traceback).
+    from hpcbsp import BadInput, BSPError, Divergence, PeerFailed, SyncTimeout
+    from hpcbsp.fabsp.engine import PeerFailed as EnginePeerFailed
+    from hpcbsp.runtime.report import format_failure
+
+    kinds = (UsageError, Divergence, PeerFailed, SyncTimeout, BadInput)
+    assert all(issubclass(k, BSPError) for k in kinds)
+    assert len({k for k in kinds for j in kinds if k is not j and issubclass(k, j)}) == 0, \
+        "the kinds are siblings: catching one never catches another"
+    assert EnginePeerFailed is PeerFailed  # the old import path still works
+    assert format_failure(BadInput("checkpoint x is damaged"), 0, 2) == "[hpcbsp] error: checkpoint x is damaged\n"
+    assert format_failure(BadInput("checkpoint x is damaged"), 1, 2) == ""
+    assert format_failure(PeerFailed("stopping because rank 0 failed"), 1, 2) == \
+        "[hpcbsp] rank 1/2: stopping because rank 0 failed\n"
+    for exc in (Divergence("the ranks diverged"), UsageError("bad put"), SyncTimeout("late")):
+        try:
+            raise exc
+        except BSPError as caught:
+            text = format_failure(caught, 1, 3)
+        assert text.startswith("[hpcbsp] rank 1/3 failed:\n[rank 1] Traceback")
+        assert text.rstrip().endswith(f"[rank 1] {type(exc).__module__}.{type(exc).__name__}: {exc}")
+
+
+def test_the_extension_interface_on_one_rank():
+    # Oracle: what the test registers and does, step by step.
+    from hpcbsp.fabsp.engine import Engine
+    from hpcbsp.runtime.control import Kind
+    from hpcbsp.runtime.extension import provided
+
+    calls = []
+    with hpcbsp.BSP() as bsp:
+        ext = bsp.extension
+        assert ext.state == "open" and ext.coarrays() == [] and ext.sync_hook(Engine) is None
+        a = bsp.coarray(2, name="a")
+        bsp.queue(np.int64)
+        b = bsp.coarray(3, name="b", scratch=True)
+        assert ext.coarrays() == [a, b]  # in order, scratch included, queues not
+        ext.agree(Kind.REGISTER, "thing <i8", lambda: "thing()")
+        assert bsp.superstep == 0 and len(bsp.ledger) == 0  # a control step is not a superstep
+        assert ext.check_pid(np.int32(0), "x.send") == 0
+        with pytest.raises(UsageError, match=r"rank 0: x.send: pid 1 is not a rank"):
+            ext.check_pid(1, "x.send")
+        box = bsp.mailbox(lambda recs: None, np.int64)  # provided by hpcbsp.fabsp
+        assert ext.sync_hook(Engine) is Engine.existing(bsp) and box.index == 0
+        ext.add_close_hook(lambda: calls.append("closed"))
+        bsp.sync()
+    assert ext.state == "closed" and calls == ["closed"]
+    with pytest.raises(UsageError, match="bsp.nothing is provided by a layer above the runtime"):
+        provided("nothing")

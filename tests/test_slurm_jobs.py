@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -18,17 +17,13 @@ import time
 from pathlib import Path
 
 import pytest
-
-from cluster_helpers import cluster_required, unavailable_marks  # noqa: F401  (cluster_required: a fixture)
+from cluster_helpers import skip_or_fail
+from mpi_helpers import clean_env
 
 REPO = Path(__file__).resolve().parents[1]
 SLURM = REPO / "slurm"
 VENV = Path(sys.prefix)
 PYTHON = str(VENV / "bin" / "python")
-
-#: Launcher and MPI variables of an enclosing job or mpiexec, which must not leak into ours.
-_FOREIGN_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_")
-
 
 def _slurm_unavailable() -> str | None:
     """Why no test here can run, or None when a Slurm answers with a usable node."""
@@ -49,14 +44,19 @@ def _slurm_unavailable() -> str | None:
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_FOREIGN_PREFIXES)}
-    env.update(HPCBSP_VENV=str(VENV), PYTHONUNBUFFERED="1")
-    env.update(extra)
-    return env
+    """No launcher or MPI variables of an enclosing job or mpiexec leak into ours."""
+    return clean_env(slurm=True, **{"HPCBSP_VENV": str(VENV), "PYTHONUNBUFFERED": "1", **extra})
 
 
-_REASON = _slurm_unavailable()
-pytestmark = [pytest.mark.slurm, *unavailable_marks(_REASON)]
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _slurm_answers() -> None:
+    """Ask Slurm once, when the first test of this file runs (not at import: collecting the
+    suite must not wait on a slurmctld); without a usable Slurm every test here skips (under
+    CI it fails: CI must test Slurm)."""
+    skip_or_fail(_slurm_unavailable())
 
 
 def _run(cmd: list[str], cwd: Path, *, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:

@@ -7,17 +7,16 @@ test_snn_model.py).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from mpi_helpers import run_mpi
 
 from hpcbsp.apps.snn.network import NetworkSpec, whole_network
 from hpcbsp.apps.snn.raster import missing_matplotlib
 from hpcbsp.apps.snn.serial import simulate_serial
-from mpi_helpers import run_mpi
 
 NET = ["--neurons", "400", "--fanout", "20", "--areas", "4", "--delay-min", "2", "--delay-local-max", "8",
        "--delay-long-min", "12", "--delay-max", "30", "--seed", "3"]
@@ -26,18 +25,8 @@ SPEC = NetworkSpec(neurons=400, fanout=20, areas=4, delay_min=2, delay_local_max
 TIME = ["--time-ms", "150"]  # 1500 steps
 
 
-def _job_size() -> int:
-    """Ranks of the MPI job this pytest runs in (1 when not under mpiexec), from the launcher's env."""
-    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE"):
-        if var in os.environ:
-            return int(os.environ[var])
-    return 1
-
-
-# Each test starts its own processes (and mpiexec); under `mpiexec -n P pytest` every rank would
-# start them again, P times over, on the same cores.
-pytestmark = pytest.mark.skipif(_job_size() > 1, reason="starts its own mpiexec: run under plain pytest, "
-                                                        "not inside an MPI job")
+# Each test starts its own processes (and mpiexec).
+pytestmark = pytest.mark.serial_only
 
 
 @pytest.fixture(scope="module")

@@ -10,12 +10,21 @@ import math
 import numpy as np
 import pytest
 
-from hpcbsp.runtime.distribution import block_range
 from hpcbsp.apps.snn.lif import LIFParams, lif_advance
 from hpcbsp.apps.snn.local import CausalityError, LocalSim
-from hpcbsp.apps.snn.network import (CHUNK, SYNAPSE, NetworkSpec, block_owner, build_local, generate_chunk,
-                                     neuron_state, outgoing, whole_network)
+from hpcbsp.apps.snn.network import (
+    CHUNK,
+    SYNAPSE,
+    NetworkSpec,
+    block_owner,
+    build_local,
+    generate_chunk,
+    neuron_state,
+    outgoing,
+    whole_network,
+)
 from hpcbsp.apps.snn.serial import simulate_serial
+from hpcbsp.runtime.distribution import block_range
 
 SMALL = NetworkSpec(neurons=400, fanout=20, areas=4, delay_min=2, delay_local_max=8, delay_long_min=12,
                     delay_max=30, seed=3)

@@ -11,10 +11,10 @@ import json
 
 import numpy as np
 import pytest
+from mpi_helpers import run_mpi
 
 import hpcbsp
 from hpcbsp.apps.spmv import SpMV, cartesian_layout, random_sparse
-from mpi_helpers import run_mpi
 
 sparse = pytest.importorskip("scipy.sparse", reason="the SpMV oracle is scipy.sparse")
 
@@ -81,13 +81,17 @@ def expected_traffic(layout, rows, cols):
     for r, j in need:
         o = int(layout.x.owner(j))
         if o != r:
-            steps["spmv:setup"][0][r] += 24; steps["spmv:setup"][1][o] += 24
-            steps["spmv:fan-out"][0][o] += 8; steps["spmv:fan-out"][1][r] += 8
+            steps["spmv:setup"][0][r] += 24
+            steps["spmv:setup"][1][o] += 24
+            steps["spmv:fan-out"][0][o] += 8
+            steps["spmv:fan-out"][1][r] += 8
     for r, i in partial:
         o = int(layout.y.owner(i))
         if o != r:
-            steps["spmv:setup"][0][r] += 8; steps["spmv:setup"][1][o] += 8
-            steps["spmv:fan-in"][0][r] += 8; steps["spmv:fan-in"][1][o] += 8
+            steps["spmv:setup"][0][r] += 8
+            steps["spmv:setup"][1][o] += 8
+            steps["spmv:fan-in"][0][r] += 8
+            steps["spmv:fan-in"][1][o] += 8
     return steps
 
 

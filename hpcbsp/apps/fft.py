@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             err = float(bsp.allreduce(float(np.max(np.abs(y - expect[mine]), initial=0.0)), op="max"))
             ok = err <= 1e-12 * scale * max(np.log2(args.n), 1)
             if bsp.pid == 0:
-                print(summarize(records))
+                print(summarize(records or []))
                 print(f"fft: n = {args.n} on {p} rank(s), {args.repeat} transform(s); max |y - numpy.fft.fft| "
                       f"= {err:.2e} (max |y| = {scale:.3g})  {'OK' if ok else 'FAILED'}")
             if bsp is not world:

@@ -34,7 +34,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..kernels import scatter_add
-from ..runtime import BSP, BSPError
+from ..runtime import BSP, BadInput, BSPError
 from ..runtime.checkpoint import check_target, exists as checkpoint_exists
 from ..util.args import nonnegative_int, positive_int
 from .rma import histogram_rma
@@ -164,9 +164,9 @@ def run_histogram_rounds(bsp: BSP, mode: str, n: int, table: int, seed: int = 1,
     if restart and checkpoint and checkpoint_exists(checkpoint):
         ck = bsp.restore(checkpoint, program=program)
         if not np.array_equal(ck.state["run"], run_id):
-            raise BSPError(f"checkpoint {ck.path} is of another histogram run (n, table, seed, "
+            raise BadInput(f"checkpoint {ck.path} is of another histogram run (n, table, seed, "
                            f"rounds, ranks = {ck.state['run'].tolist()}, this run "
-                           f"{run_id.tolist()})", collective=True)
+                           f"{run_id.tolist()})")
         first = int(ck.state["round"])
         if bsp.pid == 0:
             print(f"histogram: restarted from {ck.path} after round {first} of {rounds}", flush=True)

@@ -28,7 +28,7 @@ from mpi4py import MPI
 
 from ..kernels import gather, group_by_dest
 from ..runtime import BSP
-from ..runtime.destinations import destination_slices
+from ..runtime.records import destination_slices
 from .rma import gather_rma
 from .irregular_common import Outcome, cyclic_owner, naive_exchange, table_app_main, timed, \
     timed_naive

@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         err, resid, same_piv = check(bsp, a, res, layout)
         ok = same_piv and err <= 1e-8 * args.n and resid <= 1e-12 * args.n
         if bsp.pid == 0:
-            print(summarize(records))
+            print(summarize(records or []))
             print(f"lu: n = {args.n} on a {dims[0]}x{dims[1]} cyclic grid ({bsp.nprocs} rank(s)); "
                   f"pivots {'equal' if same_piv else 'DIFFER from'} scipy.linalg.lu_factor's; "
                   f"max |LU - scipy| = {err:.2e}; max |PA - LU| / max |A| = {resid:.2e}  "

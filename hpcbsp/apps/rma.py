@@ -33,6 +33,7 @@ def _window(comm: MPI.Comm, local: np.ndarray) -> MPI.Win:
     """A window over ``local`` (int64, C-contiguous), displacement unit one element."""
     if local.dtype != np.int64 or not local.flags.c_contiguous:
         raise ValueError("rma: the table part must be a C-contiguous int64 array")
+    assert isinstance(comm, MPI.Intracomm)  # a duplicate of the context's communicator
     return MPI.Win.Create(local if local.size else None, disp_unit=local.itemsize, comm=comm)
 
 
@@ -80,7 +81,7 @@ def gather_rma(bsp: BSP, owner: np.ndarray, off: np.ndarray, local: np.ndarray
         win = _window(comm, part)
         try:
             win.Lock_all()
-            get, view = win.Get, memoryview(tgt)
+            get, view = win.Get, memoryview(tgt.data)
             for k, (rank, offset) in enumerate(zip(owner.tolist(), off.tolist())):
                 get([view[k:k + 1], _INT64], rank, (offset, 1, _INT64))
             win.Unlock_all()  # every get has completed: tgt holds the values

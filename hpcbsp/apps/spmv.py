@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         err = float(bsp.allreduce(err, op="max"))
         ok = err <= 1e-12 * max(1.0, float(np.max(np.abs(expect), initial=0.0)))
         if bsp.pid == 0:
-            print(summarize(records))
+            print(summarize(records or []))
             print(f"spmv: {args.rows} x {args.cols}, {rows.size:,} nonzeros, {args.partition} on a "
                   f"{dims[0]}x{dims[1]} grid ({bsp.nprocs} rank(s)), {args.repeat} product(s); "
                   f"max |y - scipy.sparse A @ x| = {err:.2e}  {'OK' if ok else 'FAILED'}")

@@ -24,6 +24,7 @@ import socket
 import statistics
 import sys
 import time
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -63,7 +64,7 @@ def raw_sendrecv(comm: MPI.Comm, sizes: list[int], repeats: int) -> list[list[fl
     return out
 
 
-def measure(bsp: "hpcbsp.BSP", mib: float, rounds: int, quick: bool) -> dict[str, object] | None:
+def measure(bsp: "hpcbsp.BSP", mib: float, rounds: int, quick: bool) -> dict[str, Any] | None:
     comm = bsp.comm.Dup()
     hosts = comm.gather(socket.gethostname(), root=0)
     machines = comm.gather(machine_id(), root=0)
@@ -79,6 +80,7 @@ def measure(bsp: "hpcbsp.BSP", mib: float, rounds: int, quick: bool) -> dict[str
     if bsp.pid != 0:
         return None
     g_raw, l_raw = fit_line(np.array(sizes, dtype=float), np.array([statistics.median(t) for t in raw]))
+    assert profile is not None  # rank 0 gets the profile
     blocks = next(r for r in profile["regimes"] if r["name"] == "blocks")
     return {"hosts": hosts, "machines": machines, "transport": transport_settings(),
             "probe_g": blocks["g"], "probe_l": blocks["l"], "probe_l_empty": profile["l_empty"],
@@ -99,12 +101,12 @@ def main(argv: list[str]) -> int:
     r = hpcbsp.run(measure, args.mib, args.rounds, args.quick)
     if r is None:
         return 0
-    hosts: list[str] = r["hosts"]  # type: ignore[assignment]
+    hosts: list[str] = r["hosts"]
     per_host = {h: hosts.count(h) for h in sorted(set(hosts))}
     print(f"ranks: {len(hosts)} on {len(per_host)} host(s): "
           + ", ".join(f"{h} ({n})" for h, n in per_host.items()))
     print(f"transport: {r['transport'] or 'chosen by the MPI library'}")
-    advice = transport_advice(hosts, r["machines"], r["transport"])  # type: ignore[arg-type]
+    advice = transport_advice(hosts, r["machines"], r["transport"])
     if advice:
         print(f"note: {advice}")
     if len(per_host) == 1:

@@ -165,7 +165,10 @@ def main(argv: list[str]) -> int:
               f"Allreduce (MPI-4) {r['persistent_us']:6.2f} us = {r['persistent_us'] / r['barrier_us']:.2f}x "
               f"Barrier; plain Allreduce {r['allreduce_us']:6.2f} us = "
               f"{r['allreduce_us'] / r['barrier_us']:.2f}x")
-        gbs = lambda s: r["bytes"] / s / 1e9
+
+        def gbs(seconds: float) -> float:
+            return r["bytes"] / seconds / 1e9
+
         print(f"put {r['bytes'] / 2**20:.1f} MiB/rank  {1e3 * r['put_s']:8.2f} ms ({gbs(r['put_s']):.2f} GB/s)   "
               f"pack+Alltoallv {1e3 * r['alltoallv_s']:8.2f} ms ({gbs(r['alltoallv_s']):.2f} GB/s)   "
               f"throughput ratio = {r['alltoallv_s'] / r['put_s']:.2f}x  (target >= 0.9x)")

@@ -22,12 +22,21 @@ import os
 import sys
 from typing import Any, Sequence
 
-from hpcbsp.util.args import (OneLineParser, add_alias, launcher_rank, seed,
-                              nonnegative_float, nonnegative_int, positive_int, positive_seconds, seconds)
-from hpcbsp.util.outputs import OutputError, prepare_output
 from hpcbsp.cost.bsf import COMM_FORMS, GRANULARITIES, BSFModel, BSFParams
 from hpcbsp.cost.errors import CostInputError
 from hpcbsp.cost.klist import parse_workers
+from hpcbsp.util.args import (
+    OneLineParser,
+    add_alias,
+    launcher_rank,
+    nonnegative_float,
+    nonnegative_int,
+    positive_int,
+    positive_seconds,
+    seconds,
+    seed,
+)
+from hpcbsp.util.outputs import OutputError, prepare_output
 
 PROG = "hpcbsp-cost"
 #: Where `hpcbsp-cost probe` writes its profile unless told otherwise.
@@ -320,7 +329,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("ledger", "Show a run's superstep ledger with the BSP prediction w + g·h + l per superstep.", cmd_ledger)
     p.add_argument("run", metavar="RUN.json", help="ledger written by bsp.ledger.save (.json or .csv)")
     p.add_argument("--profile", required=True, metavar="PROFILE.json", help="machine profile from `hpcbsp-cost probe`")
-    p.add_argument("--limit", type=positive_int, default=40, metavar="N", help="supersteps to list (default 40; the summary covers all)")
+    p.add_argument("--limit", type=positive_int, default=40, metavar="N",
+                   help="supersteps to list (default 40; the summary covers all)")
     return parser
 
 

@@ -5,13 +5,14 @@ import json
 import platform
 import socket
 import sys
+from typing import Any
 
 from .. import __version__
 from ..runtime.launch import detect_launch, machine_id, transport_advice, transport_settings
 from ..util.args import OneLineParser
 
 
-def gather_info() -> dict[str, object]:
+def gather_info() -> dict[str, Any]:
     """Collective over MPI.COMM_WORLD: versions, MPI library, world size, launch, kernels."""
     import mpi4py
     import numpy
@@ -28,7 +29,7 @@ def gather_info() -> dict[str, object]:
     library = MPI.Get_library_version()
     device = next((line.split(":", 1)[1].strip() for line in library.splitlines()
                    if line.strip().startswith("MPICH Device:")), None)
-    info: dict[str, object] = {
+    info: dict[str, Any] = {
         "hpcbsp": __version__,
         "python": platform.python_version(),
         "numpy": numpy.__version__,
@@ -43,7 +44,8 @@ def gather_info() -> dict[str, object]:
         "ranks_per_host": ({h: hosts.count(h) for h in sorted(set(hosts))} if hosts else None),
         "mpi_device": device,
         "transport": (transports[0] or "chosen by the MPI library") if transports else None,
-        "transport_advice": transport_advice(hosts, machines, transports[0]) if hosts else None,
+        "transport_advice": (transport_advice(hosts, machines or [], transports[0])
+                             if hosts and transports else None),
         "kernels": kernels.compiled_status(),
         "exact_sum": ("extraction fast path on" if kernels.exact_sum_fast_path_enabled() else
                       "integer bins only (the build or the floating-point environment rules out "

@@ -92,9 +92,9 @@ def _run_module(name: str, argv: list[str]) -> int:
     if spec is None:
         _say(f"{PROG}: no module named {name!r}{f' ({why})' if why else ''}")
         return 2
-    from ..runtime.runner import excepthook, install_excepthook
-
     import runpy
+
+    from ..runtime.runner import excepthook, install_excepthook
 
     install_excepthook()
     sys.argv = [spec.origin or name, *argv]
@@ -104,7 +104,7 @@ def _run_module(name: str, argv: list[str]) -> int:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
     except BaseException:
-        excepthook(*sys.exc_info())  # type: ignore[arg-type]
+        excepthook(*sys.exc_info())
         return 1
     return 0
 

@@ -220,7 +220,8 @@ class BSFModel:
         """The real-valued closed-form boundary of the continuous form; None if T never turns up.
 
         Linear: sqrt(B/A), [S21]'s scalability boundary
-        K_BSF = sqrt((t_Map + l·t_a)/(2L + t_c + t_a)), the root of dT_K/dK = 0.  Tree: the positive root of t_a·K² + A/ln2·K − B = 0, that is
+        K_BSF = sqrt((t_Map + l·t_a)/(2L + t_c + t_a)), the root of dT_K/dK = 0.  Tree: the
+        positive root of t_a·K² + A/ln2·K − B = 0, that is
         ½·(sqrt((A/(t_a·ln2))² + 4B/t_a) − A/(t_a·ln2)) (B·ln2/A when t_a = 0).  For ``ceil``
         granularity this is the boundary of the continuous envelope.
         """

@@ -18,7 +18,6 @@ from .bsf import BSFModel, BSFParams
 from .errors import CostInputError
 from .modelfile import CalibratedModel, provenance
 
-
 #: Why a farm run on one rank gives no model (the CLIs add the command to run instead).
 ONE_RANK = ("a farm run on one rank measures no communication (the master is its own worker: "
             "L = t_c = 0), so it cannot predict how the program scales; run it on 2 or more ranks")

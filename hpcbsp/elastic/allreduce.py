@@ -30,7 +30,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .runlog import RunLog
-from .server import ServerResult, ServerTimeout, WorkerResult, poll, wait_request
+from .server import ServerResult, ServerTimeout, WorkerResult, poll_until, wait_request
 
 __all__ = ["run_allreduce", "allreduce_step", "HEAD_TAG", "WEIGHTS_TAG"]
 
@@ -97,7 +97,7 @@ def run_allreduce(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray] | 
     if rank == 0:
         log, final = _observe(comm, n, w, eval_fn, progress,
                               timeout + (duration if duration is not None else 0.0))
-        stats = comm.gather(None, root=0)[1:]
+        stats = (comm.gather(None, root=0) or [])[1:]
         for k, st in enumerate(stats):
             log.pushes[k] = st["steps"]
             log.applied[k] = st["applied"]
@@ -209,8 +209,8 @@ def _observe(comm: MPI.Comm, n: int, w: np.ndarray,
         deadline = time.monotonic() + wait_s
         req = comm.Irecv(head, source=1, tag=HEAD_TAG)
         try:
-            poll(lambda: True if req.Test() else None, np.inf, deadline,
-                  "message from worker 0 of the allreduce run")
+            poll_until(lambda: True if req.Test() else None, np.inf, deadline,
+                       "message from worker 0 of the allreduce run")
         except ServerTimeout:
             req.Cancel()
             raise

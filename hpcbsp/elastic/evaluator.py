@@ -50,7 +50,7 @@ class BackgroundEvaluator:
 
         Re-raises an exception ``eval_fn`` raised (in the server's thread, where it belongs).
         """
-        out = []
+        out: list[tuple[float, float, float, int]] = []
         while True:
             try:
                 item = self._done.get_nowait()

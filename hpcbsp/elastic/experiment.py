@@ -25,8 +25,8 @@ import numpy as np
 from .data import Dataset, MinibatchGradient, shard
 from .models import TORCH_MODELS, Model, make_model
 from .policies import PolicyOptions, make_policy
-from .runlog import RunLog
 from .resume import CheckpointError, CheckpointPlan
+from .runlog import RunLog
 from .simulator import Simulation
 from .timing import TimingModel
 from .wire import Wire

@@ -27,6 +27,7 @@ import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -62,9 +63,9 @@ def _read_curves(path: Path) -> dict[str, dict[int, list[tuple[float, float, flo
     return curves
 
 
-def summarise(curves: dict[str, dict[int, list]], target: float) -> list[dict]:
+def summarise(curves: dict[str, dict[int, list]], target: float) -> list[dict[str, Any]]:
     """Per policy: final accuracy and time to ``target`` over the repeats (mean, 95 % CI)."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for label, reps in curves.items():
         finals = [c[-1][1] for c in reps.values() if c]
         reach = [time_to_reach(c, target) for c in reps.values()]

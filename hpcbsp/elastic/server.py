@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from ..util.waiting import Backoff, poll
 from .coordinator import Coordinator
 from .evaluator import BackgroundEvaluator
 from .policies.base import SyncPolicy
@@ -82,18 +83,8 @@ def _poll(test: Callable[[], Any], until: float, timeout_at: float, what: str) -
     Returns None when ``until`` (a soft deadline, ``time.monotonic`` clock) passes; raises
     :class:`ServerTimeout` when ``timeout_at`` passes.
     """
-    pause = 2e-5
-    while True:
-        got = test()
-        if got is not None:
-            return got
-        now = time.monotonic()
-        if now >= timeout_at:
-            raise ServerTimeout(f"parameter server: no {what} within the timeout")
-        if now >= until:
-            return None
-        time.sleep(pause)
-        pause = min(pause * 2, 1e-3)
+    return poll(test, deadline=timeout_at, until=until, pause=Backoff(2e-5, 1e-3),
+                expired=lambda: ServerTimeout(f"parameter server: no {what} within the timeout"))
 
 
 def _wait(req: MPI.Request, timeout: float, what: str) -> None:
@@ -345,5 +336,5 @@ def work(comm: MPI.Comm | None, grad_fn: Callable[[np.ndarray], np.ndarray], n_p
 
 
 #: The bounded, sleeping waits, for this package's other MPI driver (:mod:`.allreduce`).
-poll = _poll
+poll_until = _poll
 wait_request = _wait

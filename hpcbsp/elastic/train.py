@@ -31,14 +31,24 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ..util.args import (OneLineParser, add_alias, fraction, integer, launcher_rank, launcher_size, seed,
-                         nonnegative_float, nonnegative_int, positive_float, positive_int, positive_seconds)
+from ..util.args import (
+    OneLineParser,
+    add_alias,
+    fraction,
+    integer,
+    launcher_rank,
+    launcher_size,
+    nonnegative_float,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+    positive_seconds,
+    seed,
+)
 from ..util.outputs import OutputError, prepare_dir
 from ..util.progress import Progress
-
 from .data import DATASETS, DatasetUnavailable, load_dataset
-from .experiment import (PolicyRun, TrainConfig, build_model, model_info, model_report, run_mpi,
-                         run_simulated, warm_up)
+from .experiment import PolicyRun, TrainConfig, build_model, model_info, model_report, run_mpi, run_simulated, warm_up
 from .models import MODELS, TorchUnavailable
 from .policies import REGISTRY, PolicyError, PolicyOptions
 from .report import compare, format_table, write_outputs
@@ -78,10 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="per-worker iteration-time multipliers, one per worker, e.g. 1,1,1.5,3 "
                         "(default: 1,1,1.5,3 for 4 workers, else all 1 but the last worker at 3)")
     g.add_argument("--workers", type=positive_int, default=None, help="number of workers with --simulate (default 4)")
-    g.add_argument("--base-delay", type=nonnegative_float, default=0.02, help="iteration time of a worker at slowdown 1, seconds (default 0.02; "
+    g.add_argument("--base-delay", type=nonnegative_float, default=0.02,
+                   help="iteration time of a worker at slowdown 1, seconds (default 0.02; "
                         "> 0 with --simulate, where 0 would stop the virtual clock)")
     g.add_argument("--jitter", type=nonnegative_float, default=0.1, help="lognormal sigma of iteration-time noise (default 0.1)")
-    g.add_argument("--change-at", type=nonnegative_float, default=None, help="time (s) at which --change-worker changes speed (default: never)")
+    g.add_argument("--change-at", type=nonnegative_float, default=None,
+                   help="time (s) at which --change-worker changes speed (default: never)")
     g.add_argument("--change-worker", type=nonnegative_int, default=0, help="worker whose speed changes (default 0)")
     g.add_argument("--change-factor", type=positive_float, default=2.0, help="its iteration-time factor after the change (default 2)")
     g.add_argument("--stall-prob", type=fraction, default=0.0, help="probability that an iteration stalls (default 0)")
@@ -99,7 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--batch", type=positive_int, default=16, help="mini-batch size per worker (default 16)")
     g.add_argument("--duration", type=positive_float, default=10.0, help="seconds of training per policy (default 10)")
     g.add_argument("--eval-every", type=positive_float, default=0.25, help="seconds between test-accuracy evaluations (default 0.25)")
-    g.add_argument("--repeats", type=positive_int, default=1, help="runs per policy with different seeds; medians reported (default 1)")
+    g.add_argument("--repeats", type=positive_int, default=1,
+                   help="runs per policy with different seeds; medians reported (default 1)")
     g.add_argument("--seed", type=seed, default=0, metavar="S", help="random seed (default 0)")
     g = p.add_argument_group("PyTorch models and the wire")
     g.add_argument("--depth", type=positive_int, default=2,
@@ -122,7 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_alias(g, "--out", dest="out", type=Path)  # the old spelling
     g.add_argument("--no-plot", action="store_true", help="do not write accuracy.png")
     g.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    g.add_argument("--timeout", type=positive_seconds, default=60.0, help="longest single wait in an MPI run before failing (default 60 s)")
+    g.add_argument("--timeout", type=positive_seconds, default=60.0,
+                   help="longest single wait in an MPI run before failing (default 60 s)")
     g = p.add_argument_group("checkpoint and restart")
     g.add_argument("--checkpoint", type=Path, default=None, metavar="DIR",
                    help="save each policy run under DIR (one subdirectory per policy and repeat)")

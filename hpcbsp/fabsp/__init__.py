@@ -7,10 +7,15 @@ Use through the BSP context::
     bsp.progress()               # let messages move during long local work
     bsp.sync()                   # returns when every mailbox is quiescent on every rank
 
-Modules: :mod:`.mailbox` (the user-facing class), :mod:`.aggregation` (per-destination buffers),
+Importing this package provides ``BSP.mailbox`` (through
+:func:`hpcbsp.runtime.extension.provide`, so that the runtime never imports this layer);
+``import hpcbsp`` does it.  Modules: :mod:`.mailbox` (the user-facing class), :mod:`.aggregation` (per-destination buffers),
 :mod:`.engine` (transport, handler loop, failure notices: the context's sync hook) and
 :mod:`.termination` (double-wave quiescence detection).
 """
+from ..runtime.extension import provide
 from .mailbox import Mailbox
+
+provide("mailbox", Mailbox)  # bsp.mailbox(...) creates a Mailbox(bsp, ...)
 
 __all__ = ["Mailbox"]

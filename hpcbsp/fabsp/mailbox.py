@@ -13,9 +13,10 @@ by handlers at any depth, have been handled.  Records from one rank to another t
 mailbox are handled in the order they were sent (per-pair FIFO); there is no order between
 sources.  Handlers do not run while a mailbox is being created, but they may run while this
 rank waits in any other collective call, so create the mailboxes (and the state their handlers
-use) before sending.  A handler must not call ``sync``.  Puts and queue sends from a handler
-travel with the exchange of this sync only if some rank had put/get/queue traffic before the
-sync started, otherwise with the next one: keep handlers to mailbox sends and local updates.
+use) before sending.  A handler must not call ``sync``.  Puts, gets and queue sends made by a
+handler before ``sync`` returns are delivered by that same sync: once the mailboxes are quiet
+the ranks agree again on whether anything is left to exchange, and no handler runs after that
+point of the sync.
 
 Aggregation and memory.  Records are buffered per destination (``buffer`` records) and a full
 buffer goes out as one message; at most ``max_pending`` messages per mailbox are in flight, and
@@ -28,13 +29,12 @@ import contextlib
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
-from mpi4py import MPI
 
-from ..runtime.destinations import split_by_destination
-from ..runtime.coarray import as_records
-from ..runtime.control import Kind, signature
-from ..runtime.errors import BSPError
+from ..runtime.control import Kind
+from ..runtime.errors import UsageError
+from ..runtime.records import as_records, split_by_destination
 from .aggregation import Aggregator
+from .backpressure import SendWindow
 from .engine import Engine, default_buffer
 
 if TYPE_CHECKING:
@@ -78,20 +78,20 @@ class Mailbox:
                  name: str | None = None):
         where = f"rank {bsp.pid}: mailbox"
         if not callable(handler):
-            raise BSPError(f"{where}: handler must be callable, got {type(handler).__name__}")
+            raise UsageError(f"{where}: handler must be callable, got {type(handler).__name__}")
         try:
             dt = np.dtype(dtype)
         except TypeError as exc:
-            raise BSPError(f"{where}: {dtype!r} is not a numpy dtype ({exc})") from None
+            raise UsageError(f"{where}: {dtype!r} is not a numpy dtype ({exc})") from None
         if dt.hasobject or dt.itemsize == 0:
-            raise BSPError(f"{where}: records must be plain data; dtype {dt} holds Python objects "
+            raise UsageError(f"{where}: records must be plain data; dtype {dt} holds Python objects "
                            "or nothing")
         buffer = default_buffer(dt.itemsize, bsp.nprocs) if buffer is None else buffer
         for label, value in (("buffer", buffer), ("max_pending", max_pending)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise BSPError(f"{where}: {label} must be a positive integer, got {value!r}")
+                raise UsageError(f"{where}: {label} must be a positive integer, got {value!r}")
         if buffer * dt.itemsize > _MAX_MESSAGE_BYTES:
-            raise BSPError(f"{where}: buffer of {buffer} records of {dt.itemsize} bytes exceeds "
+            raise UsageError(f"{where}: buffer of {buffer} records of {dt.itemsize} bytes exceeds "
                            "the 2 GiB limit of one MPI message")
         self.name = name or getattr(handler, "__name__", "mailbox")
         self.dtype = dt
@@ -102,13 +102,12 @@ class Mailbox:
         self._bsp = bsp
         existing = Engine.existing(bsp)
         with existing.holding_handlers() if existing is not None else contextlib.nullcontext():
-            bsp._agree(Kind.REGISTER, signature("mailbox " + str(dt.descr)),
-                       lambda: f"mailbox(handler={self.name}, dtype={dt})")
+            bsp.extension.agree(Kind.REGISTER, "mailbox " + str(dt.descr),
+                                lambda: f"mailbox(handler={self.name}, dtype={dt})")
         self._engine = Engine.of(bsp)
         self.aggregator = Aggregator(bsp.nprocs, dt, self.buffer)
-        #: Sends in flight and their messages (kept alive until the send completes).
-        self.pending: list[MPI.Request] = []
-        self.pending_msgs: list[np.ndarray] = []
+        #: Sends in flight and their messages (back-pressure: at most ``max_pending``).
+        self.window = SendWindow(self.max_pending, self.aggregator)
         self.index = self._engine.register(self)
 
     def __repr__(self) -> str:
@@ -119,7 +118,7 @@ class Mailbox:
         """Send ``records`` to ``pid`` (an int), or record i to ``pid[i]`` (an integer array).
 
         Returns once the records are copied into buffers (or sent); the handler runs on the
-        destination before the next ``sync`` returns there.  Raises :class:`BSPError` at the
+        destination before the next ``sync`` returns there.  Raises :class:`UsageError` at the
         call for a pid out of range, records that do not convert to the mailbox's dtype, or a
         pid array whose length differs from the number of records.
 
@@ -131,11 +130,11 @@ class Mailbox:
         where = f"rank {self._bsp.pid}: {self.name}.send"
         accepting = engine.accepting(where)
         recs = as_records(records, self.dtype, where)
-        grouped, groups, fresh = split_by_destination(self._bsp, pid, recs, f"{self.name}.send")
+        me = self._bsp.pid
+        grouped, groups, fresh = split_by_destination(me, self._bsp.nprocs, pid, recs, f"{self.name}.send")
         if not groups or not accepting:
             return
         engine.count_sent(recs.size)
-        me = self._bsp.pid
         moved = False
         for dest, start, stop in groups:
             part = grouped[start:stop]

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..runtime import BSP
-from ..runtime.checkpoint import check_target, exists as checkpoint_exists
+from ..runtime.checkpoint import check_target
+from ..runtime.checkpoint import exists as checkpoint_exists
 from ..util.args import plural
 
 PROGRAM = "hpcbsp.farm"

@@ -100,7 +100,8 @@ def measure_map(problem: "BSFProblem", x: np.ndarray) -> tuple[float, float]:
     reduce-list); each chunk's fold is timed too, and t_a is the fold time per ⊕ (a chunk of m
     elements takes m − 1).
     """
-    length = int(problem.list_length)
+    length = problem.list_length
+    assert length is not None  # set by BSFProblem.__post_init__
     t_map = t_fold = 0.0
     folds = 0
     for start in range(0, length, MEASURE_CHUNK):

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Optional
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 

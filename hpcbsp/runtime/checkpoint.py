@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .coarray import Coarray
-from .errors import BSPError
+from .errors import BadInput, BSPError
 
 if TYPE_CHECKING:
     from .context import BSP
@@ -191,7 +191,7 @@ def _agree_or_raise(bsp: "BSP", error: str | None, what: str) -> None:
     if bad:
         rank, msg = bad[0]
         more = f" (and on {len(bad) - 1} more rank(s))" if len(bad) > 1 else ""
-        raise BSPError(f"{what} failed on rank {rank}: {msg}{more}", collective=True)
+        raise BadInput(f"{what} failed on rank {rank}: {msg}{more}")
 
 
 def save(bsp: "BSP", path: str, program: str | None, state: dict[str, Any]) -> str:
@@ -203,7 +203,7 @@ def save(bsp: "BSP", path: str, program: str | None, state: dict[str, Any]) -> s
         if arr.dtype.hasobject:
             raise BSPError(f"rank {bsp.pid}: checkpoint state {name!r} holds Python objects; "
                            "only numeric/string numpy data can be saved (no pickle)")
-    coarrays = {obj.name: obj for obj in bsp._objects if isinstance(obj, Coarray) and not obj.scratch}
+    coarrays = {c.name: c for c in bsp.extension.coarrays() if not c.scratch}
     tmp = path + ".tmp"
 
     # 1. Rank 0 checks that nothing but hpcbsp's own is in the way, and prepares an empty
@@ -330,7 +330,7 @@ def _load(path: str, fname: str, meta: dict[str, Any]) -> dict[str, np.ndarray]:
 def restore(bsp: "BSP", path: str, program: str | None = None) -> Checkpoint:
     """Read a checkpoint into the registered coarrays (collective); return its state."""
     path = os.path.abspath(os.fspath(path))
-    coarrays = {obj.name: obj for obj in bsp._objects if isinstance(obj, Coarray) and not obj.scratch}
+    coarrays = {c.name: c for c in bsp.extension.coarrays() if not c.scratch}
     error, result = None, None
     try:
         path, meta = _read_meta(path)
@@ -355,7 +355,7 @@ def restore(bsp: "BSP", path: str, program: str | None = None) -> Checkpoint:
             if old_sizes.sum() != sum(c.sizes):
                 raise BSPError(f"checkpoint {path}: coarray {name!r} holds {old_sizes.sum()} "
                                f"elements in all, this program's has {sum(c.sizes)}")
-            _fill(c, old_sizes, lambda r: cache.setdefault(r, _load(path, f"rank{r}.npz", meta)))
+            _fill(c, bsp.pid, old_sizes, lambda r: cache.setdefault(r, _load(path, f"rank{r}.npz", meta)))
         state0 = cache.get(0) or _load(path, "rank0.npz", meta)
         state = {name: state0[f"state:{name}"] for name in meta["state"]}
         result = Checkpoint(path, meta["program"], int(meta["superstep"]), int(meta["nprocs"]), state)
@@ -368,9 +368,9 @@ def restore(bsp: "BSP", path: str, program: str | None = None) -> Checkpoint:
     return result
 
 
-def _fill(c: Coarray, old_sizes: np.ndarray, part_of: Any) -> None:
+def _fill(c: Coarray, pid: int, old_sizes: np.ndarray, part_of: Any) -> None:
     """Copy this rank's slice of the global array from the saved parts that overlap it."""
-    new_start = int(sum(c.sizes[: c._bsp.pid]))
+    new_start = int(sum(c.sizes[:pid]))
     new_stop = new_start + c.local.size
     old_starts = np.concatenate([[0], np.cumsum(old_sizes)])
     for r in range(old_sizes.size):

@@ -4,28 +4,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from .errors import BSPError
-from .exchange import PUT
+from .errors import UsageError
+from .exchange import PUT, Outbox
+from .records import as_records, check_pid
 
 if TYPE_CHECKING:
     from .context import BSP
-
-
-def as_records(values: object, dtype: np.dtype, what: str) -> np.ndarray:
-    """``values`` as a C-contiguous 1-D array of ``dtype``, or a :class:`BSPError` saying why not.
-
-    Numeric values are cast when numpy's ``same_kind`` rule allows it (int -> float, float64 ->
-    float32); a cast that would change the kind of value (float -> int, complex -> float) or a
-    structured dtype that differs is refused.
-    """
-    arr = np.asarray(values)
-    if arr.dtype != dtype:
-        if arr.dtype.names is not None or dtype.names is not None or not np.can_cast(
-                arr.dtype, dtype, casting="same_kind"):
-            raise BSPError(f"{what}: values of dtype {arr.dtype} cannot be cast to {dtype}")
-        arr = arr.astype(dtype)
-    return np.ascontiguousarray(arr.reshape(-1))
 
 
 class GetFuture:
@@ -47,7 +33,7 @@ class GetFuture:
     @property
     def value(self) -> np.ndarray:
         if self._value is None:
-            raise BSPError(f"{self._what}: the value is available after the next sync")
+            raise UsageError(f"{self._what}: the value is available after the next sync")
         return self._value
 
     def _fulfil(self, raw: np.ndarray) -> None:
@@ -60,9 +46,10 @@ class Coarray:
     ``local`` is this rank's part.  ``sizes[r]`` is the length of rank r's part.
     """
 
-    def __init__(self, bsp: "BSP", obj_id: int, local: np.ndarray, sizes: tuple[int, ...], name: str,
-                 scratch: bool = False):
+    def __init__(self, bsp: "BSP", outbox: Outbox, obj_id: int, local: np.ndarray, sizes: tuple[int, ...],
+                 name: str, scratch: bool = False):
         self._bsp = bsp
+        self._outbox = outbox  # the context's: requests wait there for the next sync
         self.scratch = scratch
         self._id = obj_id
         self.local = local
@@ -75,7 +62,7 @@ class Coarray:
         return (f"Coarray({self.name!r}, dtype={self.dtype}, local={self.local.size} elements on "
                 f"rank {self._bsp.pid}, {sum(self.sizes)} in all)")
 
-    def put(self, pid: int, values: object, offset: int = 0) -> None:
+    def put(self, pid: int, values: ArrayLike, offset: int = 0) -> None:
         """Copy ``values`` now; they land in ``pid``'s ``local[offset:offset+len(values)]`` at the next sync.
 
         h-relation: ``len(values) * itemsize`` bytes and one message out of this rank and into
@@ -83,7 +70,7 @@ class Coarray:
         """
         arr = as_records(values, self.dtype, self._where("put", pid, offset, np.size(values)))
         self._check_range("put", pid, offset, arr.size)
-        self._bsp._outbox.add(pid, PUT, self._id, offset, arr.size, arr)
+        self._outbox.add(pid, PUT, self._id, offset, arr.size, arr)
 
     def hpput(self, pid: int, values: np.ndarray, offset: int = 0) -> None:
         """Unbuffered put (BSPlib's ``bsp_hpput``): like :meth:`put`, without the copy.
@@ -99,7 +86,7 @@ class Coarray:
             arr = as_records(values, self.dtype, self._where("hpput", pid, offset, np.size(values)))
         arr = arr.reshape(-1)
         self._check_range("hpput", pid, offset, arr.size)
-        self._bsp._outbox.add(pid, PUT, self._id, offset, arr.size, arr, borrow=borrow)
+        self._outbox.add(pid, PUT, self._id, offset, arr.size, arr, borrow=borrow)
 
     def get(self, pid: int, offset: int = 0, count: int | None = None) -> GetFuture:
         """Ask for ``pid``'s ``local[offset:offset+count]`` as it is at the next sync, before puts land.
@@ -108,12 +95,12 @@ class Coarray:
         ``value`` is valid after the next sync.  h-relation: one message out of this rank (the
         request), ``count * itemsize`` bytes out of ``pid`` and into this rank.
         """
-        self._bsp._check_pid(pid, self._call("get", pid, offset, count))
+        check_pid(pid, self._bsp.nprocs, self._bsp.pid, self._call("get", pid, offset, count))
         if count is None:
             count = self.sizes[pid] - offset
         self._check_range("get", pid, offset, count)
         fut = GetFuture(self.dtype, count, self._where("get", pid, offset, count))
-        self._bsp._outbox.add_get(pid, self._id, offset, count, fut)
+        self._outbox.add_get(pid, self._id, offset, count, fut)
         return fut
 
     def _call(self, op: str, pid: object, offset: int, count: int | None = None) -> str:
@@ -125,14 +112,14 @@ class Coarray:
         return f"rank {self._bsp.pid}: {self._call(op, pid, offset, count)}"
 
     def _check_range(self, op: str, pid: int, offset: int, count: int) -> None:
-        self._bsp._check_pid(pid, self._call(op, pid, offset, count))
+        check_pid(pid, self._bsp.nprocs, self._bsp.pid, self._call(op, pid, offset, count))
         size = self.sizes[pid]
         if offset < 0 or count < 0 or offset + count > size:
-            raise BSPError(
+            raise UsageError(
                 f"rank {self._bsp.pid}: {self.name}.{op} of {count} element(s) at offset {offset} "
                 f"is outside rank {pid}'s part of {self.name} (size {size})")
 
-    # The exchange's side (see exchange.Registered).
+    # The exchange's side (see exchange.Target).
     def _read(self, offset: int, count: int) -> np.ndarray:
         return self.local[offset:offset + count]
 
@@ -141,6 +128,3 @@ class Coarray:
 
     def _view(self, offset: int, count: int) -> np.ndarray:
         return self.local[offset:offset + count]
-
-    def _deliver(self, batches: list[np.ndarray]) -> None:  # pragma: no cover - never a target
-        raise AssertionError("queue records addressed to a coarray")

@@ -26,7 +26,8 @@ from typing import Callable, Sequence
 import numpy as np
 from mpi4py import MPI
 
-from .errors import BSPError, SyncTimeout
+from ..util.waiting import poll
+from .errors import BSPError, Divergence, PeerFailed, SyncTimeout
 from .waiting import Naps
 
 
@@ -78,6 +79,10 @@ class ControlStep:
         self.track_arrivals = False
         #: How the non-blocking step waits between polls: "spin" or "yield" (see waiting).
         self.wait_mode = "spin"
+        #: True once a control step ended in a disagreement that every rank saw (a divergence or
+        #: a reported failure): no collective is left half done, so the communicator is quiet on
+        #: every rank and can be freed.  Not after a timeout, which only this rank saw.
+        self.settled = False
         self._seq = 0
         self._sbuf = bytearray(_RECORD.size)
         self._rbuf = bytearray(_RECORD.size)
@@ -101,23 +106,24 @@ class ControlStep:
         superstep: int,
         sig: int,
         describe: Callable[[], str],
-        has_data: bool = False,
-        has_gets: bool = False,
+        has_data: bool | int = False,
+        has_gets: bool | int = False,
         progress: Sequence[Callable[[], object]] = (),
         deadline: float | None = None,
         timed: bool = False,
     ) -> tuple[bool, bool]:
         """Enter the control step; return ``(any_data, any_gets)`` as agreed by all ranks.
 
-        Raises :class:`BSPError` on every rank if the ranks disagree on the kind of call, the
-        superstep or the signature.  ``describe`` is called only then, to say what this rank was
+        Raises :class:`~.errors.Divergence` on every rank if the ranks disagree on the kind of
+        call, the superstep or the signature (:class:`~.errors.PeerFailed` if some rank reported
+        a failure).  ``describe`` is called only then, to say what this rank was
         doing.  In non-blocking mode, ``progress`` callables run while waiting (FA-BSP mailboxes
         keep delivering messages, so a rank that reached the sync early does not block senders
         that are still computing) and ``deadline`` (a ``time.monotonic()`` value) bounds the
-        wait; on expiry a :class:`BSPError` is raised on this rank.  ``timed=True`` makes this one
-        step non-blocking with arrival tracking whatever the defaults (a per-call timeout, which
-        every rank must give to the same call), so that ``deadline`` bounds it and the error names
-        the ranks that never arrived.
+        wait; on expiry a :class:`~.errors.SyncTimeout` is raised on this rank.  ``timed=True``
+        makes this one step non-blocking with arrival tracking whatever the defaults (a per-call
+        timeout, which every rank must give to the same call), so that ``deadline`` bounds it and
+        the error names the ranks that never arrived.
 
         This is the hot path of an empty sync (one ``pack_into``, one ``Allreduce``, one
         ``unpack``); keep it that way.
@@ -211,18 +217,23 @@ class ControlStep:
 
     def _wait(self, req: MPI.Request, progress: Sequence[Callable[[], object]],
               deadline: float | None, kind: Kind, superstep: int, tracked: bool) -> None:
+        def expired() -> SyncTimeout:
+            missing = f"ranks not arrived: {', '.join(map(str, self._missing()))}" \
+                if tracked else "the ranks that are late are not tracked"
+            return SyncTimeout(
+                f"rank {self.comm.Get_rank()}: {kind.name.lower()} at superstep {superstep} "
+                f"timed out waiting for the other ranks ({missing}); they are stuck in local "
+                "work, dead, or never call sync")
+
         nap = Naps(self.wait_mode, polling_others=bool(progress))
-        while not req.Test():
+
+        def keep_moving() -> None:
             for fn in progress:
                 fn()
-            if deadline is not None and time.monotonic() > deadline:
-                missing = f"ranks not arrived: {', '.join(map(str, self._missing()))}" \
-                    if tracked else "the ranks that are late are not tracked"
-                raise SyncTimeout(
-                    f"rank {self.comm.Get_rank()}: {kind.name.lower()} at superstep {superstep} "
-                    f"timed out waiting for the other ranks ({missing}); they are stuck in local "
-                    "work, dead, or never call sync")
             nap()  # give the core away, as the wait mode says
+
+        poll(lambda: True if req.Test() else None, deadline=deadline, expired=expired,
+             pause=keep_moving if progress else nap)
 
     def _diverged(self, kind: Kind, superstep: int, describe: Callable[[], str]) -> None:
         """All ranks saw a disagreement: gather what each was doing and raise the same error."""
@@ -230,17 +241,20 @@ class ControlStep:
         everyone = self.comm.allgather(mine)
         failed = [(r, d) for r, (k, _, d) in enumerate(everyone) if k == Kind.FAIL]
         me = self.comm.Get_rank()
+        self.settled = True
         if failed:
             who = "; ".join(f"rank {r} {d}" for r, d in failed)
-            raise BSPError(f"stopping because {who}", remote=(int(kind) != Kind.FAIL), agreed=True)
+            if int(kind) == Kind.FAIL:  # this rank failed too: it knows (its _fail swallows this)
+                raise BSPError(f"stopping because {who}")
+            raise PeerFailed(f"stopping because {who}")
         groups: dict[str, list[int]] = {}
         for r, (_, step, d) in enumerate(everyone):
             groups.setdefault(f"{d} at superstep {step}", []).append(r)
         parts = [f"{_ranks(rs)}: {d}" for d, rs in groups.items()]
-        raise BSPError(
+        raise Divergence(
             f"the ranks of this BSP program diverged (seen on rank {me}): " + "; ".join(parts)
             + ". Every rank must make the same sequence of collective BSP calls (sync, coarray, "
-            "queue, allreduce, broadcast, split) and leave the BSP block together.", agreed=True)
+            "queue, allreduce, broadcast, split) and leave the BSP block together.")
 
 
 def _ranks(ranks: list[int]) -> str:

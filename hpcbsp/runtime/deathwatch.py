@@ -165,7 +165,8 @@ def _stat(pid: int | str) -> list[str]:
 
 def _siblings(limit: int = 512) -> list[int]:
     """The other children of this process's parent: the job's ranks on this node (Linux)."""
-    parent, me, out = str(os.getppid()), os.getpid(), []
+    parent, me = str(os.getppid()), os.getpid()
+    out: list[int] = []
     try:
         names = os.listdir("/proc")
     except OSError:

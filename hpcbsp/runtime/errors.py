@@ -1,27 +1,44 @@
-"""The one exception type of the BSP runtime."""
+"""The exceptions of the BSP runtime: one class per kind of failure, all under :class:`BSPError`.
+
+Catch what you mean::
+
+    BSPError            anything below (a rule of the model broken, or a rank failed)
+    +-- UsageError      this rank broke a rule at a call (a put out of bounds, a wrong dtype, a
+    |                   call on a closed context); raised on this rank only, at the call
+    +-- Divergence      the ranks made different collective calls; raised on every rank at once
+    +-- PeerFailed      another rank failed; this rank did nothing wrong and stops
+    +-- SyncTimeout     a collective call waited longer than the context's ``timeout``
+    +-- BadInput        every rank raises the same error about bad input (a damaged checkpoint,
+                        a launcher that does not match the MPI library)
+
+How an uncaught one is reported (:mod:`hpcbsp.runtime.report`): :class:`BadInput` once, on rank
+0, as one line; :class:`PeerFailed` as one line per rank; every other kind with the rank's
+traceback.
+"""
 
 
 class BSPError(RuntimeError):
-    """A BSP program broke a rule of the model or a rank failed.
+    """A BSP program broke a rule of the model or a rank failed (the base of every kind)."""
 
-    Raised at the call that broke the rule where it can be detected locally (a put out of bounds,
-    a wrong dtype), and on every rank at once where it needs agreement (registration that differs
-    between ranks, a rank that left while others synchronise).
 
-    ``remote`` is True when this rank did nothing wrong and is stopping because another rank
-    failed; the runner then prints one line instead of a traceback.  ``collective`` is True when
-    every rank raised this same error about bad input (a damaged checkpoint, say); the runner then
-    prints the message once, on rank 0, without a traceback.  ``agreed`` is True when every rank
-    learnt of the failure in the same completed control step (a divergence, or another rank's
-    reported failure): the context's communicator is then quiet everywhere and can be freed.
+class UsageError(BSPError):
+    """This rank broke a rule of the model at a call that can check it locally.
+
+    Examples: a put outside the target's part, values that do not convert to the coarray's
+    dtype, a pid that is not a rank, a collective call on a context that is closed or failed.
     """
 
-    def __init__(self, message: str, *, remote: bool = False, collective: bool = False,
-                 agreed: bool = False):
-        super().__init__(message)
-        self.remote = remote
-        self.collective = collective
-        self.agreed = agreed
+
+class Divergence(BSPError):
+    """The ranks made different collective calls (one registers a coarray while another syncs,
+    one left the BSP block while others wait).  Every rank raises it in the same control step,
+    with a description of what each rank was doing."""
+
+
+class PeerFailed(BSPError):
+    """Another rank failed; this rank did nothing wrong and stops.  Raised at this rank's next
+    collective call (or at its next mailbox ``send``/``sync`` after a handler failed elsewhere);
+    reported as one line, not a traceback."""
 
 
 class SyncTimeout(BSPError):
@@ -32,12 +49,19 @@ class SyncTimeout(BSPError):
     """
 
 
+class BadInput(BSPError):
+    """Bad input that every rank found together and reports with the same message (a missing,
+    damaged or foreign checkpoint; a launcher whose world does not match MPI's; a bad value in an
+    environment variable every rank reads).  Reported once, on rank 0, without a traceback."""
+
+
 def env_number(name: str, kind: type[int] | type[float], minimum: float) -> int | float | None:
     """The number in environment variable ``name``, or None where it is unset or empty.
 
-    Raises :class:`BSPError` with one line naming the variable and its value when it is not a
+    Raises :class:`BadInput` with one line naming the variable and its value when it is not a
     finite number of ``kind`` of at least ``minimum`` (above zero when ``minimum`` is 0.0 for a
-    float: a time), instead of a ``ValueError`` traceback from deep inside the runtime.
+    float: a time), instead of a ``ValueError`` traceback from deep inside the runtime.  Every
+    rank reads the same environment (the launcher passes it on), so every rank raises it.
     """
     import math
     import os
@@ -53,8 +77,9 @@ def env_number(name: str, kind: type[int] | type[float], minimum: float) -> int 
     if value is None or not math.isfinite(value) or value < minimum or (positive and value <= 0):
         what = "a positive number" if positive else f"an integer >= {minimum:g}" if kind is int \
             else f"a number >= {minimum:g}"
-        # Every rank reads the same environment (the launcher passes it on): a collective error,
-        # reported once, without a traceback.
-        raise BSPError(f"environment variable {name}={text!r} is not {what}: correct it or unset it "
-                       "(docs/environment.md)", collective=True)
+        raise BadInput(f"environment variable {name}={text!r} is not {what}: correct it or unset it "
+                       "(docs/environment.md)")
     return value
+
+
+__all__ = ["BSPError", "UsageError", "Divergence", "PeerFailed", "SyncTimeout", "BadInput", "env_number"]

@@ -22,10 +22,12 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, Sequence, cast
 
 import numpy as np
 from mpi4py import MPI
+
+from .ledger import Traffic
 
 if TYPE_CHECKING:
     from .coarray import GetFuture
@@ -39,31 +41,30 @@ _TAG_LARGE = 103
 
 
 class Registered(Protocol):
-    """What the exchange needs of a coarray or queue."""
+    """What the exchange needs of every registered object (a coarray or a queue)."""
 
     itemsize: int
     dtype: np.dtype
 
-    def _read(self, offset: int, count: int) -> np.ndarray: ...
-    def _write(self, offset: int, data: np.ndarray) -> None: ...
-    def _deliver(self, batches: list[np.ndarray]) -> None: ...
-    def _view(self, offset: int, count: int) -> np.ndarray: ...
+
+class Target(Registered, Protocol):
+    """The target of puts and the source of gets (a coarray)."""
+
+    def _read(self, offset: int, count: int) -> np.ndarray:
+        """The elements a get reads (before any put of the superstep lands)."""
+
+    def _write(self, offset: int, data: np.ndarray) -> None:
+        """Apply a put."""
+
+    def _view(self, offset: int, count: int) -> np.ndarray:
+        """Writable memory of the elements, for a large put received in place."""
 
 
-@dataclass
-class Traffic:
-    """Counts of one superstep on this rank (payload bytes between different ranks)."""
+class Sink(Registered, Protocol):
+    """The receiver of queue records (a queue)."""
 
-    bytes_out: int = 0
-    bytes_in: int = 0
-    msgs_out: int = 0
-    msgs_in: int = 0
-
-    def add(self, other: "Traffic") -> None:
-        self.bytes_out += other.bytes_out
-        self.bytes_in += other.bytes_in
-        self.msgs_out += other.msgs_out
-        self.msgs_in += other.msgs_in
+    def _deliver(self, batches: list[np.ndarray]) -> None:
+        """This superstep's records for this rank, in source rank order."""
 
 
 class BufferPool:
@@ -119,7 +120,7 @@ class Outbox:
         self.large = [[] for _ in range(self.nprocs)]
 
     def add(self, dest: int, code: int, obj_id: int, offset: int, count: int,
-            payload: np.ndarray | None, msgs: int = 1, borrow: bool = False) -> None:
+            payload: np.ndarray | None, borrow: bool = False) -> None:
         """Append one record; ``payload`` must be C-contiguous.
 
         The payload is copied here, unless ``borrow`` (``hpput``) and it is large: then it is sent
@@ -136,7 +137,7 @@ class Outbox:
                 raw = copy
             self.large[dest].append(raw)
             self.traffic.bytes_out += payload.nbytes
-            self.traffic.msgs_out += msgs
+            self.traffic.msgs_out += 1
             self.nrecords += 1
             return
         buf += HEADER.pack(code, obj_id, offset, count)
@@ -149,7 +150,7 @@ class Outbox:
             if dest != self.me:
                 self.traffic.bytes_out += raw.size
         if dest != self.me:
-            self.traffic.msgs_out += msgs
+            self.traffic.msgs_out += 1
         self.nrecords += 1
 
     def add_get(self, dest: int, obj_id: int, offset: int, count: int, future: "GetFuture") -> None:
@@ -158,8 +159,12 @@ class Outbox:
         self.gets_count += 1
 
 
-def exchange(comm: MPI.Comm, outbox: Outbox, registry: list[Registered], any_gets: bool) -> Traffic:
-    """Deliver everything in ``outbox`` (collective over ``comm``); return this rank's traffic."""
+def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any_gets: bool) -> Traffic:
+    """Deliver everything in ``outbox`` (collective over ``comm``); return this rank's traffic.
+
+    ``registry[i]`` is the object with id ``i``: a :class:`Target` for puts and gets, a
+    :class:`Sink` for queue records (the records' codes say which).
+    """
     p, me = outbox.nprocs, outbox.me
     traffic = outbox.traffic
     send_counts = np.fromiter((len(b) if d != me else 0 for d, b in enumerate(outbox.bufs)),
@@ -182,13 +187,15 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: list[Registered], any_get
 
     # Parse every source's records, in ascending source order.
     gets: list[tuple[int, int, int, int]] = []
-    data: list[tuple[int, int, int, int, np.ndarray]] = []
+    # (source, code, object id, offset, payload bytes), or for a large put (..., element count)
+    # until it is received; None once it was received in place.
+    data: list[tuple[int, int, int, int, Any] | None] = []
     for src in range(p):
         buf = (np.frombuffer(outbox.bufs[me], np.uint8) if src == me
                else recvbuf[displs[src]:displs[src + 1]])
         pos, end = 0, buf.size
         while pos < end:
-            code, obj, off, cnt = HEADER.unpack_from(buf, pos)
+            code, obj, off, cnt = HEADER.unpack_from(buf, pos)  # type: ignore[arg-type]  # numpy buffer
             pos += HEADER.size
             if src != me:
                 traffic.msgs_in += 1  # a request: a put, a get, or one batch of queue records
@@ -208,19 +215,19 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: list[Registered], any_get
     # 1. Gets read their source before any put lands.
     replies = [bytearray() for _ in range(p)]
     for src, obj, off, cnt in gets:
-        part = np.ascontiguousarray(registry[obj]._read(off, cnt))
+        part = np.ascontiguousarray(cast(Target, registry[obj])._read(off, cnt))
         replies[src] += part.reshape(-1).view(np.uint8).data
         if src != me:
             traffic.bytes_out += part.nbytes
     # 2. Large payloads: straight into the target where nothing else writes those elements.
     large_recvs = []
-    if large_sends or any(rec[1] == PUT_LARGE for rec in data):
+    if large_sends or any(rec is not None and rec[1] == PUT_LARGE for rec in data):
         alone = _isolated_large_puts(data, registry)
         for i, rec in enumerate(data):
-            if rec[1] != PUT_LARGE:
+            if rec is None or rec[1] != PUT_LARGE:
                 continue
             src, _, obj, off, cnt = rec
-            target = registry[obj]
+            target = cast(Target, registry[obj])
             if i in alone:
                 dest = target._view(off, cnt)
                 data[i] = None  # delivered in place
@@ -235,14 +242,13 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: list[Registered], any_get
         if rec is None:
             continue
         _, code, obj, off, raw = rec
-        target = registry[obj]
-        values = raw.view(target.dtype)
+        values = raw.view(registry[obj].dtype)
         if code == PUT:
-            target._write(off, values)
+            cast(Target, registry[obj])._write(off, values)
         else:
             batches.setdefault(obj, []).append(values)
     for obj, parts in batches.items():
-        registry[obj]._deliver(parts)
+        cast(Sink, registry[obj])._deliver(parts)
     del data, recvbuf
 
     if any_gets:
@@ -250,7 +256,7 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: list[Registered], any_get
     return traffic
 
 
-def _isolated_large_puts(data: list, registry: list[Registered]) -> set[int]:
+def _isolated_large_puts(data: list, registry: Sequence[Registered]) -> set[int]:
     """Indices of large puts whose target elements no other put of this superstep touches."""
     spans: dict[int, list[tuple[int, int, int]]] = {}
     for i, rec in enumerate(data):

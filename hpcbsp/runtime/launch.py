@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import BSPError
+from .errors import BadInput
 
 #: Environment variables set by process managers for every rank, with the launcher they imply.
 _LAUNCHER_VARS = (
@@ -78,7 +78,7 @@ def expected_world_size(env: dict[str, str] | None = None) -> int | None:
 
 
 def check_world(world_size: int, env: dict[str, str] | None = None) -> None:
-    """Raise :class:`BSPError` when the launcher started more ranks than MPI can see.
+    """Raise :class:`BadInput` when the launcher started more ranks than MPI can see.
 
     The classic case is ``srun`` without ``--mpi=pmi2`` for an MPICH build: every task comes up as
     rank 0 of a world of size 1 and would silently run the whole program alone.
@@ -88,16 +88,16 @@ def check_world(world_size: int, env: dict[str, str] | None = None) -> None:
     if world_size != 1 or expected is None or expected <= 1:
         return
     if "SLURM_STEP_ID" in env:
-        raise BSPError(
+        raise BadInput(
             f"srun started {expected} tasks but MPI sees a world of size 1 on each: the MPI library "
             "could not reach Slurm's process manager. Launch with `srun --mpi=pmi2 ...` (MPICH; "
             "`srun --mpi=list` shows what this Slurm offers), or run `mpiexec -n "
-            f"{expected} ...` inside the allocation.", collective=True
+            f"{expected} ...` inside the allocation."
         )
-    raise BSPError(
+    raise BadInput(
         f"the launcher started {expected} processes but MPI sees a world of size 1: mpiexec and "
         "the MPI library that mpi4py uses do not belong together. Use the mpiexec of the same MPI "
-        f"(for the embedded MPICH: {find_mpiexec() or 'the mpiexec in your venv'}).", collective=True
+        f"(for the embedded MPICH: {find_mpiexec() or 'the mpiexec in your venv'})."
     )
 
 

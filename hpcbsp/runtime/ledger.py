@@ -14,11 +14,11 @@ import csv
 import json
 import os
 from dataclasses import asdict, dataclass, fields
-from typing import Iterable, Iterator, Protocol
+from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from mpi4py import MPI
 
-from .errors import BSPError
+from .errors import UsageError
 
 
 class CostModel(Protocol):
@@ -26,6 +26,24 @@ class CostModel(Protocol):
 
     def superstep_cost(self, w: float, h_bytes: float, messages: float) -> float:
         """Predicted seconds of a superstep with work ``w``, h-relation ``h_bytes``."""
+
+
+@dataclass
+class Traffic:
+    """What one superstep moved on this rank: payload bytes and requests between different ranks
+    (the counting rule is in the module docstring).  The exchange, the collectives and FA-BSP
+    mailboxes each return one; the context adds them up into the superstep's ledger record."""
+
+    bytes_out: int = 0
+    bytes_in: int = 0
+    msgs_out: int = 0
+    msgs_in: int = 0
+
+    def add(self, other: "Traffic") -> None:
+        self.bytes_out += other.bytes_out
+        self.bytes_in += other.bytes_in
+        self.msgs_out += other.msgs_out
+        self.msgs_in += other.msgs_in
 
 
 FIELDS = ("index", "label", "work_s", "sync_s", "bytes_out", "bytes_in", "msgs_out", "msgs_in")
@@ -45,7 +63,7 @@ class SuperstepRecord:
     msgs_in: int
     start_s: float       #: when the superstep's work began, seconds since the context started
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -59,10 +77,9 @@ class Ledger:
         # Plain tuples in SuperstepRecord field order: appending one is the cheapest thing an
         # empty sync can do; records are built on access.
         self._rows: list[tuple] = []
-
-    def append_row(self, index: int, label: str | None, work_s: float, sync_s: float,
-                   bytes_out: int, bytes_in: int, msgs_out: int, msgs_in: int, start_s: float) -> None:
-        self._rows.append((index, label, work_s, sync_s, bytes_out, bytes_in, msgs_out, msgs_in, start_s))
+        #: ``add(row)`` records one superstep: a tuple of the :class:`SuperstepRecord` fields in
+        #: order (the list's own append, so that the sync's finisher makes no Python call).
+        self.add: Callable[[tuple], None] = self._rows.append
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -77,13 +94,13 @@ class Ledger:
     def records(self) -> list[SuperstepRecord]:
         return list(self)
 
-    def gather(self, root: int | None = 0) -> list[dict[str, object]] | None:
+    def gather(self, root: int | None = 0) -> list[dict[str, Any]] | None:
         """Collective: every rank's records as dicts with a ``rank`` field.
 
         Returns the list on ``root`` (on every rank if ``root`` is None), ``None`` elsewhere.
         """
         if self._comm == MPI.COMM_NULL:
-            raise BSPError(f"rank {self._rank}: the ledger's BSP context has ended, so its ranks "
+            raise UsageError(f"rank {self._rank}: the ledger's BSP context has ended, so its ranks "
                            "can no longer combine their records: call ledger.gather() or "
                            "ledger.save() inside the BSP block (the records of this rank are "
                            "still here: iterate over the ledger or call summary())")
@@ -91,9 +108,10 @@ class Ledger:
         if root is None:
             parts = self._comm.allgather(mine)
         else:
-            parts = self._comm.gather(mine, root=root)
-            if parts is None:
+            gathered = self._comm.gather(mine, root=root)
+            if gathered is None:
                 return None
+            parts = gathered
         return [rec for part in parts for rec in part]
 
     def save(self, path: str | os.PathLike[str]) -> str | None:
@@ -116,7 +134,7 @@ class Ledger:
         return summarize([dict(r.as_dict(), rank=self._rank) for r in self], profile=profile)
 
 
-def write_records(path: str, records: list[dict[str, object]], nprocs: int) -> None:
+def write_records(path: str, records: list[dict[str, Any]], nprocs: int) -> None:
     """Write gathered ledger records in the format given by ``path``'s extension."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.tmp"
@@ -138,7 +156,7 @@ def write_records(path: str, records: list[dict[str, object]], nprocs: int) -> N
     os.replace(tmp, path)
 
 
-def _trace_events(records: Iterable[dict[str, object]]) -> dict[str, object]:
+def _trace_events(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     events = []
     for rec in records:
         rank = rec["rank"]
@@ -153,9 +171,9 @@ def _trace_events(records: Iterable[dict[str, object]]) -> dict[str, object]:
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
-def per_superstep(records: Iterable[dict[str, object]]) -> list[dict[str, object]]:
+def per_superstep(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Combine ranks: per superstep, w = max work, sync = max sync time, h = max bytes in/out."""
-    steps: dict[int, dict[str, object]] = {}
+    steps: dict[int, dict[str, Any]] = {}
     for rec in records:
         i = int(rec["index"])
         s = steps.setdefault(i, {"index": i, "label": rec["label"], "w_s": 0.0, "sync_s": 0.0,
@@ -171,7 +189,7 @@ def per_superstep(records: Iterable[dict[str, object]]) -> list[dict[str, object
     return [steps[i] for i in sorted(steps)]
 
 
-def summarize(records: list[dict[str, object]], max_rows: int = 12,
+def summarize(records: list[dict[str, Any]], max_rows: int = 12,
               profile: CostModel | None = None) -> str:
     """A human-readable table of the supersteps (all ranks combined) and totals.
 

@@ -473,7 +473,7 @@ class Grid:
         return tuple(q.global_indices(c) for q, c in zip(self.parts, coords))
 
     def _per_dim(self, values: Sequence[IndexLike], call: str) -> tuple[IndexLike, ...]:
-        if isinstance(values, np.ndarray) or np.ndim(values) == 0 or len(values) != self.ndim:
+        if not isinstance(values, (list, tuple)) or len(values) != self.ndim:
             raise BSPError(f"{self!r}.{call}: give one index (or index array) per dimension, "
                            f"{self.ndim} in all")
         return tuple(values)

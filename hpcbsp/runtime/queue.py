@@ -5,9 +5,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .coarray import as_records
-from .destinations import split_by_destination
-from .exchange import SEND
+from .exchange import SEND, Outbox
+from .records import as_records, split_by_destination
 
 if TYPE_CHECKING:
     from .context import BSP
@@ -16,8 +15,9 @@ if TYPE_CHECKING:
 class Queue:
     """Records of one numpy dtype sent to other ranks; created collectively by :meth:`BSP.queue`."""
 
-    def __init__(self, bsp: "BSP", obj_id: int, dtype: np.dtype, name: str):
+    def __init__(self, bsp: "BSP", outbox: Outbox, obj_id: int, dtype: np.dtype, name: str):
         self._bsp = bsp
+        self._outbox = outbox  # the context's: records wait there for the next sync
         self._id = obj_id
         self.dtype = dtype
         self.itemsize = dtype.itemsize
@@ -36,8 +36,8 @@ class Queue:
         header; records to this rank itself are not counted).
         """
         recs = as_records(records, self.dtype, f"rank {self._bsp.pid}: {self.name}.send")
-        grouped, groups, _ = split_by_destination(self._bsp, pid, recs, f"{self.name}.send")
-        outbox = self._bsp._outbox
+        grouped, groups, _ = split_by_destination(self._bsp.pid, self._bsp.nprocs, pid, recs, f"{self.name}.send")
+        outbox = self._outbox
         for dest, start, stop in groups:
             outbox.add(dest, SEND, self._id, 0, stop - start, grouped[start:stop])
 
@@ -45,16 +45,10 @@ class Queue:
         """What was sent to this rank in the previous superstep: by source rank, then send order."""
         return self._received
 
-    # The exchange's side (see exchange.Registered).
+    # The exchange's side (see exchange.Sink).
     def _deliver(self, batches: list[np.ndarray]) -> None:
         self._received = np.concatenate(batches) if len(batches) > 1 else batches[0].copy()
 
     def _clear(self) -> None:
         if self._received.size:
             self._received = np.empty(0, dtype=self.dtype)
-
-    def _read(self, offset: int, count: int) -> np.ndarray:  # pragma: no cover
-        raise AssertionError("get addressed to a queue")
-
-    def _write(self, offset: int, data: np.ndarray) -> None:  # pragma: no cover
-        raise AssertionError("put addressed to a queue")

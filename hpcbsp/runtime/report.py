@@ -7,14 +7,15 @@ import sys
 import time
 import traceback
 
-from .errors import BSPError
+from .errors import BadInput, PeerFailed
 
 
 def format_failure(exc: BaseException, rank: int, size: int) -> str:
-    """What a failed rank says: one line for a remote failure, else the rank-prefixed traceback."""
-    if isinstance(exc, BSPError) and exc.collective:
+    """What a failed rank says: bad input found by every rank once (on rank 0), a peer's failure
+    in one line, anything else as the rank-prefixed traceback."""
+    if isinstance(exc, BadInput):
         return f"[hpcbsp] error: {exc}\n" if rank == 0 else ""
-    if isinstance(exc, BSPError) and exc.remote:
+    if isinstance(exc, PeerFailed):
         return f"[hpcbsp] rank {rank}/{size}: {exc}\n"
     if isinstance(exc, KeyboardInterrupt):  # Ctrl-C: no error of the program's, no traceback
         return f"[hpcbsp] rank {rank}/{size}: interrupted (KeyboardInterrupt, Ctrl-C)\n"

@@ -1,7 +1,7 @@
 """Running a BSP function on every rank, and what happens when one rank fails.
 
 The rule: a failing rank prints its traceback once, prefixed with its rank; the other ranks learn
-of the failure at their next collective BSP call (a :class:`BSPError` with ``remote=True``, printed
+of the failure at their next collective BSP call (a :class:`~.errors.PeerFailed`, printed
 as one line); the job ends with a non-zero status within seconds.  If the other ranks never reach
 a BSP call (stuck in local work or in MPI calls of their own), the job is aborted after
 ``$HPCBSP_ABORT_GRACE`` seconds.
@@ -31,8 +31,9 @@ from typing import Any, Callable, TypeVar
 from mpi4py import MPI
 
 from . import deathwatch
-from .context import _LIVE, BSP
+from .context import BSP
 from .errors import BSPError, SyncTimeout
+from .lifecycle import LIVE
 from .report import abort_job, format_failure, report_failure
 
 T = TypeVar("T")
@@ -42,7 +43,7 @@ def run(fn: Callable[..., T], *args: Any, comm: MPI.Comm | None = None, **kw: An
     """Call ``fn(bsp, *args, **kw)`` on every rank of ``comm`` and return this rank's result.
 
     MPI stays initialised afterwards.  If ``fn`` raises on some rank, the exception propagates
-    there and every other rank raises :class:`BSPError` (``remote=True``) at its next collective
+    there and every other rank raises :class:`~.errors.PeerFailed` at its next collective
     BSP call.  An uncaught exception is printed once, with its rank (see :func:`excepthook`).
     """
     install_excepthook()
@@ -63,9 +64,9 @@ def excepthook(exc_type: type[BaseException], exc: BaseException, tb: TracebackT
     # Peers of live BSP contexts are told through the context (which aborts, with this report,
     # if they do not listen in time); with none, abort so that ranks blocked in their own MPI
     # calls do not hang.
-    live = list(_LIVE)
-    for bsp in live:
-        bsp._fail(exc)
+    live = list(LIVE)
+    for context in live:
+        context.fail(exc)
     told = getattr(exc, "hpcbsp_peers_told", False)
     if size > 1 and (isinstance(exc, SyncTimeout) or not (live or told or isinstance(exc, BSPError))):
         abort_job(format_failure(exc, rank, size))
@@ -153,7 +154,7 @@ def _end_job_interrupted() -> None:
         while True:  # the other thread is ending the process; stop this one where it is
             time.sleep(1.0)
     rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
-    live = list(_LIVE)
+    live = list(LIVE)
     where = f"at superstep {live[0].superstep}" if live else "outside its BSP contexts"
     if deathwatch.claim_report():
         os.write(2, f"[hpcbsp] rank {rank}/{size}: interrupted (SIGINT, Ctrl-C) {where}; "

@@ -109,7 +109,7 @@ class TorchModel(Model):
         if input_shape is None and n_features is None:
             raise TorchModelError("TorchModel needs input_shape or n_features")
         self.input_shape = tuple(int(s) for s in (input_shape or (n_features,)))
-        self.n_features = int(n_features if n_features is not None else np.prod(self.input_shape))
+        self.n_features = int(np.prod(self.input_shape)) if n_features is None else int(n_features)
         if int(np.prod(self.input_shape)) != self.n_features:
             raise TorchModelError(f"input_shape {self.input_shape} holds {int(np.prod(self.input_shape))} "
                                   f"values, not n_features = {self.n_features}")

@@ -1,0 +1,148 @@
+"""Handler scheduling of an FA-BSP engine: receiving mailbox messages and running handlers.
+
+Arrived messages are received (``Improbe`` + ``Recv`` of the exact size, any source, any tag) into
+an inbox, in arrival order; records a rank sends to itself are put there directly.  Handlers run
+on the inbox one batch at a time and never nested: a handler that sends and has to wait for a
+free send slot receives meanwhile, but the records wait in the inbox until it returns.  While a
+mailbox is being created (:meth:`Handlers.holding`), messages are received but no handler runs,
+and messages for a mailbox that does not exist yet on this rank are kept until it does.
+
+A failure notice (:data:`~.notices.POISON_TAG`) that arrives goes to the engine's
+:class:`~.notices.FailureNotices`; from then on the inbox is dropped (the superstep is lost).  A
+handler that raises announces this rank's failure to the peers before the exception propagates.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections import deque
+from typing import TYPE_CHECKING, Callable, Iterator
+
+import numpy as np
+from mpi4py import MPI
+
+from ..runtime.errors import PeerFailed
+from ..runtime.ledger import Traffic
+from .notices import POISON_TAG, FailureNotices
+
+if TYPE_CHECKING:
+    from .mailbox import Mailbox
+
+
+class Handlers:
+    """The inbox and handler loop of one engine.
+
+    ``boxes`` is the engine's list of mailboxes (shared: index = tag); ``comm`` is the current
+    epoch's communicator (the engine sets it); ``traffic`` counts what arrived (bytes, records)
+    and is swapped out by the engine at the end of each superstep; ``handled`` counts records
+    whose handler returned (the termination counter).
+    """
+
+    def __init__(self, boxes: list["Mailbox"], comm: MPI.Comm, notices: FailureNotices,
+                 superstep: Callable[[], int]):
+        self.boxes = boxes
+        self.comm = comm
+        self.traffic = Traffic()
+        self.handled = 0
+        #: True while a handler runs (handlers never nest).
+        self.running = False
+        self._held = False  # receive, but run no handler (while a mailbox is registered)
+        self._notices = notices
+        self._superstep = superstep
+        self._inbox: deque[tuple[int, int, np.ndarray]] = deque()
+        self._early: list[tuple[int, int, np.ndarray]] = []  # for mailboxes not registered yet
+        self._status = MPI.Status()
+
+    def __len__(self) -> int:
+        """Batches waiting in the inbox."""
+        return len(self._inbox)
+
+    @property
+    def may_run(self) -> bool:
+        """False inside a handler or while mailboxes are created: receive only."""
+        return not (self.running or self._held)
+
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[None]:
+        """Within this block messages are received but no handler runs."""
+        self._held = True
+        try:
+            yield
+        finally:
+            self._held = False
+
+    def admit(self, index: int, box: "Mailbox") -> None:
+        """Mailbox ``index`` was registered: queue the records that arrived for it before."""
+        for tag, src, raw in [e for e in self._early if e[0] == index]:
+            recs = raw.view(box.dtype)
+            self.traffic.msgs_in += recs.shape[0]
+            self._inbox.append((tag, src, recs))
+        self._early = [e for e in self._early if e[0] != index]
+
+    def enqueue(self, index: int, src: int, recs: np.ndarray) -> None:
+        """Records for mailbox ``index`` from ``src`` (this rank itself), handled at the next pump."""
+        self._inbox.append((index, src, recs))
+
+    def pump(self, limit: int | None) -> bool:
+        """Receive and handle until nothing is waiting (at most ``limit`` messages); True if any."""
+        busy = False
+        count = 0
+        while True:
+            if self._inbox:
+                self.run()
+                busy = True
+            if limit is not None and count >= limit:
+                break
+            if not self.receive(1):
+                break
+            count += 1
+        return busy or count > 0
+
+    def receive(self, limit: int) -> int:
+        """Move up to ``limit`` arrived messages into the inbox; return how many."""
+        got = 0
+        comm, status = self.comm, self._status
+        while got < limit:
+            msg = comm.Improbe(MPI.ANY_SOURCE, MPI.ANY_TAG, status)
+            if msg is None:
+                break
+            src, tag = status.Get_source(), status.Get_tag()
+            raw = np.empty(status.Get_count(MPI.BYTE), dtype=np.uint8)
+            msg.Recv([raw, MPI.BYTE])
+            if tag == POISON_TAG:
+                self._notices.heard(src, raw)
+                continue
+            got += 1
+            self.traffic.bytes_in += raw.size
+            if tag < len(self.boxes):
+                box = self.boxes[tag]
+                recs = raw.view(box.dtype)
+                self.traffic.msgs_in += recs.shape[0]
+                self._inbox.append((tag, src, recs))
+            else:
+                self._early.append((tag, src, raw))
+        return got
+
+    def run(self) -> None:
+        """Run handlers on the inbox, one batch at a time (never nested)."""
+        if self.running:
+            return
+        self.running = True
+        box = None
+        try:
+            while self._inbox:
+                if self._notices.peer_failure is not None:
+                    self._inbox.clear()  # the superstep is lost; do not act on its records
+                    return
+                index, src, recs = self._inbox.popleft()
+                box = self.boxes[index]
+                box.call_handler(recs, src)
+                self.handled += recs.shape[0]
+        except PeerFailed:
+            raise
+        except BaseException as exc:
+            what = f"mailbox {box.name!r}" if box is not None else "a mailbox"
+            self._notices.announce(f"failed in the handler of {what} at superstep {self._superstep()} "
+                                   f"with {type(exc).__name__}: {exc}")
+            raise
+        finally:
+            self.running = False

@@ -1,0 +1,129 @@
+"""Collectives of a BSP context: each is a superstep of its own, ended by the context's ``sync``
+path (pending puts are delivered first) with the collective's MPI call as its :class:`Step`.
+
+The facade methods ``BSP.allreduce`` and ``BSP.broadcast`` document the h-relations; this module
+checks the arguments (a :class:`UsageError` on the calling rank, before any MPI call) and makes
+the calls.
+"""
+from __future__ import annotations
+
+import pickle
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from mpi4py import MPI
+
+from .control import Kind, signature
+from .errors import UsageError
+from .ledger import Traffic
+from .superstep import Step
+
+if TYPE_CHECKING:
+    from .superstep import Supersteps
+
+OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX,
+       "land": MPI.LAND, "lor": MPI.LOR, "band": MPI.BAND, "bor": MPI.BOR}
+
+
+def _count_both_ways(traffic: Traffic, nbytes: int, nprocs: int) -> None:
+    """A reduction: ``nbytes`` out of and into every rank, one message each way."""
+    if nprocs > 1:
+        traffic.bytes_out += nbytes
+        traffic.bytes_in += nbytes
+        traffic.msgs_out += 1
+        traffic.msgs_in += 1
+
+
+def allreduce(bsp: "Supersteps", x: Any, op: str, exact: bool, out: np.ndarray | None = None) -> Any:
+    """See :meth:`hpcbsp.runtime.context.BSP.allreduce`."""
+    if op not in OPS:
+        raise UsageError(f"rank {bsp.pid}: allreduce op {op!r} is not one of {', '.join(OPS)}")
+    arr = np.asarray(x)
+    if arr.dtype == object:
+        raise UsageError(f"rank {bsp.pid}: allreduce needs numeric data, got {type(x).__name__}")
+    if exact:
+        if op != "sum" or arr.dtype.kind not in "fiub":
+            raise UsageError(f"rank {bsp.pid}: exact=True needs op='sum' on real numbers")
+        if arr.dtype.kind == "f" and arr.itemsize > 8:
+            raise UsageError(f"rank {bsp.pid}: exact=True sums float64 values (or narrower, or "
+                             f"integers); {arr.dtype} would be rounded first: convert it yourself "
+                             "if that is what you want")
+        if out is not None:
+            raise UsageError(f"rank {bsp.pid}: allreduce(exact=True) returns a float, not into out=")
+        return _exact_sum(bsp, arr)
+    if out is not None and (not isinstance(out, np.ndarray) or out.shape != arr.shape
+                            or out.dtype != arr.dtype or not out.flags.c_contiguous
+                            or not out.flags.writeable or np.shares_memory(out, arr)):
+        raise UsageError(f"rank {bsp.pid}: allreduce out= must be a writeable C-contiguous array "
+                         f"of shape {arr.shape} and dtype {arr.dtype}, not overlapping x")
+    desc = f"allreduce(op={op!r}, dtype={arr.dtype}, shape={arr.shape})"
+    # MPI only reads the send buffer: a C-contiguous array goes as it is (no copy); anything
+    # else is copied (np.array keeps 0-d arrays 0-d, unlike ascontiguousarray).
+    send = arr if arr.ndim and arr.flags.c_contiguous else np.array(arr, order="C")
+    result = np.empty_like(send) if out is None else out
+
+    def run(traffic: Traffic) -> None:
+        bsp.comm.Allreduce(send, result, op=OPS[op])
+        _count_both_ways(traffic, send.nbytes, bsp.nprocs)
+
+    bsp.sync(f"allreduce:{op}", _step=Step(Kind.ALLREDUCE, signature(desc), lambda: desc, run))
+    return result[()] if arr.ndim == 0 else result
+
+
+def _exact_sum(bsp: "Supersteps", arr: np.ndarray) -> float:
+    from .. import kernels
+
+    desc = "allreduce(op='sum', exact=True)"
+    total: list[np.ndarray] = []
+
+    def run(traffic: Traffic) -> None:
+        state = kernels.exact_sum_state(arr)  # any shape and stride; 64-bit integers exactly
+        total.append(np.empty_like(state))
+        bsp.comm.Allreduce(state, total[0], op=MPI.SUM)
+        _count_both_ways(traffic, state.nbytes, bsp.nprocs)
+
+    bsp.sync("allreduce:exact-sum", _step=Step(Kind.ALLREDUCE, signature(desc), lambda: desc, run))
+    return float(kernels.exact_sum_round(total[0]))
+
+
+def broadcast(bsp: "Supersteps", x: Any, root: int) -> Any:
+    """See :meth:`hpcbsp.runtime.context.BSP.broadcast`."""
+    desc = f"broadcast(root={root})"
+    is_root = bsp.pid == root
+    result: list[Any] = []
+
+    def run(traffic: Traffic) -> None:
+        comm = bsp.comm
+        meta = (x.shape, x.dtype.str) if is_root and isinstance(x, np.ndarray) and x.dtype.kind != "O" \
+            else None
+        meta = comm.bcast(meta if is_root else None, root=root)
+        if meta is not None:
+            buf = np.ascontiguousarray(x) if is_root else np.empty(meta[0], dtype=np.dtype(meta[1]))
+            comm.Bcast(buf, root=root)
+            value, nbytes = buf, buf.nbytes
+        else:
+            value = comm.bcast(x if is_root else None, root=root)
+            nbytes = len(pickle.dumps(value)) if is_root else 0
+        if is_root:
+            traffic.bytes_out += nbytes * (bsp.nprocs - 1)
+            traffic.msgs_out += bsp.nprocs - 1
+        else:
+            traffic.bytes_in += nbytes if meta is None else value.nbytes
+            traffic.msgs_in += 1
+        result.append(value)
+
+    bsp.sync(f"broadcast:{root}", _step=Step(Kind.BROADCAST, signature(desc), lambda: desc, run))
+    return result[0]
+
+
+def split(bsp: "Supersteps", color: int | None, key: int | None) -> MPI.Comm:
+    """The communicator of ``bsp.split`` (collective; a superstep).  ``MPI.COMM_NULL`` on ranks
+    that pass ``None``; the caller frees it."""
+    comms: list[MPI.Comm] = []
+
+    def run(traffic: Traffic) -> None:
+        comms.append(bsp.comm.Split(MPI.UNDEFINED if color is None else int(color),
+                                    bsp.pid if key is None else int(key)))
+
+    bsp.sync("split", _step=Step(Kind.SPLIT, 0, lambda: f"split(color={color})", run))
+    return comms[0]

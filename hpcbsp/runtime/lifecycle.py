@@ -1,0 +1,174 @@
+"""The life of a BSP context: open, then closed or failed, and what a failure does.
+
+One :class:`Lifecycle` per context owns its state (like LPF's single FATAL state)::
+
+    open --close()----------------------------------> closed   (every rank left together)
+    open --a control step raised (divergence, a peer's
+           failure, a timeout)-----------------------> failed
+    open --this rank failed (an exception left the
+           BSP block or function)--------------------> closed   (after telling the peers)
+
+and the resources that go with it: the close hooks (FA-BSP engines, ...), the control step's
+persistent request and the context's communicator, each released once.  After a failure that
+every rank saw in one completed control step (:attr:`ControlStep.settled`), the communicator is
+quiet on every rank and is freed when the program leaves the block; after a timeout, which only
+this rank saw, it is left alone (a collective may still be in flight).
+
+:data:`LIVE` holds the open contexts of this process, so that an uncaught exception at top level
+(:func:`hpcbsp.runtime.runner.excepthook`) can tell their peers.  ``$HPCBSP_ABORT_GRACE`` (read
+by :func:`abort_grace`, the one place) bounds how long a failing rank waits for its peers to
+hear of it before it aborts the job.
+"""
+from __future__ import annotations
+
+import time
+import weakref
+from typing import Callable, Sequence
+
+from mpi4py import MPI
+
+from .control import ControlStep, Kind
+from .errors import BSPError, UsageError, env_number
+from .report import abort_job, format_failure
+
+#: The open contexts' lifecycles in this process (an uncaught failure tells their peers).
+LIVE: "weakref.WeakSet[Lifecycle]" = weakref.WeakSet()
+
+
+def abort_grace() -> float:
+    """Seconds a failed rank gives its peers to hear of the failure before the job is aborted
+    (``$HPCBSP_ABORT_GRACE``, default 10)."""
+    grace = env_number("HPCBSP_ABORT_GRACE", float, 0.0)
+    return 10.0 if grace is None else float(grace)
+
+
+def _nap() -> None:
+    time.sleep(0.001)
+
+
+def _mark_peers_told(exc: BaseException) -> None:
+    """Record on ``exc`` that every other rank has been told of it (no abort needed)."""
+    try:
+        exc.hpcbsp_peers_told = True  # type: ignore[attr-defined]
+    except AttributeError:  # an exception type that takes no attributes
+        pass
+
+
+class Lifecycle:
+    """State and release of one context (see the module docstring).
+
+    Parameters
+    ----------
+    pid
+        This rank in the context (for messages).
+    comm
+        The context's communicator, freed on release.
+    control
+        The context's control step (its persistent request is freed on release; its
+        ``settled`` flag says whether a failure left the communicator quiet).
+    progress
+        The callables that keep FA-BSP mailboxes moving while this rank waits (the context's
+        list, shared, so hooks added later count).
+    superstep
+        Returns the context's current superstep (for the failure report).
+    on_leave_open
+        Called once when the state leaves ``open`` (the context turns its fast sync path off).
+    """
+
+    def __init__(self, pid: int, comm: MPI.Comm, control: ControlStep,
+                 progress: Sequence[Callable[[], object]], superstep: Callable[[], int],
+                 on_leave_open: Callable[[], None]):
+        self.pid = pid
+        self.state = "open"  # open -> closed | failed
+        self._comm = comm
+        self._control = control
+        self._progress = progress
+        self._superstep = superstep
+        self._on_leave_open = on_leave_open
+        self._close_hooks: list[Callable[[], None]] = []
+        #: Set with state "failed" when every rank saw the failure in the same control step;
+        #: cleared once the context is released.
+        self._failed_together = False
+        LIVE.add(self)
+
+    @property
+    def superstep(self) -> int:
+        """The context's current superstep (for reports)."""
+        return self._superstep()
+
+    @property
+    def is_open(self) -> bool:
+        return self.state == "open"
+
+    def check_open(self) -> None:
+        """Raise :class:`UsageError` unless a collective call may still be made."""
+        if self.state != "open":
+            raise UsageError(f"rank {self.pid}: this BSP context is {self.state}; no collective "
+                             "call can be made on it any more")
+
+    def add_close_hook(self, fn: Callable[[], None]) -> None:
+        """Call ``fn()`` when the context is released (closed, or failed and left)."""
+        self._close_hooks.append(fn)
+
+    def control_step_failed(self) -> None:
+        """A control step raised: no further collective call can be matched."""
+        self._set_state("failed")
+        # Only a failure that every rank saw in the same completed step (not a timeout, not a
+        # mailbox handler's error raised while this rank waited) leaves the communicator quiet.
+        self._failed_together = self._control.settled
+
+    def fail(self, exc: BaseException) -> None:
+        """This rank failed: tell the other ranks at their next collective call, or abort the job.
+
+        The others see the failure as a :class:`~.errors.PeerFailed` from the control step they
+        are in or enter next.  If they do not get there within :func:`abort_grace` seconds (they
+        may be stuck in local work or in MPI calls of their own), the whole job is aborted so
+        that nothing hangs.
+        """
+        if self.state != "open":
+            LIVE.discard(self)  # the ranks already agreed on the failure (or timed out)
+            self.release_after_failure()
+            return
+        grace = abort_grace()
+        describe = f"failed at superstep {self._superstep()} with {type(exc).__name__}: {exc}"
+
+        def abort() -> None:
+            abort_job(format_failure(exc, MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size())
+                      + f"[hpcbsp] rank {self.pid}: the other ranks did not reach a BSP call within "
+                        f"{grace:g} s of this failure; aborting the job\n")
+
+        try:
+            self._control.agree_or_abort(Kind.FAIL, self._superstep(), lambda: describe, grace, abort,
+                                         progress=[_nap, *self._progress])
+        except BSPError:
+            pass  # the expected outcome when the others are in another call: they know now
+        _mark_peers_told(exc)
+        self.release()
+
+    def release_after_failure(self) -> None:
+        """Free the MPI resources of a context whose ranks all saw it fail (once).  Without this,
+        a program that catches divergences and carries on would run out of communicators (MPICH
+        has about 2048 per process)."""
+        if self._failed_together:
+            self._failed_together = False
+            self.release("failed")
+
+    def release(self, state: str = "closed") -> None:
+        """Run the close hooks (last added first) and free the communicator, once."""
+        self._set_state(state)
+        self._failed_together = False  # released once, whatever happens next
+        try:
+            for fn in reversed(self._close_hooks):
+                fn()  # may re-raise a mailbox handler's error: the frees below happen anyway
+        finally:
+            LIVE.discard(self)
+            self._control.free()
+            try:
+                self._comm.Free()
+            except MPI.Exception:
+                pass
+
+    def _set_state(self, state: str) -> None:
+        if self.state == "open":
+            self._on_leave_open()
+        self.state = state

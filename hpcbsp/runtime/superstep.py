@@ -1,0 +1,220 @@
+"""Supersteps: the control step, the exchange, sync hooks and the ledger row, in one path.
+
+Every call that ends a superstep (``sync``, and the collectives ``allreduce``, ``broadcast`` and
+``split``) goes through :meth:`Supersteps.sync`, which
+
+1. enters the control step (every rank makes the same collective call, so diverged programs
+   raise instead of hanging; see :mod:`.control`), with mailbox progress and the context's
+   timeout where needed;
+2. lets the sync hooks (FA-BSP engines) reach quiescence, and agrees again if their handlers
+   put or sent;
+3. delivers puts, gets and queue records (:func:`.exchange.exchange`) when any rank has some;
+4. runs the collective's own MPI call, if the superstep is a collective's (a :class:`Step`);
+5. appends the superstep's one ledger row and starts the next superstep.
+
+The plain case (an open context without sync hooks or timeout, a ``sync`` with nothing to move)
+is one control step, a persistent ``Allreduce``, plus about a microsecond of Python; it is
+written out inline in ``sync`` so that it makes no Python call besides the control step and the
+two clock reads.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, NamedTuple, Protocol
+
+import numpy as np
+from mpi4py import MPI
+
+from .coarray import Coarray
+from .control import ControlStep, Kind
+from .errors import BSPError, UsageError
+from .exchange import Outbox, exchange
+from .ledger import Ledger, Traffic
+from .lifecycle import Lifecycle
+from .queue import Queue
+
+_SYNC = int(Kind.SYNC)
+_perf = time.perf_counter
+
+
+def _positive_seconds(x: Any) -> bool:
+    """True for a finite number of seconds above zero (not a bool, not a string)."""
+    return bool(isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
+                and 0 < x < float("inf"))
+
+
+class SyncHook(Protocol):
+    """A participant in ``sync`` besides puts, gets and queues (an FA-BSP engine)."""
+
+    def progress(self) -> None:
+        """Move messages without blocking (called while this rank waits in a sync)."""
+
+    def quiesce(self) -> Traffic:
+        """Collective: return when no message is in flight anywhere; report this superstep's traffic."""
+
+
+class Step(NamedTuple):
+    """A collective that ends a superstep: what the control step compares, and its MPI call.
+
+    ``run(traffic)`` is called on every rank after the superstep's puts were delivered; it makes
+    the collective's MPI call and adds what it moved to ``traffic``.
+    """
+
+    kind: Kind
+    sig: int
+    describe: Callable[[], str]
+    run: Callable[[Traffic], None]
+
+
+class Supersteps:
+    """The superstep state of a context (its base class): counter, outbox, registered objects,
+    sync hooks, control step, ledger, and the one path that ends a superstep.
+
+    ``wait`` is the agreed wait mode, ``"spin"`` or ``"yield"`` (:mod:`.waiting`).
+    """
+
+    def __init__(self, comm: MPI.Comm, timeout: float | None, wait: str = "spin"):
+        self.comm: MPI.Comm = comm
+        self.pid: int = comm.Get_rank()
+        self.nprocs: int = comm.Get_size()
+        self.superstep: int = 0
+        self.timeout = timeout
+        #: How this context's ranks wait for one another: "spin" or "yield" (agreed by all).
+        self.wait = wait
+        self.ledger = Ledger(comm)
+        self._record = self.ledger.add
+        self._sync_label: str | None = None
+        self._describe_sync = lambda: f"sync(label={self._sync_label!r})"  # only on divergence
+        self._control = ControlStep(comm)
+        self._control.wait_mode = wait
+        self._control.nonblocking = timeout is not None or wait == "yield"
+        self._control.track_arrivals = timeout is not None
+        self._outbox = Outbox(self.nprocs, self.pid)
+        self._objects: list[Coarray | Queue] = []
+        self._queues: list[Queue] = []
+        self._hooks: list[SyncHook] = []
+        self._progress: list[Callable[[], None]] = []
+        self._t0 = _perf()
+        self._t_mark = self._t0
+        #: True while a sync may take the inlined path: open, no sync hooks, no timeout.
+        self._plain = timeout is None
+        self._life = Lifecycle(self.pid, comm, self._control, self._progress, lambda: self.superstep,
+                               self._leave_plain)
+
+    def _leave_plain(self) -> None:
+        self._plain = False
+
+    # ------------------------------------------------------------------ the superstep path
+    def sync(self, label: str | None = None, *, timeout: float | None = None,
+             _step: Step | None = None) -> None:
+        """End the superstep: deliver all puts, gets and queue records, then start the next one.
+
+        A sync with nothing to move anywhere costs one small ``Allreduce`` (the control step).
+        ``label`` names the superstep in the ledger.  ``timeout`` (seconds; default: the
+        context's ``timeout``) bounds this sync's wait for the other ranks: on expiry it raises
+        :class:`~.errors.SyncTimeout` naming the ranks that never arrived, after which the job
+        cannot go on (uncaught, it ends the job).  Every rank must give the same ``timeout`` to
+        the same sync; it costs ``p - 1`` small messages per rank to know who arrived.
+        h-relation: that of the superstep's puts, gets and queue records.  (``_step`` is the
+        runtime's own: the collectives end their supersteps through this same path.)
+        """
+        self._sync_label = label  # for _describe_sync, called only if the ranks diverge
+        t0 = _perf()
+        if timeout is not None and not _positive_seconds(timeout):
+            raise UsageError(f"rank {self.pid}: sync(label={label!r}, timeout={timeout!r}): the timeout "
+                             "must be a positive number of seconds")
+        if self._plain and _step is None and timeout is None:
+            outbox = self._outbox
+            try:
+                any_data, any_gets = self._control.agree(_SYNC, self.superstep, 0, self._describe_sync,
+                                                         outbox.nrecords, outbox.gets_count)
+            except BSPError:
+                self._life.control_step_failed()
+                raise
+            for q in self._queues:
+                q._clear()
+            if any_data:
+                traffic: Traffic | None = exchange(self.comm, outbox, self._objects, any_gets)
+                outbox.reset()
+            else:
+                traffic = None
+        else:
+            traffic = self._begin(_step, timeout)
+        # The one finisher: every superstep of every kind ends here, with one ledger row.
+        t1 = _perf()
+        mark = self._t_mark
+        if traffic is None:
+            self._record((self.superstep, label, t0 - mark, t1 - t0, 0, 0, 0, 0, mark - self._t0))
+        else:
+            self._record((self.superstep, label, t0 - mark, t1 - t0, traffic.bytes_out, traffic.bytes_in,
+                          traffic.msgs_out, traffic.msgs_in, mark - self._t0))
+        self.superstep += 1
+        self._t_mark = t1
+
+    def progress(self) -> None:
+        """Let FA-BSP mailboxes send full buffers, receive and run handlers during long compute."""
+        for hook in self._hooks:
+            hook.progress()
+
+    def _begin(self, step: Step | None, timeout: float | None = None) -> Traffic | None:
+        """The general path up to the ledger row: control step with progress and timeout, sync
+        hooks, exchange, the collective's call.  Returns the traffic (None when nothing moved
+        and no collective ran)."""
+        if step is None:
+            kind, sig, describe = _SYNC, 0, self._describe_sync
+        else:
+            kind, sig, describe = step.kind, step.sig, step.describe
+        outbox = self._outbox
+        any_data, any_gets = self._agree(kind, sig, describe, outbox.nrecords > 0, bool(outbox.gets_count),
+                                         timeout=timeout)
+        traffic = None
+        if self._hooks:
+            traffic = Traffic()
+            for hook in self._hooks:
+                traffic.add(hook.quiesce())
+            # Handlers that ran during quiescence may have put or sent: agree again, so that
+            # their data moves in this sync, not the next.  No mailbox progress while waiting
+            # here: the mailboxes are in the next superstep already, and a faster rank's records
+            # of that superstep must not be handled before this rank gets there.
+            any_data, any_gets = self._agree(kind, sig, describe, outbox.nrecords > 0,
+                                             bool(outbox.gets_count), with_progress=False,
+                                             timeout=timeout)
+        for q in self._queues:
+            q._clear()
+        if any_data:
+            moved = exchange(self.comm, outbox, self._objects, any_gets)
+            outbox.reset()
+            if traffic is None:
+                traffic = moved
+            else:
+                traffic.add(moved)
+        if step is not None:
+            if traffic is None:
+                traffic = Traffic()
+            step.run(traffic)
+        return traffic
+
+    def _agree(self, kind: int, sig: int, describe: Callable[[], str],
+               has_data: bool = False, has_gets: bool = False,
+               with_progress: bool = True, timeout: float | None = None) -> tuple[bool, bool]:
+        """A control step of this context: every rank must make the same call (``kind`` and
+        ``sig`` at this superstep), else every rank raises.  Waits with mailbox progress and
+        within ``timeout`` (this call's own, else the context's)."""
+        self._life.check_open()
+        limit = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit if limit is not None else None
+        try:
+            return self._control.agree(kind, self.superstep, sig, describe, has_data, has_gets,
+                                       self._progress if with_progress else (), deadline,
+                                       timed=timeout is not None)
+        except BSPError:
+            # The ranks disagreed and all of them know it (or this rank timed out): no further
+            # collective call could be matched, so a failure report must not start one.
+            self._life.control_step_failed()
+            raise
+
+    def _add_sync_hook(self, hook: SyncHook) -> None:
+        self._hooks.append(hook)
+        self._progress.append(hook.progress)
+        self._control.nonblocking = True  # waiting in a sync must keep mailboxes moving
+        self._plain = False

@@ -1,0 +1,133 @@
+"""Collectives (allreduce, exact allreduce, broadcast, split) and the classic programs built on
+them, at several rank counts.  Oracles: numpy and math.fsum on the whole data, closed forms in the
+rank numbers.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hpcbsp
+from hpcbsp import UsageError
+from hpcbsp.apps.classic import distributed_matvec, inner_product, prefix_sum
+from hpcbsp.runtime.distribution import block_range
+
+mpi = pytest.mark.mpi(min_size=2)
+
+
+
+@mpi
+def test_allreduce_broadcast_split(bsp):
+    p = bsp.nprocs
+    s = bsp.allreduce(np.arange(3) + bsp.pid)
+    np.testing.assert_array_equal(s, np.arange(3) * p + p * (p - 1) // 2)
+    assert bsp.allreduce(bsp.pid, op="max") == p - 1
+    assert bsp.allreduce(float(bsp.pid + 1), op="prod") == float(np.prod(np.arange(1, p + 1)))
+    arr = bsp.broadcast(np.arange(5.0) * 3 if bsp.pid == p - 1 else None, root=p - 1)
+    np.testing.assert_array_equal(arr, np.arange(5.0) * 3)
+    obj = bsp.broadcast({"a": [1, 2]} if bsp.pid == 0 else None)
+    assert obj == {"a": [1, 2]}
+    assert bsp.superstep == 5  # each collective is a superstep of its own
+    sub = bsp.split(bsp.pid % 2)
+    with sub:
+        evens_or_odds = [r for r in range(p) if r % 2 == bsp.pid % 2]
+        assert sub.nprocs == len(evens_or_odds)
+        assert sub.pid == evens_or_odds.index(bsp.pid)
+        assert sub.allreduce(bsp.pid) == sum(evens_or_odds)
+        assert sub.superstep == 1
+
+
+@mpi
+def test_allreduce_into_out_fills_and_returns_it_and_leaves_x_alone(bsp):
+    p = bsp.nprocs
+    x = (np.arange(6, dtype=np.float32) + bsp.pid).reshape(2, 3)
+    before = x.copy()
+    out = np.full((2, 3), np.nan, dtype=np.float32)
+    got = bsp.allreduce(x, out=out)
+    assert got is out
+    np.testing.assert_array_equal(out, (np.arange(6) * p + p * (p - 1) // 2).reshape(2, 3))
+    np.testing.assert_array_equal(x, before)  # sent without a copy, and only read
+    strided = np.arange(10, dtype=np.int64)[::2] + bsp.pid  # not contiguous: copied, same sum
+    np.testing.assert_array_equal(bsp.allreduce(strided), np.arange(10)[::2] * p + p * (p - 1) // 2)
+
+
+@mpi
+def test_allreduce_flushes_pending_puts(bsp):
+    x = bsp.coarray(1, dtype=np.int64)
+    x.put((bsp.pid + 1) % bsp.nprocs, [bsp.pid + 1])
+    total = bsp.allreduce(1)
+    assert total == bsp.nprocs
+    assert x.local[0] == (bsp.pid - 1) % bsp.nprocs + 1
+
+
+@mpi
+@pytest.mark.parametrize("n", [1, 7, 30])
+def test_classic_programs_against_numpy(bsp, n):
+    rng = np.random.default_rng(42)
+    x, y = rng.standard_normal(n), rng.standard_normal(n)
+    lo, hi = block_range(n, bsp.nprocs, bsp.pid)
+    dot = inner_product(bsp, x[lo:hi], y[lo:hi])
+    assert dot == pytest.approx(float(x @ y), rel=1e-12, abs=1e-12)
+    assert bsp.allreduce(dot, op="max") == bsp.allreduce(dot, op="min"), "same bits on every rank"
+    np.testing.assert_allclose(prefix_sum(bsp, x[lo:hi]), np.cumsum(x)[lo:hi], rtol=1e-12, atol=1e-12)
+    _, err = distributed_matvec(bsp, n, seed=3)
+    assert err < 1e-12 * max(n, 1)
+
+
+def _hard_sum_data(n: int = 3000) -> np.ndarray:
+    """Values whose float64 sum depends on the order: huge cancelling terms and tiny ones."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(n) * 10.0 ** rng.integers(-20, 20, n)
+    x[::7] = 1e16
+    x[1::7] = -1e16
+    return x
+
+
+@pytest.mark.mpi(min_size=1)
+def test_exact_allreduce_same_bits_for_any_distribution(bsp):
+    import math
+    data = _hard_sum_data()
+    expected = math.fsum(data)
+    lo, hi = block_range(data.size, bsp.nprocs, bsp.pid)
+    block = bsp.allreduce(data[lo:hi], exact=True)
+    cyclic = bsp.allreduce(data[bsp.pid::bsp.nprocs], exact=True)
+    assert block == expected and cyclic == expected
+    assert np.float64(block).tobytes() == np.float64(expected).tobytes()
+    # the plain sum of the same blocks is order-dependent: show the data would catch a sloppy sum
+    assert float(np.sum(data)) != expected
+
+
+@pytest.mark.mpi(min_size=1)
+def test_exact_allreduce_uneven_shares_empty_ranks_and_wide_integers(bsp):
+    import math
+    data = _hard_sum_data(1001)
+    expected = math.fsum(data)
+    # Random cut points, the same on every rank; rank 0's share is empty, others uneven.
+    if bsp.nprocs > 1:
+        cuts = sorted(int(c) for c in np.random.default_rng(5).integers(0, data.size, bsp.nprocs - 2))
+        bounds = [0, 0, *cuts, data.size]
+    else:
+        bounds = [0, data.size]
+    share = data[bounds[bsp.pid]:bounds[bsp.pid + 1]]
+    assert bsp.pid != 0 or bsp.nprocs == 1 or share.size == 0
+    got = bsp.allreduce(share.reshape(-1, 1) if share.size % 2 else share, exact=True)
+    assert np.float64(got).tobytes() == np.float64(expected).tobytes()
+    # int64 beyond 2**53 are summed exactly, then rounded once (float64 first would round each)
+    ints = np.array([2**62 + 1, -(2**61) + 3, 2**53 + 1, 7, -(2**63), 2**63 - 1], dtype=np.int64)
+    mine = ints[bsp.pid::bsp.nprocs]
+    exact = float(sum(int(v) for v in ints))  # Python's int -> float rounds correctly
+    assert bsp.allreduce(mine, exact=True) == exact
+    assert bsp.allreduce(np.array([2**53 + 1, 1, 1], dtype=np.int64) if bsp.pid == 0
+                         else np.zeros(0, dtype=np.int64), exact=True) == float(2**53 + 3)
+    # each value alone rounds down to 2**53 (a tie, to even), the exact total rounds up
+    odd = np.full(3, 2**53 + 1, dtype=np.int64)[bsp.pid::bsp.nprocs]
+    assert bsp.allreduce(odd, exact=True) == float(3 * (2**53 + 1)) != 3.0 * 2**53
+
+
+def test_exact_allreduce_on_one_rank():
+    import math
+    data = _hard_sum_data()
+    with hpcbsp.BSP() as bsp:
+        assert bsp.allreduce(data, exact=True) == math.fsum(data)
+        with pytest.raises(UsageError, match="op='sum'"):
+            bsp.allreduce(data, op="max", exact=True)

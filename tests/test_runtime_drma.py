@@ -1,0 +1,197 @@
+"""Coarrays: put, get and hpput at several rank counts (run under mpiexec -n 2 and -n 3).
+
+Oracles: values computed independently on every rank from the rank numbers (each rank knows what
+every other rank sent), and numpy replays of the puts in BSPlib's order.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from mpi_helpers import run_mpi
+
+from hpcbsp import UsageError
+
+mpi = pytest.mark.mpi(min_size=2)
+
+
+
+@mpi
+def test_put_lands_at_next_sync_not_before(bsp):
+    x = bsp.coarray(3, dtype=np.int64)
+    right = (bsp.pid + 1) % bsp.nprocs
+    x.put(right, [bsp.pid, bsp.pid + 10, bsp.pid + 20])
+    assert np.all(x.local == 0), "a put must not land before the sync"
+    bsp.sync()
+    left = (bsp.pid - 1) % bsp.nprocs
+    np.testing.assert_array_equal(x.local, [left, left + 10, left + 20])
+    assert bsp.superstep == 1
+
+
+@mpi
+def test_put_copies_source_at_call(bsp):
+    x = bsp.coarray(2)
+    src = np.array([1.0, 2.0])
+    x.put((bsp.pid + 1) % bsp.nprocs, src)
+    src[:] = -1  # BSPlib buffered put: changing the source after the call changes nothing
+    bsp.sync()
+    np.testing.assert_array_equal(x.local, [1.0, 2.0])
+
+
+@mpi
+def test_get_reads_value_before_puts_of_same_superstep(bsp):
+    x = bsp.coarray(4, dtype=np.float64)
+    x.local[:] = bsp.pid
+    target = (bsp.pid + 1) % bsp.nprocs
+    fut = x.get(target, offset=1, count=2)
+    x.put(target, [99.0, 99.0], offset=1)  # lands in the same superstep as the get reads
+    with pytest.raises(UsageError, match="after the next sync"):
+        fut.value
+    bsp.sync()
+    np.testing.assert_array_equal(fut.value, [target, target])
+    np.testing.assert_array_equal(x.local, [bsp.pid, 99.0, 99.0, bsp.pid])
+
+
+@mpi
+def test_puts_applied_in_ascending_source_order_and_program_order(bsp):
+    x = bsp.coarray(1, dtype=np.int64)
+    # Every rank writes twice to rank 0's only element: the last writer is the highest pid's
+    # second put.
+    x.put(0, [1000 + bsp.pid])
+    x.put(0, [2000 + bsp.pid])
+    bsp.sync()
+    if bsp.pid == 0:
+        assert x.local[0] == 2000 + bsp.nprocs - 1
+
+
+@mpi
+def test_uneven_parts_and_self_put(bsp):
+    n = bsp.pid + 1  # parts of different lengths
+    x = bsp.coarray(n, dtype=np.int32)
+    assert x.sizes == tuple(range(1, bsp.nprocs + 1))
+    x.put(bsp.pid, np.full(n, 7))
+    for q in range(bsp.nprocs):
+        if q != bsp.pid:
+            x.put(q, [bsp.pid + 1], offset=q)  # offset q is the last element of q's part
+    bsp.sync()
+    expected = np.full(n, 7)
+    # The highest source rank wins: rank nprocs-1 (which puts nprocs), except on rank nprocs-1
+    # itself, whose own self-put of 7s is the highest source there.
+    if bsp.pid != bsp.nprocs - 1:
+        expected[-1] = bsp.nprocs
+    np.testing.assert_array_equal(x.local, expected)
+    rec = bsp.ledger[-1]
+    assert rec.bytes_out == 4 * (bsp.nprocs - 1)   # self-put not counted
+    assert rec.msgs_out == bsp.nprocs - 1
+
+
+@mpi
+@pytest.mark.parametrize("overlap", [False, True])
+def test_large_puts_keep_order_and_overlap_semantics(bsp, overlap):
+    """Large puts go straight into the target unless another put touches the same elements;
+    either way the result equals applying puts in ascending source order (numpy oracle)."""
+    p, n = bsp.nprocs, 40_000  # 320 KB of float64 per put: above the large-put threshold
+    x = bsp.coarray(n * p, dtype=np.float64)
+    f = x.get((bsp.pid + 1) % p, offset=0, count=5)  # must see the values before the puts
+    x.local[:] = -1.0
+    for q in range(p):
+        offset = 0 if overlap else bsp.pid * n
+        x.put(q, np.full(n, bsp.pid, dtype=np.float64) + np.arange(n), offset=offset)
+        if overlap:
+            x.put(q, [1000.0 + bsp.pid], offset=7)  # small put inside a large one
+    bsp.sync()
+    expected = np.full(n * p, -1.0)
+    for src in range(p):
+        offset = 0 if overlap else src * n
+        expected[offset:offset + n] = src + np.arange(n)
+        if overlap:
+            expected[7] = 1000.0 + src
+    np.testing.assert_array_equal(x.local, expected)
+    np.testing.assert_array_equal(f.value, np.full(5, -1.0))
+    # h-relation: the puts to the other ranks, plus the 5 values this rank serves to a get
+    assert bsp.ledger[-1].bytes_out == 8 * (n + (1 if overlap else 0)) * (p - 1) + 8 * 5
+
+
+@mpi
+@pytest.mark.parametrize("n", [3, 40_000])
+def test_hpput_delivers_like_put(bsp, n):
+    """hpput delivers what put delivers: the values the sender had (numpy oracle), small arrays
+    and arrays of another dtype included (those are copied and cast)."""
+    x = bsp.coarray(n * bsp.nprocs, dtype=np.float64)
+    right = (bsp.pid + 1) % bsp.nprocs
+    src = np.arange(n, dtype=np.float64) + 1000.0 * bsp.pid
+    x.hpput(right, src, offset=bsp.pid * n)
+    x.hpput(right, np.arange(2, dtype=np.int32), offset=0)  # another dtype: copied, cast
+    bsp.sync()
+    left = (bsp.pid - 1) % bsp.nprocs
+    expected = np.arange(n, dtype=np.float64) + 1000.0 * left
+    got = x.local[left * n:(left + 1) * n].copy()
+    if left == 0:
+        expected[:2] = [0.0, 1.0]
+    np.testing.assert_array_equal(got, expected)
+    with pytest.raises(UsageError, match="outside"):
+        x.hpput(right, src, offset=x.sizes[right])
+
+
+@mpi
+def test_hpput_makes_no_send_side_copy(bsp):
+    """A large contiguous hpput is sent from the caller's array at the sync, not copied at the
+    call: a change made to the array between the call and the sync is what arrives.  Oracle: the
+    same change after a put, which copies at the call, does not arrive.  (Changing the array is
+    what the docstring forbids for hpput; here it is the observable sign of the missing copy.)"""
+    n = 40_000  # 320 kB: above LARGE_PUT_BYTES, so the payload travels as a message of its own
+    x = bsp.coarray(2 * n, dtype=np.float64)
+    right, left = (bsp.pid + 1) % bsp.nprocs, (bsp.pid - 1) % bsp.nprocs
+    by_hpput = np.arange(n, dtype=np.float64) + 1000.0 * bsp.pid
+    by_put = by_hpput.copy()
+    x.hpput(right, by_hpput, offset=0)
+    x.put(right, by_put, offset=n)
+    by_hpput += 0.5
+    by_put += 0.5
+    bsp.sync()
+    sent = np.arange(n, dtype=np.float64) + 1000.0 * left
+    np.testing.assert_array_equal(x.local[:n], sent + 0.5)  # read from the array at the sync
+    np.testing.assert_array_equal(x.local[n:], sent)        # copied at the call
+
+
+SAME_BYTES = """
+import hashlib, sys
+import numpy as np
+import hpcbsp
+
+with hpcbsp.BSP() as bsp:
+    x = bsp.coarray(8, dtype=np.float64)
+    rng = np.random.default_rng(bsp.pid)
+    for _ in range(5):
+        x.put(int(rng.integers(bsp.nprocs)), rng.standard_normal(3), offset=int(rng.integers(6)))
+    bsp.sync()
+    print(f"rank {bsp.pid} {x.local.tobytes().hex()}", flush=True)
+"""
+
+
+def _replayed(nprocs: int) -> dict[int, str]:
+    """The oracle: every rank's puts replayed with numpy in BSPlib's order (ascending source
+    rank, program order within a source), last writer wins."""
+    local = {d: np.zeros(8) for d in range(nprocs)}
+    for src in range(nprocs):
+        rng = np.random.default_rng(src)
+        for _ in range(5):
+            dest = int(rng.integers(nprocs))
+            values = rng.standard_normal(3)
+            offset = int(rng.integers(6))
+            local[dest][offset:offset + 3] = values
+    return {d: a.tobytes().hex() for d, a in local.items()}
+
+
+@pytest.mark.serial_only
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_same_inputs_same_bytes_in_separate_runs(nprocs):
+    """Two separate MPI jobs with the same inputs end with the same bytes on every rank, and
+    those are the bytes of the numpy replay."""
+    runs = []
+    for _ in range(2):
+        res = run_mpi(nprocs, ["-c", SAME_BYTES], timeout=120)
+        assert res.returncode == 0 and not res.timed_out, res.output
+        runs.append(dict((int(r), h) for r, h in re.findall(r"rank (\d+) ([0-9a-f]+)", res.stdout)))
+    assert runs[0] == runs[1] == _replayed(nprocs)
