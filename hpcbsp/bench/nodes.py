@@ -24,8 +24,8 @@ import socket
 import statistics
 import sys
 import time
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from mpi4py import MPI
