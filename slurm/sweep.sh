@@ -6,7 +6,7 @@
 #
 # Run it from the directory the jobs should work in (the submit directory, which holds .venv
 # unless HPCBSP_VENV says otherwise). Array task K runs `python PYTHON-ARGS` (default:
-# -m hpcbsp.apps.jacobi) on K + 1 tasks (sweep-point.sbatch); when all succeed, sweep-fit.sbatch
+# -m hpcbsp.apps.bsf.jacobi) on K + 1 tasks (sweep-point.sbatch); when all succeed, sweep-fit.sbatch
 # writes RUNS.csv, MODEL.json, validate.txt and speedup.png to runs/sweep-<array job id>/.
 # Other sbatch options (account, partition, constraint) go in SBATCH_* variables, e.g.
 # SBATCH_PARTITION=short slurm/sweep.sh ...

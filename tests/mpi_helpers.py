@@ -15,12 +15,15 @@ MPIEXEC = find_mpiexec()
 #: imports mpi4py must start as a singleton or as a rank of its own job, not of the test's.
 _MPI_PREFIXES = ("PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_")
 _SLURM_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_")
+#: Transport choices (UCX, libfabric) that a test of the emulated nodes sets itself.
+_TRANSPORT_PREFIXES = ("UCX_", "FI_")
 
 
-def clean_env(*, slurm: bool = False, **extra: str) -> dict[str, str]:
-    """This process's environment without the launcher's rank variables (and, with ``slurm``,
-    without those of an enclosing Slurm job), plus ``extra``."""
-    prefixes = _MPI_PREFIXES + (_SLURM_PREFIXES if slurm else ())
+def clean_env(*, slurm: bool = False, transport: bool = False, **extra: str) -> dict[str, str]:
+    """This process's environment without the launcher's rank variables (with ``slurm``, without
+    those of an enclosing Slurm job; with ``transport``, without UCX and libfabric settings),
+    plus ``extra``."""
+    prefixes = _MPI_PREFIXES + (_SLURM_PREFIXES if slurm else ()) + (_TRANSPORT_PREFIXES if transport else ())
     env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
     env.update(extra)
     return env

@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 CLIS = {
     "hpcbsp.apps.heat": (["--n", "--steps", "--alpha", "--every", "--checkpoint"], ["--restart", "--check"]),
     "hpcbsp.apps.demo": (["--n"], []),
-    "hpcbsp.apps.jacobi": (["--n", "--max-iter"], []),
-    "hpcbsp.apps.cimmino": (["--n", "--max-iter"], []),
+    "hpcbsp.apps.bsf.jacobi": (["--n", "--max-iter"], []),
+    "hpcbsp.apps.bsf.cimmino": (["--n", "--max-iter"], []),
     "hpcbsp.cli.info": ([], ["--json"]),
-    "hpcbsp.apps.histogram": (["-n", "-T", "--mode", "--rounds", "--every", "--checkpoint", "--seed",
+    "hpcbsp.apps.irregular.histogram": (["-n", "-T", "--mode", "--rounds", "--every", "--checkpoint", "--seed",
                                "--chunk"], ["--restart", "--no-check"]),
     "hpcbsp.apps.snn.__main__": (["--mode", "--neurons", "--fanout", "--delay-min", "--time-ms", "--dt",
                                   "--seed", "--superstep", "--window"], ["--json", "--quiet"]),
@@ -88,7 +88,7 @@ def test_bad_input_exits_2_without_traceback(module, data):
     (["--mode", "naive", "--rounds", "3"], "fabsp or bsp"),
 ])
 def test_histogram_restart_option_errors(argv, needle):
-    code, err = call("hpcbsp.apps.histogram", argv)
+    code, err = call("hpcbsp.apps.irregular.histogram", argv)
     assert code == 2 and needle in err and "Traceback" not in err, err
 
 

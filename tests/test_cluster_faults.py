@@ -35,14 +35,13 @@ from cluster_helpers import (
 )
 from mpi_helpers import _remove_leftover_segments as remove_leftover_segments
 from mpi_helpers import _shm_segments as shm_segments
+from mpi_helpers import clean_env
 
 from hpcbsp.runtime.launch import find_mpiexec
 
 PYTHON = sys.executable
 MPIEXEC = find_mpiexec()
 NODES = cluster_nodes()
-_FOREIGN_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_",
-                     "UCX_", "FI_")
 #: The ranks' sync timeout, and how long after it the job must be gone.
 SYNC_TIMEOUT = 8.0
 SLACK = 25.0
@@ -108,7 +107,7 @@ def _start(tmp_path: Path, slow_rank: int = -1) -> tuple[subprocess.Popen, str, 
     (tmp_path / "prog.py").write_text(PROGRAM)
     ready = tmp_path / "ready"
     tag = uuid.uuid4().hex
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_FOREIGN_PREFIXES)}
+    env = clean_env(slurm=True, transport=True)
     env.update(PYTHONUNBUFFERED="1", MPIEXEC_TIMEOUT="120", HPCBSP_FAULT_TAG=tag)
     proc = subprocess.Popen(
         [MPIEXEC, "-f", str(HOSTFILE), "-launcher", "rsh", "-launcher-exec", str(RSH), "-n", "4",

@@ -42,6 +42,7 @@ from cluster_helpers import (
     link_bytes,
     unavailable_marks,
 )
+from mpi_helpers import clean_env
 
 from hpcbsp.runtime.launch import find_mpiexec
 
@@ -50,8 +51,6 @@ PYTHON = sys.executable
 MPIEXEC = find_mpiexec()
 NODES = cluster_nodes()
 #: Launcher and MPI variables of an enclosing job or mpiexec, which must not leak into ours.
-_FOREIGN_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_",
-                     "UCX_", "FI_")
 MIB = 1 << 20
 
 
@@ -72,7 +71,7 @@ pytestmark = [pytest.mark.slurm, *unavailable_marks(_unavailable())]
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_FOREIGN_PREFIXES)}
+    env = clean_env(slurm=True, transport=True)
     env.update(PYTHONUNBUFFERED="1", MPIEXEC_TIMEOUT="900")
     env.update(extra)
     return env
@@ -227,7 +226,7 @@ def _local(n: int, args: list[str], *, timeout: float = 300, cwd: Path = REPO) -
 
 @pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
 def test_farm_jacobi_on_4_nodes_gives_the_one_node_solution(tmp_path: Path, launcher: str) -> None:
-    args = ["-m", "hpcbsp.apps.jacobi", "--n", "400", "--json"]
+    args = ["-m", "hpcbsp.apps.bsf.jacobi", "--n", "400", "--json"]
     one = _local(4, [*args, "--out", str(tmp_path / "one.npy")])
     assert one.returncode == 0, one.stdout + one.stderr
     four = LAUNCHERS[launcher](4, [*args, "--out", str(tmp_path / "four.npy")])

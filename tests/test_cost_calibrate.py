@@ -15,7 +15,7 @@ pytestmark = pytest.mark.serial_only  # it launches MPI jobs of its own
 
 def test_calibrate_jacobi(tmp_path, capsys):
     code = main(["calibrate", "--workers", "1,2", "--repeats", "2", "--out-dir", str(tmp_path), "--json",
-                 "--timeout", "120", "--", "python", "-m", "hpcbsp.apps.jacobi", "--n", "120"])
+                 "--timeout", "120", "--", "python", "-m", "hpcbsp.apps.bsf.jacobi", "--n", "120"])
     out, err = capsys.readouterr()
     assert code == 0, err
     doc = json.loads(out)

@@ -41,7 +41,7 @@ import pytest
 
 # Launcher and MPI variables of an enclosing job or mpiexec must not leak into the blocks; why
 # Slurm blocks cannot run here (None where a Slurm answers with a usable node).
-from test_slurm_jobs import _FOREIGN_PREFIXES
+from mpi_helpers import clean_env
 from test_slurm_jobs import _REASON as _NO_SLURM
 
 REPO = Path(__file__).resolve().parents[1]
@@ -186,7 +186,7 @@ def _make_would_reinstall(work: Path) -> bool:
 
 
 def _env(timeout: float) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_FOREIGN_PREFIXES)}
+    env = clean_env(slurm=True, transport=True)
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"  # the venv, activated
     env["VIRTUAL_ENV"] = str(VENV_BIN.parent)
     env.pop("PYTHONHOME", None)

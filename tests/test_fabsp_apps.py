@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hpcbsp.apps import bfs, histogram, index_gather, triangles
-from hpcbsp.apps.irregular_graphs import bfs_levels, erdos_renyi, rmat, triangles_dense
-from hpcbsp.apps.rma import gather_rma, histogram_rma
+from hpcbsp.apps.irregular import bfs, histogram, index_gather, triangles
+from hpcbsp.apps.irregular.graphs import bfs_levels, erdos_renyi, rmat, triangles_dense
+from hpcbsp.apps.irregular.rma import gather_rma, histogram_rma
 
 mpi = pytest.mark.mpi(min_size=2)
 MODES = ["fabsp", "bsp", "naive"]

@@ -39,14 +39,14 @@ def test_handler_exception_ends_the_job_with_its_traceback(where):
     ("bfs", ["--n", "2000", "--mode", "bsp"], "records"),
 ])
 def test_apps_run_check_and_report(app, args, unit):
-    res = run_mpi(2, ["-m", f"hpcbsp.apps.{app}", *args], timeout=120)
+    res = run_mpi(2, ["-m", f"hpcbsp.apps.irregular.{app}", *args], timeout=120)
     assert res.returncode == 0, res.output
     assert "check against the serial oracle: OK" in res.stdout
     assert f"{unit}/s per rank" in res.stdout and "ledger:" in res.stdout
 
 
 def test_app_bad_option_under_mpiexec_is_one_line_and_status_2():
-    res = run_mpi(2, ["-m", "hpcbsp.apps.histogram", "--table", "0"], timeout=60)
+    res = run_mpi(2, ["-m", "hpcbsp.apps.irregular.histogram", "--table", "0"], timeout=60)
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "--table" in lines[0] and "positive integer" in lines[0], res.stderr

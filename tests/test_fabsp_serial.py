@@ -16,12 +16,14 @@ from mpi4py import MPI
 
 import hpcbsp
 from hpcbsp import BSPError
-from hpcbsp.apps import bfs, histogram, index_gather, triangles
-from hpcbsp.apps.irregular_common import cyclic_owner, naive_exchange, positive_int
-from hpcbsp.apps.irregular_graphs import bfs_levels, erdos_renyi, local_rows, ragged_arange, rmat, triangles_dense, triangles_sparse
+from hpcbsp.apps.irregular import bfs, histogram, index_gather, triangles
+from hpcbsp.apps.irregular.graphs import bfs_levels, erdos_renyi, local_rows, ragged_arange, rmat, triangles_dense, triangles_sparse
+from hpcbsp.apps.irregular.layout import cyclic_owner
+from hpcbsp.apps.irregular.naive import naive_exchange
 from hpcbsp.fabsp.aggregation import Aggregator
 from hpcbsp.fabsp.engine import Engine, default_buffer
 from hpcbsp.fabsp.termination import DoubleWave
+from hpcbsp.util.args import positive_int
 
 
 # ---------------------------------------------------------------------------- aggregation
@@ -242,7 +244,7 @@ def test_apps_on_one_rank(mode):
 # ---------------------------------------------------------------------------- command lines
 @pytest.mark.parametrize("app", ["histogram", "index_gather", "triangles", "bfs"])
 def test_app_help_and_bad_options(app):
-    mod = f"hpcbsp.apps.{app}"
+    mod = f"hpcbsp.apps.irregular.{app}"
     res = subprocess.run([sys.executable, "-m", mod, "--help"], capture_output=True, text=True,
                          timeout=60)
     assert res.returncode == 0 and "--mode" in res.stdout and "naive" in res.stdout

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.serial_only  # it launches MPI jobs of its own
 @pytest.mark.parametrize("app, n", [("jacobi", 150), ("cimmino", 120)])
 @pytest.mark.parametrize("nprocs", [2, 3])
 def test_app_solves_and_reports(app, n, nprocs):
-    res = run_mpi(nprocs, ["-m", f"hpcbsp.apps.{app}", "--n", str(n), "--json"], timeout=120)
+    res = run_mpi(nprocs, ["-m", f"hpcbsp.apps.bsf.{app}", "--n", str(n), "--json"], timeout=120)
     assert not res.timed_out and res.returncode == 0, res.output
     doc = json.loads(res.stdout.strip().splitlines()[-1])
     assert doc["converged"] and doc["max_error"] < 1e-6
@@ -27,14 +27,14 @@ def test_app_solves_and_reports(app, n, nprocs):
 
 
 def test_app_text_output_and_bad_input():
-    res = run_mpi(2, ["-m", "hpcbsp.apps.jacobi", "--n", "100"], timeout=120)
+    res = run_mpi(2, ["-m", "hpcbsp.apps.bsf.jacobi", "--n", "100"], timeout=120)
     assert res.returncode == 0, res.output
     assert "check against numpy.linalg.solve" in res.stdout and "OK" in res.stdout
     assert "K_max" in res.stdout
-    bad = run_mpi(2, ["-m", "hpcbsp.apps.jacobi", "--n", "0"], timeout=60)
+    bad = run_mpi(2, ["-m", "hpcbsp.apps.bsf.jacobi", "--n", "0"], timeout=60)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert "argument --n: '0' is not a positive integer" in bad.stderr
-    bad = run_mpi(1, ["-m", "hpcbsp.apps.cimmino", "--relaxation", "3"], timeout=60)
+    bad = run_mpi(1, ["-m", "hpcbsp.apps.bsf.cimmino", "--relaxation", "3"], timeout=60)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
 
 
@@ -61,12 +61,12 @@ def test_demo(tmp_path):
 # 2-rank run of the same solve predicts 1-2.  Now it predicts nothing and says what to run.
 @pytest.mark.parametrize("app", ["jacobi", "cimmino"])
 def test_one_rank_solve_prints_no_prediction_but_the_command_that_gives_one(app, tmp_path):
-    res = run_mpi(1, ["-m", f"hpcbsp.apps.{app}", "--n", "100"], timeout=120)
+    res = run_mpi(1, ["-m", f"hpcbsp.apps.bsf.{app}", "--n", "100"], timeout=120)
     assert res.returncode == 0 and "OK" in res.stdout, res.output  # the solve itself is right
     assert "K_max = " not in res.stdout and "K_max: none" in res.stdout
     assert "L, t_c: not measured" in res.stdout
     command = res.stdout.split("run it on 2 or more ranks: ", 1)[1].strip().splitlines()[0]
-    assert " -n 2 " in command and command.endswith(f"-m hpcbsp.apps.{app} --n 100")
+    assert " -n 2 " in command and command.endswith(f"-m hpcbsp.apps.bsf.{app} --n 100")
     # The command it names works as written and does predict.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_", "MPIR_"))}
     env["MPIEXEC_TIMEOUT"] = "120"

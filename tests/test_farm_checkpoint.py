@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from mpi_helpers import run_mpi
 
-JACOBI = ["-m", "hpcbsp.apps.jacobi", "--n", "200"]
+JACOBI = ["-m", "hpcbsp.apps.bsf.jacobi", "--n", "200"]
 
 
 def test_interrupted_jacobi_farm_resumes_on_3_2_and_1_ranks(tmp_path):

@@ -19,8 +19,8 @@ from test_farm_skeleton import serial_reference, weighted_mean_problem
 
 import hpcbsp
 from hpcbsp import BSPError
-from hpcbsp.apps.bsfsystem import diagonally_dominant_system
-from hpcbsp.apps.jacobi import jacobi_problem
+from hpcbsp.apps.bsf.jacobi import jacobi_problem
+from hpcbsp.apps.bsf.system import diagonally_dominant_system
 from hpcbsp.cost.farmmodel import format_farm_parameters, model_from_farm
 from hpcbsp.farm import FarmEmulation, parse_emulation, run_farm
 from hpcbsp.farm.emulation import emulation_from_env, measure_map, wait_split
@@ -159,12 +159,12 @@ SERIAL_ONLY = pytest.mark.skipif(int(os.environ.get("PMI_SIZE", "1")) > 1,
 
 @SERIAL_ONLY
 def test_app_options_say_it_is_a_simulation():
-    res = run_mpi(3, ["-m", "hpcbsp.apps.jacobi", "--n", "120", "--exchange", "tree", "--emulate-compute",
+    res = run_mpi(3, ["-m", "hpcbsp.apps.bsf.jacobi", "--n", "120", "--exchange", "tree", "--emulate-compute",
                       "t_map=0.002", "--max-iter", "4"], timeout=120)
     assert not res.timed_out and res.returncode == 0, res.output
     assert "SIMULATION of compute" in res.stdout and "x is not a solution" in res.stdout
     assert "4 iterations (fixed), no check against numpy" in res.stdout and "tree exchange" in res.stdout
-    bad = run_mpi(2, ["-m", "hpcbsp.apps.jacobi", "--emulate-compute", "t_map=soon"], timeout=60)
+    bad = run_mpi(2, ["-m", "hpcbsp.apps.bsf.jacobi", "--emulate-compute", "t_map=soon"], timeout=60)
     assert bad.returncode == 2 and "--emulate-compute" in bad.stderr and "Traceback" not in bad.stderr
 
 
@@ -176,7 +176,7 @@ def test_calibrate_with_emulated_compute(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_", "MPIR_"))}
     proc = subprocess.run([sys.executable, "-m", "hpcbsp.cli.cost", "calibrate", "--workers", "1,2", "--repeats", "1",
                            "--exchange", "tree", "--emulate-compute", "--out-dir", str(tmp_path), "--timeout", "120",
-                           "--", "python", "-m", "hpcbsp.apps.jacobi", "--n", "100", "--max-iter", "4"],
+                           "--", "python", "-m", "hpcbsp.apps.bsf.jacobi", "--n", "100", "--max-iter", "4"],
                           capture_output=True, text=True, timeout=300, env=env, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.startswith("SIMULATION of compute")

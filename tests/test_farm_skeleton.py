@@ -14,8 +14,8 @@ from mpi4py import MPI
 
 import hpcbsp
 from hpcbsp import BSPError
-from hpcbsp.apps.bsfsystem import diagonally_dominant_system
-from hpcbsp.apps.jacobi import jacobi_problem
+from hpcbsp.apps.bsf.jacobi import jacobi_problem
+from hpcbsp.apps.bsf.system import diagonally_dominant_system
 from hpcbsp.farm import BSFProblem, run_farm
 
 mpi = pytest.mark.mpi(min_size=2)

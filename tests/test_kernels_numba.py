@@ -13,7 +13,7 @@ import pytest
 from test_kernels_build import run  # a subprocess outside any enclosing mpiexec job
 
 from hpcbsp import kernels
-from hpcbsp.kernels import numba_kernels, reference
+from hpcbsp.kernels import linear, reference
 
 JIT_DISABLED = bool(numba.config.DISABLE_JIT)
 
@@ -32,7 +32,7 @@ def random_csr(rng, nrows, ncols, density=0.3, duplicates=True):
 
 
 def test_kernels_are_compiled_unless_jit_is_disabled():
-    is_dispatcher = isinstance(numba_kernels._csr_matvec_kernel, numba.core.dispatcher.Dispatcher)
+    is_dispatcher = isinstance(linear._csr_matvec_kernel, numba.core.dispatcher.Dispatcher)
     assert is_dispatcher != JIT_DISABLED
     assert kernels.compiled_status()["numba"] != JIT_DISABLED
 
@@ -214,9 +214,9 @@ def test_every_numba_kernel_caches_its_compilation():
     from numba.core.dispatcher import Dispatcher
 
     from hpcbsp.elastic import models
-    from hpcbsp.kernels import numba_kernels
+    from hpcbsp.kernels import learning
 
-    dispatchers = {f"{mod.__name__}.{name}": v for mod in (numba_kernels, models)
+    dispatchers = {f"{mod.__name__}.{name}": v for mod in (linear, learning, models)
                    for name, v in vars(mod).items() if isinstance(v, Dispatcher)}
     assert len(dispatchers) >= 10, sorted(dispatchers)
     assert {name: type(d._cache).__name__ for name, d in dispatchers.items()} == \

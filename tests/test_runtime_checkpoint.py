@@ -192,7 +192,7 @@ def test_histogram_killed_mid_run_resumes_with_exact_counters(tmp_path):
     """A rank dies in round 4 of 6; the restart from the round-4 checkpoint ends with exactly
     the counters of the serial oracle (np.bincount of every rank's regenerated updates)."""
     ck = str(tmp_path / "hist")
-    base = ["-m", "hpcbsp.apps.histogram", "-n", "30000", "-T", "200", "--rounds", "6",
+    base = ["-m", "hpcbsp.apps.irregular.histogram", "-n", "30000", "-T", "200", "--rounds", "6",
             "--checkpoint", ck, "--every", "2"]
     dead = run_mpi(3, base + ["--die-at", "4"], timeout=60)
     assert dead.returncode != 0 and not dead.timed_out

@@ -194,9 +194,9 @@ def test_check_target_names_the_path_and_reads_nothing_it_need_not(tmp_path):
 # ------------------------------------------------------------------ the command lines
 APPS = {
     "heat": ["-m", "hpcbsp.apps.heat", "--n", "50", "--steps", "4", "--every", "2"],
-    "jacobi": ["-m", "hpcbsp.apps.jacobi", "--n", "40", "--every", "5"],
-    "cimmino": ["-m", "hpcbsp.apps.cimmino", "--n", "40", "--every", "5"],
-    "histogram": ["-m", "hpcbsp.apps.histogram", "-n", "2000", "-T", "50", "--rounds", "2",
+    "jacobi": ["-m", "hpcbsp.apps.bsf.jacobi", "--n", "40", "--every", "5"],
+    "cimmino": ["-m", "hpcbsp.apps.bsf.cimmino", "--n", "40", "--every", "5"],
+    "histogram": ["-m", "hpcbsp.apps.irregular.histogram", "-n", "2000", "-T", "50", "--rounds", "2",
                   "--every", "1"],
     "elastic": ["-m", "hpcbsp.elastic.train", "--simulate", "--policy", "asp", "--dataset",
                 "generated", "--duration", "0.5", "--no-plot", "--restart"],

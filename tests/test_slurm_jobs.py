@@ -296,7 +296,7 @@ def test_sweep_sh_rejects_bad_input(tmp_path: Path) -> None:
 
 def _missing_for_full_sweep() -> str | None:
     for module, what in (("hpcbsp.cli.cost", "hpcbsp-cost (hpcbsp/cli/cost.py, issue 5)"),
-                         ("hpcbsp.apps.jacobi", "the BSF farm app hpcbsp.apps.jacobi (issue 5)")):
+                         ("hpcbsp.apps.bsf.jacobi", "the BSF farm app hpcbsp.apps.bsf.jacobi (issue 5)")):
         try:
             if importlib.util.find_spec(module) is None:
                 return f"{what} is not in the package yet"
@@ -309,7 +309,7 @@ def _missing_for_full_sweep() -> str | None:
 def test_sweep_sh_fits_validates_and_plots(tmp_path: Path) -> None:
     n = 300
     proc = _run([str(SLURM / "sweep.sh"), "--workers", "1,2,3", "--reps", "2", "--throttle", "1",
-                 "--", "-m", "hpcbsp.apps.jacobi", "--n", str(n)], tmp_path, timeout=60)
+                 "--", "-m", "hpcbsp.apps.bsf.jacobi", "--n", str(n)], tmp_path, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     match = re.search(r"fit job (\d+) runs after it", proc.stdout)
     assert match, proc.stdout

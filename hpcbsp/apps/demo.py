@@ -20,8 +20,8 @@ import sys
 from typing import Any
 
 import hpcbsp
-from hpcbsp.apps.bsfsystem import solve
-from hpcbsp.apps.jacobi import build as jacobi
+from hpcbsp.apps.bsf.system import solve
+from hpcbsp.apps.bsf.jacobi import build as jacobi
 from hpcbsp.util.args import (LEDGER_SUFFIXES, OneLineParser, add_common_options, check_memory, check_out_dir,
                               check_outputs, plural, positive_int)
 from hpcbsp.runtime.ledger import summarize
@@ -70,7 +70,7 @@ def report(out: dict[str, Any], records: list[dict[str, object]], nprocs: int, o
     print()
     print(f"wrote {model_path} and the plot {plot_path}")
     print(f"next: hpcbsp-cost predict {model_path} --workers 1,2,4,...,1024   "
-          f"(or hpcbsp-cost calibrate -- python -m hpcbsp.apps.jacobi)")
+          f"(or hpcbsp-cost calibrate -- python -m hpcbsp.apps.bsf.jacobi)")
     return 0 if ok else 1
 
 

@@ -12,7 +12,7 @@ rank holds all of x^{k+1} and adds the p shares in the same order, so all ranks 
 stop decision.  h-relation per sweep: ``(n/p + 1)(p - 1)`` values out of each rank.  The final
 residual ``||b - A x||`` uses :func:`~hpcbsp.kernels.csr_matvec` for CSR rows.
 
-(The BSF Jacobi of :mod:`hpcbsp.apps.jacobi` is the master/worker farm formulation of the same
+(The BSF Jacobi of :mod:`hpcbsp.apps.bsf.jacobi` is the master/worker farm formulation of the same
 iteration; this one is the SPMD one, without a master.)
 """
 from __future__ import annotations

@@ -44,14 +44,14 @@ MAPE_TARGET = 10.0
 
 # ---------------------------------------------------------------------------------- the MPI job
 def _problem(app: str, n: int) -> Any:
-    from hpcbsp.apps.bsfsystem import diagonally_dominant_system
+    from hpcbsp.apps.bsf.system import diagonally_dominant_system
 
     if app == "jacobi":
-        from hpcbsp.apps.jacobi import jacobi_problem
+        from hpcbsp.apps.bsf.jacobi import jacobi_problem
 
         a, b = diagonally_dominant_system(n, 0, 1.5)  # as the app builds it
         return jacobi_problem(a, b, 1e-10)
-    from hpcbsp.apps.cimmino import cimmino_problem
+    from hpcbsp.apps.bsf.cimmino import cimmino_problem
 
     a, b = diagonally_dominant_system(n, 0, 3.0)
     return cimmino_problem(a, b, 1e-10)

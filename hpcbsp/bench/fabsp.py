@@ -5,7 +5,7 @@
 Side by side in one run, on the same ranks:
 
 1. histogram and index-gather throughput (updates or reads per second per rank) in the three
-   modes of ``hpcbsp.apps.histogram`` / ``index_gather``: FA-BSP mailboxes, plain BSP (one bulk
+   modes of ``hpcbsp.apps.irregular.histogram`` / ``index_gather``: FA-BSP mailboxes, plain BSP (one bulk
    exchange), naive (one MPI message per update, with a smaller N) and rma (one passive-target
    MPI_Accumulate or MPI_Get per update, the honest one-at-a-time baseline on MPI, like bale's
    AGP; issued from a Python loop, so each costs an mpi4py call too; the smaller N); the ratios
@@ -34,9 +34,9 @@ from typing import Callable
 import numpy as np
 
 import hpcbsp
-from ..apps.histogram import oracle as histogram_oracle, run_histogram, updates_of
-from ..apps.index_gather import run_index_gather
-from ..apps.irregular_common import Outcome, timed
+from ..apps.irregular.histogram import oracle as histogram_oracle, run_histogram, updates_of
+from ..apps.irregular.index_gather import run_index_gather
+from ..apps.irregular.report import Outcome, timed
 from ..kernels import scatter_add
 from ..runtime import BSP
 from ..util.args import OneLineParser, add_alias, positive_int, seed

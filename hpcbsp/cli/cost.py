@@ -28,7 +28,6 @@ from hpcbsp.cost.klist import parse_workers
 from hpcbsp.util.args import (
     OneLineParser,
     add_alias,
-    launcher_rank,
     nonnegative_float,
     nonnegative_int,
     positive_int,
@@ -36,6 +35,7 @@ from hpcbsp.util.args import (
     seconds,
     seed,
 )
+from hpcbsp.util.launcher import launcher_rank
 from hpcbsp.util.outputs import OutputError, prepare_output
 
 PROG = "hpcbsp-cost"
@@ -198,7 +198,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise CostInputError("calibrate needs the program to run after '--', e.g. "
-                             "hpcbsp-cost calibrate -- python -m hpcbsp.apps.jacobi --n 400")
+                             "hpcbsp-cost calibrate -- python -m hpcbsp.apps.bsf.jacobi --n 400")
     doc = calibrate(command, workers=args.workers, repeats=args.repeats, out_dir=args.out_dir,
                     timeout=args.timeout, mpiexec=args.mpiexec, list_length=args.list_length,
                     n_boot=args.bootstrap, progress=None if args.json else sys.stderr,
@@ -314,7 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a SIMULATION of compute: workers wait the Map's time instead of computing "
                         "(measured by the first run unless given); master, messages and syncs stay real")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
-                   help="the program, e.g. -- python -m hpcbsp.apps.jacobi --n 400")
+                   help="the program, e.g. -- python -m hpcbsp.apps.bsf.jacobi --n 400")
 
     p = add("probe", "Measure this machine's BSP parameters r, g and l (run under mpiexec) and write a profile.", cmd_probe)
     p.add_argument("-o", "--out", dest="output", default=DEFAULT_PROFILE, metavar="PROFILE.json",

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ..util.args import launcher_rank
+from ..util.launcher import launcher_rank
 
 PROG = "hpcbsp"
 RUN_USAGE = ("usage: hpcbsp run SCRIPT [ARGS...] | hpcbsp run -m MODULE [ARGS...]\n\n"
@@ -118,28 +118,35 @@ def list_apps() -> list[tuple[str, str]]:
     import hpcbsp.apps as apps
 
     found = []
-    for info in pkgutil.iter_modules(apps.__path__):
-        if info.name.startswith("_"):
-            continue
-        base = os.path.join(apps.__path__[0], info.name)
-        path = os.path.join(base, "__main__.py") if info.ispkg else base + ".py"
-        if not os.path.isfile(path):
-            continue
-        with open(path, encoding="utf-8") as fh:
-            tree = ast.parse(fh.read())
-        if not any(isinstance(node, ast.FunctionDef) and node.name == "main" for node in tree.body):
-            continue
-        doc = ast.get_docstring(tree) or ""
-        first = doc.strip().split("\n\n")[0].replace("\n", " ")
-        found.append((info.name, first))
-    return found
+
+    def scan(folder: str, prefix: str) -> None:
+        for info in pkgutil.iter_modules([folder]):
+            if info.name.startswith("_"):
+                continue
+            base = os.path.join(folder, info.name)
+            if info.ispkg and not os.path.isfile(os.path.join(base, "__main__.py")):
+                scan(base, f"{prefix}{info.name}.")  # a family of apps (apps/irregular/, apps/bsf/)
+                continue
+            path = os.path.join(base, "__main__.py") if info.ispkg else base + ".py"
+            with open(path, encoding="utf-8") as fh:
+                tree = ast.parse(fh.read())
+            if not any(isinstance(node, ast.FunctionDef) and node.name == "main" for node in tree.body):
+                continue
+            doc = ast.get_docstring(tree) or ""
+            first = doc.strip().split("\n\n")[0].replace("\n", " ")
+            found.append((prefix + info.name, first))
+
+    scan(apps.__path__[0], "")
+    return sorted(found)
 
 
 def _apps() -> int:
     print("hpcbsp apps (run one: mpiexec -n 2 python -m hpcbsp.apps.NAME [options]; "
           "options: python -m hpcbsp.apps.NAME --help):")
-    for name, summary in list_apps():
-        print(f"  {name:14s} {summary}")
+    apps = list_apps()
+    width = max((len(name) for name, _ in apps), default=0)
+    for name, summary in apps:
+        print(f"  {name:{width}s}  {summary}")
     return 0
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from ..kernels.numba_kernels import softmax_loss_grad_sum_into
+from ..kernels.learning import softmax_loss_grad_sum_into
 
 __all__ = ["Model", "SoftmaxRegression", "MLP", "make_model", "MODELS", "NUMPY_MODELS", "TORCH_MODELS",
            "TorchUnavailable"]

@@ -36,8 +36,6 @@ from ..util.args import (
     add_alias,
     fraction,
     integer,
-    launcher_rank,
-    launcher_size,
     nonnegative_float,
     nonnegative_int,
     positive_float,
@@ -45,6 +43,7 @@ from ..util.args import (
     positive_seconds,
     seed,
 )
+from ..util.launcher import launcher_rank, launcher_size
 from ..util.outputs import OutputError, prepare_dir
 from ..util.progress import Progress
 from .data import DATASETS, DatasetUnavailable, load_dataset

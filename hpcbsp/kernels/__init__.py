@@ -41,7 +41,10 @@ from .grouping import group_by_dest  # noqa: E402
 from .indexed import gather, scatter_add  # noqa: E402
 from .reductions import dot, minmax, sqnorm, sum  # noqa: E402,A004
 
-_NUMBA_NAMES = ("csr_matvec", "jacobi_sweep_dense", "jacobi_sweep_csr", "softmax_loss_grad")
+#: The Numba kernels, by the module that holds them (imported on first use: numba is slow to load).
+_NUMBA_HOMES = {"csr_matvec": ".linear", "jacobi_sweep_dense": ".linear", "jacobi_sweep_csr": ".linear",
+                "softmax_loss_grad": ".learning"}
+_NUMBA_NAMES = tuple(_NUMBA_HOMES)
 
 __all__ = [
     "KernelsNotBuiltError", "require_compiled", "compiled_status",
@@ -54,7 +57,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     """Import the Numba kernels on first use."""
     if name in _NUMBA_NAMES:
-        return getattr(importlib.import_module(".numba_kernels", __name__), name)
+        return getattr(importlib.import_module(_NUMBA_HOMES[name], __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

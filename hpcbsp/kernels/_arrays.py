@@ -37,3 +37,21 @@ def flat_view(a: np.ndarray) -> np.ndarray:
     if a.flags.c_contiguous:
         return a.reshape(-1)
     return a.ravel()
+
+
+def as_float64(a: Any, what: str, ndim: int) -> np.ndarray:
+    """``a`` as a C-contiguous float64 array of ``ndim`` dimensions (zero-copy when it is one)."""
+    arr = np.ascontiguousarray(a, dtype=np.float64)
+    if arr.ndim != ndim:
+        raise ValueError(f"{what} must be {ndim}-D, not {arr.ndim}-D")
+    return arr
+
+
+def output_array(out: np.ndarray | None, shape: tuple[int, ...], what: str) -> np.ndarray:
+    """``out`` checked to be a writeable contiguous float64 array of ``shape`` (a new one if None)."""
+    if out is None:
+        return np.empty(shape)
+    if (not isinstance(out, np.ndarray) or out.dtype != np.float64 or out.shape != shape
+            or not out.flags.c_contiguous or not out.flags.writeable):
+        raise ValueError(f"{what}: out must be a writeable contiguous float64 array of shape {shape}")
+    return out

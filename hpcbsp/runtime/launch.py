@@ -11,16 +11,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..util.launcher import expected_world_size, int_env, launcher_name
 from .errors import BadInput
-
-#: Environment variables set by process managers for every rank, with the launcher they imply.
-_LAUNCHER_VARS = (
-    ("SLURM_STEP_ID", "srun"),
-    ("PMI_RANK", "mpiexec"),
-    ("PMIX_RANK", "mpiexec"),
-    ("OMPI_COMM_WORLD_RANK", "mpiexec"),
-    ("HYDRA_CONTROL_FD", "mpiexec"),
-)
 
 
 @dataclass(frozen=True)
@@ -41,40 +33,15 @@ class LaunchInfo:
         }
 
 
-def _int_env(name: str, env: dict[str, str]) -> int | None:
-    try:
-        return int(env[name].split("(")[0])
-    except (KeyError, ValueError):
-        return None
-
-
 def detect_launch(env: dict[str, str] | None = None) -> LaunchInfo:
     """Read the launcher from the environment (no MPI call)."""
     env = dict(os.environ) if env is None else env
-    launcher = "singleton"
-    for var, name in _LAUNCHER_VARS:
-        if var in env:
-            launcher = name
-            break
-    # Under srun with PMI, PMI_RANK is set too; SLURM_STEP_ID decides (it is checked first).
     return LaunchInfo(
-        launcher=launcher,
+        launcher=launcher_name(env),
         slurm_job_id=env.get("SLURM_JOB_ID"),
-        slurm_ntasks=_int_env("SLURM_STEP_NUM_TASKS", env) or _int_env("SLURM_NTASKS", env),
+        slurm_ntasks=int_env("SLURM_STEP_NUM_TASKS", env) or int_env("SLURM_NTASKS", env),
         slurm_nodelist=env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST"),
     )
-
-
-def expected_world_size(env: dict[str, str] | None = None) -> int | None:
-    """The number of ranks the process manager says it started, if it says so."""
-    env = dict(os.environ) if env is None else env
-    if "SLURM_STEP_ID" in env:
-        return _int_env("SLURM_STEP_NUM_TASKS", env) or _int_env("SLURM_NTASKS", env)
-    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE"):
-        n = _int_env(var, env)
-        if n is not None:
-            return n
-    return None
 
 
 def check_world(world_size: int, env: dict[str, str] | None = None) -> None:

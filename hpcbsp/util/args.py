@@ -20,30 +20,7 @@ import os
 import sys
 from typing import Any, Callable, NoReturn
 
-#: The launcher variables that carry a process's rank before MPI starts.
-_RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
-
-
-def launcher_rank() -> int:
-    """This process's rank as the launcher's environment says (readable before MPI starts)."""
-    for var in _RANK_VARS:
-        if var in os.environ:
-            try:
-                return int(os.environ[var])
-            except ValueError:
-                return 0
-    return 0
-
-
-def launcher_size() -> int:
-    """The number of processes the launcher started (1 without a launcher), before MPI starts."""
-    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE"):
-        if var in os.environ:
-            try:
-                return int(os.environ[var])
-            except ValueError:
-                return 1
-    return 1
+from .launcher import launcher_rank
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -9,8 +9,8 @@ import numpy as np
 from mpi4py import MPI
 
 import hpcbsp
-from hpcbsp.apps.bsfsystem import diagonally_dominant_system
-from hpcbsp.apps.jacobi import jacobi_problem
+from hpcbsp.apps.bsf.jacobi import jacobi_problem
+from hpcbsp.apps.bsf.system import diagonally_dominant_system
 from hpcbsp.farm import run_farm
 
 n = int(sys.argv[1]) if len(sys.argv) > 1 else 50

@@ -121,7 +121,8 @@ def bfs_levels(edges: np.ndarray, n: int, source: int) -> np.ndarray:
 if __name__ == "__main__":
     import sys
 
-    from ..util.args import not_a_program
+    from ...util.args import not_a_program
 
-    sys.exit(not_a_program("hpcbsp.apps.irregular_graphs",
-                           "run python -m hpcbsp.apps.bfs or python -m hpcbsp.apps.triangles (--help for options)"))
+    sys.exit(not_a_program("hpcbsp.apps.irregular.graphs",
+                           "run python -m hpcbsp.apps.irregular.bfs or python -m hpcbsp.apps.irregular.triangles "
+                           "(--help for options)"))

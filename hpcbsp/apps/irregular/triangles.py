@@ -1,6 +1,6 @@
 """triangles (bale): count the triangles of a random graph (Erdős–Rényi or R-MAT).
 
-    mpiexec -n P python -m hpcbsp.apps.triangles [--graph er|rmat] [--mode fabsp|bsp|naive]
+    mpiexec -n P python -m hpcbsp.apps.irregular.triangles [--graph er|rmat] [--mode fabsp|bsp|naive]
 
 The graph's strictly lower triangle L is distributed by rows, cyclically.  bale's push algorithm:
 for every nonzero (i, j) of L on this rank and every w < j in row i, ask the owner of row j
@@ -26,11 +26,12 @@ import numpy as np
 from mpi4py import MPI
 
 import hpcbsp
-from ..runtime import BSP
-from ..util.args import check_memory, positive_float, positive_int
-from .irregular_common import Outcome, app_parser, check_app_outputs, mailbox_options, naive_exchange, report, \
-    timed, timed_naive
-from .irregular_graphs import erdos_renyi, local_rows, ragged_arange, rmat, triangles_dense, \
+from ...runtime import BSP
+from ...util.args import check_memory, positive_float, positive_int
+from .cli import app_parser, check_app_outputs, mailbox_options
+from .naive import naive_exchange, timed_naive
+from .report import Outcome, report, timed
+from .graphs import erdos_renyi, local_rows, ragged_arange, rmat, triangles_dense, \
     triangles_sparse
 
 #: Largest graph checked with the dense oracle.

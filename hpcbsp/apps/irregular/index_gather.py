@@ -1,6 +1,6 @@
 """index_gather (bale): N random reads per rank from a distributed table.
 
-    mpiexec -n P python -m hpcbsp.apps.index_gather [--n READS] [-T TABLE] [--mode fabsp|bsp|naive|rma]
+    mpiexec -n P python -m hpcbsp.apps.irregular.index_gather [--n READS] [-T TABLE] [--mode fabsp|bsp|naive|rma]
 
 Every rank draws N (--n, per rank) uniform global indices into a table of T*P int64 values laid out cyclically
 (index g on rank g % P at offset g // P) and gathers ``tgt[i] = table[g_i]``.  Modes:
@@ -26,12 +26,14 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
-from ..kernels import gather, group_by_dest
-from ..runtime import BSP
-from ..runtime.records import destination_slices
+from ...kernels import gather, group_by_dest
+from ...runtime import BSP
+from ...runtime.records import destination_slices
 from .rma import gather_rma
-from .irregular_common import Outcome, cyclic_owner, naive_exchange, table_app_main, timed, \
-    timed_naive
+from .cli import table_app_main
+from .layout import cyclic_owner
+from .naive import naive_exchange, timed_naive
+from .report import Outcome, timed
 
 DEFAULT_READS = 5_000_000
 DEFAULT_TABLE = 10_000

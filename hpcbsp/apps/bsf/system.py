@@ -115,7 +115,7 @@ def report(out: dict[str, Any], tolerance: float, name: str, argv: list[str] | N
 
 def app_parser(module: str, description: str, n: int, max_iter: int) -> OneLineParser:
     """The options every linear-system app has (the shared vocabulary of docs/cli.md)."""
-    parser = OneLineParser(prog=f"mpiexec -n P python -m hpcbsp.apps.{module}", description=description)
+    parser = OneLineParser(prog=f"mpiexec -n P python -m hpcbsp.apps.bsf.{module}", description=description)
     parser.add_argument("--n", type=positive_int, default=n,
                         help=f"system order in total, also the list length l (default {n})")
     parser.add_argument("--eps", type=positive_float, default=1e-10, help="stop when ||x' - x||_2 < eps (default 1e-10)")
@@ -177,5 +177,5 @@ if __name__ == "__main__":
 
     from hpcbsp.util.args import not_a_program
 
-    sys.exit(not_a_program("hpcbsp.apps.bsfsystem",
-                           "run python -m hpcbsp.apps.jacobi or python -m hpcbsp.apps.cimmino (--help for options)"))
+    sys.exit(not_a_program("hpcbsp.apps.bsf.system",
+                           "run python -m hpcbsp.apps.bsf.jacobi or python -m hpcbsp.apps.bsf.cimmino (--help for options)"))

@@ -1,6 +1,6 @@
 """BSF Cimmino: solve A x = b by simultaneous projections onto the rows' hyperplanes, with the BSF farm.
 
-    mpiexec -n P python -m hpcbsp.apps.cimmino [--n N] [--eps E] [--max-iter M] [--seed S]
+    mpiexec -n P python -m hpcbsp.apps.bsf.cimmino [--n N] [--eps E] [--max-iter M] [--seed S]
 
 The map list is the rows (a_i, b_i) of the system; the Map projects the current x onto each
 row's hyperplane, F_x(i) = (b_i − a_i·x)/||a_i||² · a_i (the step to the projection); the Reduce
@@ -18,7 +18,7 @@ import sys
 import numpy as np
 
 from hpcbsp import kernels
-from hpcbsp.apps.bsfsystem import app_main, app_parser, vector_sum_problem
+from hpcbsp.apps.bsf.system import app_main, app_parser, vector_sum_problem
 from hpcbsp.farm import BSFProblem
 from hpcbsp.util.args import positive_float
 

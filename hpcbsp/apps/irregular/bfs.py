@@ -1,6 +1,6 @@
 """bfs: breadth-first search levels on a random graph; in FA-BSP the handlers generate the work.
 
-    mpiexec -n P python -m hpcbsp.apps.bfs [--n VERTICES] [--degree D] [--mode fabsp|bsp|naive]
+    mpiexec -n P python -m hpcbsp.apps.irregular.bfs [--n VERTICES] [--degree D] [--mode fabsp|bsp|naive]
 
 Vertices are distributed cyclically (v on rank v % P); every rank keeps the neighbour lists of
 its vertices.  The result is every vertex's hop distance from vertex 0.  Modes:
@@ -27,11 +27,12 @@ import numpy as np
 from mpi4py import MPI
 
 import hpcbsp
-from ..runtime import BSP
-from ..util.args import check_memory, nonnegative_int, positive_float, positive_int
-from .irregular_common import Outcome, app_parser, check_app_outputs, mailbox_options, naive_exchange, \
-    report, timed, timed_naive
-from .irregular_graphs import bfs_levels, erdos_renyi, local_rows, ragged_arange
+from ...runtime import BSP
+from ...util.args import check_memory, nonnegative_int, positive_float, positive_int
+from .cli import app_parser, check_app_outputs, mailbox_options
+from .naive import naive_exchange, timed_naive
+from .report import Outcome, report, timed
+from .graphs import bfs_levels, erdos_renyi, local_rows, ragged_arange
 
 UNSEEN = np.iinfo(np.int64).max
 RELAX = np.dtype([("vertex", np.int64), ("level", np.int64)])
@@ -150,7 +151,7 @@ def _app(bsp: BSP, args: argparse.Namespace) -> int:
     n = args.n or (200 if args.mode == "naive" else 20_000) * bsp.nprocs
     if not 0 <= args.source < n:
         if bsp.pid == 0:
-            sys.stderr.write(f"python -m hpcbsp.apps.bfs: error: --source must be in [0, {n})\n")
+            sys.stderr.write(f"python -m hpcbsp.apps.irregular.bfs: error: --source must be in [0, {n})\n")
         return 2
     edges = erdos_renyi(n, args.degree, args.seed)
     out = run_bfs(bsp, args.mode, edges, n, args.source, not args.no_check,

@@ -22,8 +22,8 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util.dtlib import from_numpy_dtype
 
-from ..runtime import BSP
-from .irregular_common import timed_naive
+from ...runtime import BSP
+from .naive import timed_naive
 
 
 _INT64 = from_numpy_dtype(np.dtype(np.int64))  # the type numpy's int64 maps to (MPI_LONG here)

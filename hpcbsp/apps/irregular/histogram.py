@@ -1,6 +1,6 @@
 """histogram (bale): N random increments per rank into a distributed table of counters.
 
-    mpiexec -n P python -m hpcbsp.apps.histogram [--n UPDATES] [-T TABLE] [--mode fabsp|bsp|naive|rma]
+    mpiexec -n P python -m hpcbsp.apps.irregular.histogram [--n UPDATES] [-T TABLE] [--mode fabsp|bsp|naive|rma]
 
 Each rank draws N (--n, per rank) uniform global indices into a table of T*P int64 counters laid out cyclically
 (index g on rank g % P at offset g // P) and increments table[g] once for each.  Modes:
@@ -33,19 +33,21 @@ from typing import Callable
 import numpy as np
 from mpi4py import MPI
 
-from ..kernels import scatter_add
-from ..runtime import BSP, BadInput, BSPError
-from ..runtime.checkpoint import check_target, exists as checkpoint_exists
-from ..util.args import nonnegative_int, positive_int
+from ...kernels import scatter_add
+from ...runtime import BSP, BadInput, BSPError
+from ...runtime.checkpoint import check_target, exists as checkpoint_exists
+from ...util.args import nonnegative_int, positive_int
 from .rma import histogram_rma
-from .irregular_common import Outcome, cyclic_owner, naive_exchange, table_app_main, timed, \
-    timed_naive
+from .cli import table_app_main
+from .layout import cyclic_owner
+from .naive import naive_exchange, timed_naive
+from .report import Outcome, timed
 
 #: bale's defaults, per rank.
 DEFAULT_UPDATES = 5_000_000
 DEFAULT_TABLE = 10_000
 DEFAULT_NAIVE_UPDATES = 50_000
-PROGRAM = "hpcbsp.apps.histogram"  #: the tag of its checkpoints
+PROGRAM = "hpcbsp.apps.irregular.histogram"  #: the tag of its checkpoints
 
 
 def updates_of(rank: int, nprocs: int, n: int, table: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

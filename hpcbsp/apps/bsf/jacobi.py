@@ -1,6 +1,6 @@
 """BSF Jacobi: solve a diagonally dominant system A x = b with the BSF farm.
 
-    mpiexec -n P python -m hpcbsp.apps.jacobi [--n N] [--eps E] [--max-iter M] [--seed S]
+    mpiexec -n P python -m hpcbsp.apps.bsf.jacobi [--n N] [--eps E] [--max-iter M] [--seed S]
 
 Rank 0 is the master, ranks 1..P-1 the workers.  Jacobi's step x' = C x + d (C = −D⁻¹(A − D),
 d = D⁻¹ b) in BSF form (Sokolinsky's BSF-Jacobi): the map list is the columns c_j of C, the Map
@@ -15,7 +15,7 @@ import sys
 
 import numpy as np
 
-from hpcbsp.apps.bsfsystem import app_main, app_parser, vector_sum_problem
+from hpcbsp.apps.bsf.system import app_main, app_parser, vector_sum_problem
 from hpcbsp.farm import BSFProblem
 
 

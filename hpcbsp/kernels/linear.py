@@ -1,5 +1,5 @@
-"""Numba-compiled compute kernels of the applications: CSR matrix-vector product, Jacobi
-sweeps on a row block (dense and CSR) and the softmax-regression loss and gradient.
+"""Numba-compiled sparse and dense linear algebra of the applications: the CSR matrix-vector
+product and Jacobi sweeps on a block of rows (dense and CSR).
 
 Every kernel is ``@njit(cache=True)`` (compiled once per machine, cached on disk; the cache
 folder follows ``NUMBA_CACHE_DIR``) and is wrapped by a function that checks shapes, indices
@@ -15,26 +15,8 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from ._arrays import as_index_array
+from ._arrays import as_float64, as_index_array, output_array
 
-
-def _f64(a: Any, what: str, ndim: int) -> np.ndarray:
-    arr = np.ascontiguousarray(a, dtype=np.float64)
-    if arr.ndim != ndim:
-        raise ValueError(f"{what} must be {ndim}-D, not {arr.ndim}-D")
-    return arr
-
-
-def _out(out: np.ndarray | None, shape: tuple[int, ...], what: str) -> np.ndarray:
-    if out is None:
-        return np.empty(shape)
-    if (not isinstance(out, np.ndarray) or out.dtype != np.float64 or out.shape != shape
-            or not out.flags.c_contiguous or not out.flags.writeable):
-        raise ValueError(f"{what}: out must be a writeable contiguous float64 array of shape {shape}")
-    return out
-
-
-# --------------------------------------------------------------------------- compiled kernels
 
 @njit(cache=True)
 def _first_bad_csr_index(indices, ncols):  # pragma: no cover - compiled
@@ -86,62 +68,11 @@ def _jacobi_csr_kernel(indptr, indices, data, b, x, row0, out):  # pragma: no co
     return -1
 
 
-@njit(cache=True)
-def _softmax_kernel(w, x, y, grad):  # pragma: no cover - compiled
-    """Adds the summed gradient into ``grad``; returns the summed loss.  When ``w`` has one row
-    more than ``x`` has columns, that row is the intercept (a feature that is always 1)."""
-    m, d = x.shape
-    c = w.shape[1]
-    intercept = w.shape[0] > d
-    z = np.empty(c)
-    loss = 0.0
-    for i in range(m):
-        for k in range(c):
-            z[k] = w[d, k] if intercept else 0.0
-        for j in range(d):
-            xij = x[i, j]
-            for k in range(c):
-                z[k] += xij * w[j, k]
-        zmax = z[0]
-        for k in range(1, c):
-            if z[k] > zmax:
-                zmax = z[k]
-        # loss_i = log(sum_k exp z_k) - z_{y_i}, with the max shifted out so exp cannot overflow
-        zy = z[y[i]] - zmax
-        total = 0.0
-        for k in range(c):
-            z[k] = np.exp(z[k] - zmax)
-            total += z[k]
-        loss += np.log(total) - zy
-        for k in range(c):
-            z[k] /= total
-        z[y[i]] -= 1.0
-        for j in range(d):
-            xij = x[i, j]
-            for k in range(c):
-                grad[j, k] += xij * z[k]
-        if intercept:
-            for k in range(c):
-                grad[d, k] += z[k]
-    return loss
-
-
-#: The compiled softmax kernel itself, for callers whose arrays are already right (a training
-#: loop on mini-batches of a checked data set): contiguous float64 ``w`` of shape (d, C), or
-#: (d + 1, C) with its last row the intercept, and ``x`` (m, d); integer labels in ``[0, C)``;
-#: ``grad`` zeroed, shaped like ``w``.  Adds the summed gradient into ``grad`` and returns the
-#: summed loss, without :func:`softmax_loss_grad`'s checks and conversions (a bad label reads
-#: out of bounds).
-softmax_loss_grad_sum_into = _softmax_kernel
-
-
-# --------------------------------------------------------------------------- checked wrappers
-
 def _csr(indptr: Any, indices: Any, data: Any, ncols: int, nrows: int | None, what: str,
          check: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     ptr = as_index_array(indptr, "indptr")
     ind = as_index_array(indices, "column index")
-    val = _f64(data, "data", 1)
+    val = as_float64(data, "data", 1)
     if ptr.shape[0] < 1 or (nrows is not None and ptr.shape[0] != nrows + 1):
         raise ValueError(f"{what}: indptr has {ptr.shape[0]} entries"
                          + (f", expected {nrows + 1}" if nrows is not None else ""))
@@ -180,9 +111,9 @@ def csr_matvec(indptr: Any, indices: Any, data: Any, x: Any, out: np.ndarray | N
     ndarray of float64
         ``y``.
     """
-    vec = _f64(x, "x", 1)
+    vec = as_float64(x, "x", 1)
     ptr, ind, val = _csr(indptr, indices, data, vec.shape[0], None, "csr_matvec", check)
-    y = _out(out, (ptr.shape[0] - 1,), "csr_matvec")
+    y = output_array(out, (ptr.shape[0] - 1,), "csr_matvec")
     _csr_matvec_kernel(ptr, ind, val, vec, y)
     return y
 
@@ -217,8 +148,8 @@ def jacobi_sweep_dense(a_rows: Any, b: Any, x: Any, row0: int,
     ValueError
         For mismatched shapes, a block outside A, or a zero diagonal (naming the row).
     """
-    a = _f64(a_rows, "a_rows", 2)
-    rhs, vec = _f64(b, "b", 1), _f64(x, "x", 1)
+    a = as_float64(a_rows, "a_rows", 2)
+    rhs, vec = as_float64(b, "b", 1), as_float64(x, "x", 1)
     nb, n = a.shape
     if vec.shape[0] != n or rhs.shape[0] != nb or not 0 <= row0 <= n - nb:
         raise ValueError(f"jacobi_sweep_dense: block of {nb} rows at row {row0} with {n} "
@@ -227,7 +158,7 @@ def jacobi_sweep_dense(a_rows: Any, b: Any, x: Any, row0: int,
     zero = np.flatnonzero(a[rows, row0 + rows] == 0)
     if zero.size:
         raise ValueError(f"jacobi_sweep_dense: zero diagonal in row {row0 + zero[0]}")
-    y = _out(out, (nb,), "jacobi_sweep_dense")
+    y = output_array(out, (nb,), "jacobi_sweep_dense")
     _jacobi_dense_kernel(a, rhs, vec, row0, y)
     return y
 
@@ -247,66 +178,13 @@ def jacobi_sweep_csr(indptr: Any, indices: Any, data: Any, b: Any, x: Any, row0:
     IndexError
         For a column index outside ``[0, len(x))`` (when ``check``).
     """
-    rhs, vec = _f64(b, "b", 1), _f64(x, "x", 1)
+    rhs, vec = as_float64(b, "b", 1), as_float64(x, "x", 1)
     nb, n = rhs.shape[0], vec.shape[0]
     if not 0 <= row0 <= n - nb:
         raise ValueError(f"jacobi_sweep_csr: block of {nb} rows at row {row0} outside {n} rows")
     ptr, ind, val = _csr(indptr, indices, data, n, nb, "jacobi_sweep_csr", check)
-    y = _out(out, (nb,), "jacobi_sweep_csr")
+    y = output_array(out, (nb,), "jacobi_sweep_csr")
     bad = _jacobi_csr_kernel(ptr, ind, val, rhs, vec, row0, y)
     if bad >= 0:
         raise ValueError(f"jacobi_sweep_csr: zero or missing diagonal in row {row0 + bad}")
     return y
-
-
-def softmax_loss_grad(w: Any, x: Any, y: Any, *, average: bool = True, intercept: bool = False,
-                      check: bool = True) -> tuple[float, np.ndarray]:
-    """Cross-entropy loss and its gradient for softmax regression.
-
-    The model gives class probabilities ``softmax(x[i] @ w)`` (plus the intercept row of ``w``
-    with ``intercept``); the loss of sample i is ``-log p[i, y[i]]``.
-
-    Parameters
-    ----------
-    w : array_like, shape (d, C), or (d + 1, C) with ``intercept``
-        Weights; with ``intercept`` the last row is the bias, as if ``x`` had a last column of
-        ones (the layout ``W`` then ``b`` of a flat parameter vector, reshaped).
-    x : array_like, shape (m, d)
-        Data, one sample per row.
-    y : array_like of int, shape (m,)
-        Labels in ``[0, C)``.
-    average : bool
-        True: the mean over the m samples (the usual loss); False: the sums, which add up
-        across data shards (allreduce them, then divide by the global m).
-    intercept : bool
-        Whether ``w`` carries a bias row.
-    check : bool
-        Check every label (one pass; turn off for labels already checked, as a training loop
-        calling this on mini-batches of a checked data set may).
-
-    Returns
-    -------
-    loss : float
-    grad : ndarray of float64, shape of ``w``
-        ``x.T @ (P - Y)`` (divided by m when ``average``), P the probabilities, Y one-hot; with
-        ``intercept`` its last row is the bias's gradient, the column sums of ``P - Y``.
-    """
-    wm, xm = _f64(w, "w", 2), _f64(x, "x", 2)
-    labels = as_index_array(y, "label")
-    (rows, c), m = wm.shape, xm.shape[0]
-    d = rows - 1 if intercept else rows
-    if xm.shape[1] != d or labels.shape[0] != m or c < 1 or d < 0:
-        need = "w (d + 1, C) with intercept" if intercept else "w (d, C)"
-        raise ValueError(f"softmax_loss_grad: w {wm.shape}, x {xm.shape}, y {labels.shape}: "
-                         f"need {need}, x (m, d), y (m,)")
-    if check:
-        bad = np.flatnonzero((labels < 0) | (labels >= c))
-        if bad.size:
-            raise ValueError(f"softmax_loss_grad: label {labels[bad[0]]} at position {bad[0]} "
-                             f"is outside [0, {c})")
-    grad = np.zeros((rows, c))
-    loss = _softmax_kernel(wm, xm, labels, grad)
-    if average and m:
-        loss /= m
-        grad /= m
-    return float(loss), grad

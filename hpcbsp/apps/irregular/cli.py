@@ -1,0 +1,102 @@
+"""The command line of the irregular apps (histogram, index_gather, triangles, bfs):
+``--mode fabsp|bsp|naive`` (and ``rma`` for the table apps), the mailbox tuning options and the
+shared options of :mod:`hpcbsp.util.args`, each rejecting a bad value with one line and exit
+status 2; and the driver of the table apps.
+"""
+from __future__ import annotations
+
+import argparse
+from typing import Callable
+
+from ...runtime import BSP
+from ...runtime import run as run_bsp
+from ...util.args import (LEDGER_SUFFIXES, OneLineParser, add_alias, add_common_options, check_memory, check_outputs, positive_int)
+from ...util.launcher import launcher_size
+from .report import Outcome, report
+
+MODES = ("fabsp", "bsp", "naive")
+#: The table apps (histogram, index_gather) also have the one-sided baseline (:mod:`.rma`).
+TABLE_MODES = MODES + ("rma",)
+
+
+def app_parser(prog: str, doc: str, modes: tuple[str, ...] = MODES) -> argparse.ArgumentParser:
+    """The options every irregular app has; the app adds its own."""
+    parser = OneLineParser(
+        prog=f"python -m hpcbsp.apps.irregular.{prog}", description=doc,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    rma = ("; rma: one passive-target MPI RMA operation (Accumulate or Get) per record, the "
+           "one-sided baseline (use a much smaller size; raw MPI too)") if "rma" in modes else ""
+    parser.add_argument("--mode", choices=modes, default="fabsp",
+                        help="fabsp: mailboxes with handlers, aggregated and overlapped (default); "
+                             "bsp: plain BSP, one bulk exchange per superstep; naive: one MPI "
+                             "message per record (use a much smaller size; raw MPI, so the ledger does "
+                             f"not count it){rma}")
+    parser.add_argument("--buffer", type=positive_int, default=None,
+                        help="fabsp: records per destination buffer (default: about 64 KiB)")
+    parser.add_argument("--max-pending", type=positive_int, default=16,
+                        help="fabsp: messages in flight per mailbox (default 16)")
+    parser.add_argument("--chunk", type=positive_int, default=1 << 16,
+                        help="fabsp: records generated and sent per step of local work, with "
+                             "bsp.progress() in between (default 65536)")
+    parser.add_argument("--no-check", action="store_true", help="skip the serial oracle check")
+    add_common_options(parser)
+    return parser
+
+
+def check_app_outputs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The output paths every irregular app has, checked before the run."""
+    check_outputs(parser, [(args.ledger, "--ledger file", LEDGER_SUFFIXES)])
+
+
+def mailbox_options(args: argparse.Namespace) -> dict[str, int]:
+    """The ``bsp.mailbox`` keyword arguments the command line chose."""
+    kw = {"max_pending": args.max_pending}
+    if args.buffer is not None:
+        kw["buffer"] = args.buffer
+    return kw
+
+
+def table_app_main(argv: list[str] | None, app: str, doc: str, unit: str,
+                   defaults: tuple[int, int, int], run: Callable[..., "Outcome"],
+                   extra: Callable[[argparse.ArgumentParser], Callable[[argparse.Namespace], dict]]
+                   | None = None) -> int:
+    """The command line of the table apps (histogram, index_gather): ``-n`` and ``-T``.
+
+    ``defaults`` are (N per rank, N per rank in naive mode, table entries per rank); ``run`` is
+    the app's ``run_*(bsp, mode, n, table, seed, chunk, check, **kw)``.  ``extra(parser)`` may
+    add an app's own options and return a function that turns the parsed arguments into more
+    keyword arguments for ``run`` (checking them with ``parser.error``).
+    """
+    n_default, n_naive, table_default = defaults
+    parser = app_parser(app, doc, TABLE_MODES)
+    parser.add_argument("--n", dest="n", metavar="N", type=positive_int, default=None,
+                        help=f"{unit} per rank (default {n_default:,}; {n_naive:,} with --mode naive or rma)")
+    add_alias(parser, "-n", f"--{unit}", dest="n", type=positive_int)  # the old spellings
+    parser.add_argument("-T", "--table", type=positive_int, default=table_default,
+                        help=f"table entries per rank (default {table_default:,})")
+    extra_kw = extra(parser) if extra is not None else (lambda args: {})
+    args = parser.parse_args(argv)
+    app_kw = extra_kw(args)
+    check_app_outputs(parser, args)
+    n = args.n or (n_naive if args.mode in ("naive", "rma") else n_default)
+    # Per rank: the indices and offsets drawn (int64, a few copies) and the table; the oracle
+    # holds the whole table (T times the ranks: the launcher says how many).
+    check_memory(parser, 6 * 8.0 * n + 8.0 * args.table * (2 + launcher_size()),
+                 f"--n {n} -T {args.table}", "use a smaller --n or -T")
+
+    def app_main(bsp: BSP) -> int:
+        n = args.n or (n_naive if args.mode in ("naive", "rma") else n_default)
+        kw = dict(mailbox_options(args) if args.mode == "fabsp" else {}, **app_kw)
+        out = run(bsp, args.mode, n, args.table, args.seed, args.chunk, not args.no_check, **kw)
+        return report(bsp, app, args.mode, out, args, unit=unit)
+
+    return run_bsp(app_main)
+
+
+if __name__ == "__main__":
+    import sys
+
+    from ...util.args import not_a_program
+
+    sys.exit(not_a_program("hpcbsp.apps.irregular.cli", "run python -m hpcbsp.apps.irregular.histogram, "
+                           "index_gather, bfs or triangles (--help for options)"))
