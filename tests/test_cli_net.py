@@ -34,10 +34,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hpcbsp.runtime.launch import expected_world_size
-
-pytestmark = pytest.mark.skipif((expected_world_size() or 1) > 1,
-                                reason="launches its own processes: runs in the serial pass, not once per rank")
+pytestmark = pytest.mark.serial_only  # launches its own processes: runs in the serial pass, not once per rank
 
 EXAMPLES = int(os.environ.get("HPCBSP_CLI_NET_EXAMPLES", "3"))
 TIMEOUT = 90  # seconds per command: every generated run is small or refused at once

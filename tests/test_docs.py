@@ -40,9 +40,9 @@ from pathlib import Path
 import pytest
 
 # Launcher and MPI variables of an enclosing job or mpiexec must not leak into the blocks; why
-# Slurm blocks cannot run here (None where a Slurm answers with a usable node).
+from cluster_helpers import skip_or_fail
 from mpi_helpers import clean_env
-from test_slurm_jobs import _REASON as _NO_SLURM
+from test_slurm_jobs import _slurm_unavailable
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -266,8 +266,7 @@ _SLURM_DOCS = [doc for doc in DOCS if any(b.marker("slurm") is not None and b.ru
 @pytest.mark.slurm
 @pytest.mark.parametrize("doc", _SLURM_DOCS, ids=_doc_id)
 def test_doc_slurm_blocks_run_as_written(doc: Path, tmp_path: Path):
-    if _NO_SLURM:
-        pytest.skip(_NO_SLURM)
+    skip_or_fail(_slurm_unavailable())  # asked here, not at import: collecting must not wait on Slurm
     # The document's `file` blocks too, so that the Slurm blocks find the files they name.
     _run_blocks([b for b in ALL_BLOCKS if b.doc == doc and (b.marker("slurm") is not None or b.marker("file"))],
                 tmp_path)

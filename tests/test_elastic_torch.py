@@ -18,7 +18,6 @@ import pytest
 
 from hpcbsp.elastic.data import make_teacher
 from hpcbsp.elastic.wire import Wire, bfloat16_bits, bfloat16_values
-from hpcbsp.runtime.launch import expected_world_size
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (extra 'torch'; `make install` "
                                              "installs the pinned CPU build)")
@@ -29,8 +28,7 @@ from hpcbsp.elastic.simulator import simulate  # noqa: E402
 from hpcbsp.elastic.timing import TimingModel  # noqa: E402
 from hpcbsp.elastic.torch import TorchModel, TorchModelError, build_net, make_torch_model  # noqa: E402
 
-pytestmark = pytest.mark.skipif((expected_world_size() or 1) > 1,
-                                reason="serial tests and their own MPI jobs: run in the serial pass")
+pytestmark = pytest.mark.serial_only  # serial tests and their own MPI jobs: run in the serial pass
 
 TRAIN = [sys.executable, "-m", "hpcbsp.elastic.train"]
 

@@ -21,10 +21,8 @@ from mpi_helpers import MPIEXEC, _remove_leftover_segments, _shm_segments
 
 import hpcbsp
 from hpcbsp.apps.heat import reference
-from hpcbsp.runtime.launch import expected_world_size
 
-pytestmark = pytest.mark.skipif((expected_world_size() or 1) > 1,
-                                reason="launches its own MPI jobs: runs in the serial pass, not once per rank")
+pytestmark = pytest.mark.serial_only  # launches its own MPI jobs: runs in the serial pass, not once per rank
 
 N, EVERY = 2000, 7
 
