@@ -135,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         records = bsp.ledger.gather()
         if bsp.pid != 0:
             return 0
+        assert rod is not None  # rank 0 gathers the rod
         digest = hashlib.blake2b(rod.tobytes(), digest_size=8).hexdigest()
         if args.out:
             np.save(args.out, rod)

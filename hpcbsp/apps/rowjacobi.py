@@ -118,18 +118,20 @@ def jacobi(bsp: BSP, rows: "np.ndarray | CSRRows", b_block: np.ndarray, n: int,
     nb = hi - lo
     if b_block.shape != (nb,):
         raise ValueError(f"rank {bsp.pid}: b block of shape {b_block.shape}, expected ({nb},)")
-    dense = isinstance(rows, np.ndarray)
-    if dense and rows.shape != (nb, n):
-        raise ValueError(f"rank {bsp.pid}: rows of shape {rows.shape}, expected ({nb}, {n})")
+    dense_rows = rows if isinstance(rows, np.ndarray) else None
+    csr_rows = None if isinstance(rows, np.ndarray) else rows
+    if dense_rows is not None and dense_rows.shape != (nb, n):
+        raise ValueError(f"rank {bsp.pid}: rows of shape {dense_rows.shape}, expected ({nb}, {n})")
     x = bsp.coarray(n, dtype=np.float64, name="x")          # every rank: all of x
     shares = bsp.coarray(bsp.nprocs, dtype=np.float64, name="step shares")
     new = np.empty(nb)
     sweeps, step, converged = 0, math.inf, False
     while sweeps < max_iter and not converged:
-        if dense:
-            kernels.jacobi_sweep_dense(rows, b_block, x.local, lo, out=new)
+        if dense_rows is not None:
+            kernels.jacobi_sweep_dense(dense_rows, b_block, x.local, lo, out=new)
         else:
-            kernels.jacobi_sweep_csr(rows.indptr, rows.indices, rows.data, b_block, x.local, lo,
+            assert csr_rows is not None
+            kernels.jacobi_sweep_csr(csr_rows.indptr, csr_rows.indices, csr_rows.data, b_block, x.local, lo,
                                      out=new, check=sweeps == 0)
         share = kernels.sqnorm(new - x.local[lo:hi])
         for q in range(bsp.nprocs):
@@ -143,7 +145,11 @@ def jacobi(bsp: BSP, rows: "np.ndarray | CSRRows", b_block: np.ndarray, n: int,
         converged = step < eps
         if progress is not None:
             progress(sweeps)
-    ax = rows @ x.local if dense else rows.matvec(x.local)
+    if dense_rows is not None:
+        ax = dense_rows @ x.local
+    else:
+        assert csr_rows is not None
+        ax = csr_rows.matvec(x.local)
     residual = math.sqrt(bsp.allreduce(kernels.sqnorm(b_block - ax)))
     return JacobiResult(x.local[lo:hi].copy(), sweeps, converged, step, residual)
 

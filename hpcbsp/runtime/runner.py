@@ -181,6 +181,6 @@ def run_script(path: str, argv: list[str]) -> int:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
     except BaseException:
-        excepthook(*sys.exc_info())  # type: ignore[arg-type]
+        excepthook(*sys.exc_info())
         return 1
     return 0
