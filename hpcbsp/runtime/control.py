@@ -48,6 +48,7 @@ class Kind(enum.IntEnum):
 _KIND, _STEP, _SIG, _DATA, _GETS = range(5)
 _NFIELDS = 5
 _RECORD = struct.Struct(f"<{2 * _NFIELDS}q")
+_pack_into, _unpack_from = _RECORD.pack_into, _RECORD.unpack_from  # bound once: the hot path
 _MAX = MPI.MAX
 _IN_PLACE = MPI.IN_PLACE
 _TAG_ARRIVE = 77
@@ -131,17 +132,18 @@ class ControlStep:
         d = 1 if has_data else 0
         g = 1 if has_gets else 0
         blocking = not (self.nonblocking or timed)
-        if self._persistent is not None and blocking:  # in place, set up once
+        persistent = self._persistent
+        if persistent is not None and blocking:  # in place, set up once
             buf = self._pbuf
-            _RECORD.pack_into(buf, 0, kind, superstep, sig, d, g, -kind, -superstep, -sig, -d, -g)
-            self._persistent.Start()
-            self._persistent.Wait()
+            _pack_into(buf, 0, kind, superstep, sig, d, g, -kind, -superstep, -sig, -d, -g)
+            persistent.Start()
+            persistent.Wait()
         elif blocking:  # in place: one buffer, no copy inside MPI
             buf = self._rbuf
-            _RECORD.pack_into(buf, 0, kind, superstep, sig, d, g, -kind, -superstep, -sig, -d, -g)
+            _pack_into(buf, 0, kind, superstep, sig, d, g, -kind, -superstep, -sig, -d, -g)
             self.comm.Allreduce(_IN_PLACE, self._rspec, _MAX)
         else:
-            _RECORD.pack_into(self._sbuf, 0, kind, superstep, sig, d, g, -kind, -superstep, -sig, -d, -g)
+            _pack_into(self._sbuf, 0, kind, superstep, sig, d, g, -kind, -superstep, -sig, -d, -g)
             # Fresh buffers: if this wait is abandoned (an exception in a progress hook), MPI may
             # still read and write them, so the next step must not reuse them.
             self._sbuf, self._rbuf = bytearray(self._sbuf), bytearray(_RECORD.size)
@@ -152,11 +154,13 @@ class ControlStep:
             if arrivals is not None:
                 self._collect_arrivals(arrivals)
             buf = self._rbuf
-        r = _RECORD.unpack_from(buf)
-        if r[_KIND] != -r[_NFIELDS + _KIND] or r[_STEP] != -r[_NFIELDS + _STEP] \
-                or r[_SIG] != -r[_NFIELDS + _SIG]:
+        r = _unpack_from(buf)
+        # Every rank gave the same kind, superstep and signature exactly when the maximum of each
+        # equals its minimum (the maximum of its negation, negated).  Literal indices: this is
+        # the empty sync's hot path (_KIND, _STEP, _SIG = 0, 1, 2; _NFIELDS = 5).
+        if r[0] + r[5] or r[1] + r[6] or r[2] + r[7]:
             self._diverged(Kind(kind), superstep, describe)
-        return r[_DATA] == 1, r[_GETS] == 1
+        return r[3] == 1, r[4] == 1
 
     def free(self) -> None:
         """Release the persistent request (before the communicator is freed)."""

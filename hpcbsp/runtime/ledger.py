@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import time
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
@@ -70,25 +71,42 @@ class SuperstepRecord:
 class Ledger:
     """This rank's superstep records; ``bsp.ledger``."""
 
-    def __init__(self, comm: MPI.Comm):
+    def __init__(self, comm: MPI.Comm, origin: float | None = None):
         self._comm = comm  # the context's: freed when it closes
         self._rank = comm.Get_rank()
         self._size = comm.Get_size()
-        # Plain tuples in SuperstepRecord field order: appending one is the cheapest thing an
-        # empty sync can do; records are built on access.
+        #: ``time.perf_counter()`` when the context started: ``start_s`` counts from it, and the
+        #: first superstep's work began then.
+        self.origin = time.perf_counter() if origin is None else origin
+        # Raw rows ``(index, label, t_sync, t_end, traffic)``: the superstep's sync began at
+        # ``t_sync`` and ended at ``t_end`` (perf_counter); its work began when the previous row
+        # ended (or at ``origin``); ``traffic`` is a Traffic or None (nothing moved).  Appending
+        # one is the cheapest thing an empty sync can do; records are built on access.
         self._rows: list[tuple] = []
-        #: ``add(row)`` records one superstep: a tuple of the :class:`SuperstepRecord` fields in
-        #: order (the list's own append, so that the sync's finisher makes no Python call).
+        #: ``add(row)`` records one superstep, a raw row as above (the list's own append, so that
+        #: the sync's finisher makes no Python call).
         self.add: Callable[[tuple], None] = self._rows.append
 
     def __len__(self) -> int:
         return len(self._rows)
 
     def __iter__(self) -> Iterator[SuperstepRecord]:
-        return (SuperstepRecord(*row) for row in self._rows)
+        began = self.origin
+        for row in self._rows:
+            yield self._record(row, began)
+            began = row[3]
 
     def __getitem__(self, i: int) -> SuperstepRecord:
-        return SuperstepRecord(*self._rows[i])
+        rows = self._rows
+        i = range(len(rows))[i]  # negative indices, and an IndexError out of range
+        return self._record(rows[i], rows[i - 1][3] if i else self.origin)
+
+    def _record(self, row: tuple, began: float) -> SuperstepRecord:
+        index, label, t_sync, t_end, traffic = row
+        if traffic is None:
+            return SuperstepRecord(index, label, t_sync - began, t_end - t_sync, 0, 0, 0, 0, began - self.origin)
+        return SuperstepRecord(index, label, t_sync - began, t_end - t_sync, traffic.bytes_out, traffic.bytes_in,
+                               traffic.msgs_out, traffic.msgs_in, began - self.origin)
 
     @property
     def records(self) -> list[SuperstepRecord]:

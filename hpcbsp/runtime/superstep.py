@@ -94,8 +94,6 @@ class Supersteps:
         self._queues: list[Queue] = []
         self._hooks: list[SyncHook] = []
         self._progress: list[Callable[[], None]] = []
-        self._t0 = _perf()
-        self._t_mark = self._t0
         #: True while a sync may take the inlined path: open, no sync hooks, no timeout.
         self._plain = timeout is None
         self._life = Lifecycle(self.pid, comm, self._control, self._progress, lambda: self.superstep,
@@ -140,16 +138,10 @@ class Supersteps:
                 traffic = None
         else:
             traffic = self._begin(_step, timeout)
-        # The one finisher: every superstep of every kind ends here, with one ledger row.
-        t1 = _perf()
-        mark = self._t_mark
-        if traffic is None:
-            self._record((self.superstep, label, t0 - mark, t1 - t0, 0, 0, 0, 0, mark - self._t0))
-        else:
-            self._record((self.superstep, label, t0 - mark, t1 - t0, traffic.bytes_out, traffic.bytes_in,
-                          traffic.msgs_out, traffic.msgs_in, mark - self._t0))
+        # The one finisher: every superstep of every kind ends here, with one ledger row (raw
+        # times: the ledger computes the durations when it is read).
+        self._record((self.superstep, label, t0, _perf(), traffic))
         self.superstep += 1
-        self._t_mark = t1
 
     def progress(self) -> None:
         """Let FA-BSP mailboxes send full buffers, receive and run handlers during long compute."""
