@@ -92,21 +92,9 @@ def _run_module(name: str, argv: list[str]) -> int:
     if spec is None:
         _say(f"{PROG}: no module named {name!r}{f' ({why})' if why else ''}")
         return 2
-    import runpy
+    from ..runtime.runner import run_module
 
-    from ..runtime.runner import excepthook, install_excepthook
-
-    install_excepthook()
-    sys.argv = [spec.origin or name, *argv]
-    try:
-        runpy.run_module(name, run_name="__main__", alter_sys=True)
-    except SystemExit as exc:
-        code = exc.code
-        return code if isinstance(code, int) else (0 if code is None else 1)
-    except BaseException:
-        excepthook(*sys.exc_info())
-        return 1
-    return 0
+    return run_module(name, spec.origin or name, argv)
 
 
 def list_apps() -> list[tuple[str, str]]:

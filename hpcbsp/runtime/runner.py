@@ -172,11 +172,23 @@ def _end_job_interrupted() -> None:
 
 def run_script(path: str, argv: list[str]) -> int:
     """``python -m hpcbsp SCRIPT [ARGS]``: run a script with hpcbsp's failure handling."""
-    install_excepthook()
-    sys.argv = [path, *argv]
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    return run_main(lambda: runpy.run_path(path, run_name="__main__"), [path, *argv])
+
+
+def run_module(name: str, origin: str, argv: list[str]) -> int:
+    """``hpcbsp run -m MODULE [ARGS]``: run a module as ``__main__`` with hpcbsp's failure
+    handling (``origin``: its file, for ``sys.argv[0]``)."""
+    return run_main(lambda: runpy.run_module(name, run_name="__main__", alter_sys=True), [origin, *argv])
+
+
+def run_main(body: Callable[[], object], argv: list[str]) -> int:
+    """Run ``body()`` as a program with ``argv``: its exit status, an uncaught exception
+    reported by :func:`excepthook` (status 1)."""
+    install_excepthook()
+    sys.argv = argv
     try:
-        runpy.run_path(path, run_name="__main__")
+        body()
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
