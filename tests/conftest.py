@@ -14,7 +14,9 @@ inherit the rank's process-manager variables).  Fixture ``bsp``: a BSP context o
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 
 import pytest
 
@@ -31,10 +33,37 @@ def _mpi_rank() -> int:
     return 0
 
 
+def _under_mpi(config: pytest.Config) -> bool:
+    return bool(config.getoption("--with-mpi", default=False) or config.getoption("--only-mpi", default=False))
+
+
+class _RankTemp:
+    """Under mpiexec every rank gets a temporary directory of its own, removed at the end: the
+    ranks of one job are pytest sessions of one user at once, and pytest's numbered directories
+    under /tmp/pytest-of-USER (with their ``pytest-current`` link) are not safe for that (with 8
+    ranks, one rank's clean-up removed the link another was removing).  It must run before
+    pytest's own set-up reads ``--basetemp``, hence a plugin of its own that runs first."""
+
+    def __init__(self) -> None:
+        self.own: str | None = None
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_configure(self, config: pytest.Config) -> None:
+        if _under_mpi(config) and config.option.basetemp is None:
+            self.own = config.option.basetemp = tempfile.mkdtemp(prefix=f"hpcbsp-pytest-rank{_mpi_rank()}-")
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.own is not None:
+            shutil.rmtree(self.own, ignore_errors=True)
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.register(_RankTemp(), "hpcbsp-rank-temp")  # before pytest_configure is called
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
-    under_mpi = config.getoption("--with-mpi", default=False) or config.getoption("--only-mpi", default=False)
-    if under_mpi and _mpi_rank() > 0:
+    if _under_mpi(config) and _mpi_rank() > 0:  # only rank 0 prints pytest's report
         reporter = config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             config.pluginmanager.unregister(reporter)

@@ -5,7 +5,10 @@ with a sync timeout; in the middle of a superstep the test
 
 * SIGKILLs every process of the job on one node (what a node that dies leaves behind), or
 * takes that node's link down while the others wait for its rank in a sync (a peer that vanishes
-  without closing its TCP connections, which MPI alone may wait for forever),
+  without closing its TCP connections, which MPI alone may wait for forever), or
+* takes it down while the ranks are inside the data exchange of a superstep (the links are
+  rate-limited so that the exchange lasts seconds, and the cut is made while the link's byte
+  counter shows the data flowing),
 
 and checks that the job ends within a stated bound, with a non-zero status, an error that names
 what was lost, and no process of the job left on any node. The oracle is the clock, the exit
@@ -103,8 +106,8 @@ def _remove_shared_memory_of_killed_ranks():
     remove_leftover_segments(before)
 
 
-def _start(tmp_path: Path, slow_rank: int = -1) -> tuple[subprocess.Popen, str, Path]:
-    (tmp_path / "prog.py").write_text(PROGRAM)
+def _start(tmp_path: Path, slow_rank: int = -1, program: str = PROGRAM) -> tuple[subprocess.Popen, str, Path]:
+    (tmp_path / "prog.py").write_text(program)
     ready = tmp_path / "ready"
     tag = uuid.uuid4().hex
     env = clean_env(slurm=True, transport=True)
@@ -159,9 +162,7 @@ def test_a_node_whose_processes_are_all_killed_ends_the_job(tmp_path: Path) -> N
 
 def test_a_node_whose_link_goes_down_ends_the_job_naming_its_rank(tmp_path: Path) -> None:
     # Rank 2 is held in local work at superstep 20 while the others wait for it in the sync, and
-    # its link goes down then: the others' sync timeout must end the job. (A link that goes
-    # while ranks are inside the data exchange of a superstep is not bounded by the sync timeout:
-    # the ranks then wait in MPI itself; docs/cluster.md.)
+    # its link goes down then: the others' sync timeout must end the job.
     proc, tag, _ = _start(tmp_path, slow_rank=2)
     link, cut = f"{LINK_PREFIX}3", NODES[2]  # rank 2 on hpcbsp-node3
     time.sleep(1.0)  # the others are in the sync by now
@@ -181,6 +182,65 @@ def test_a_node_whose_link_goes_down_ends_the_job_naming_its_rank(tmp_path: Path
     assert proc.returncode != 0, out
     # The ranks that can still talk time out in their sync and name rank 2 among those that never
     # arrived (a rank that was exchanging data with rank 2 when the link went may be named too).
-    assert re.search(r"timed out waiting for the other ranks \(ranks not arrived: (\d+, )*2\b", out), out[-4000:]
+    assert re.search(rf"timed out waiting for the other ranks \(ranks not arrived: (\d+ \(on [\w-]+\), )*"
+                     rf"2 \(on {cut}\)", out), out[-4000:]
     assert elapsed >= SYNC_TIMEOUT * 0.5, f"ended after {elapsed:.1f} s, before any timeout could fire:\n{out[-3000:]}"
+
+
+# Every superstep each rank puts 4 MiB to the next: over links limited to 20 Mbit/s the data
+# exchange takes about 2 s, and almost all of a superstep's time is spent in it.
+PROGRAM_EXCHANGE = (PROGRAM.replace("bsp.coarray(1 << 14", "bsp.coarray(1 << 19").replace("        time.sleep(0.02)\n", "")
+                    .replace("if step == 20 and bsp.pid == 0", "if step == 2 and bsp.pid == 0"))
+RATE = "20mbit"
+
+
+def _shape_links(rate: str | None, saved: dict[str, list[str]] | None = None) -> dict[str, list[str]]:
+    """Limit the host side of every node's link to ``rate`` (tc tbf) and return the tbf settings
+    the links had (``slurm/local-cluster.sh --link-rate``); with ``rate=None``, put those back."""
+    before = {}
+    for i in range(1, 5):
+        link = f"{LINK_PREFIX}{i}"
+        shown = subprocess.run(["tc", "qdisc", "show", "dev", link, "root"], capture_output=True,
+                               text=True, timeout=10).stdout
+        found = re.search(r"\btbf\b.*?\brate (\S+) burst (\S+) lat (\S+)", shown)
+        before[link] = ["rate", found[1], "burst", found[2], "latency", found[3]] if found else []
+        subprocess.run(["tc", "qdisc", "del", "dev", link, "root"], capture_output=True, timeout=10)
+        settings = ["rate", rate, "burst", "32kb", "latency", "400ms"] if rate is not None \
+            else (saved or {}).get(link, [])
+        if settings:
+            subprocess.run(["tc", "qdisc", "add", "dev", link, "root", "tbf", *settings], check=True, timeout=10)
+    return before
+
+
+def test_a_node_whose_link_goes_down_inside_the_data_exchange_is_named(tmp_path: Path) -> None:
+    # Before the runtime bounded the exchange, ranks cut off here waited in MPI for ever.
+    link, cut = f"{LINK_PREFIX}3", NODES[2]  # rank 2 on hpcbsp-node3
+    saved = _shape_links(RATE)
+    try:
+        proc, tag, _ = _start(tmp_path, program=PROGRAM_EXCHANGE)
+        # Cut while the data flows to rank 2's node (the exchange; control steps move a few bytes).
+        stats = Path("/sys/class/net") / link / "statistics" / "tx_bytes"
+        last, deadline = int(stats.read_text()), time.monotonic() + 30
+        while True:
+            time.sleep(0.05)
+            now = int(stats.read_text())
+            if now - last > 64 * 1024 or time.monotonic() > deadline:
+                break
+            last = now
+        subprocess.run(["ip", "link", "set", link, "down"], check=True, timeout=10)
+        try:
+            elapsed, out = _finish(proc, tag, SYNC_TIMEOUT * 2 + SLACK, nodes=[n for n in NODES[:4] if n != cut])
+        finally:
+            subprocess.run(["ip", "link", "set", link, "up"], check=True, timeout=10)
+    finally:
+        _shape_links(None, saved)
+    deadline = time.monotonic() + 30
+    while (stray := _tagged_pids(cut, tag)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    for pid in stray:
+        os.kill(pid, 9)
+    assert proc.returncode != 0, out
+    # A rank that was moving data to or from rank 2 names it, and its node, from the exchange.
+    assert re.search(rf"the data exchange of superstep \d+ timed out after {SYNC_TIMEOUT:g} s waiting for "
+                     rf"rank 2 \(on {cut}\)", out), out[-4000:]
 

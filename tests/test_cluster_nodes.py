@@ -180,17 +180,21 @@ def test_hpcbsp_info_advises_tcp_when_nodes_share_a_machine() -> None:
 
 # --- the MPI test suites on 4 nodes --------------------------------------------------------------
 
-#: Test files whose MPI tests run across the nodes, each against its own oracle.
-SUITES = ["tests/test_runtime_bsp.py", "tests/test_fabsp_mailbox.py", "tests/test_fabsp_apps.py",
-          "tests/test_snn_mpi.py", "tests/test_farm_skeleton.py", "tests/test_runtime_checkpoint.py"]
-#: The BSP semantics and FA-BSP tests, for 8 and 16 ranks over the 4 nodes.
-SEMANTICS = ["tests/test_runtime_bsp.py", "tests/test_fabsp_mailbox.py", "tests/test_fabsp_apps.py"]
+#: The BSP semantics (one file per concept) and the FA-BSP tests, for 4, 8 and 16 ranks.
+SEMANTICS = [f"tests/test_runtime_{concept}.py"
+             for concept in ("drma", "queues", "collectives", "control", "ledger", "failures")]
+SEMANTICS += ["tests/test_fabsp_mailbox.py", "tests/test_fabsp_apps.py"]
+#: Test files whose MPI tests run across the 4 nodes, each against its own oracle.
+SUITES = [*SEMANTICS, "tests/test_snn_mpi.py", "tests/test_farm_skeleton.py",
+          "tests/test_runtime_checkpoint.py"]
 #: Stress tests that measure a resource rather than a semantic (thousands of communicators, peak
 #: memory under a flood of messages); they run on one node in `make test`.
 STRESS = "not contexts_that_fail_together and not peak_memory"
 
 
 def _pytest_under(launcher: str, n: int, files: list[str], *, timeout: float, keyword: str | None = None):
+    missing = [f for f in files if not (REPO / f).exists()]
+    assert not missing, f"test files named here do not exist (renamed?): {missing}"
     args = ["-m", "pytest", "-q", "--only-mpi", "-p", "no:cacheprovider", *files]
     if keyword:
         args += ["-k", keyword]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import time
 
@@ -124,3 +125,18 @@ def test_info_under_mpiexec_reports_world_and_launcher():
     info = json.loads(res.stdout)
     assert info["world_size"] == 2 and info["launcher"] == "mpiexec"
     assert info["kernels"]["cython"] is True
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_a_rank_silent_inside_the_data_exchange_is_named_within_the_timeout(nprocs):
+    """The control step agreed and the last rank then stops inside the exchange (60 s): with a
+    2 s sync timeout the others must not wait in MPI for it, but name it (and its host) and end
+    the job long before it would wake up.  Oracle: the clock and the error text."""
+    t0 = time.monotonic()
+    res = run_mpi(nprocs, [os.path.join(PROGRAMS, "stopped_in_exchange.py")], timeout=60)
+    elapsed = time.monotonic() - t0
+    assert not res.timed_out and elapsed < 30, f"took {elapsed:.1f} s:\n{res.output}"
+    assert res.returncode != 0
+    late, host = nprocs - 1, socket.gethostname()
+    assert (f"the data exchange of superstep 1 timed out after 2 s waiting for rank {late} (on {host})"
+            in res.stderr), res.output

@@ -123,7 +123,8 @@ def test_sync_refuses_a_timeout_that_is_not_a_positive_number(bad):
 
 def test_every_kind_of_failure_is_a_bsp_error_and_reported_by_its_kind():
     # Oracle: the report rules written in hpcbsp.runtime.report (bad input once on rank 0 as one
-    # line, a peer's failure as one line, anything else as a rank-prefixed traceback).
+    # line, a peer's failure as one line, a timeout as one line naming the program's line that
+    # waited, anything else as a rank-prefixed traceback).
     from hpcbsp import BadInput, BSPError, Divergence, PeerFailed, SyncTimeout
     from hpcbsp.fabsp.engine import PeerFailed as EnginePeerFailed
     from hpcbsp.runtime.report import format_failure
@@ -137,7 +138,14 @@ def test_every_kind_of_failure_is_a_bsp_error_and_reported_by_its_kind():
     assert format_failure(BadInput("checkpoint x is damaged"), 1, 2) == ""
     assert format_failure(PeerFailed("stopping because rank 0 failed"), 1, 2) == \
         "[hpcbsp] rank 1/2: stopping because rank 0 failed\n"
-    for exc in (Divergence("the ranks diverged"), UsageError("bad put"), SyncTimeout("late")):
+    try:
+        raise SyncTimeout("rank 1: sync at superstep 4 timed out (ranks not arrived: 2 (on n3))")
+    except BSPError as caught:
+        line = sys._getframe().f_lineno - 2  # the raise: this file is the "program" here
+        text = format_failure(caught, 1, 3)
+    assert text == ("[hpcbsp] rank 1/3: sync at superstep 4 timed out (ranks not arrived: 2 (on n3)) "
+                    f"(at {__file__}:{line} in test_every_kind_of_failure_is_a_bsp_error_and_reported_by_its_kind)\n")
+    for exc in (Divergence("the ranks diverged"), UsageError("bad put")):
         try:
             raise exc
         except BSPError as caught:

@@ -84,6 +84,8 @@ class ControlStep:
         #: a reported failure): no collective is left half done, so the communicator is quiet on
         #: every rank and can be freed.  Not after a timeout, which only this rank saw.
         self.settled = False
+        #: The host of every rank (set by the context when a timeout applies: errors name them).
+        self.hosts: Sequence[str] | None = None
         self._seq = 0
         self._sbuf = bytearray(_RECORD.size)
         self._rbuf = bytearray(_RECORD.size)
@@ -219,10 +221,19 @@ class ControlStep:
                 arrived.add(status.Get_source())
         return [q for q in range(p) if q != me and q not in arrived]
 
+    def name_ranks(self, ranks: Sequence[int]) -> str:
+        """``"rank 2 (on node3)"`` or ``"ranks 2 (on node3), 3 (on node4)"``: hosts where known."""
+        return ("rank " if len(ranks) == 1 else "ranks ") + self._with_hosts(ranks)
+
+    def _with_hosts(self, ranks: Sequence[int]) -> str:
+        hosts = self.hosts
+        return ", ".join(f"{r} (on {hosts[r]})" if hosts is not None and 0 <= r < len(hosts) else str(r)
+                         for r in ranks)
+
     def _wait(self, req: MPI.Request, progress: Sequence[Callable[[], object]],
               deadline: float | None, kind: Kind, superstep: int, tracked: bool) -> None:
         def expired() -> SyncTimeout:
-            missing = f"ranks not arrived: {', '.join(map(str, self._missing()))}" \
+            missing = f"ranks not arrived: {self._with_hosts(self._missing())}" \
                 if tracked else "the ranks that are late are not tracked"
             return SyncTimeout(
                 f"rank {self.comm.Get_rank()}: {kind.name.lower()} at superstep {superstep} "

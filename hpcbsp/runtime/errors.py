@@ -7,13 +7,13 @@ Catch what you mean::
     |                   call on a closed context); raised on this rank only, at the call
     +-- Divergence      the ranks made different collective calls; raised on every rank at once
     +-- PeerFailed      another rank failed; this rank did nothing wrong and stops
-    +-- SyncTimeout     a collective call waited longer than the context's ``timeout``
+    +-- SyncTimeout     a collective call (or its data exchange) waited longer than its ``timeout``
     +-- BadInput        every rank raises the same error about bad input (a damaged checkpoint,
                         a launcher that does not match the MPI library)
 
 How an uncaught one is reported (:mod:`hpcbsp.runtime.report`): :class:`BadInput` once, on rank
-0, as one line; :class:`PeerFailed` as one line per rank; every other kind with the rank's
-traceback.
+0, as one line; :class:`PeerFailed` as one line per rank; :class:`SyncTimeout` as one line per
+rank naming the program's line that waited; every other kind with the rank's traceback.
 """
 
 

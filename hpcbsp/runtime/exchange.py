@@ -13,6 +13,11 @@ each side, as in a hand-written ``Alltoallv``.  That is done only when no other 
 superstep overlaps the same elements; otherwise it is received into a temporary and applied in
 order like the rest.
 
+A bounded exchange (``deadline`` given: the context or the sync has a timeout) trades the
+``Alltoall`` of counts for point-to-point messages and waits for every message by polling, so
+that a peer that stopped inside the exchange (its node died or its link went down, which MPI
+alone may wait for forever) is named within the deadline (:class:`ExchangeTimeout`).
+
 Order of effects, as BSPlib prescribes: every get reads its source before any put of the same
 superstep is applied; puts are then applied in ascending source rank and, from one source, in
 program order, so the last writer is well defined and results are deterministic.
@@ -27,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Sequence, cast
 import numpy as np
 from mpi4py import MPI
 
+from ..util.waiting import poll, yield_core
 from .ledger import Traffic
 
 if TYPE_CHECKING:
@@ -38,6 +44,18 @@ LARGE_PUT_BYTES = int(os.environ.get("HPCBSP_LARGE_PUT_BYTES", 64 * 1024))
 _TAG_DATA = 101
 _TAG_REPLY = 102
 _TAG_LARGE = 103
+_TAG_COUNT = 104
+
+
+class ExchangeTimeout(Exception):
+    """A bounded exchange passed its deadline; ``rank`` is a peer a message from or to which had
+    not completed (the lowest such rank).  The superstep turns it into a
+    :class:`~.errors.SyncTimeout` that names the rank and its host."""
+
+    def __init__(self, rank: int, waiting: int):
+        super().__init__(f"rank {rank} (and {waiting - 1} more messages)" if waiting > 1 else f"rank {rank}")
+        self.rank = rank
+        self.waiting = waiting
 
 
 class Registered(Protocol):
@@ -159,30 +177,64 @@ class Outbox:
         self.gets_count += 1
 
 
-def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any_gets: bool) -> Traffic:
+def _complete(reqs: list[MPI.Request], peers: list[int], deadline: float | None) -> None:
+    """Wait for ``reqs`` (``peers[i]`` is the rank at the other end of ``reqs[i]``); with a
+    ``deadline`` (``time.monotonic()``), poll and raise :class:`ExchangeTimeout` on expiry."""
+    if deadline is None:
+        MPI.Request.Waitall(reqs)
+        return
+
+    def expired() -> ExchangeTimeout:
+        stuck = [peer for req, peer in zip(reqs, peers) if not req.Test()]
+        return ExchangeTimeout(min(stuck) if stuck else -1, len(stuck))
+
+    poll(lambda: True if MPI.Request.Testall(reqs) else None, deadline=deadline, expired=expired,
+         pause=yield_core, patience=64)
+
+
+def _exchange_counts(comm: MPI.Comm, send_counts: np.ndarray, recv_counts: np.ndarray,
+                     deadline: float | None) -> None:
+    """Every rank learns how many bytes each other rank sends it: one ``Alltoall``, or with a
+    ``deadline`` the same by ``p - 1`` point-to-point messages each way, bounded."""
+    if deadline is None:
+        comm.Alltoall(send_counts, recv_counts)
+        return
+    me, p = comm.Get_rank(), comm.Get_size()
+    recv_counts[me] = send_counts[me]
+    others = [q for q in range(p) if q != me]
+    reqs = [comm.Irecv([recv_counts[q:q + 1], MPI.INT64_T], q, _TAG_COUNT) for q in others]
+    reqs += [comm.Isend([send_counts[q:q + 1], MPI.INT64_T], q, _TAG_COUNT) for q in others]
+    _complete(reqs, others + others, deadline)
+
+
+def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any_gets: bool,
+             deadline: float | None = None) -> Traffic:
     """Deliver everything in ``outbox`` (collective over ``comm``); return this rank's traffic.
 
     ``registry[i]`` is the object with id ``i``: a :class:`Target` for puts and gets, a
-    :class:`Sink` for queue records (the records' codes say which).
+    :class:`Sink` for queue records (the records' codes say which).  ``deadline`` (a
+    ``time.monotonic()`` value) bounds every wait: past it, :class:`ExchangeTimeout` names a
+    peer that did not take part (the exchange is then abandoned half done: the context failed).
     """
     p, me = outbox.nprocs, outbox.me
     traffic = outbox.traffic
     send_counts = np.fromiter((len(b) if d != me else 0 for d, b in enumerate(outbox.bufs)),
                               dtype=np.int64, count=p)
     recv_counts = np.empty(p, dtype=np.int64)
-    comm.Alltoall(send_counts, recv_counts)
+    _exchange_counts(comm, send_counts, recv_counts, deadline)
     displs = np.zeros(p + 1, dtype=np.int64)
     np.cumsum(recv_counts, out=displs[1:])
     recvbuf = np.empty(int(displs[-1]), dtype=np.uint8)
-    reqs = [comm.Irecv([recvbuf[displs[s]:displs[s + 1]], MPI.BYTE], s, _TAG_DATA)
-            for s in range(p) if recv_counts[s]]
-    reqs += [comm.Isend([np.frombuffer(outbox.bufs[d], np.uint8), MPI.BYTE], d, _TAG_DATA)
-             for d in range(p) if send_counts[d]]
+    sources = [s for s in range(p) if recv_counts[s]]
+    dests = [d for d in range(p) if send_counts[d]]
+    reqs = [comm.Irecv([recvbuf[displs[s]:displs[s + 1]], MPI.BYTE], s, _TAG_DATA) for s in sources]
+    reqs += [comm.Isend([np.frombuffer(outbox.bufs[d], np.uint8), MPI.BYTE], d, _TAG_DATA) for d in dests]
     # Large payloads follow their headers; they complete once the receiver has parsed the headers
     # and posted receives (MPI keeps the order of messages with one source, tag and communicator).
+    large_dests = [d for d in range(p) for _ in outbox.large[d]]
     large_sends = [comm.Isend([arr, MPI.BYTE], d, _TAG_LARGE)
                    for d in range(p) for arr in outbox.large[d]]
-    MPI.Request.Waitall(reqs)
+    _complete(reqs, sources + dests, deadline)
     del reqs
 
     # Parse every source's records, in ascending source order.
@@ -220,7 +272,8 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any
         if src != me:
             traffic.bytes_out += part.nbytes
     # 2. Large payloads: straight into the target where nothing else writes those elements.
-    large_recvs = []
+    large_recvs: list[MPI.Request] = []
+    large_sources: list[int] = []
     if large_sends or any(rec is not None and rec[1] == PUT_LARGE for rec in data):
         alone = _isolated_large_puts(data, registry)
         for i, rec in enumerate(data):
@@ -235,7 +288,8 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any
                 dest = np.empty(cnt, dtype=target.dtype)
                 data[i] = (src, PUT, obj, off, dest.view(np.uint8))
             large_recvs.append(comm.Irecv([dest.view(np.uint8), MPI.BYTE], src, _TAG_LARGE))
-    MPI.Request.Waitall(large_recvs + large_sends)
+            large_sources.append(src)
+    _complete(large_recvs + large_sends, large_sources + large_dests, deadline)
     # 3. Puts and queue records, in ascending source rank and program order.
     batches: dict[int, list[np.ndarray]] = {}
     for rec in data:
@@ -252,7 +306,7 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any
     del data, recvbuf
 
     if any_gets:
-        _return_gets(comm, outbox, replies, traffic)
+        _return_gets(comm, outbox, replies, traffic, deadline)
     return traffic
 
 
@@ -277,16 +331,18 @@ def _isolated_large_puts(data: list, registry: Sequence[Registered]) -> set[int]
     return alone
 
 
-def _return_gets(comm: MPI.Comm, outbox: Outbox, replies: list[bytearray], traffic: Traffic) -> None:
+def _return_gets(comm: MPI.Comm, outbox: Outbox, replies: list[bytearray], traffic: Traffic,
+                 deadline: float | None) -> None:
     """Second round: send get data back; both sides know every size, so no count exchange."""
     p, me = outbox.nprocs, outbox.me
     expected = [sum(f.nbytes for f in outbox.gets[d]) for d in range(p)]
     inbox = [np.empty(expected[d], np.uint8) if d != me else np.frombuffer(replies[me], np.uint8)
              for d in range(p)]
-    reqs = [comm.Irecv([inbox[d], MPI.BYTE], d, _TAG_REPLY) for d in range(p) if d != me and expected[d]]
-    reqs += [comm.Isend([np.frombuffer(replies[s], np.uint8), MPI.BYTE], s, _TAG_REPLY)
-             for s in range(p) if s != me and replies[s]]
-    MPI.Request.Waitall(reqs)
+    owners = [d for d in range(p) if d != me and expected[d]]
+    askers = [s for s in range(p) if s != me and replies[s]]
+    reqs = [comm.Irecv([inbox[d], MPI.BYTE], d, _TAG_REPLY) for d in owners]
+    reqs += [comm.Isend([np.frombuffer(replies[s], np.uint8), MPI.BYTE], s, _TAG_REPLY) for s in askers]
+    _complete(reqs, owners + askers, deadline)
     for d in range(p):
         pos = 0
         for fut in outbox.gets[d]:

@@ -1,13 +1,19 @@
 """How a failed rank reports itself: its traceback once, every line prefixed with its rank (an
-interrupted one, Ctrl-C, in one line)."""
+interrupted one, Ctrl-C, a peer's failure and a timeout in one line: the timeout names the
+program's line that waited)."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 import traceback
 
-from .errors import BadInput, PeerFailed
+from .errors import BadInput, PeerFailed, SyncTimeout
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../hpcbsp
+#: The layers whose frames a timeout's report skips to name the program's (or app's) line.
+_LAYERS = tuple(os.path.join(_PACKAGE, layer) + os.sep for layer in ("runtime", "fabsp", "util"))
 
 
 def format_failure(exc: BaseException, rank: int, size: int) -> str:
@@ -17,11 +23,24 @@ def format_failure(exc: BaseException, rank: int, size: int) -> str:
         return f"[hpcbsp] error: {exc}\n" if rank == 0 else ""
     if isinstance(exc, PeerFailed):
         return f"[hpcbsp] rank {rank}/{size}: {exc}\n"
+    if isinstance(exc, SyncTimeout):  # where the program waited, not the runtime's frames
+        where = _caller(exc)
+        text = re.sub(rf"^rank {rank}: ", "", str(exc))
+        return f"[hpcbsp] rank {rank}/{size}: {text}" + (f" (at {where})" if where else "") + "\n"
     if isinstance(exc, KeyboardInterrupt):  # Ctrl-C: no error of the program's, no traceback
         return f"[hpcbsp] rank {rank}/{size}: interrupted (KeyboardInterrupt, Ctrl-C)\n"
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return (f"[hpcbsp] rank {rank}/{size} failed:\n"
             + "".join(f"[rank {rank}] {line}\n" for line in text.rstrip().splitlines()))
+
+
+def _caller(exc: BaseException) -> str:
+    """``file:line in function`` of the innermost frame of ``exc`` outside the runtime's layers."""
+    where = ""
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if not os.path.abspath(frame.filename).startswith(_LAYERS):
+            where = f"{frame.filename}:{frame.lineno} in {frame.name}"
+    return where
 
 
 def report_failure(exc: BaseException, rank: int, size: int) -> None:

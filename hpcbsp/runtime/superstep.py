@@ -27,8 +27,8 @@ from mpi4py import MPI
 
 from .coarray import Coarray
 from .control import ControlStep, Kind
-from .errors import BSPError, UsageError
-from .exchange import Outbox, exchange
+from .errors import BSPError, SyncTimeout, UsageError
+from .exchange import ExchangeTimeout, Outbox, exchange
 from .ledger import Ledger, Traffic
 from .lifecycle import Lifecycle
 from .queue import Queue
@@ -86,6 +86,10 @@ class Supersteps:
         self._sync_label: str | None = None
         self._describe_sync = lambda: f"sync(label={self._sync_label!r})"  # only on divergence
         self._control = ControlStep(comm)
+        #: The host of every rank, so that a timeout names where the missing rank ran.
+        self.hosts: list[str] = comm.allgather(MPI.Get_processor_name()) if self.nprocs > 1 \
+            else [MPI.Get_processor_name()]
+        self._control.hosts = self.hosts
         self._control.wait_mode = wait
         self._control.nonblocking = timeout is not None or wait == "yield"
         self._control.track_arrivals = timeout is not None
@@ -174,7 +178,7 @@ class Supersteps:
         for q in self._queues:
             q._clear()
         if any_data:
-            moved = exchange(self.comm, outbox, self._objects, any_gets)
+            moved = self._exchange(any_gets, self.timeout if timeout is None else timeout)
             outbox.reset()
             if traffic is None:
                 traffic = moved
@@ -185,6 +189,21 @@ class Supersteps:
                 traffic = Traffic()
             step.run(traffic)
         return traffic
+
+    def _exchange(self, any_gets: bool, limit: float | None) -> Traffic:
+        """Deliver the superstep's data; with a timeout (``limit`` seconds), every wait of the
+        exchange is bounded by it and a peer that stopped inside the exchange is named."""
+        if limit is None:
+            return exchange(self.comm, self._outbox, self._objects, any_gets)
+        try:
+            return exchange(self.comm, self._outbox, self._objects, any_gets,
+                            deadline=time.monotonic() + limit)
+        except ExchangeTimeout as stuck:
+            self._life.control_step_failed()  # messages are left half done: no collective may follow
+            raise SyncTimeout(
+                f"rank {self.pid}: the data exchange of superstep {self.superstep} timed out after "
+                f"{limit:g} s waiting for {self._control.name_ranks([stuck.rank])}; it stopped "
+                "inside the exchange (its node died or its link went down)") from None
 
     def _agree(self, kind: int, sig: int, describe: Callable[[], str],
                has_data: bool = False, has_gets: bool = False,
