@@ -391,7 +391,9 @@ SchedulerParameters=sched_interval=2,bf_interval=5
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SlurmdParameters=config_overrides
-ReturnToService=2
+# A node that stopped answering is back in service once its slurmd registers again; one that an
+# administrator set DOWN (scontrol update nodename=N state=down) stays down until state=resume.
+ReturnToService=1
 # Keep finished jobs (and their state and exit code) visible to \`scontrol show job\` for a day.
 MinJobAge=86400
 KillWait=5

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -71,3 +73,43 @@ def link_bytes() -> dict[str, tuple[int, int]]:
         stats = Path("/sys/class/net") / f"{LINK_PREFIX}{i}" / "statistics"
         out[node] = (int((stats / "rx_bytes").read_text()), int((stats / "tx_bytes").read_text()))
     return out
+
+
+# --- Slurm jobs --------------------------------------------------------------------------------
+
+#: Job states after which a job does not run again (a requeued job passes through PENDING).
+FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
+                "DEADLINE", "PREEMPTED"}
+
+
+def _slurm_env() -> dict[str, str]:
+    from mpi_helpers import clean_env
+
+    return clean_env(slurm=True)
+
+
+def job_records(job_id: str) -> list[dict[str, str]]:
+    """The job's records as ``scontrol show job`` has them, one per array task (finished jobs
+    stay for MinJobAge)."""
+    proc = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True,
+                          timeout=30, env=_slurm_env(), stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    return [dict(re.findall(r"(\w+)=(\S*)", line)) for line in proc.stdout.splitlines() if line.strip()]
+
+
+def wait_final(job_id: str, timeout: float) -> list[dict[str, str]]:
+    """Poll until the job (every task of an array) has ended for good; return its records.
+    After ``timeout`` seconds the job is cancelled and the test fails.
+
+    Used for the longer jobs instead of ``sbatch --wait``, which polls at 2, 10, 42 s ... after
+    submission and so would add up to half a minute to each of them."""
+    deadline = time.monotonic() + timeout
+    while True:
+        records = job_records(job_id)
+        running = [rec["JobState"] for rec in records if rec["JobState"] not in FINAL_STATES]
+        if not running:
+            return records
+        if time.monotonic() > deadline:
+            subprocess.run(["scancel", job_id], timeout=30, env=_slurm_env(), stdin=subprocess.DEVNULL)
+            pytest.fail(f"job {job_id} still {', '.join(running)} after {timeout} s; cancelled it")
+        time.sleep(0.5)

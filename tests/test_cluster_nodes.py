@@ -30,17 +30,21 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from cluster_helpers import (
+    FINAL_STATES,
     HOSTFILE,
     RSH,
     cluster_nodes,
     cluster_required,  # noqa: F401  (the fixture behind unavailable_marks)
+    job_records,
     link_bytes,
     unavailable_marks,
+    wait_final,
 )
 from mpi_helpers import clean_env
 
@@ -268,3 +272,60 @@ def test_the_nodes_benchmark_runs_across_the_nodes() -> None:
                 .group(1).replace(",", ""))
     assert moved > 4 * 2**18, out  # at least the puts' quarter MiB per rank crossed the links
     assert "shared memory" not in out, out  # no transport advice: TCP was set
+
+
+# --- a Slurm node failure under long-run.sbatch ------------------------------------------------
+
+def test_a_node_failure_requeues_the_long_run_onto_the_remaining_nodes(tmp_path: Path) -> None:
+    # The heat app on 4 nodes (sbatch -N 3-4: one task per node) saves a checkpoint every 1000
+    # steps. Once the first one is on disk a node other than the batch host is set DOWN: Slurm
+    # ends the step ("Node failure"), requeues the job, and the requeued job starts on the 3 nodes
+    # left, restores the 4-rank checkpoint onto 3 ranks and ends bit-identical to the serial
+    # numpy run of all the steps (--check, an uninterrupted run) and to a one-node run (--out).
+    ckpt, steps = tmp_path / "heat-ckpt", 30_000
+    env = _env(HPCBSP_VENV=sys.prefix, HPCBSP_CHECKPOINT=str(ckpt), HPCBSP_STOP_GRACE="0")
+    proc = subprocess.run(
+        ["sbatch", "--parsable", "-N", "3-4", "--time=10", str(REPO / "slurm" / "long-run.sbatch"),
+         "-m", "hpcbsp.apps.heat", "--n", "200", "--steps", str(steps), "--every", "1000",
+         "--checkpoint", "{checkpoint}", "--restart", "--check", "--quiet", "--out", str(tmp_path / "nodes.npy")],
+        capture_output=True, text=True, timeout=30, env=env, cwd=tmp_path, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    job_id = proc.stdout.split(";")[0].strip()
+    down = None
+    try:
+        deadline = time.monotonic() + 90
+        while not (ckpt / "meta.json").exists():
+            first = job_records(job_id)[0]
+            assert first["JobState"] not in FINAL_STATES, first
+            assert time.monotonic() < deadline, f"no checkpoint within 90 s: {first}"
+            time.sleep(0.2)
+        first = job_records(job_id)[0]
+        assert first["NumNodes"] == "4", first  # the range's maximum, while all nodes are up
+        down = next(n for n in NODES[:4] if n != first["BatchHost"])
+        _run(["scontrol", "update", f"nodename={down}", "state=down", "reason=hpcbsp test: node failure"],
+             timeout=30).check_returncode()
+        (job,) = wait_final(job_id, 300)
+    finally:
+        if job_records(job_id)[0]["JobState"] not in FINAL_STATES:
+            _run(["scancel", job_id], timeout=30)
+        if down is not None:
+            _run(["scontrol", "update", f"nodename={down}", "state=resume"], timeout=30)
+    log = (tmp_path / f"hpcbsp-long-{job_id}.out").read_text()
+    assert (job["JobState"], job["Restarts"]) == ("COMPLETED", "1"), log
+    assert job["NumNodes"] == "3" and down not in _expand(job["NodeList"]), job
+    assert "resuming from checkpoint" in log, log
+    (restarted,) = map(int, re.findall(r"restarted from .* at step (\d+)", log))
+    assert 0 < restarted < steps and restarted % 1000 == 0, log
+    assert log.count(f"heat: n=200 steps={steps} on 3 ranks") == 1, log  # only the second run ended
+    assert "check against serial numpy: bit-identical" in log, log
+    one = _local(2, ["-m", "hpcbsp.apps.heat", "--n", "200", "--steps", str(steps), "--quiet",
+                     "--out", str(tmp_path / "one.npy")])
+    assert one.returncode == 0, one.stdout + one.stderr
+    assert np.load(tmp_path / "one.npy").tobytes() == np.load(tmp_path / "nodes.npy").tobytes()
+
+
+def _expand(nodelist: str) -> list[str]:
+    """Slurm's compressed host list (``hpcbsp-node[1-2,4]``) as names."""
+    out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
+                         timeout=30, env=_env(), stdin=subprocess.DEVNULL)
+    return out.stdout.split()

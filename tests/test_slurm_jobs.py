@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cluster_helpers import skip_or_fail
+from cluster_helpers import FINAL_STATES, job_records, skip_or_fail, wait_final
 from mpi_helpers import clean_env
 
 REPO = Path(__file__).resolve().parents[1]
@@ -72,39 +72,8 @@ def _sbatch_wait(args: list[str], cwd: Path, *, timeout: float = 180, **env: str
     return match.group(1), proc
 
 
-def _records(job_id: str) -> list[dict[str, str]]:
-    """The job's records as ``scontrol show job`` has them, one per array task (finished jobs
-    stay for MinJobAge)."""
-    proc = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True,
-                          timeout=30, env=_env(), stdin=subprocess.DEVNULL)
-    assert proc.returncode == 0, proc.stderr
-    return [dict(re.findall(r"(\w+)=(\S*)", line)) for line in proc.stdout.splitlines() if line.strip()]
-
-
 def _job(job_id: str) -> dict[str, str]:
-    return _records(job_id)[0]
-
-
-_FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
-                 "DEADLINE", "PREEMPTED"}
-
-
-def _wait_final(job_id: str, timeout: float) -> list[dict[str, str]]:
-    """Poll until the job (every task of an array) has ended for good; a requeued job passes
-    through PENDING again. Return its records.
-
-    Used for the longer jobs instead of ``sbatch --wait``, which polls at 2, 10, 42 s ... after
-    submission and so would add up to half a minute to each of them."""
-    deadline = time.monotonic() + timeout
-    while True:
-        records = _records(job_id)
-        running = [rec["JobState"] for rec in records if rec["JobState"] not in _FINAL_STATES]
-        if not running:
-            return records
-        if time.monotonic() > deadline:
-            subprocess.run(["scancel", job_id], timeout=30, env=_env(), stdin=subprocess.DEVNULL)
-            pytest.fail(f"job {job_id} still {', '.join(running)} after {timeout} s; cancelled it")
-        time.sleep(0.5)
+    return job_records(job_id)[0]
 
 
 def _log(cwd: Path, name: str, job_id: str) -> str:
@@ -271,7 +240,7 @@ def test_sweep_array_times_each_worker_count(tmp_path: Path) -> None:
                  "farm.py"], tmp_path, timeout=30, SWEEP_REPS="2")
     assert proc.returncode == 0, proc.stderr
     job_id = proc.stdout.split(";")[0].strip()
-    tasks = _wait_final(job_id, timeout=180)
+    tasks = wait_final(job_id, timeout=180)
     assert sorted((t["ArrayTaskId"], t["JobState"]) for t in tasks) == [(k, "COMPLETED") for k in "123"], tasks
     points = tmp_path / "runs" / f"sweep-{job_id}" / "points"
     for k in (1, 2, 3):
@@ -313,7 +282,7 @@ def test_sweep_sh_fits_validates_and_plots(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     match = re.search(r"fit job (\d+) runs after it", proc.stdout)
     assert match, proc.stdout
-    (fit,) = _wait_final(match.group(1), timeout=240)
+    (fit,) = wait_final(match.group(1), timeout=240)
     assert fit["JobState"] == "COMPLETED", _log(tmp_path, "hpcbsp-sweep-fit", fit["JobId"])
     (sweep,) = (tmp_path / "runs").glob("sweep-*")
     runs = _csv(sweep / "RUNS.csv")
@@ -393,13 +362,13 @@ def _signal_long_run(cwd: Path, args: list[str], ready: Path, *, timeout: float,
         deadline = time.monotonic() + 60
         while not ready.exists():
             state = _job(job_id)["JobState"]
-            assert state not in _FINAL_STATES, f"job ended ({state}) before its program was ready"
+            assert state not in FINAL_STATES, f"job ended ({state}) before its program was ready"
             assert time.monotonic() < deadline, f"the program did not get ready in 60 s (job {state})"
             time.sleep(0.2)
         _run(["scancel", "--batch", "--signal=USR1", job_id], cwd, timeout=30).check_returncode()
-        (job,) = _wait_final(job_id, timeout)
+        (job,) = wait_final(job_id, timeout)
     finally:
-        if _job(job_id)["JobState"] not in _FINAL_STATES:
+        if _job(job_id)["JobState"] not in FINAL_STATES:
             _run(["scancel", job_id], cwd, timeout=30)
     return job
 
@@ -475,7 +444,7 @@ def test_long_run_is_requeued_when_preempted_and_resumes(tmp_path: Path) -> None
     try:
         deadline = time.monotonic() + 60
         while not (ckpt / "meta.json").exists():  # the first checkpoint is on disk
-            assert _job(job_id)["JobState"] not in _FINAL_STATES, _job(job_id)
+            assert _job(job_id)["JobState"] not in FINAL_STATES, _job(job_id)
             assert time.monotonic() < deadline, "no checkpoint within 60 s"
             time.sleep(0.2)
         # On the long run's node: on a cluster of several nodes another would be free.
@@ -483,11 +452,11 @@ def test_long_run_is_requeued_when_preempted_and_resumes(tmp_path: Path) -> None
                        "-w", _job(job_id)["NodeList"], "--wrap", "echo urgent work done"], tmp_path, timeout=30)
         assert urgent.returncode == 0, urgent.stderr
         urgent_id = urgent.stdout.split(";")[0].strip()
-        (job,) = _wait_final(job_id, 240)
-        (done,) = _wait_final(urgent_id, 60)
+        (job,) = wait_final(job_id, 240)
+        (done,) = wait_final(urgent_id, 60)
     finally:
         for jid in (job_id, urgent_id):
-            if jid and _job(jid)["JobState"] not in _FINAL_STATES:
+            if jid and _job(jid)["JobState"] not in FINAL_STATES:
                 _run(["scancel", jid], tmp_path, timeout=30)
     log = _log(tmp_path, "hpcbsp-long", job["JobId"])
     assert done["JobState"] == "COMPLETED"
