@@ -16,6 +16,7 @@ import hpcbsp
 from hpcbsp import BadInput, BSPError, UsageError
 from hpcbsp.apps.heat import reference
 from hpcbsp.runtime.distribution import block_range
+from hpcbsp.runtime.partition import Block, Explicit, Grid, grid, partitioning
 
 HEAT = ["-m", "hpcbsp.apps.heat", "--n", "600", "--steps", "60"]
 
@@ -158,27 +159,91 @@ def test_failed_save_keeps_previous_checkpoint(tmp_path_factory):
         assert not os.path.exists(path + ".tmp")
 
 
-@pytest.mark.mpi(min_size=2)
-def test_restore_redistributes_within_the_same_job(tmp_path_factory):
-    """Checkpoint with one block layout, restore into another (uneven parts)."""
+def _shared_dir(tmp_path_factory, name: str) -> str:
     from mpi4py import MPI
-    base = MPI.COMM_WORLD.bcast(str(tmp_path_factory.mktemp("rd")) if MPI.COMM_WORLD.rank == 0 else None)
-    path = os.path.join(base, "c")
+    return MPI.COMM_WORLD.bcast(str(tmp_path_factory.mktemp(name)) if MPI.COMM_WORLD.rank == 0 else None)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_restore_redistributes_by_layout_within_the_same_job(tmp_path_factory):
+    """Saved with a block layout, restored into another layout on the same ranks (each rank the
+    block its mirror rank had, uneven parts).  Oracle: element g holds 10 g, wherever it is."""
+    path = os.path.join(_shared_dir(tmp_path_factory, "rd"), "c")
     n = 23
     with hpcbsp.BSP() as bsp:
-        lo, hi = block_range(n, bsp.nprocs, bsp.pid)
-        x = bsp.coarray(hi - lo, dtype=np.int64, name="x")
-        x.local[:] = np.arange(lo, hi) * 10
+        x = bsp.coarray(dtype=np.int64, name="x", layout=Block(n, bsp.nprocs))
+        x.local[:] = x.layout.global_indices(bsp.pid) * 10
         bsp.checkpoint(path, program="t")
     with hpcbsp.BSP() as bsp:
-        # Reversed layout: rank r holds the block that rank p-1-r would.
-        lo, hi = block_range(n, bsp.nprocs, bsp.nprocs - 1 - bsp.pid)
-        sizes_before = block_range(n, bsp.nprocs, bsp.nprocs - 1 - bsp.pid)
-        x = bsp.coarray(hi - lo, dtype=np.int64, name="x")
+        p = bsp.nprocs
+        mirrored = Explicit(p - 1 - Block(n, p).owner(np.arange(n)), p)
+        x = bsp.coarray(dtype=np.int64, name="x", layout=mirrored)
         bsp.restore(path, program="t")
-        start = sum(x.sizes[: bsp.pid])
-        np.testing.assert_array_equal(x.local, np.arange(start, start + x.local.size) * 10)
-        assert sizes_before == (lo, hi)
+        np.testing.assert_array_equal(x.local, mirrored.global_indices(bsp.pid) * 10)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("saved_kind, restored_kind", [("cyclic", "cyclic"), ("block-cyclic", "block"),
+                                                       ("grid", "grid")])
+def test_a_checkpoint_restores_onto_fewer_ranks_by_its_layouts(tmp_path_factory, saved_kind, restored_kind):
+    """Saved on every rank of the job, restored on one rank fewer (a communicator of the first
+    p - 1 ranks).  Oracle: element g (or (i, j)) holds its own global number times 10, so any
+    permutation shows (concatenating the parts of a cyclic array in rank order would permute it)."""
+    from mpi4py import MPI
+    path = os.path.join(_shared_dir(tmp_path_factory, "fewer"), "c")
+    n, shape = 29, (7, 5)
+
+    def layout(kind: str, p: int):
+        if kind == "grid":
+            return grid(shape, p, ("cyclic", "block-cyclic"), (1, 2))
+        return partitioning(kind, n, p, block=3)
+
+    def expected(lay, pid: int) -> np.ndarray:
+        if isinstance(lay, Grid):
+            rows, cols = lay.global_indices(pid)
+            return (rows[:, None] * shape[1] + cols[None, :]).reshape(-1) * 10
+        return lay.global_indices(pid) * 10
+
+    with hpcbsp.BSP() as bsp:
+        x = bsp.coarray(dtype=np.int64, name="x", layout=layout(saved_kind, bsp.nprocs))
+        x.local[:] = expected(x.layout, bsp.pid)
+        bsp.checkpoint(path, program="t")
+    world = MPI.COMM_WORLD
+    fewer = world.Split(0 if world.rank < world.size - 1 else MPI.UNDEFINED, world.rank)
+    if fewer != MPI.COMM_NULL:
+        with hpcbsp.BSP(fewer) as bsp:
+            x = bsp.coarray(dtype=np.int64, name="x", layout=layout(restored_kind, bsp.nprocs))
+            ck = bsp.restore(path, program="t")
+            assert ck.nprocs == world.size
+            np.testing.assert_array_equal(x.local, expected(x.layout, bsp.pid))
+        fewer.Free()
+    world.Barrier()
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("side", ["saved", "restored"])
+def test_a_coarray_without_a_layout_is_refused_on_another_rank_count(tmp_path_factory, side):
+    from mpi4py import MPI
+    path = os.path.join(_shared_dir(tmp_path_factory, "nolayout"), "c")
+    n = 12
+    with hpcbsp.BSP() as bsp:
+        lay = Block(n, bsp.nprocs)
+        bsp.coarray(dtype=np.int64, name="x", layout=lay if side == "restored" else None,
+                    n=lay.local_size(bsp.pid))
+        bsp.checkpoint(path, program="t")
+    world = MPI.COMM_WORLD
+    fewer = world.Split(0 if world.rank < world.size - 1 else MPI.UNDEFINED, world.rank)
+    if fewer != MPI.COMM_NULL:
+        with hpcbsp.BSP(fewer) as bsp:
+            lay = Block(n, bsp.nprocs)
+            bsp.coarray(dtype=np.int64, name="x", layout=lay if side == "saved" else None,
+                        n=lay.local_size(bsp.pid))
+            with pytest.raises(BSPError, match=r"coarray 'x' was saved on \d rank\(s\) .* restored on \d, and "
+                               + ("it was saved without a layout" if side == "saved"
+                                  else "it is registered here without a layout")):
+                bsp.restore(path, program="t")
+        fewer.Free()
+    world.Barrier()
 
 
 def test_sync_timeout_names_the_late_rank():

@@ -195,3 +195,35 @@ def test_same_inputs_same_bytes_in_separate_runs(nprocs):
         assert res.returncode == 0 and not res.timed_out, res.output
         runs.append(dict((int(r), h) for r, h in re.findall(r"rank (\d+) ([0-9a-f]+)", res.stdout)))
     assert runs[0] == runs[1] == _replayed(nprocs)
+
+
+@mpi
+def test_a_coarray_with_a_layout_is_sized_by_it_and_puts_address_it(bsp):
+    # Oracle: Cyclic's closed form (g on rank g mod p at g // p), written out here.
+    from hpcbsp.runtime.partition import Cyclic
+
+    n, p = 17, bsp.nprocs
+    x = bsp.coarray(dtype=np.int64, name="x", layout=Cyclic(n, p))
+    assert x.local.size == len(range(bsp.pid, n, p)) and x.layout == Cyclic(n, p)
+    if bsp.pid == 0:  # rank 0 writes every element g = 10 g, addressed through the layout
+        for g in range(n):
+            owner, offset = x.layout.locate(g)
+            x.put(owner, [10 * g], offset)
+    bsp.sync()
+    np.testing.assert_array_equal(x.local, 10 * np.arange(bsp.pid, n, p))
+
+
+@mpi
+def test_a_layout_that_does_not_fit_the_coarray_is_a_usage_error(bsp):
+    from hpcbsp.runtime.partition import Block
+
+    p = bsp.nprocs
+    with pytest.raises(UsageError, match=rf"layout Block\(n=10, p={p + 1}\) is over {p + 1} ranks, this context has {p}"):
+        bsp.coarray(layout=Block(10, p + 1))
+    with pytest.raises(UsageError, match=r"n=99, but layout Block\(n=10, p=\d\) gives rank \d \d+ elements"):
+        bsp.coarray(99, layout=Block(10, p))
+    with pytest.raises(UsageError, match="layout must be a partitioning"):
+        bsp.coarray(4, layout="block")
+    with pytest.raises(UsageError, match="coarray size must be a non-negative integer, got None"):
+        bsp.coarray()
+    bsp.sync()  # every rank raised locally, before any collective step: the context goes on

@@ -24,6 +24,7 @@ import numpy as np
 import hpcbsp
 from hpcbsp.runtime.checkpoint import check_target, exists as checkpoint_exists
 from hpcbsp.runtime.distribution import block_range
+from hpcbsp.runtime.partition import Block
 from hpcbsp.runtime.ledger import summarize
 from hpcbsp.util.args import (LEDGER_SUFFIXES, OneLineParser, add_common_options, check_memory, check_outputs,
                               nonnegative_int, plural, positive_float, positive_int)
@@ -45,7 +46,7 @@ def simulate(bsp: "hpcbsp.BSP", n: int, steps: int, alpha: float, checkpoint: st
     ``progress`` (e.g. a :class:`hpcbsp.util.progress.Progress`) is called with the step count
     after every step, and its ``note`` (if it has one) when a checkpoint was written."""
     lo, hi = block_range(n, bsp.nprocs, bsp.pid)
-    u = bsp.coarray(hi - lo, name="u")
+    u = bsp.coarray(name="u", layout=Block(n, bsp.nprocs))  # restores onto any rank count
     halo = bsp.coarray(2, name="halo", scratch=True)  # [left's last, right's first]
     step = 0
     if restart and checkpoint and checkpoint_exists(checkpoint):

@@ -23,9 +23,15 @@ on every rank, and so is a checkpoint of another program at ``PATH``.  :func:`ch
 makes the same check, for command lines that want to refuse a bad path before the work starts.
 
 Coarrays are matched by name (those registered with ``scratch=True``, such as halos and
-buffers, are not saved) and treated as one global array, the concatenation of the parts in
-rank order; on restore each rank takes the slice that its current part covers, so a block
-distribution saved on 3 ranks restores onto 2 or 4.  State passed as keywords is *replicated*
+buffers, are not saved), with the layout they were registered with (``bsp.coarray(...,
+layout=Block(n, p))``, any partitioning of :mod:`.partition`).  On the rank count it was saved on
+and with the same part sizes, each rank gets its part back.  On another rank count (or other
+part sizes) a coarray is redistributed by its layouts: every rank takes the global elements its
+new layout gives it from wherever the saved layout had them, so a cyclic or block-cyclic array
+saved on 3 ranks restores onto 2 or 4 in the right order.  A coarray without a layout, saved or
+restored, is refused there with an error that says so: its parts cannot be placed without
+guessing (concatenating them in rank order would permute a cyclic array without a word).
+State passed as keywords is *replicated*
 (the same on every rank, e.g. an iteration counter or a global vector): rank 0's copy is saved,
 and every rank checks at save time that its copy is identical.  Assumes a file system that all
 ranks see (one node, or a cluster's shared file system).
@@ -44,6 +50,7 @@ import numpy as np
 
 from .coarray import Coarray
 from .errors import BadInput, BSPError
+from .partition import Grid, Partitioning, from_description
 
 if TYPE_CHECKING:
     from .context import BSP
@@ -255,7 +262,8 @@ def save(bsp: "BSP", path: str, program: str | None, state: dict[str, Any]) -> s
             meta = {
                 "format": FORMAT, "version": VERSION, "program": program,
                 "superstep": bsp.superstep, "nprocs": bsp.nprocs,
-                "coarrays": {name: {"dtype": c.dtype.str, "sizes": list(c.sizes)}
+                "coarrays": {name: {"dtype": c.dtype.str, "sizes": list(c.sizes),
+                                    **({"layout": c.layout.describe()} if c.layout is not None else {})}
                              for name, c in coarrays.items()},
                 "state": {name: {"dtype": arr.dtype.str, "shape": list(arr.shape)}
                           for name, arr in arrays.items()},
@@ -355,7 +363,12 @@ def restore(bsp: "BSP", path: str, program: str | None = None) -> Checkpoint:
             if old_sizes.sum() != sum(c.sizes):
                 raise BSPError(f"checkpoint {path}: coarray {name!r} holds {old_sizes.sum()} "
                                f"elements in all, this program's has {sum(c.sizes)}")
-            _fill(c, bsp.pid, old_sizes, lambda r: cache.setdefault(r, _load(path, f"rank{r}.npz", meta)))
+            part_of = lambda r: cache.setdefault(r, _load(path, f"rank{r}.npz", meta))  # noqa: E731
+            if old_sizes.tolist() == list(c.sizes) and _same_layout(info.get("layout"), c.layout):
+                _fill(c, bsp.pid, part_of)  # the saved parts as they were
+            else:
+                _redistribute(c, bsp.pid, _layouts(path, name, info, c, int(meta["nprocs"]), bsp.nprocs),
+                              part_of)
         state0 = cache.get(0) or _load(path, "rank0.npz", meta)
         state = {name: state0[f"state:{name}"] for name in meta["state"]}
         result = Checkpoint(path, meta["program"], int(meta["superstep"]), int(meta["nprocs"]), state)
@@ -368,13 +381,60 @@ def restore(bsp: "BSP", path: str, program: str | None = None) -> Checkpoint:
     return result
 
 
-def _fill(c: Coarray, pid: int, old_sizes: np.ndarray, part_of: Any) -> None:
-    """Copy this rank's slice of the global array from the saved parts that overlap it."""
-    new_start = int(sum(c.sizes[:pid]))
-    new_stop = new_start + c.local.size
-    old_starts = np.concatenate([[0], np.cumsum(old_sizes)])
-    for r in range(old_sizes.size):
-        lo, hi = max(new_start, int(old_starts[r])), min(new_stop, int(old_starts[r + 1]))
-        if lo < hi:
-            part = part_of(r)[f"coarray:{c.name}"]
-            c.local[lo - new_start:hi - new_start] = part[lo - int(old_starts[r]):hi - int(old_starts[r])]
+def _same_layout(saved: dict[str, Any] | None, here: Partitioning | Grid | None) -> bool:
+    """Whether the parts can be given back as they are: the same layout, or none on either side
+    (same rank count and sizes: a program that declares no layout gets its own parts back)."""
+    if saved is None or here is None:
+        return saved is None and here is None
+    return bool(saved == here.describe())
+
+
+def _layouts(path: str, name: str, info: dict[str, Any], c: Coarray, saved_p: int,
+             p: int) -> tuple[Partitioning | Grid, Partitioning | Grid]:
+    """The saved and the current layout of coarray ``name``, or a BSPError saying why its parts
+    cannot be placed on this rank count."""
+    where = f"checkpoint {path}: coarray {name!r}"
+    moved = f"saved on {saved_p} rank(s) with parts of {info['sizes']} elements, restored on {p}"
+    if info.get("layout") is None or c.layout is None:
+        missing = "it was saved without a layout" if info.get("layout") is None else \
+            "it is registered here without a layout"
+        raise BSPError(
+            f"{where} was {moved}, and {missing}: hpcbsp cannot know which global elements each part "
+            "holds (concatenating them in rank order would permute a cyclic array). Register it with "
+            "its layout when saving and restoring (bsp.coarray(..., layout=Block(n, bsp.nprocs)), "
+            "Cyclic, BlockCyclic or Grid from hpcbsp.runtime.partition), or restore on "
+            f"{saved_p} rank(s) with the same part sizes")
+    saved = from_description(info["layout"])
+    here = c.layout
+    same_kind = isinstance(saved, Grid) == isinstance(here, Grid)
+    if not same_kind or _shape(saved) != _shape(here):
+        raise BSPError(f"{where}: saved with layout {saved!r} of shape {_shape(saved)}, registered here "
+                       f"with {here!r} of shape {_shape(here)}: the global arrays differ")
+    if saved.p != saved_p or saved.local_sizes().tolist() != list(info["sizes"]):
+        raise BSPError(f"{where} is damaged: its layout {saved!r} does not match its saved parts")
+    return saved, here
+
+
+def _shape(layout: Partitioning | Grid) -> tuple[int, ...]:
+    return layout.shape if isinstance(layout, Grid) else (layout.n,)
+
+
+def _redistribute(c: Coarray, pid: int, layouts: tuple[Partitioning | Grid, Partitioning | Grid],
+                  part_of: Any) -> None:
+    """Fill this rank's part with the global elements its layout gives it, each read from the
+    saved part (and local index) that the saved layout had it in."""
+    saved, here = layouts
+    if isinstance(here, Grid):
+        mesh = np.meshgrid(*here.global_indices(pid), indexing="ij")  # row-major local order
+        owners, local = saved.locate([m.reshape(-1) for m in mesh])
+    else:
+        owners, local = saved.locate(here.global_indices(pid))  # type: ignore[union-attr]
+    owners, local = np.asarray(owners).reshape(-1), np.asarray(local).reshape(-1)
+    for r in np.unique(owners):
+        mine = owners == r
+        c.local[mine] = part_of(int(r))[f"coarray:{c.name}"][local[mine]]
+
+
+def _fill(c: Coarray, pid: int, part_of: Any) -> None:
+    """Copy this rank's part from the saved part of the same rank (same sizes on every rank)."""
+    c.local[:] = part_of(pid)[f"coarray:{c.name}"]

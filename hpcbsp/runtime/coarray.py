@@ -12,6 +12,7 @@ from .records import as_records, check_pid
 
 if TYPE_CHECKING:
     from .context import BSP
+    from .partition import Grid, Partitioning
 
 
 class GetFuture:
@@ -43,11 +44,12 @@ class GetFuture:
 class Coarray:
     """An array with a part on every rank; created collectively by :meth:`BSP.coarray`.
 
-    ``local`` is this rank's part.  ``sizes[r]`` is the length of rank r's part.
+    ``local`` is this rank's part.  ``sizes[r]`` is the length of rank r's part.  ``layout`` is
+    the partitioning it was registered with (which global elements each part holds), or None.
     """
 
     def __init__(self, bsp: "BSP", outbox: Outbox, obj_id: int, local: np.ndarray, sizes: tuple[int, ...],
-                 name: str, scratch: bool = False):
+                 name: str, scratch: bool = False, layout: "Partitioning | Grid | None" = None):
         self._bsp = bsp
         self._outbox = outbox  # the context's: requests wait there for the next sync
         self.scratch = scratch
@@ -55,12 +57,14 @@ class Coarray:
         self.local = local
         self.sizes = sizes
         self.name = name
+        self.layout = layout
         self.dtype = local.dtype
         self.itemsize = local.dtype.itemsize
 
     def __repr__(self) -> str:
+        layout = f", layout={self.layout!r}" if self.layout is not None else ""
         return (f"Coarray({self.name!r}, dtype={self.dtype}, local={self.local.size} elements on "
-                f"rank {self._bsp.pid}, {sum(self.sizes)} in all)")
+                f"rank {self._bsp.pid}, {sum(self.sizes)} in all{layout})")
 
     def put(self, pid: int, values: ArrayLike, offset: int = 0) -> None:
         """Copy ``values`` now; they land in ``pid``'s ``local[offset:offset+len(values)]`` at the next sync.

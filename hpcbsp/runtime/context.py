@@ -13,6 +13,7 @@ checkpoints (:mod:`.checkpoint`) and the interface for extensions such as FA-BSP
 """
 from __future__ import annotations
 
+import json
 import warnings
 from typing import Any, Callable
 
@@ -25,6 +26,7 @@ from .control import Kind, signature
 from .errors import BSPError, UsageError, env_number
 from .extension import Extension, provided
 from .launch import check_world
+from .partition import Grid, Partitioning
 from .queue import Queue
 from .superstep import Supersteps
 
@@ -108,25 +110,46 @@ class BSP(Supersteps):
         self._life.fail(exc)
 
     # ------------------------------------------------------------------ registration
-    def coarray(self, n: int, dtype: Any = float, *, name: str | None = None,
-                scratch: bool = False) -> Coarray:
+    def coarray(self, n: int | None = None, dtype: Any = float, *, name: str | None = None,
+                scratch: bool = False, layout: Partitioning | Grid | None = None) -> Coarray:
         """Register an array with ``n`` elements on this rank (collective; n may differ per rank).
 
         The local part starts zeroed.  Ranks must agree on the dtype.  ``scratch=True`` marks
-        temporary storage (halos, buffers) that :meth:`checkpoint` does not save.  Registration is not a
-        superstep and moves no data (h-relation: none; one control step and an ``Allgather`` of
-        the sizes).
+        temporary storage (halos, buffers) that :meth:`checkpoint` does not save.  ``layout``
+        (a :mod:`partitioning <.partition>` over this context's ``nprocs`` ranks, the same on
+        every rank) says which global elements the parts hold; ``n`` then defaults to this
+        rank's share, and a checkpoint restored onto another number of ranks is redistributed by
+        it (a coarray without a layout restores only onto the rank count it was saved on).
+        Registration is not a superstep and moves no data (h-relation: none; one control step
+        and an ``Allgather`` of the sizes).
         """
         dt = np.dtype(dtype)
-        if int(n) != n or n < 0:
+        where = f"rank {self.pid}: coarray(name={name!r})"
+        described = ""
+        if layout is not None:
+            if not isinstance(layout, (Partitioning, Grid)):
+                raise UsageError(f"{where}: layout must be a partitioning (hpcbsp.runtime.partition: "
+                                 f"Block, Cyclic, BlockCyclic, Explicit, Grid), got {type(layout).__name__}")
+            if layout.p != self.nprocs:
+                raise UsageError(f"{where}: layout {layout!r} is over {layout.p} ranks, this context has "
+                                 f"{self.nprocs}")
+            share = layout.local_size(self.pid)
+            if n is None:
+                n = share
+            elif n != share:
+                raise UsageError(f"{where}: n={n!r}, but layout {layout!r} gives rank {self.pid} "
+                                 f"{share} elements (leave n out)")
+            described = json.dumps(layout.describe(), sort_keys=True)
+        if n is None or isinstance(n, (bool, np.bool_)) or int(n) != n or n < 0:
             raise UsageError(f"rank {self.pid}: coarray size must be a non-negative integer, got {n!r}")
         name = name or f"coarray{len(self._objects)}"
-        self._agree(Kind.REGISTER, signature(f"coarray {dt.descr}"),
-                    lambda: f"coarray(n={n}, dtype={dt}, name={name!r})")
+        self._agree(Kind.REGISTER, signature(f"coarray {dt.descr} {described}"),
+                    lambda: f"coarray(n={n}, dtype={dt}, name={name!r}"
+                            + (f", layout={layout!r})" if layout is not None else ")"))
         sizes = np.empty(self.nprocs, dtype=np.int64)
         self.comm.Allgather(np.array([n], dtype=np.int64), sizes)
         arr = Coarray(self, self._outbox, len(self._objects), np.zeros(int(n), dtype=dt), tuple(sizes.tolist()), name,
-                      scratch)
+                      scratch, layout)
         self._objects.append(arr)
         return arr
 
@@ -216,8 +239,9 @@ class BSP(Supersteps):
     def restore(self, path: str, *, program: str | None = None) -> "Any":
         """Load a checkpoint into the registered coarrays (by name) and return it (collective).
 
-        Works on a different number of ranks: each coarray is read as one global array (the parts
-        in rank order) and redistributed by this run's part sizes.  Returns a
+        Works on a different number of ranks for coarrays registered with a ``layout``: each is
+        redistributed from its saved layout to its current one (one without a layout is refused
+        there, with a :class:`~.errors.BadInput` that says so).  Returns a
         :class:`~hpcbsp.runtime.checkpoint.Checkpoint` with ``superstep`` and ``state``; the
         context's superstep counter continues from the saved one.  A missing, truncated,
         modified or foreign checkpoint raises :class:`~.errors.BadInput` on every rank.

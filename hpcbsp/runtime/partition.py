@@ -6,7 +6,7 @@ elements at local indices ``0..local_size(r)-1``, in increasing global order.  E
 vectorised: it takes an int or an integer array and returns the same shape.  Nothing here
 communicates: a partitioning is the same pure object on every rank, and a program uses it to size
 its coarrays (``bsp.coarray(part.local_size(bsp.pid))``) and to address puts and gets
-(``x.put(*part.locate(g), ...)``).
+(``owner, offset = part.locate(g); x.put(owner, values, offset)``).
 
 1-D partitionings
     :class:`Block`
