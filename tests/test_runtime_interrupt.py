@@ -21,6 +21,7 @@ from mpi_helpers import MPIEXEC, _remove_leftover_segments, _shm_segments
 
 import hpcbsp
 from hpcbsp.apps.heat import reference
+from hpcbsp.runtime.partition import Block
 
 pytestmark = pytest.mark.serial_only  # launches its own MPI jobs: runs in the serial pass, not once per rank
 
@@ -120,7 +121,7 @@ def _identity(path: str) -> tuple[int, int] | None:
 def _restore_heat(ck: str) -> tuple[int, np.ndarray]:
     """Read the checkpoint on one rank, as the restarted app does."""
     with hpcbsp.BSP() as bsp:
-        u = bsp.coarray(N, name="u")
+        u = bsp.coarray(name="u", layout=Block(N, bsp.nprocs))  # as the app registers it
         saved = bsp.restore(ck, program="hpcbsp.apps.heat")
         return int(saved.state["step"]), u.local.copy()
 

@@ -210,7 +210,7 @@ def save(bsp: "BSP", path: str, program: str | None, state: dict[str, Any]) -> s
         if arr.dtype.hasobject:
             raise BSPError(f"rank {bsp.pid}: checkpoint state {name!r} holds Python objects; "
                            "only numeric/string numpy data can be saved (no pickle)")
-    coarrays = {c.name: c for c in bsp.extension.coarrays() if not c.scratch}
+    coarrays = {c.name: c for c in bsp.extension.coarrays() if not c.scratch and c.registered}
     tmp = path + ".tmp"
 
     # 1. Rank 0 checks that nothing but hpcbsp's own is in the way, and prepares an empty
@@ -232,7 +232,7 @@ def save(bsp: "BSP", path: str, program: str | None, state: dict[str, Any]) -> s
     error, digest = None, None
     fname = f"rank{bsp.pid}.npz"
     try:
-        payload = {f"coarray:{name}": c.local for name, c in coarrays.items()}
+        payload = {f"coarray:{name}": c.flat for name, c in coarrays.items()}
         if bsp.pid == 0:
             payload.update({f"state:{name}": arr for name, arr in arrays.items()})
         with open(os.path.join(tmp, fname), "wb") as fh:
@@ -338,7 +338,7 @@ def _load(path: str, fname: str, meta: dict[str, Any]) -> dict[str, np.ndarray]:
 def restore(bsp: "BSP", path: str, program: str | None = None) -> Checkpoint:
     """Read a checkpoint into the registered coarrays (collective); return its state."""
     path = os.path.abspath(os.fspath(path))
-    coarrays = {c.name: c for c in bsp.extension.coarrays() if not c.scratch}
+    coarrays = {c.name: c for c in bsp.extension.coarrays() if not c.scratch and c.registered}
     error, result = None, None
     try:
         path, meta = _read_meta(path)
@@ -432,9 +432,9 @@ def _redistribute(c: Coarray, pid: int, layouts: tuple[Partitioning | Grid, Part
     owners, local = np.asarray(owners).reshape(-1), np.asarray(local).reshape(-1)
     for r in np.unique(owners):
         mine = owners == r
-        c.local[mine] = part_of(int(r))[f"coarray:{c.name}"][local[mine]]
+        c.flat[mine] = part_of(int(r))[f"coarray:{c.name}"].reshape(-1)[local[mine]]
 
 
 def _fill(c: Coarray, pid: int, part_of: Any) -> None:
     """Copy this rank's part from the saved part of the same rank (same sizes on every rank)."""
-    c.local[:] = part_of(pid)[f"coarray:{c.name}"]
+    c.flat[:] = part_of(pid)[f"coarray:{c.name}"].reshape(-1)

@@ -1,7 +1,18 @@
-"""Registered arrays with one-sided ``put`` and ``get`` (BSPlib DRMA, Bulk's coarray shape)."""
+"""Registered arrays with one-sided ``put`` and ``get`` (BSPlib DRMA, Bulk's coarray shape).
+
+A coarray's part may be n-dimensional (``bsp.coarray(shape=(m, k))``; shapes may differ per
+rank).  ``put``, ``hpput``, ``get`` and ``hpget`` address a part by flat (row-major) offset;
+``c.on(pid)[index]`` addresses it by ints and slices, as numpy does::
+
+    c.on(right)[0, :] = row          # a put of the first row of right's part
+    col = c.on(left)[:, 2].get()     # a get of left's third column; col.value after the sync
+
+A slice is moved as one put (or get) per contiguous run of elements in the target's row-major
+layout: a row is one, a column of an m x k part is m.
+"""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -16,15 +27,20 @@ if TYPE_CHECKING:
 
 
 class GetFuture:
-    """The result of :meth:`Coarray.get`; ``value`` is valid after the next ``sync``."""
+    """The result of :meth:`Coarray.get`; ``value`` is valid after the next ``sync``.
 
-    __slots__ = ("_value", "_dtype", "_count", "_what", "nbytes")
+    With ``into`` (:meth:`Coarray.hpget`) the data is written into that array at the sync and
+    ``value`` is that array.
+    """
 
-    def __init__(self, dtype: np.dtype, count: int, what: str):
+    __slots__ = ("_value", "_dtype", "_count", "_what", "nbytes", "_into")
+
+    def __init__(self, dtype: np.dtype, count: int, what: str, into: np.ndarray | None = None):
         self._value: np.ndarray | None = None
         self._dtype = dtype
         self._count = count
         self._what = what
+        self._into = into
         self.nbytes = count * dtype.itemsize
 
     @property
@@ -38,26 +54,90 @@ class GetFuture:
         return self._value
 
     def _fulfil(self, raw: np.ndarray) -> None:
-        self._value = raw.view(self._dtype).copy()
+        if self._into is not None:
+            self._into[...] = raw.view(self._dtype).reshape(self._into.shape)
+            self._value = self._into
+        else:
+            self._value = raw.view(self._dtype).copy()
+
+
+class SliceFuture:
+    """The result of ``c.on(pid)[index].get()``: ``value`` (an array of the slice's shape) is
+    valid after the next sync."""
+
+    __slots__ = ("_parts", "_shape", "_dtype")
+
+    def __init__(self, parts: list[GetFuture], shape: tuple[int, ...], dtype: np.dtype):
+        self._parts, self._shape, self._dtype = parts, shape, dtype
+
+    @property
+    def ready(self) -> bool:
+        return all(f.ready for f in self._parts)
+
+    @property
+    def value(self) -> np.ndarray:
+        values = [f.value for f in self._parts]
+        flat = np.concatenate(values) if len(values) > 1 else values[0] if values else np.empty(0, self._dtype)
+        return flat.reshape(self._shape)
+
+
+class Slice:
+    """``c.on(pid)[index]``: a slice of another rank's part, to :meth:`put` into or :meth:`get`."""
+
+    __slots__ = ("_coarray", "_pid", "_index")
+
+    def __init__(self, coarray: "Coarray", pid: int, index: Any):
+        self._coarray, self._pid, self._index = coarray, pid, index
+
+    def put(self, values: ArrayLike) -> None:
+        """Write ``values`` (broadcast to the slice's shape) at the next sync.  h-relation: the
+        slice's bytes, one message per contiguous run."""
+        self._coarray._put_slice(self._pid, self._index, values)
+
+    def get(self) -> SliceFuture:
+        """The slice as it is at the next sync (before puts land).  h-relation: the slice's
+        bytes out of ``pid`` and into this rank; one request per contiguous run."""
+        return self._coarray._get_slice(self._pid, self._index)
+
+
+class Remote:
+    """``c.on(pid)``: index it to address ``pid``'s part (``c.on(pid)[i, :] = v``)."""
+
+    __slots__ = ("_coarray", "_pid")
+
+    def __init__(self, coarray: "Coarray", pid: int):
+        self._coarray, self._pid = coarray, pid
+
+    def __getitem__(self, index: Any) -> Slice:
+        return Slice(self._coarray, self._pid, index)
+
+    def __setitem__(self, index: Any, values: ArrayLike) -> None:
+        self._coarray._put_slice(self._pid, index, values)
 
 
 class Coarray:
     """An array with a part on every rank; created collectively by :meth:`BSP.coarray`.
 
-    ``local`` is this rank's part.  ``sizes[r]`` is the length of rank r's part.  ``layout`` is
-    the partitioning it was registered with (which global elements each part holds), or None.
+    ``local`` is this rank's part (of shape ``shapes[pid]``), ``flat`` the same memory as one
+    dimension.  ``sizes[r]`` is the number of elements of rank r's part.  ``layout`` is the
+    partitioning it was registered with (which global elements each part holds), or None.
     """
 
     def __init__(self, bsp: "BSP", outbox: Outbox, obj_id: int, local: np.ndarray, sizes: tuple[int, ...],
-                 name: str, scratch: bool = False, layout: "Partitioning | Grid | None" = None):
+                 name: str, scratch: bool = False, layout: "Partitioning | Grid | None" = None,
+                 shapes: tuple[tuple[int, ...], ...] | None = None):
         self._bsp = bsp
         self._outbox = outbox  # the context's: requests wait there for the next sync
         self.scratch = scratch
         self._id = obj_id
         self.local = local
+        self.flat = local.reshape(-1)  # a view: the exchange and checkpoints address elements by it
         self.sizes = sizes
+        self.shapes = shapes if shapes is not None else tuple((n,) for n in sizes)
         self.name = name
         self.layout = layout
+        #: The superstep in which :meth:`BSP.pop_reg` deregistered it (None: registered).
+        self.popped_at: int | None = None
         self.dtype = local.dtype
         self.itemsize = local.dtype.itemsize
 
@@ -107,6 +187,83 @@ class Coarray:
         self._outbox.add_get(pid, self._id, offset, count, fut)
         return fut
 
+    @property
+    def registered(self) -> bool:
+        """False once a :meth:`BSP.pop_reg` of it has taken effect (at the sync after it)."""
+        return self.popped_at is None or self._bsp.superstep <= self.popped_at
+
+    def hpget(self, pid: int, out: np.ndarray, offset: int = 0) -> GetFuture:
+        """BSPlib's ``bsp_hpget``: ``pid``'s ``local[offset:offset+out.size]`` written into ``out``
+        (a writeable C-contiguous array of this dtype) at the next sync; no result array is made.
+
+        BSPlib lets an hpget read its source at any moment of the superstep; here it reads, as
+        :meth:`get` does, at the sync before the superstep's puts land, which is one of those
+        moments.  ``out`` must not be read or written until the sync returns.  h-relation: as
+        :meth:`get` with ``count = out.size``.
+        """
+        call = self._call("hpget", pid, offset, getattr(out, "size", None))
+        if not isinstance(out, np.ndarray) or out.dtype != self.dtype or not out.flags.c_contiguous \
+                or not out.flags.writeable:
+            raise UsageError(f"rank {self._bsp.pid}: {call}: out must be a writeable C-contiguous array "
+                             f"of dtype {self.dtype}")
+        self._check_range("hpget", pid, offset, out.size)
+        fut = GetFuture(self.dtype, out.size, self._where("hpget", pid, offset, out.size), into=out)
+        self._outbox.add_get(pid, self._id, offset, out.size, fut)
+        return fut
+
+    def on(self, pid: int) -> Remote:
+        """``pid``'s part, to index with ints and slices: ``c.on(pid)[1, 2:4] = values`` puts,
+        ``c.on(pid)[:, 0].get()`` gets (see the module docstring)."""
+        check_pid(pid, self._bsp.nprocs, self._bsp.pid, f"{self.name}.on(pid={pid!r})")
+        return Remote(self, pid)
+
+    def _runs(self, pid: int, index: Any) -> tuple[list[tuple[int, int]], tuple[int, ...]]:
+        """The contiguous runs ``(flat offset, count)`` of ``pid``'s part that ``index`` selects,
+        in row-major order of the selection, and the selection's shape."""
+        shape = self.shapes[pid]
+        where = f"rank {self._bsp.pid}: {self.name}.on({pid})[{index!r}]"
+        idx = index if isinstance(index, tuple) else (index,)
+        if len(idx) > len(shape):
+            raise UsageError(f"{where}: {len(idx)} indices for rank {pid}'s part of shape {shape}")
+        idx = idx + (slice(None),) * (len(shape) - len(idx))
+        axes, out_shape = [], []
+        for i, dim in zip(idx, shape):
+            if isinstance(i, slice):
+                r = range(*i.indices(dim))
+                axes.append(np.arange(r.start, r.stop, r.step, dtype=np.int64))
+                out_shape.append(len(r))
+            elif isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_)):
+                if not -dim <= i < dim:
+                    raise UsageError(f"{where}: index {i} is outside 0..{dim - 1} of rank {pid}'s part "
+                                     f"of shape {shape}")
+                axes.append(np.array([i % dim], dtype=np.int64))
+            else:
+                raise UsageError(f"{where}: index with ints and slices only, not {type(i).__name__}")
+        if any(a.size == 0 for a in axes):
+            return [], tuple(out_shape)
+        flat = np.ravel_multi_index(np.ix_(*axes), shape).reshape(-1)
+        breaks = np.flatnonzero(np.diff(flat) != 1) + 1
+        starts, ends = np.concatenate([[0], breaks]), np.concatenate([breaks, [flat.size]])
+        return [(int(flat[a]), int(b - a)) for a, b in zip(starts, ends)], tuple(out_shape)
+
+    def _put_slice(self, pid: int, index: Any, values: ArrayLike) -> None:
+        runs, shape = self._runs(pid, index)
+        where = f"rank {self._bsp.pid}: {self.name}.on({pid})[{index!r}] = ..."
+        try:
+            full = np.broadcast_to(np.asarray(values), shape)
+        except ValueError:
+            raise UsageError(f"{where}: values of shape {np.shape(values)} do not fit the slice of "
+                             f"shape {shape}") from None
+        recs = as_records(full, self.dtype, where)
+        pos = 0
+        for start, count in runs:
+            self.put(pid, recs[pos:pos + count], start)
+            pos += count
+
+    def _get_slice(self, pid: int, index: Any) -> SliceFuture:
+        runs, shape = self._runs(pid, index)
+        return SliceFuture([self.get(pid, start, count) for start, count in runs], shape, self.dtype)
+
     def _call(self, op: str, pid: object, offset: int, count: int | None = None) -> str:
         """The call as an error message names it: ``table.put(pid=1, offset=4, count=2)``."""
         n = "" if count is None else f", count={count}"
@@ -116,6 +273,9 @@ class Coarray:
         return f"rank {self._bsp.pid}: {self._call(op, pid, offset, count)}"
 
     def _check_range(self, op: str, pid: int, offset: int, count: int) -> None:
+        if not self.registered:
+            raise UsageError(f"rank {self._bsp.pid}: {self._call(op, pid, offset, count)}: {self.name} was "
+                             f"deregistered (pop_reg in superstep {self.popped_at})")
         check_pid(pid, self._bsp.nprocs, self._bsp.pid, self._call(op, pid, offset, count))
         size = self.sizes[pid]
         if offset < 0 or count < 0 or offset + count > size:
@@ -125,10 +285,10 @@ class Coarray:
 
     # The exchange's side (see exchange.Target).
     def _read(self, offset: int, count: int) -> np.ndarray:
-        return self.local[offset:offset + count]
+        return self.flat[offset:offset + count]
 
     def _write(self, offset: int, data: np.ndarray) -> None:
-        self.local[offset:offset + data.size] = data
+        self.flat[offset:offset + data.size] = data
 
     def _view(self, offset: int, count: int) -> np.ndarray:
-        return self.local[offset:offset + count]
+        return self.flat[offset:offset + count]

@@ -1,14 +1,14 @@
 """Collectives of a BSP context: each is a superstep of its own, ended by the context's ``sync``
 path (pending puts are delivered first) with the collective's MPI call as its :class:`Step`.
 
-The facade methods ``BSP.allreduce`` and ``BSP.broadcast`` document the h-relations; this module
+The facade methods (``BSP.allreduce``, ``broadcast``, ``gather_all``, ``foldl``) document the h-relations; this module
 checks the arguments (a :class:`UsageError` on the calling rank, before any MPI call) and makes
 the calls.
 """
 from __future__ import annotations
 
 import pickle
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 from mpi4py import MPI
@@ -114,6 +114,49 @@ def broadcast(bsp: "Supersteps", x: Any, root: int) -> Any:
 
     bsp.sync(f"broadcast:{root}", _step=Step(Kind.BROADCAST, signature(desc), lambda: desc, run))
     return result[0]
+
+
+def gather_all(bsp: "Supersteps", x: Any) -> list[Any]:
+    """See :meth:`hpcbsp.runtime.context.BSP.gather_all`."""
+    desc = "gather_all"
+    arr = x if isinstance(x, np.ndarray) and x.dtype.kind != "O" else None
+    meta = (arr.shape, arr.dtype.str, arr.dtype.descr) if arr is not None else None
+    result: list[list[Any]] = []
+
+    def run(traffic: Traffic) -> None:
+        comm, p = bsp.comm, bsp.nprocs
+        metas = comm.allgather(meta)
+        if arr is not None and all(m == meta for m in metas):  # one shape and dtype: buffers
+            send = arr if arr.flags.c_contiguous else np.array(arr, order="C")  # keeps 0-d arrays 0-d
+            out = np.empty((p, *send.shape), dtype=send.dtype)
+            # As bytes: any dtype, structured ones included (MPI has no type for those).
+            comm.Allgather([send.reshape(-1).view(np.uint8), MPI.BYTE],
+                           [out.reshape(-1).view(np.uint8), MPI.BYTE])
+            values: list[Any] = list(out)
+            nbytes = [send.nbytes] * p
+        else:
+            values = comm.allgather(x)
+            nbytes = [len(pickle.dumps(v)) for v in values]
+        if p > 1:
+            traffic.bytes_out += nbytes[bsp.pid] * (p - 1)
+            traffic.bytes_in += sum(nbytes) - nbytes[bsp.pid]
+            traffic.msgs_out += p - 1
+            traffic.msgs_in += p - 1
+        result.append(values)
+
+    bsp.sync("gather_all", _step=Step(Kind.GATHER, signature(desc), lambda: desc, run))
+    return result[0]
+
+
+def foldl(bsp: "Supersteps", x: Any, fn: Callable[[Any, Any], Any], initial: Any, has_initial: bool) -> Any:
+    """See :meth:`hpcbsp.runtime.context.BSP.foldl`."""
+    if not callable(fn):
+        raise UsageError(f"rank {bsp.pid}: foldl(fn={fn!r}): fn must be a function of two values")
+    values = gather_all(bsp, x)
+    acc = initial if has_initial else values[0]
+    for v in values if has_initial else values[1:]:
+        acc = fn(acc, v)
+    return acc
 
 
 def split(bsp: "Supersteps", color: int | None, key: int | None) -> MPI.Comm:

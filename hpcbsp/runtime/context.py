@@ -14,8 +14,9 @@ checkpoints (:mod:`.checkpoint`) and the interface for extensions such as FA-BSP
 from __future__ import annotations
 
 import json
+import time
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 import numpy as np
 from mpi4py import MPI
@@ -29,6 +30,10 @@ from .launch import check_world
 from .partition import Grid, Partitioning
 from .queue import Queue
 from .superstep import Supersteps
+from .var import Var
+
+_perf = time.perf_counter
+_NO_INITIAL: Any = object()  # foldl without an initial value
 
 
 class BSP(Supersteps):
@@ -73,6 +78,7 @@ class BSP(Supersteps):
             comm_.Free()  # every rank raises here: nothing else uses the copy
             raise
         super().__init__(comm_, timeout if timeout is not None else env_timeout, mode)
+        self._created = _perf()
         #: The interface for extensions of the runtime (FA-BSP mailboxes, checkpoints).
         self.extension = Extension(self)
 
@@ -111,55 +117,153 @@ class BSP(Supersteps):
 
     # ------------------------------------------------------------------ registration
     def coarray(self, n: int | None = None, dtype: Any = float, *, name: str | None = None,
-                scratch: bool = False, layout: Partitioning | Grid | None = None) -> Coarray:
+                scratch: bool = False, layout: Partitioning | Grid | None = None,
+                shape: tuple[int, ...] | None = None) -> Coarray:
         """Register an array with ``n`` elements on this rank (collective; n may differ per rank).
 
-        The local part starts zeroed.  Ranks must agree on the dtype.  ``scratch=True`` marks
-        temporary storage (halos, buffers) that :meth:`checkpoint` does not save.  ``layout``
-        (a :mod:`partitioning <.partition>` over this context's ``nprocs`` ranks, the same on
-        every rank) says which global elements the parts hold; ``n`` then defaults to this
-        rank's share, and a checkpoint restored onto another number of ranks is redistributed by
-        it (a coarray without a layout restores only onto the rank count it was saved on).
-        Registration is not a superstep and moves no data (h-relation: none; one control step
-        and an ``Allgather`` of the sizes).
+        The local part starts zeroed.  Ranks must agree on the dtype.  ``shape`` makes the part
+        n-dimensional (instead of ``n``; shapes may differ per rank, the number of dimensions
+        may not), addressed by slices with ``c.on(pid)[...]`` (see :mod:`.coarray`).
+        ``scratch=True`` marks temporary storage (halos, buffers) that :meth:`checkpoint` does
+        not save.  ``layout`` (a :mod:`partitioning <.partition>` over this context's ``nprocs``
+        ranks, the same on every rank) says which global elements the parts hold; ``n`` (or for
+        a :class:`~.partition.Grid`, ``shape``) then defaults to this rank's share, and a
+        checkpoint restored onto another number of ranks is redistributed by it (a coarray
+        without a layout restores only onto the rank count it was saved on).  Registration is
+        not a superstep and moves no data (h-relation: none; one control step and an
+        ``Allgather`` of the sizes).
         """
         dt = np.dtype(dtype)
         where = f"rank {self.pid}: coarray(name={name!r})"
-        described = ""
+        if shape is not None:
+            if n is not None:
+                raise UsageError(f"{where}: give n or shape, not both")
+            if not isinstance(shape, (tuple, list)) or not all(
+                    isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_)) and d >= 0
+                    for d in shape):
+                raise UsageError(f"{where}: shape must be a tuple of non-negative integers, got {shape!r}")
+            shape = tuple(int(d) for d in shape)
+            n = int(np.prod(shape, dtype=np.int64))
         if layout is not None:
-            if not isinstance(layout, (Partitioning, Grid)):
-                raise UsageError(f"{where}: layout must be a partitioning (hpcbsp.runtime.partition: "
-                                 f"Block, Cyclic, BlockCyclic, Explicit, Grid), got {type(layout).__name__}")
-            if layout.p != self.nprocs:
-                raise UsageError(f"{where}: layout {layout!r} is over {layout.p} ranks, this context has "
-                                 f"{self.nprocs}")
+            self._check_layout(layout, where)
             share = layout.local_size(self.pid)
             if n is None:
                 n = share
+                if isinstance(layout, Grid):
+                    shape = layout.local_shape(self.pid)
             elif n != share:
                 raise UsageError(f"{where}: n={n!r}, but layout {layout!r} gives rank {self.pid} "
                                  f"{share} elements (leave n out)")
-            described = json.dumps(layout.describe(), sort_keys=True)
         if n is None or isinstance(n, (bool, np.bool_)) or int(n) != n or n < 0:
             raise UsageError(f"rank {self.pid}: coarray size must be a non-negative integer, got {n!r}")
+        local = np.zeros(shape if shape is not None else int(n), dtype=dt)
+        return self._register_coarray(local, name, scratch, layout, "coarray")
+
+    def _register_coarray(self, local: np.ndarray, name: str | None, scratch: bool,
+                          layout: Partitioning | Grid | None, call: str, agreed: bool = False) -> Coarray:
+        """The collective part of registering ``local`` as this rank's part: agreement on the
+        dtype, the number of dimensions and the layout (unless the caller ``agreed`` already),
+        an ``Allgather`` of the sizes (and of the shapes, for parts of more than 1 dimension)."""
+        n, dt = local.size, local.dtype
         name = name or f"coarray{len(self._objects)}"
-        self._agree(Kind.REGISTER, signature(f"coarray {dt.descr} {described}"),
-                    lambda: f"coarray(n={n}, dtype={dt}, name={name!r}"
-                            + (f", layout={layout!r})" if layout is not None else ")"))
+        if layout is not None:
+            self._check_layout(layout, f"rank {self.pid}: {call}(name={name!r})")
+        if layout is not None and layout.local_size(self.pid) != n:
+            raise UsageError(f"rank {self.pid}: {call}(name={name!r}): layout {layout!r} gives rank "
+                             f"{self.pid} {layout.local_size(self.pid)} elements, the array has {n}")
+        described = json.dumps(layout.describe(), sort_keys=True) if layout is not None else ""
+        if not agreed:
+            self._agree(Kind.REGISTER, signature(f"coarray {dt.descr} {local.ndim} {described}"),
+                        lambda: f"{call}({f'n={n}' if local.ndim == 1 else f'shape={local.shape}'}, "
+                                f"dtype={dt}, name={name!r}"
+                                + (f", layout={layout!r})" if layout is not None else ")"))
         sizes = np.empty(self.nprocs, dtype=np.int64)
         self.comm.Allgather(np.array([n], dtype=np.int64), sizes)
-        arr = Coarray(self, self._outbox, len(self._objects), np.zeros(int(n), dtype=dt), tuple(sizes.tolist()), name,
-                      scratch, layout)
+        shapes = tuple(self.comm.allgather(local.shape)) if local.ndim != 1 else None
+        arr = Coarray(self, self._outbox, len(self._objects), local, tuple(sizes.tolist()), name,
+                      scratch, layout, shapes)
         self._objects.append(arr)
         return arr
 
-    def queue(self, dtype: Any, *, name: str | None = None) -> Queue:
-        """Register a typed message queue (collective).  h-relation: none."""
+    def _check_layout(self, layout: Any, where: str) -> None:
+        if not isinstance(layout, (Partitioning, Grid)):
+            raise UsageError(f"{where}: layout must be a partitioning (hpcbsp.runtime.partition: "
+                             f"Block, Cyclic, BlockCyclic, Explicit, Grid), got {type(layout).__name__}")
+        if layout.p != self.nprocs:
+            raise UsageError(f"{where}: layout {layout!r} is over {layout.p} ranks, this context has "
+                             f"{self.nprocs}")
+
+    def push_reg(self, array: np.ndarray, *, name: str | None = None, scratch: bool = False,
+                 layout: Partitioning | Grid | None = None) -> Coarray:
+        """BSPlib's ``bsp_push_reg``: register an existing array as this rank's part of a coarray
+        (collective), without copying it: ``local`` *is* ``array`` (of any number of dimensions,
+        addressed by flat offset or by ``c.on(pid)[...]``), so the program's own writes to
+        ``array`` are what other ranks get, and puts land in it.
+
+        ``array`` must be a writeable C-contiguous numpy array; the ranks must agree on its dtype
+        (sizes may differ).  The registration takes effect at once (hpcbsp registers
+        collectively, in a control step, so no sync is needed first).  h-relation: none.
+        """
+        if not isinstance(array, np.ndarray) or not array.flags.c_contiguous or not array.flags.writeable:
+            raise UsageError(f"rank {self.pid}: push_reg(name={name!r}): array must be a writeable "
+                             "C-contiguous numpy array")
+        return self._register_coarray(array, name, scratch, layout, "push_reg")
+
+    def pop_reg(self, coarray: Coarray) -> None:
+        """BSPlib's ``bsp_pop_reg``: deregister ``coarray`` (collective), with BSPlib's delayed
+        effect: puts and gets issued in this superstep still take place at the next sync; after
+        it, any put or get on it raises a :class:`~.errors.UsageError`, and checkpoints no
+        longer save it.  Its memory is the program's again.  h-relation: none.
+        """
+        if not isinstance(coarray, Coarray) or coarray not in self._objects:
+            raise UsageError(f"rank {self.pid}: pop_reg({coarray!r}): not a coarray of this context")
+        if coarray.popped_at is not None:
+            raise UsageError(f"rank {self.pid}: pop_reg({coarray.name!r}): deregistered already "
+                             f"(in superstep {coarray.popped_at})")
+        self._agree(Kind.REGISTER, signature(f"pop_reg {self._objects.index(coarray)}"),
+                    lambda: f"pop_reg({coarray.name!r})")
+        coarray.popped_at = self.superstep
+
+    def var(self, value: Any = 0.0, dtype: Any = None, *, name: str | None = None) -> Var:
+        """Register a value with one image on every rank (collective; Bulk's ``var``), each
+        image starting at ``value``; see :mod:`hpcbsp.runtime.var`.  The ranks must agree on the
+        dtype (default: ``value``'s) and shape.  h-relation: none.
+        """
+        arr = np.asarray(value, dtype=dtype)
+        if arr.dtype.kind == "O":
+            raise UsageError(f"rank {self.pid}: var(name={name!r}): the value must be numeric (or a "
+                             f"structured record), not {type(value).__name__}")
+        name = name or f"var{len(self._objects)}"
+        self._agree(Kind.REGISTER, signature(f"var {arr.dtype.descr} {arr.shape}"),
+                    lambda: f"var(dtype={arr.dtype}, shape={arr.shape}, name={name!r})")
+        c = self._register_coarray(arr.reshape(-1).copy(), name, True, None, "var", agreed=True)
+        return Var(c, arr.shape)
+
+    def time(self) -> float:
+        """BSPlib's ``bsp_time``: seconds since this context was created, on this rank's clock
+        (local: no communication, not synchronised between ranks)."""
+        return _perf() - self._created
+
+    def abort(self, message: str) -> NoReturn:
+        """BSPlib's ``bsp_abort``: end the whole program from this one rank (not collective).
+
+        Prints ``[hpcbsp] rank R/P aborted the program: MESSAGE`` once and ends every rank with
+        a non-zero status (``MPI_Abort``); the other ranks are not asked, wherever they are.
+        """
+        from .report import abort_job
+
+        abort_job(f"[hpcbsp] rank {self.pid}/{self.nprocs} aborted the program at superstep "
+                  f"{self.superstep}: {message}\n")
+        raise AssertionError("unreachable")  # abort_job does not return
+
+    def queue(self, dtype: Any, *, name: str | None = None, ragged: bool = False) -> Queue:
+        """Register a typed message queue (collective); with ``ragged``, each send is one
+        message of any length.  See :mod:`hpcbsp.runtime.queue`.  h-relation: none."""
         dt = np.dtype(dtype)
         name = name or f"queue{len(self._objects)}"
-        self._agree(Kind.REGISTER, signature(f"queue {dt.descr}"),
-                    lambda: f"queue(dtype={dt}, name={name!r})")
-        q = Queue(self, self._outbox, len(self._objects), dt, name)
+        self._agree(Kind.REGISTER, signature(f"queue {dt.descr} {bool(ragged)}"),
+                    lambda: f"queue(dtype={dt}, name={name!r}, ragged={bool(ragged)})")
+        q = Queue(self, self._outbox, len(self._objects), dt, name, bool(ragged))
         self._objects.append(q)
         self._queues.append(q)
         return q
@@ -174,6 +278,28 @@ class BSP(Supersteps):
         return provided("mailbox")(self, handler, dtype, **kw)
 
     # ------------------------------------------------------------------ collectives
+    def gather_all(self, x: Any) -> list[Any]:
+        """Every rank's ``x``, as a list in rank order, on every rank (collective; a superstep
+        of its own; Bulk's ``gather_all``).
+
+        numpy arrays of one shape and dtype on every rank (structured dtypes included) travel
+        as buffers, in one ``Allgather``; anything else is pickled.  h-relation: ``nbytes`` out
+        of every rank to each of the ``p - 1`` others, and their ``(p - 1)·nbytes`` into it.
+        """
+        return collectives.gather_all(self, x)
+
+    def foldl(self, x: Any, fn: Callable[[Any, Any], Any], initial: Any = _NO_INITIAL) -> Any:
+        """Fold every rank's ``x`` with ``fn`` from the left, in rank order, and return the
+        result on every rank (collective; a superstep of its own; Bulk's ``foldl``).
+
+        ``fn(acc, value)`` is any function of two values (Python, or a Numba-compiled one), on
+        any dtype, structured ones included; it need not be associative or commutative: the
+        result is ``fn(...fn(fn(initial, x_0), x_1)..., x_{p-1})`` (without ``initial``:
+        starting from ``x_0``), computed on every rank in the same order, so every rank gets the
+        same bits.  h-relation: that of :meth:`gather_all`.
+        """
+        return collectives.foldl(self, x, fn, initial, initial is not _NO_INITIAL)
+
     def allreduce(self, x: Any, op: str = "sum", *, exact: bool = False,
                   out: np.ndarray | None = None) -> Any:
         """Reduce ``x`` element-wise over all ranks and return the result on every rank.

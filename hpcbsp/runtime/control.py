@@ -42,6 +42,7 @@ class Kind(enum.IntEnum):
     EXIT = 6
     FAIL = 7
     CHECKPOINT = 8
+    GATHER = 9
 
 
 # Field positions in the control record.

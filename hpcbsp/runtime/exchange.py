@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from .coarray import GetFuture
 
 PUT, GET, SEND, PUT_LARGE = 1, 2, 3, 4
-HEADER = struct.Struct("<4q")  # code, object id, offset, element count
+HEADER = struct.Struct("<4q")  # code, object id, offset (a queue record: its tag), element count
 LARGE_PUT_BYTES = int(os.environ.get("HPCBSP_LARGE_PUT_BYTES", 64 * 1024))
 _TAG_DATA = 101
 _TAG_REPLY = 102
@@ -81,8 +81,9 @@ class Target(Registered, Protocol):
 class Sink(Registered, Protocol):
     """The receiver of queue records (a queue)."""
 
-    def _deliver(self, batches: list[np.ndarray]) -> None:
-        """This superstep's records for this rank, in source rank order."""
+    def _deliver(self, batches: list[np.ndarray], tags: list[int]) -> None:
+        """This superstep's batches for this rank, in source rank and send order, with the tag
+        of each (views of the receive buffer, valid during the call)."""
 
 
 class BufferPool:
@@ -291,7 +292,7 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any
             large_sources.append(src)
     _complete(large_recvs + large_sends, large_sources + large_dests, deadline)
     # 3. Puts and queue records, in ascending source rank and program order.
-    batches: dict[int, list[np.ndarray]] = {}
+    batches: dict[int, tuple[list[np.ndarray], list[int]]] = {}
     for rec in data:
         if rec is None:
             continue
@@ -300,9 +301,11 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any
         if code == PUT:
             cast(Target, registry[obj])._write(off, values)
         else:
-            batches.setdefault(obj, []).append(values)
-    for obj, parts in batches.items():
-        cast(Sink, registry[obj])._deliver(parts)
+            parts, tags = batches.setdefault(obj, ([], []))
+            parts.append(values)
+            tags.append(off)  # a queue record's offset field carries its tag
+    for obj, (parts, tags) in batches.items():
+        cast(Sink, registry[obj])._deliver(parts, tags)
     del data, recvbuf
 
     if any_gets:
