@@ -220,7 +220,7 @@ def test_a_layout_that_does_not_fit_the_coarray_is_a_usage_error(bsp):
     p = bsp.nprocs
     with pytest.raises(UsageError, match=rf"layout Block\(n=10, p={p + 1}\) is over {p + 1} ranks, this context has {p}"):
         bsp.coarray(layout=Block(10, p + 1))
-    with pytest.raises(UsageError, match=r"n=99, but layout Block\(n=10, p=\d\) gives rank \d \d+ elements"):
+    with pytest.raises(UsageError, match=r"n=99, but layout Block\(n=10, p=\d+\) gives rank \d+ \d+ elements"):
         bsp.coarray(99, layout=Block(10, p))
     with pytest.raises(UsageError, match="layout must be a partitioning"):
         bsp.coarray(4, layout="block")
