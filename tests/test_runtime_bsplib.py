@@ -181,6 +181,66 @@ def time_counts_seconds_since_the_context_began(bsp):
     assert 0 <= t0 and t1 - t0 >= 0.05
 
 
+@check
+def put_elements_is_many_single_puts_in_order(bsp):
+    # Oracle: the same puts replayed one at a time in BSPlib's order (ascending source rank, then
+    # program order) on a numpy copy of every part; each rank regenerates every rank's puts.
+    p, me = bsp.nprocs, bsp.pid
+    size = 50
+    for dtype in (np.int64, np.float32, np.dtype([("k", "i2"), ("w", "f8")])):
+        c = bsp.coarray(size, dtype=dtype, name=f"el-{np.dtype(dtype).str}")
+
+        def puts_of(r):
+            rng = np.random.default_rng(7 + r)
+            n = 300  # many duplicates: the later put must win
+            pids, offs = rng.integers(0, p, n), rng.integers(0, size, n)
+            vals = np.zeros(n, dtype=dtype)
+            if vals.dtype.names:
+                vals["k"], vals["w"] = np.arange(n) + 1000 * r, r + np.arange(n) / 8
+            else:
+                vals[:] = np.arange(n) + 1000 * r
+            return pids, offs, vals
+
+        c.put_elements(*puts_of(me))
+        bsp.sync()
+        expected = np.zeros(size, dtype=dtype)
+        for r in range(p):
+            for pid, off, val in zip(*puts_of(r)):
+                if pid == me:
+                    expected[off] = val
+        np.testing.assert_array_equal(c.local, expected)
+    c = bsp.coarray(4, dtype=np.int64, name="el-scalar")
+    c.put_elements(np.full(2, me), [3, 1], 9)  # one value for all
+    bsp.sync()
+    np.testing.assert_array_equal(c.local, [0, 9, 0, 9])
+    with pytest.raises(UsageError, match=r"element 1 at offset 4 is outside rank \d's part of el-scalar \(size 4\)"):
+        c.put_elements([0, 0], [0, 4], [1, 2])
+    with pytest.raises(UsageError, match=r"put_elements \(element 0\): pid -1 is not a rank"):
+        c.put_elements([-1], [0], [1])
+    with pytest.raises(UsageError, match="1-D integer arrays of one length"):
+        c.put_elements([0, 0], [0], [1, 2])
+    with pytest.raises(UsageError, match="3 values for 2 pids"):
+        c.put_elements([0, 0], [0, 1], [1, 2, 3])
+    bsp.sync()
+    np.testing.assert_array_equal(c.local, [0, 9, 0, 9])  # nothing of the refused calls moved
+
+
+@check
+def put_elements_after_a_large_put_to_the_same_part_wins(bsp):
+    # A large put (received in place when nothing else touches its elements) and element puts
+    # to the same elements, in that program order: the element puts land last.
+    p, me = bsp.nprocs, bsp.pid
+    n = 20_000  # 160 KB of float64: a large put
+    c = bsp.coarray(n, name="big")
+    right = (me + 1) % p
+    c.put(right, np.full(n, float(me)))
+    c.put_elements(np.full(3, right), [0, n // 2, n - 1], [-1.0, -2.0, -3.0])
+    bsp.sync()
+    expected = np.full(n, float((me - 1) % p))
+    expected[[0, n // 2, n - 1]] = [-1.0, -2.0, -3.0]
+    np.testing.assert_array_equal(c.local, expected)
+
+
 @pytest.mark.parametrize("fn", CHECKS, ids=lambda f: f.__name__)
 def test_on_one_rank(fn):
     with hpcbsp.BSP() as bsp:

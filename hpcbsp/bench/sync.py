@@ -7,6 +7,10 @@ shared machines are noisy. Put throughput: every rank sends M MiB in total, spli
 other ranks, as one put per destination, and the sync delivers it; the baseline packs the same
 bytes into one send buffer and calls one ``Alltoallv`` into a receive buffer.
 
+Fine-grained puts: the same number of 8-byte words sent as single-element puts to random ranks
+(other than the sender) and random offsets, as one ``put_elements`` call, against the vectorised
+puts above; and, for scale, a sample of the same words sent by one ``put`` call each.
+
 Wait modes (:mod:`hpcbsp.runtime.waiting`): two contexts on the same ranks, one ``wait="spin"``
 and one ``wait="yield"``, measured alternately: the empty sync's latency, and a sync in which the
 last rank arrives W ms late (``--nap-ms``), for which the other ranks' CPU time during the wait
@@ -115,12 +119,36 @@ def bench(bsp: "hpcbsp.BSP", iters: int, mib: float, rounds: int) -> dict[str, f
         sendbuf[:] = src  # packing the same bytes into one send buffer
         comm.Alltoallv([sendbuf, (counts, displs), MPI.DOUBLE], [recvbuf, (counts, displs), MPI.DOUBLE])
 
+    # The same number of 8-byte words as single-element puts to random ranks and offsets: one
+    # put_elements call (the batched path), and a sample of one put call per word.
+    rng = np.random.default_rng(100 + me)
+    words = src.size
+    el_pids = np.asarray(others, dtype=np.int64)[rng.integers(0, len(others), words)] if others \
+        else np.zeros(words, dtype=np.int64)
+    el_offsets = rng.integers(0, target.local.size, words)
+
+    def bsp_put_elements() -> None:
+        target.put_elements(el_pids, el_offsets, src)
+        bsp.sync("put_elements")
+
+    sample = min(words, 20_000)
+
+    def bsp_put_one_by_one() -> None:
+        put = target.put
+        for i in range(sample):
+            put(int(el_pids[i]), src[i:i + 1], int(el_offsets[i]))
+        bsp.sync("put one by one")
+
     put_iters = max(3, iters // 200)
-    puts, hpputs, a2a = [], [], []
+    puts, hpputs, a2a, elems, singles = [], [], [], [], []
     for _ in range(rounds):
         puts.append(_time(bsp_put, put_iters, comm))
         hpputs.append(_time(bsp_hpput, put_iters, comm))
         a2a.append(_time(alltoallv, put_iters, comm))
+        elems.append(_time(bsp_put_elements, put_iters, comm))
+    for _ in range(min(rounds, 3)):
+        singles.append(_time(bsp_put_one_by_one, 1, comm) * words / sample)
+    bsp_put()  # the element puts overwrote some slots: the check below is of the vectorised puts
     # correctness of what was measured: rank q's slot for source s holds s's data
     for s in range(p):
         if s == me:
@@ -136,7 +164,8 @@ def bench(bsp: "hpcbsp.BSP", iters: int, mib: float, rounds: int) -> dict[str, f
     return {"empty_sync_us": 1e6 * med(empty_sync), "barrier_us": 1e6 * med(barrier),
             "allreduce_us": 1e6 * med(allreduce),
             "persistent_us": 1e6 * med(persistent) if persistent else float("nan"),
-            "put_s": med(puts), "hpput_s": med(hpputs), "alltoallv_s": med(a2a), "bytes": nbytes}
+            "put_s": med(puts), "hpput_s": med(hpputs), "alltoallv_s": med(a2a), "bytes": nbytes,
+            "elements_s": med(elems), "singles_s": med(singles), "words": words}
 
 
 def main(argv: list[str]) -> int:
@@ -174,6 +203,11 @@ def main(argv: list[str]) -> int:
               f"throughput ratio = {r['alltoallv_s'] / r['put_s']:.2f}x  (target >= 0.9x)")
         print(f"hpput (unbuffered) {1e3 * r['hpput_s']:8.2f} ms ({gbs(r['hpput_s']):.2f} GB/s)   "
               f"throughput ratio = {r['alltoallv_s'] / r['hpput_s']:.2f}x of pack+Alltoallv")
+        print(f"{r['words']:,} single-word puts to random ranks and offsets, one put_elements call "
+              f"{1e3 * r['elements_s']:8.2f} ms = {r['elements_s'] / r['put_s']:.2f}x the same words as "
+              f"vectorised puts  (target <= 3x)")
+        print(f"  the same words as one put call each (timed on {min(r['words'], 20_000):,}, scaled): "
+              f"{1e3 * r['singles_s']:8.1f} ms = {r['singles_s'] / r['put_s']:.0f}x")
         if w is not None:
             print(f"wait=yield vs wait=spin (default here: {w['default']}): empty sync "
                   f"{w['yield_sync_us']:8.2f} us vs {w['spin_sync_us']:8.2f} us = "

@@ -8,6 +8,7 @@ when the extensions were not built):
 
 - :func:`group_by_dest` - stable grouping of items by destination rank;
 - :func:`scatter_add`, :func:`gather` - histogram update and index-gather, bounds-checked;
+- :mod:`.elements` - packing element puts by destination and applying them in order;
 - :func:`sum`, :func:`dot`, :func:`sqnorm`, :func:`minmax` - one-pass reductions;
 - :func:`exact_sum_state`, :func:`exact_sum_round`, :func:`exact_sum` - exact, reproducible
   summation of float64 (merge states by integer addition, round once).

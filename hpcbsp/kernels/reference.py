@@ -23,6 +23,13 @@ def group_by_dest(dest: np.ndarray, nprocs: int) -> tuple[np.ndarray, np.ndarray
     return perm, counts
 
 
+def element_puts(tables: list[np.ndarray], dest: np.ndarray, offset: np.ndarray, values: np.ndarray) -> None:
+    """What packing element puts by destination and applying them must do: one put at a time,
+    in program order (the later of two puts to one element wins)."""
+    for d, o, v in zip(dest.tolist(), offset.tolist(), values):
+        tables[d][o] = v
+
+
 def scatter_add(table: np.ndarray, idx: np.ndarray, values) -> None:
     """``np.add.at(table, idx, values)``."""
     np.add.at(table, idx, values)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from ..kernels import elements
 from .errors import UsageError
 from .exchange import PUT, Outbox
 from .records import as_records, check_pid
@@ -172,6 +173,46 @@ class Coarray:
         self._check_range("hpput", pid, offset, arr.size)
         self._outbox.add(pid, PUT, self._id, offset, arr.size, arr, borrow=borrow)
 
+    def put_elements(self, pids: ArrayLike, offsets: ArrayLike, values: ArrayLike) -> None:
+        """Many single-element puts in one call: element i of ``values`` to rank ``pids[i]`` at
+        offset ``offsets[i]`` of its part (flat), at the next sync.
+
+        Equivalent to ``for i: put(pids[i], [values[i]], offsets[i])`` in that order (so of two
+        puts to one element the later wins), but packed by destination and applied by compiled
+        loops: one call for a million scattered words instead of a million calls.  ``values``
+        may be a scalar (the same value everywhere).  h-relation: ``8 + itemsize`` bytes per
+        element (the offset travels with the value) and one message per destination, out of
+        this rank and into each destination.
+        """
+        where = f"rank {self._bsp.pid}: {self.name}.put_elements"
+        if not self.registered:
+            raise UsageError(f"{where}: {self.name} was deregistered (pop_reg in superstep {self.popped_at})")
+        dest = np.ascontiguousarray(pids)
+        offs = np.ascontiguousarray(offsets)
+        if dest.ndim != 1 or offs.shape != dest.shape or dest.dtype.kind not in "iu" or offs.dtype.kind not in "iu":
+            raise UsageError(f"{where}: pids and offsets must be 1-D integer arrays of one length "
+                             f"(got shapes {dest.shape} and {offs.shape})")
+        vals = as_records(np.broadcast_to(np.asarray(values), dest.shape) if np.ndim(values) == 0 else values,
+                          self.dtype, where)
+        if vals.size != dest.size:
+            raise UsageError(f"{where}: {vals.size} values for {dest.size} pids and offsets")
+        if not dest.size:
+            return
+        sizes = np.asarray(self.sizes, dtype=np.int64)
+        packed, counts, starts = elements.pack_elements(dest.astype(np.int64, copy=False),
+                                                        offs.astype(np.int64, copy=False), vals, sizes)
+        if packed is None:
+            i = int(counts)  # the index of the first bad put
+            if not 0 <= dest[i] < self._bsp.nprocs:
+                check_pid(int(dest[i]), self._bsp.nprocs, self._bsp.pid, f"{self.name}.put_elements (element {i})")
+            raise UsageError(f"rank {self._bsp.pid}: {self.name}.put_elements: element {i} at offset "
+                             f"{int(offs[i])} is outside rank {int(dest[i])}'s part of {self.name} "
+                             f"(size {self.sizes[int(dest[i])]})")
+        assert isinstance(counts, np.ndarray) and isinstance(starts, np.ndarray)
+        for d in np.flatnonzero(counts).tolist():
+            n = int(counts[d])
+            self._outbox.add_elements(d, self._id, n, packed[starts[d]:starts[d + 1]], n * (8 + self.itemsize))
+
     def get(self, pid: int, offset: int = 0, count: int | None = None) -> GetFuture:
         """Ask for ``pid``'s ``local[offset:offset+count]`` as it is at the next sync, before puts land.
 
@@ -292,3 +333,9 @@ class Coarray:
 
     def _view(self, offset: int, count: int) -> np.ndarray:
         return self.flat[offset:offset + count]
+
+    def _write_elements(self, record: np.ndarray, count: int) -> None:
+        bad = elements.apply_elements(self.flat, record, count)
+        if bad >= 0:  # the sender checked the offsets: only a corrupted message gets here
+            raise UsageError(f"rank {self._bsp.pid}: a put_elements record for {self.name} holds an offset "
+                             f"outside this rank's part (element {bad})")

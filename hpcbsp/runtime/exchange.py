@@ -38,7 +38,7 @@ from .ledger import Traffic
 if TYPE_CHECKING:
     from .coarray import GetFuture
 
-PUT, GET, SEND, PUT_LARGE = 1, 2, 3, 4
+PUT, GET, SEND, PUT_LARGE, PUT_ELEMENTS = 1, 2, 3, 4, 5
 HEADER = struct.Struct("<4q")  # code, object id, offset (a queue record: its tag), element count
 LARGE_PUT_BYTES = int(os.environ.get("HPCBSP_LARGE_PUT_BYTES", 64 * 1024))
 _TAG_DATA = 101
@@ -76,6 +76,9 @@ class Target(Registered, Protocol):
 
     def _view(self, offset: int, count: int) -> np.ndarray:
         """Writable memory of the elements, for a large put received in place."""
+
+    def _write_elements(self, record: np.ndarray, count: int) -> None:
+        """Apply a packed batch of ``count`` element puts (offsets, then values), in order."""
 
 
 class Sink(Registered, Protocol):
@@ -172,6 +175,17 @@ class Outbox:
             self.traffic.msgs_out += 1
         self.nrecords += 1
 
+    def add_elements(self, dest: int, obj_id: int, count: int, record: np.ndarray, nbytes: int) -> None:
+        """Append a packed batch of ``count`` element puts to ``dest`` (``record``: the offsets,
+        then the values, padded to 8 bytes, ``nbytes`` without the padding; see
+        :func:`hpcbsp.kernels.elements.pack_elements`)."""
+        self.bufs[dest] += HEADER.pack(PUT_ELEMENTS, obj_id, 0, count)
+        self.bufs[dest] += record.data
+        if dest != self.me:
+            self.traffic.bytes_out += nbytes
+            self.traffic.msgs_out += 1
+        self.nrecords += 1
+
     def add_get(self, dest: int, obj_id: int, offset: int, count: int, future: "GetFuture") -> None:
         self.add(dest, GET, obj_id, offset, count, None)
         self.gets[dest].append(future)
@@ -260,6 +274,12 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any
                 traffic.bytes_in += cnt * registry[obj].itemsize
                 continue
             nbytes = cnt * registry[obj].itemsize
+            if code == PUT_ELEMENTS:  # the offsets travel too, before the values
+                data.append((src, code, obj, cnt, buf[pos:pos + 8 * cnt + nbytes]))
+                pos += 8 * cnt + nbytes + (-nbytes % 8)
+                if src != me:
+                    traffic.bytes_in += 8 * cnt + nbytes
+                continue
             data.append((src, code, obj, off, buf[pos:pos + nbytes]))
             pos += nbytes + (-nbytes % 8)
             if src != me:
@@ -297,6 +317,9 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any
         if rec is None:
             continue
         _, code, obj, off, raw = rec
+        if code == PUT_ELEMENTS:
+            cast(Target, registry[obj])._write_elements(raw, off)  # off: the element count
+            continue
         values = raw.view(registry[obj].dtype)
         if code == PUT:
             cast(Target, registry[obj])._write(off, values)
@@ -323,6 +346,8 @@ def _isolated_large_puts(data: list, registry: Sequence[Registered]) -> set[int]
         elif code == PUT:
             n = rec[4].size // registry[rec[2]].itemsize
             spans.setdefault(rec[2], []).append((rec[3], rec[3] + n, i))
+        elif code == PUT_ELEMENTS:  # may touch any element: no large put there is alone
+            spans.setdefault(rec[2], []).append((0, 2**62, i))
     alone = set()
     for items in spans.values():
         items.sort()

@@ -1,0 +1,50 @@
+"""Element puts in bulk (``hpcbsp.kernels.elements``): packed by destination, applied in order.
+
+Oracle: :func:`hpcbsp.kernels.reference.element_puts`, one put at a time in program order.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hpcbsp.kernels import elements, reference
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.float64, np.float32, np.uint8, np.complex128,
+                                   np.dtype([("k", "i2"), ("w", "f8"), ("c", "S3")])])
+@pytest.mark.parametrize("p", [1, 3, 7])
+def test_packing_then_applying_is_the_puts_one_by_one(dtype, p):
+    rng = np.random.default_rng(p)
+    sizes = rng.integers(0, 40, p).astype(np.int64)
+    sizes[0] = max(sizes[0], 1)
+    n = 2_000
+    dest = rng.choice(np.flatnonzero(sizes), n).astype(np.int64)
+    offset = (rng.integers(0, 1 << 30, n) % sizes[dest]).astype(np.int64)
+    values = np.frombuffer(rng.bytes(n * np.dtype(dtype).itemsize), dtype=dtype).copy()
+    packed, counts, starts = elements.pack_elements(dest, offset, values, sizes)
+    np.testing.assert_array_equal(counts, np.bincount(dest, minlength=p))
+    assert all(s % 8 == 0 for s in starts)  # every record starts 8-byte aligned
+    got = [np.zeros(s, dtype=dtype) for s in sizes]
+    for d in range(p):
+        assert elements.apply_elements(got[d], packed[starts[d]:starts[d + 1]], int(counts[d])) == -1
+    want = [np.zeros(s, dtype=dtype) for s in sizes]
+    reference.element_puts(want, dest, offset, values)
+    for g, w in zip(got, want):
+        assert g.tobytes() == w.tobytes()
+
+
+def test_the_first_bad_put_is_named_and_nothing_is_packed():
+    sizes = np.array([4, 2], dtype=np.int64)
+    for dest, offset, bad in (([0, 1, 1], [3, 1, 2], 2), ([0, 2], [0, 0], 1), ([0, -1], [0, 0], 1),
+                              ([0, 0], [-1, 0], 0)):
+        packed, first, _ = elements.pack_elements(np.array(dest, dtype=np.int64), np.array(offset, dtype=np.int64),
+                                                  np.zeros(len(dest)), sizes)
+        assert packed is None and first == bad
+
+
+def test_a_record_with_an_offset_outside_the_table_stops_there():
+    packed, counts, starts = elements.pack_elements(np.zeros(3, dtype=np.int64), np.array([0, 5, 1]),
+                                                    np.array([1.0, 2.0, 3.0]), np.array([9], dtype=np.int64))
+    table = np.zeros(4)  # smaller than the part the puts were checked against
+    assert elements.apply_elements(table, packed, 3) == 1
+    np.testing.assert_array_equal(table, [1.0, 0, 0, 0])
