@@ -12,7 +12,7 @@ layout: a row is one, a column of an m x k part is m.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -208,7 +208,7 @@ class Coarray:
             raise UsageError(f"rank {self._bsp.pid}: {self.name}.put_elements: element {i} at offset "
                              f"{int(offs[i])} is outside rank {int(dest[i])}'s part of {self.name} "
                              f"(size {self.sizes[int(dest[i])]})")
-        assert isinstance(counts, np.ndarray) and isinstance(starts, np.ndarray)
+        counts, starts = cast(np.ndarray, counts), cast(np.ndarray, starts)
         for d in np.flatnonzero(counts).tolist():
             n = int(counts[d])
             self._outbox.add_elements(d, self._id, n, packed[starts[d]:starts[d + 1]], n * (8 + self.itemsize))
