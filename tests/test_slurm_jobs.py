@@ -193,8 +193,11 @@ hpcbsp.run(prog)
 @pytest.mark.parametrize("how", sorted(FAILING))
 def test_a_rank_that_fails_fails_the_job(tmp_path: Path, how: str) -> None:
     (tmp_path / "fail.py").write_text(FAILING[how])
-    # --time=1: should the failure not end the job, the test fails in a minute instead of hanging.
-    job_id, proc = _sbatch_wait(["-n", "3", "--time=1", str(SLURM / "run.sbatch"), "fail.py"], tmp_path)
+    # --time=2: should the failure not end the job, the test fails in two minutes instead of
+    # hanging. (One minute was once used up, with no output at all, by 3 ranks starting Python on
+    # a 2-core machine loaded by other test runs; a working run ends in about 10 s.)
+    job_id, proc = _sbatch_wait(["-n", "3", "--time=2", str(SLURM / "run.sbatch"), "fail.py"], tmp_path,
+                                timeout=240)
     log = _log(tmp_path, "hpcbsp", job_id)
     assert proc.returncode != 0, log
     job = _job(job_id)
