@@ -148,6 +148,25 @@ def _finish(proc: subprocess.Popen, tag: str, bound: float, nodes: list[str] | N
     return elapsed, out
 
 
+def _cut_link_and_finish(proc: subprocess.Popen, tag: str, link: str, cut: str,
+                         bound: float) -> tuple[float, str]:
+    """Take ``link`` (node ``cut``'s) down, wait at most ``bound`` seconds for the job to end on
+    the other nodes (:func:`_finish`), bring the link up again, and then kill what is left of
+    the job on ``cut`` (its ranks time out too; none may outlive the test)."""
+    subprocess.run(["ip", "link", "set", link, "down"], check=True, timeout=10)
+    try:
+        # The cut-off node is out of mpiexec's reach: its processes are dealt with below.
+        elapsed, out = _finish(proc, tag, bound, nodes=[n for n in NODES[:4] if n != cut])
+    finally:
+        subprocess.run(["ip", "link", "set", link, "up"], check=True, timeout=10)
+    deadline = time.monotonic() + 30
+    while (stray := _tagged_pids(cut, tag)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    for pid in stray:
+        os.kill(pid, 9)
+    return elapsed, out
+
+
 def test_a_node_whose_processes_are_all_killed_ends_the_job(tmp_path: Path) -> None:
     proc, tag, _ = _start(tmp_path)
     lost = NODES[2]  # rank 2's node
@@ -166,19 +185,7 @@ def test_a_node_whose_link_goes_down_ends_the_job_naming_its_rank(tmp_path: Path
     proc, tag, _ = _start(tmp_path, slow_rank=2)
     link, cut = f"{LINK_PREFIX}3", NODES[2]  # rank 2 on hpcbsp-node3
     time.sleep(1.0)  # the others are in the sync by now
-    subprocess.run(["ip", "link", "set", link, "down"], check=True, timeout=10)
-    try:
-        # The cut-off node is out of mpiexec's reach: its processes are checked below.
-        elapsed, out = _finish(proc, tag, SYNC_TIMEOUT + SLACK, nodes=[n for n in NODES[:4] if n != cut])
-    finally:
-        subprocess.run(["ip", "link", "set", link, "up"], check=True, timeout=10)
-    # Its rank times out as well (it has the same sync timeout); what remains of it afterwards
-    # is killed here, so that no test leaves processes behind.
-    deadline = time.monotonic() + 30
-    while (stray := _tagged_pids(cut, tag)) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    for pid in stray:
-        os.kill(pid, 9)
+    elapsed, out = _cut_link_and_finish(proc, tag, link, cut, SYNC_TIMEOUT + SLACK)
     assert proc.returncode != 0, out
     # The ranks that can still talk time out in their sync and name rank 2 among those that never
     # arrived (a rank that was exchanging data with rank 2 when the link went may be named too).
@@ -227,18 +234,9 @@ def test_a_node_whose_link_goes_down_inside_the_data_exchange_is_named(tmp_path:
             if now - last > 64 * 1024 or time.monotonic() > deadline:
                 break
             last = now
-        subprocess.run(["ip", "link", "set", link, "down"], check=True, timeout=10)
-        try:
-            elapsed, out = _finish(proc, tag, SYNC_TIMEOUT * 2 + SLACK, nodes=[n for n in NODES[:4] if n != cut])
-        finally:
-            subprocess.run(["ip", "link", "set", link, "up"], check=True, timeout=10)
+        elapsed, out = _cut_link_and_finish(proc, tag, link, cut, SYNC_TIMEOUT * 2 + SLACK)
     finally:
         _shape_links(None, saved)
-    deadline = time.monotonic() + 30
-    while (stray := _tagged_pids(cut, tag)) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    for pid in stray:
-        os.kill(pid, 9)
     assert proc.returncode != 0, out
     # A rank that was moving data to or from rank 2 names it, and its node, from the exchange.
     assert re.search(rf"the data exchange of superstep \d+ timed out after {SYNC_TIMEOUT:g} s waiting for "

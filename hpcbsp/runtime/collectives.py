@@ -134,9 +134,10 @@ def gather_all(bsp: "Supersteps", x: Any) -> list[Any]:
                            [out.reshape(-1).view(np.uint8), MPI.BYTE])
             values: list[Any] = list(out)
             nbytes = [send.nbytes] * p
-        else:
-            values = comm.allgather(x)
-            nbytes = [len(pickle.dumps(v)) for v in values]
+        else:  # pickled once, here: the sizes for the ledger come with the bytes
+            blobs = comm.allgather(pickle.dumps(x, protocol=pickle.HIGHEST_PROTOCOL))
+            values = [pickle.loads(b) for b in blobs]
+            nbytes = [len(b) for b in blobs]
         if p > 1:
             traffic.bytes_out += nbytes[bsp.pid] * (p - 1)
             traffic.bytes_in += sum(nbytes) - nbytes[bsp.pid]

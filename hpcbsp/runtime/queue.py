@@ -82,9 +82,8 @@ class Queue:
     def qsize(self) -> tuple[int, int]:
         """BSPlib's ``bsp_qsize``: ``(messages, bytes)`` not yet taken by :meth:`move` (a message
         is a record, or one send of a ragged queue)."""
-        if self.ragged:
-            left = self._messages[self._next:]
-            return len(left), sum(m.nbytes for m in left)
+        if self.ragged:  # _counts: the bytes before each message
+            return len(self._messages) - self._next, int(self._counts[-1] - self._counts[self._next])
         n = int(self._counts[-1]) - self._next
         return n, n * self.itemsize
 
@@ -113,7 +112,9 @@ class Queue:
             self._messages = [b.copy() for b in batches]
         else:
             self._records = np.concatenate(batches) if len(batches) > 1 else batches[0].copy()
-            self._counts = np.concatenate([[0], np.cumsum([b.size for b in batches])]).astype(np.int64)
+        # Where each batch starts: in records, or for a ragged queue in bytes (for qsize).
+        sizes = [b.nbytes if self.ragged else b.size for b in batches]
+        self._counts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         self._tags = np.asarray(tags, dtype=np.int64)
         self._next = 0
         self._filled = True
