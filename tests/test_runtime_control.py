@@ -1,12 +1,17 @@
-"""The control step and the superstep path: empty syncs, the MPI-3 fallback (run under mpiexec
--n 2 and -n 3).
+"""The control step and the superstep path: empty syncs, the MPI-3 fallback, the compiled step
+(serially, and under mpiexec -n 2 and -n 3).
 """
 from __future__ import annotations
+
+import ctypes
 
 import numpy as np
 import pytest
 
+import hpcbsp
 from hpcbsp import Divergence
+from hpcbsp.runtime import native
+from hpcbsp.runtime.native import DIVERGED, RecordStep
 
 mpi = pytest.mark.mpi(min_size=2)
 
@@ -50,3 +55,108 @@ def test_sync_with_its_own_timeout_moves_data_like_any_sync(bsp):
         np.testing.assert_array_equal(x.local, [left, step])
     assert bsp.superstep == 5
     assert [row.label for row in bsp.ledger][-1] == "step 4"
+
+
+# ---- the compiled control step (hpcbsp.runtime.native) ---------------------------------------
+
+_START = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+_WAIT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+
+
+class _FakeMPI:
+    """ctypes callbacks standing in for MPI_Start and MPI_Wait.  ``start`` keeps a copy of the
+    record it was started with; ``wait`` reduces the record with ``other`` (another rank's record)
+    by element-wise maximum, as the MAX Allreduce does.  Oracle: numpy's maximum, hand-built records."""
+
+    def __init__(self, start_code: int = 0, wait_code: int = 0):
+        self.record = bytearray(80)
+        self.words = np.frombuffer(self.record, dtype=np.int64)
+        self.other: np.ndarray | None = None
+        self.started: list[np.ndarray] = []
+        self.requests: list[int] = []
+        self.waits = 0
+
+        def start(request):
+            self.requests.append(request)
+            self.started.append(self.words.copy())
+            return start_code
+
+        def wait(request, status):
+            self.waits += 1
+            assert status  # a real status object, not a null pointer
+            if self.other is not None:
+                np.maximum(self.words, self.other, out=self.words)
+            return wait_code
+
+        self.start, self.wait = _START(start), _WAIT(wait)
+
+    def step(self, request: int = 0x5EED) -> RecordStep:
+        address = ctypes.addressof((ctypes.c_char * 80).from_buffer(self.record))
+        return RecordStep(ctypes.cast(self.start, ctypes.c_void_p).value,
+                          ctypes.cast(self.wait, ctypes.c_void_p).value, request, address, self,
+                          lambda code: RuntimeError(f"MPI error {code}"))
+
+
+def _record(kind, step, sig, data, gets):
+    return np.array([kind, step, sig, data, gets, -kind, -step, -sig, -data, -gets], dtype=np.int64)
+
+
+def test_the_compiled_step_writes_the_record_and_reads_the_max_reduction():
+    fake = _FakeMPI()
+    step = fake.step()
+    assert step.agree(1, 7, 42, True, False) == 1                # alone: its own data flag
+    np.testing.assert_array_equal(fake.started[-1], _record(1, 7, 42, 1, 0))
+    assert fake.requests == [0x5EED] and fake.waits == 1         # the request handed over, as given
+    fake.other = _record(1, 7, 42, 0, 1)                        # another rank has a get
+    assert step.agree(1, 7, 42, False, False) == 2
+    assert step.agree(1, 7, 42, 5, 0) == 3                       # any true value is a flag of 1
+    np.testing.assert_array_equal(fake.started[-1], _record(1, 7, 42, 1, 0))
+    for other in (_record(1, 8, 42, 0, 0), _record(2, 7, 42, 0, 0), _record(1, 7, 41, 0, 0)):
+        fake.other = other                                       # another superstep, kind, signature
+        assert step.agree(1, 7, 42, False, False) == DIVERGED
+
+
+def test_the_compiled_step_raises_the_mpi_error_and_refuses_null_addresses():
+    fake = _FakeMPI(start_code=5)
+    with pytest.raises(RuntimeError, match="MPI error 5"):
+        fake.step().agree(1, 0, 0, False, False)
+    assert fake.waits == 0                                       # no wait after a failed start
+    with pytest.raises(RuntimeError, match="MPI error 3"):
+        _FakeMPI(wait_code=3).step().agree(1, 0, 0, False, False)
+    with pytest.raises(ValueError, match="null"):
+        _FakeMPI().step(request=0)
+
+
+def test_an_empty_sync_takes_the_compiled_step_unless_told_not_to(bsp, monkeypatch):
+    """The MPICH wheel's libmpi is found (one library, MPI initialised); HPCBSP_COMPILED_SYNC=0
+    gives the Python path, and both count supersteps and refuse a diverged rank alike."""
+    assert native.mpi_functions() is not None
+    assert bsp.extension.compiled_sync
+    monkeypatch.setenv("HPCBSP_COMPILED_SYNC", "0")
+    with hpcbsp.BSP(bsp.comm) as plain:
+        assert not plain.extension.compiled_sync
+        for _ in range(3):
+            plain.sync()
+            bsp.sync()
+        assert plain.superstep == bsp.superstep == 3
+
+
+@mpi
+def test_ranks_may_mix_the_compiled_and_the_python_step(bsp, monkeypatch):
+    """Odd ranks take the Python path, even ranks the compiled one, on the same persistent
+    request: puts land where the rank numbers say, data flags are agreed, and a divergence is
+    seen by every rank.  Oracle: the rank arithmetic."""
+    if bsp.pid % 2:
+        monkeypatch.setenv("HPCBSP_COMPILED_SYNC", "0")
+    with hpcbsp.BSP(bsp.comm, wait="spin") as ctx:  # (yielding waits are never compiled)
+        assert ctx.extension.compiled_sync == (bsp.pid % 2 == 0)
+        x = ctx.coarray(1, dtype=np.int64)
+        left = (ctx.pid - 1) % ctx.nprocs
+        for step in range(20):
+            if step % ctx.nprocs == ctx.pid:  # one rank puts: every rank must join the exchange
+                x.put((ctx.pid + 1) % ctx.nprocs, [100 * step + ctx.pid])
+            ctx.sync()
+            if step % ctx.nprocs == left:
+                assert x.local[0] == 100 * step + left
+        with pytest.raises(Divergence, match="diverged"):
+            ctx.sync(f"sync of rank {ctx.pid}") if ctx.pid == ctx.nprocs - 1 else ctx.coarray(1)

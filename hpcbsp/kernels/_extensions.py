@@ -9,7 +9,7 @@ import importlib
 from types import ModuleType
 
 # One extension per concept; keep in step with kernels/*.pyx.
-EXTENSIONS: tuple[str, ...] = ("_grouping", "_indexed", "_reductions", "_exactsum", "_elements")
+EXTENSIONS: tuple[str, ...] = ("_grouping", "_indexed", "_reductions", "_exactsum", "_elements", "_persistent")
 
 
 class KernelsNotBuiltError(ImportError):

@@ -28,6 +28,7 @@ from mpi4py import MPI
 
 from ..util.waiting import poll
 from .errors import BSPError, Divergence, PeerFailed, SyncTimeout
+from .native import compiled_step
 from .waiting import Naps
 
 
@@ -74,7 +75,6 @@ class ControlStep:
 
     def __init__(self, comm: MPI.Comm):
         self.comm = comm
-        self.nonblocking = False
         #: With a timeout, each rank announces its arrival at every control step to every other
         #: rank (p-1 small messages each way), so that a rank that gives up can name the ranks
         #: that never came.  Off by default: it costs O(p) messages per step.
@@ -103,6 +103,24 @@ class ControlStep:
                 _IN_PLACE, [self._pbuf, MPI.INT64_T], _MAX)
         except (NotImplementedError, AttributeError, MPI.Exception):
             self._persistent = None
+        # The same persistent step, packed, started, waited for and checked in one compiled call
+        # (.native): the empty sync's floor.  None where the MPI library's functions cannot be
+        # found for sure; the Python path above drives the same request, so ranks may mix them.
+        self._compiled = compiled_step(self._persistent, self._pbuf) if self._persistent else None
+        #: The compiled blocking step's ``agree(kind, superstep, sig, data, gets)``, returning
+        #: ``data | gets << 1`` or ``DIVERGED`` (then call :meth:`diverged`); None when the step
+        #: is non-blocking or not compiled.  The empty sync's hot path calls it directly.
+        self.blocking_step: Callable[[int, int, int, int, int], int] | None = None
+        self.nonblocking = False
+
+    @property
+    def nonblocking(self) -> bool:
+        return self._nonblocking
+
+    @nonblocking.setter
+    def nonblocking(self, value: bool) -> None:
+        self._nonblocking = bool(value)
+        self.blocking_step = self._compiled.agree if self._compiled is not None and not value else None
 
     def agree(
         self,
@@ -132,9 +150,14 @@ class ControlStep:
         This is the hot path of an empty sync (one ``pack_into``, one ``Allreduce``, one
         ``unpack``); keep it that way.
         """
+        blocking = not (self._nonblocking or timed)
+        if blocking and self._compiled is not None:  # one compiled call (.native)
+            code = self._compiled.agree(kind, superstep, sig, has_data, has_gets)
+            if code < 0:
+                self.diverged(kind, superstep, describe)
+            return bool(code & 1), bool(code & 2)
         d = 1 if has_data else 0
         g = 1 if has_gets else 0
-        blocking = not (self.nonblocking or timed)
         persistent = self._persistent
         if persistent is not None and blocking:  # in place, set up once
             buf = self._pbuf
@@ -162,11 +185,13 @@ class ControlStep:
         # equals its minimum (the maximum of its negation, negated).  Literal indices: this is
         # the empty sync's hot path (_KIND, _STEP, _SIG = 0, 1, 2; _NFIELDS = 5).
         if r[0] + r[5] or r[1] + r[6] or r[2] + r[7]:
-            self._diverged(Kind(kind), superstep, describe)
+            self.diverged(kind, superstep, describe)
         return r[3] == 1, r[4] == 1
 
     def free(self) -> None:
         """Release the persistent request (before the communicator is freed)."""
+        self._compiled = None
+        self.blocking_step = None
         if self._persistent is not None:
             try:
                 self._persistent.Free()
@@ -251,8 +276,11 @@ class ControlStep:
         poll(lambda: True if req.Test() else None, deadline=deadline, expired=expired,
              pause=keep_moving if progress else nap)
 
-    def _diverged(self, kind: Kind, superstep: int, describe: Callable[[], str]) -> None:
-        """All ranks saw a disagreement: gather what each was doing and raise the same error."""
+    def diverged(self, kind: int, superstep: int, describe: Callable[[], str]) -> None:
+        """All ranks saw a disagreement in this control step: gather what each was doing and
+        raise the same error (:class:`~.errors.Divergence`, or :class:`~.errors.PeerFailed`)
+        on every rank."""
+        kind = Kind(kind)
         mine = (int(kind), superstep, describe())
         everyone = self.comm.allgather(mine)
         failed = [(r, d) for r, (k, _, d) in enumerate(everyone) if k == Kind.FAIL]

@@ -10,6 +10,7 @@ and on the context's public attributes (``comm``, ``pid``, ``nprocs``, ``superst
     ext.sync_hook(Engine)                               # the hook of that type, if any
     ext.add_close_hook(engine.close)                    # runs when the context is released
     ext.state                                           # "open", "closed" or "failed"
+    ext.compiled_sync                                   # the empty sync's control step is compiled
     ext.coarrays()                                      # the registered coarrays, in order
     ext.check_pid(pid, "box.send")                      # an int rank, or a UsageError
 
@@ -90,6 +91,12 @@ class Extension:
     def state(self) -> str:
         """``"open"``, ``"closed"`` or ``"failed"`` (a control step raised on this rank)."""
         return self._bsp._life.state
+
+    @property
+    def compiled_sync(self) -> bool:
+        """True when this context's blocking control step (an empty sync) runs as one compiled
+        call (:mod:`.native`), False where it goes through mpi4py's Python calls."""
+        return self._bsp._control.blocking_step is not None
 
     def coarrays(self) -> "list[Coarray]":
         """The registered coarrays in registration order (including scratch ones)."""

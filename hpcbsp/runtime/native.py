@@ -1,0 +1,82 @@
+"""The control step's compiled path: ``MPI_Start`` and ``MPI_Wait`` called from C, not through Python.
+
+An empty ``sync`` is one control step, a persistent ``Allreduce`` of a 10-word record.  Through
+mpi4py that step is four Python-level calls (pack, ``Start``, ``Wait``, unpack) of about a
+microsecond together, as much as the collective itself on a node.  :func:`compiled_step` builds a
+:class:`hpcbsp.kernels._persistent.RecordStep` that does the same in one compiled call: it writes
+the record, calls the MPI library's ``MPI_Start`` and ``MPI_Wait`` on the very request mpi4py set
+up (with the GIL released), and checks the reduced record.  Both paths drive the same persistent
+request, so they match each other: a rank may take either, and the result is the same.
+
+The functions are found in the MPI library this process already runs, the one mpi4py loaded: the
+mapped shared objects named ``libmpi*`` (``/proc/self/maps``) are opened without loading anything
+new (``RTLD_NOLOAD``), and one is used only if it is the only one that exports ``MPI_Start``,
+``MPI_Wait`` and ``MPI_Initialized`` and says MPI is initialised.  Anything else (no ``/proc``, a
+statically linked MPI, two MPI libraries, a library without persistent collectives) leaves the
+Python path, which is always correct.  ``HPCBSP_COMPILED_SYNC=0`` chooses the Python path.
+
+h-relation: none (the control step's record).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from typing import Any
+
+from mpi4py import MPI
+
+from ..kernels._persistent import DIVERGED, RecordStep
+
+__all__ = ["DIVERGED", "RecordStep", "compiled_step", "mpi_functions"]
+
+_cache: list[tuple[int, int] | None] = []  # the lookup, once per process
+
+
+def _address(fn: Any) -> int:
+    return int(ctypes.cast(fn, ctypes.c_void_p).value or 0)
+
+
+def mpi_functions() -> tuple[int, int] | None:
+    """``(MPI_Start, MPI_Wait)`` addresses in the running MPI library, or None if not found surely."""
+    if _cache:
+        return _cache[0]
+    found: list[tuple[int, int]] = []
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = dict.fromkeys(
+                parts[5] for parts in (line.split(None, 5) for line in maps)
+                if len(parts) == 6 and os.path.basename(parts[5]).startswith("libmpi"))
+    except OSError:
+        paths = {}
+    noload = getattr(os, "RTLD_NOLOAD", 0)
+    for path in paths:
+        path = path.strip()
+        if not noload:
+            break
+        try:
+            lib = ctypes.CDLL(path, mode=noload | os.RTLD_LAZY)
+            start, wait, initialized = lib.MPI_Start, lib.MPI_Wait, lib.MPI_Initialized
+        except (OSError, AttributeError):
+            continue
+        initialized.argtypes = [ctypes.POINTER(ctypes.c_int)]
+        flag = ctypes.c_int(0)
+        if initialized(ctypes.byref(flag)) == 0 and flag.value:
+            pair = (_address(start), _address(wait))
+            if all(pair) and pair not in found:
+                found.append(pair)
+    _cache.append(found[0] if len(found) == 1 else None)
+    return _cache[0]
+
+
+def compiled_step(request: MPI.Prequest, record: bytearray) -> RecordStep | None:
+    """A compiled control step on ``request`` (a persistent ``Allreduce`` of ``record`` in place,
+    10 int64 words), or None where the Python path must do (see the module's docstring)."""
+    if os.environ.get("HPCBSP_COMPILED_SYNC", "1").strip() == "0":
+        return None
+    functions = mpi_functions()
+    if functions is None or len(record) != 80:
+        return None
+    handle = MPI._addressof(request)  # the MPI_Request inside mpi4py's object
+    buffer = (ctypes.c_char * len(record)).from_buffer(record)
+    return RecordStep(functions[0], functions[1], handle, ctypes.addressof(buffer),
+                      (request, record, buffer), MPI.Exception)

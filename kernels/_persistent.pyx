@@ -1,0 +1,84 @@
+# cython: language_level=3
+"""A persistent collective on a small int64 record, started and waited for without the interpreter.
+
+:class:`RecordStep` is handed, once, two C functions of the form ``int start(void *request)`` and
+``int wait(void *request, void *status)``, the address of a request handle and the address of a
+record of ``2 * nfields`` int64 words that the request reduces in place.  Each call of
+:meth:`RecordStep.agree` writes the fields and their negations into the record, calls ``start``
+and then ``wait`` with the GIL released (a watchdog thread may run meanwhile), and reads the
+reduced record back.
+
+This module knows nothing of MPI: which functions and which request it calls is the caller's
+business (:mod:`hpcbsp.runtime.control` hands it ``MPI_Start``, ``MPI_Wait`` and the control
+step's persistent ``MPI_Allreduce_init(MAX)`` request).  The record layout is the control step's:
+``[kind, step, sig, data, gets, -kind, -step, -sig, -data, -gets]``; after a MAX reduction,
+field ``i`` agrees on every rank exactly when ``r[i] + r[i + 5] == 0``.
+"""
+from libc.stdint cimport int64_t, uintptr_t
+
+ctypedef int (*start_fn)(void *) noexcept nogil
+ctypedef int (*wait_fn)(void *, void *) noexcept nogil
+
+#: Returned by :meth:`RecordStep.agree` when the ranks disagree on the kind, step or signature.
+DIVERGED = -1
+
+
+cdef class RecordStep:
+    """``start(request)`` + ``wait(request, status)`` on a 10-word int64 record, compiled.
+
+    Parameters
+    ----------
+    start, wait : int
+        Addresses of the two C functions.
+    request : int
+        Address of the request handle (what ``start`` and ``wait`` take a pointer to).
+    record : int
+        Address of the 10 int64 words the request reduces in place.
+    owners : object
+        Whatever owns the memory behind ``request`` and ``record``; kept alive with this object.
+    error : callable
+        ``error(code)`` returns the exception to raise when ``start`` or ``wait`` returns ``code != 0``.
+    """
+
+    cdef start_fn _start
+    cdef wait_fn _wait
+    cdef void *_request
+    cdef int64_t *_record
+    cdef char _status[256]  # larger than any MPI library's status object
+    cdef object _owners
+    cdef object _error
+
+    def __init__(self, uintptr_t start, uintptr_t wait, uintptr_t request, uintptr_t record,
+                 object owners, object error):
+        if not (start and wait and request and record):
+            raise ValueError("RecordStep: a null function, request or record address")
+        self._start = <start_fn>start
+        self._wait = <wait_fn>wait
+        self._request = <void *>request
+        self._record = <int64_t *>record
+        self._owners = owners
+        self._error = error
+
+    def agree(self, int64_t kind, int64_t step, int64_t sig, bint data, bint gets):
+        """Reduce the record; return ``data | gets << 1`` as reduced by MAX, or ``DIVERGED``."""
+        cdef int64_t *r = self._record
+        cdef int code
+        r[0] = kind
+        r[1] = step
+        r[2] = sig
+        r[3] = data
+        r[4] = gets
+        r[5] = -kind
+        r[6] = -step
+        r[7] = -sig
+        r[8] = -r[3]
+        r[9] = -r[4]
+        with nogil:
+            code = self._start(self._request)
+            if code == 0:
+                code = self._wait(self._request, self._status)
+        if code != 0:
+            raise self._error(code)
+        if r[0] + r[5] or r[1] + r[6] or r[2] + r[7]:
+            return DIVERGED
+        return (r[3] == 1) | (r[4] == 1) << 1
