@@ -59,10 +59,19 @@ cdef class RecordStep:
         self._owners = owners
         self._error = error
 
+    def close(self):
+        """Forget the functions and the request (before the request is freed): calling
+        :meth:`agree` afterwards raises instead of starting a freed request."""
+        self._start = NULL
+        self._wait = NULL
+        self._request = NULL
+
     def agree(self, int64_t kind, int64_t step, int64_t sig, bint data, bint gets):
         """Reduce the record; return ``data | gets << 1`` as reduced by MAX, or ``DIVERGED``."""
         cdef int64_t *r = self._record
         cdef int code
+        if self._request == NULL:
+            raise ValueError("RecordStep.agree: the step was closed (its request was freed)")
         r[0] = kind
         r[1] = step
         r[2] = sig

@@ -160,3 +160,12 @@ def test_ranks_may_mix_the_compiled_and_the_python_step(bsp, monkeypatch):
                 assert x.local[0] == 100 * step + left
         with pytest.raises(Divergence, match="diverged"):
             ctx.sync(f"sync of rank {ctx.pid}") if ctx.pid == ctx.nprocs - 1 else ctx.coarray(1)
+
+
+def test_a_closed_compiled_step_refuses_to_start_its_freed_request():
+    fake = _FakeMPI()
+    step = fake.step()
+    step.close()
+    with pytest.raises(ValueError, match="closed"):
+        step.agree(1, 0, 0, False, False)
+    assert fake.started == []

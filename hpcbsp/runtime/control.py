@@ -190,6 +190,8 @@ class ControlStep:
 
     def free(self) -> None:
         """Release the persistent request (before the communicator is freed)."""
+        if self._compiled is not None:
+            self._compiled.close()  # a caller that kept blocking_step gets an error, not a crash
         self._compiled = None
         self.blocking_step = None
         if self._persistent is not None:

@@ -121,41 +121,54 @@ class Supersteps:
         runtime's own: the collectives end their supersteps through this same path.)
         """
         t0 = _perf()
-        if timeout is not None and not _positive_seconds(timeout):
-            raise UsageError(f"rank {self.pid}: sync(label={label!r}, timeout={timeout!r}): the timeout "
-                             "must be a positive number of seconds")
-        if self._plain and _step is None and timeout is None:
+        # The plain sync with its control step compiled (.native): one call, then nothing unless
+        # some rank has data or this rank has queues.
+        fast = self._control.blocking_step if self._plain else None
+        if fast is not None and _step is None and timeout is None:
             outbox = self._outbox
-            step = self._control.blocking_step  # compiled (.native), or None
-            try:
-                if step is not None:
-                    code = step(_SYNC, self.superstep, 0, outbox.nrecords, outbox.gets_count)
-                    if code < 0:
-                        self._sync_label = label
-                        self._control.diverged(_SYNC, self.superstep, self._describe_sync)
-                    any_data, any_gets = code & 1 == 1, code > 1  # data | gets << 1
-                else:
-                    self._sync_label = label  # for _describe_sync, called only if the ranks diverge
-                    any_data, any_gets = self._control.agree(_SYNC, self.superstep, 0, self._describe_sync,
-                                                             outbox.nrecords, outbox.gets_count)
-            except BSPError:
-                self._life.control_step_failed()
-                raise
-            if self._queues:
-                for q in self._queues:
-                    q._clear()
-            if any_data:
-                traffic: Traffic | None = exchange(self.comm, outbox, self._objects, any_gets)
-                outbox.reset()
-            else:
-                traffic = None
+            code = fast(_SYNC, self.superstep, 0, outbox.nrecords, outbox.gets_count)
+            traffic = self._after_fast_step(code, label) if code or self._queues else None
         else:
-            self._sync_label = label
-            traffic = self._begin(_step, timeout)
+            self._sync_label = label  # for _describe_sync, called only if the ranks diverge
+            if timeout is not None and not _positive_seconds(timeout):
+                raise UsageError(f"rank {self.pid}: sync(label={label!r}, timeout={timeout!r}): the "
+                                 "timeout must be a positive number of seconds")
+            if self._plain and _step is None and timeout is None:  # the control step in Python
+                try:
+                    any_data, any_gets = self._control.agree(_SYNC, self.superstep, 0, self._describe_sync,
+                                                             self._outbox.nrecords, self._outbox.gets_count)
+                except BSPError:
+                    self._life.control_step_failed()
+                    raise
+                traffic = self._deliver(any_data, any_gets)
+            else:
+                traffic = self._begin(_step, timeout)
         # The one finisher: every superstep of every kind ends here, with one ledger row (raw
         # times: the ledger computes the durations when it is read).
         self._record((self.superstep, label, t0, _perf(), traffic))
         self.superstep += 1
+
+    def _after_fast_step(self, code: int, label: str | None) -> Traffic | None:
+        """The plain sync after its compiled control step returned ``code`` (``data | gets << 1``
+        as agreed, or ``DIVERGED``) when there is something to do."""
+        if code < 0:
+            self._sync_label = label
+            try:
+                self._control.diverged(_SYNC, self.superstep, self._describe_sync)
+            finally:
+                self._life.control_step_failed()
+        return self._deliver(code & 1 == 1, code > 1)
+
+    def _deliver(self, any_data: bool, any_gets: bool) -> Traffic | None:
+        """The plain sync's delivery: clear the queues' last messages, then move the superstep's
+        puts, gets and records if any rank has some.  Returns the traffic (None if nothing moved)."""
+        for q in self._queues:
+            q._clear()
+        if not any_data:
+            return None
+        traffic = exchange(self.comm, self._outbox, self._objects, any_gets)
+        self._outbox.reset()
+        return traffic
 
     def progress(self) -> None:
         """Let FA-BSP mailboxes send full buffers, receive and run handlers during long compute."""
@@ -238,4 +251,4 @@ class Supersteps:
         self._hooks.append(hook)
         self._progress.append(hook.progress)
         self._control.nonblocking = True  # waiting in a sync must keep mailboxes moving
-        self._plain = False
+        self._leave_plain()
