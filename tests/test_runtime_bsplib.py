@@ -241,6 +241,41 @@ def put_elements_after_a_large_put_to_the_same_part_wins(bsp):
     np.testing.assert_array_equal(c.local, expected)
 
 
+@check
+def large_element_batches_travel_alone_and_keep_program_order(bsp):
+    # Batches of element puts of >= 64 KiB per destination travel as messages of their own, from
+    # pooled buffers reused across supersteps (of varying sizes).  Mixed with small element puts,
+    # plain puts before and after them, over several supersteps: every element ends as replaying
+    # the puts one at a time in BSPlib's order says (the oracle, on numpy copies of every part).
+    p, me = bsp.nprocs, bsp.pid
+    size = 30_000
+    c = bsp.coarray(size, dtype=np.float64, name="el-large")
+    expected = np.zeros(size)
+    for step in range(4):
+        def program(r):
+            rng = np.random.default_rng(1000 * step + r)
+            n = 12_000 + 3_000 * step  # about 12 000 / p puts and more to each rank: > 64 KiB
+            big = (rng.integers(0, p, n), rng.integers(0, size, n), rng.standard_normal(n))
+            small = (rng.integers(0, p, 5), rng.integers(0, size, 5), rng.standard_normal(5))
+            block = (int(rng.integers(0, p)), int(rng.integers(0, size - 100)), rng.standard_normal(100))
+            return block, big, small
+
+        block, big, small = program(me)
+        c.put(block[0], block[2], offset=block[1])      # a plain put, overwritten where they meet
+        c.put_elements(*big)
+        c.put_elements(*small)
+        bsp.sync(f"elements {step}")
+        for r in range(p):                               # ascending source rank, program order
+            (bp, bo, bv), big_r, small_r = program(r)
+            if bp == me:
+                expected[bo:bo + bv.size] = bv
+            for pids, offs, vals in (big_r, small_r):
+                mine = pids == me
+                for off, val in zip(offs[mine], vals[mine]):
+                    expected[off] = val
+        np.testing.assert_array_equal(c.local, expected)
+
+
 @pytest.mark.parametrize("fn", CHECKS, ids=lambda f: f.__name__)
 def test_on_one_rank(fn):
     with hpcbsp.BSP() as bsp:

@@ -2,17 +2,21 @@
 and applied in program order by compiled byte loops (``kernels/_elements.pyx``)."""
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from ._extensions import MODULES
 
 
-def pack_elements(dest: np.ndarray, offset: np.ndarray, values: np.ndarray,
-                  sizes: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | int, np.ndarray | int]:
+def pack_elements(dest: np.ndarray, offset: np.ndarray, values: np.ndarray, sizes: np.ndarray,
+                  alloc: Callable[[int], np.ndarray] | None = None
+                  ) -> tuple[np.ndarray | None, np.ndarray | int, np.ndarray | int]:
     """See ``kernels/_elements.pyx``: ``dest`` and ``offset`` C-contiguous int64, ``values`` a
-    C-contiguous array with one element per put, ``sizes`` the parts' lengths (int64)."""
+    C-contiguous array with one element per put, ``sizes`` the parts' lengths (int64);
+    ``alloc(nbytes)``, if given, supplies the packed buffer (uint8, exactly ``nbytes`` long)."""
     raw = values.reshape(-1).view(np.uint8)
-    return MODULES["_elements"].pack_elements(dest, offset, raw, values.dtype.itemsize, sizes)
+    return MODULES["_elements"].pack_elements(dest, offset, raw, values.dtype.itemsize, sizes, alloc)
 
 
 def apply_elements(table: np.ndarray, record: np.ndarray, count: int) -> int:

@@ -199,8 +199,11 @@ class Coarray:
         if not dest.size:
             return
         sizes = np.asarray(self.sizes, dtype=np.int64)
+        outbox = self._outbox
+        # Packed into a pooled buffer, which large records are sent from (exchange.py).
         packed, counts, starts = elements.pack_elements(dest.astype(np.int64, copy=False),
-                                                        offs.astype(np.int64, copy=False), vals, sizes)
+                                                        offs.astype(np.int64, copy=False), vals, sizes,
+                                                        outbox.pool.take)
         if packed is None:
             i = int(counts)  # the index of the first bad put
             if not 0 <= dest[i] < self._bsp.nprocs:
@@ -211,7 +214,8 @@ class Coarray:
         counts, starts = cast(np.ndarray, counts), cast(np.ndarray, starts)
         for d in np.flatnonzero(counts).tolist():
             n = int(counts[d])
-            self._outbox.add_elements(d, self._id, n, packed[starts[d]:starts[d + 1]], n * (8 + self.itemsize))
+            outbox.add_elements(d, self._id, n, packed[starts[d]:starts[d + 1]], n * (8 + self.itemsize))
+        outbox.keep_until_sent(packed)
 
     def get(self, pid: int, offset: int = 0, count: int | None = None) -> GetFuture:
         """Ask for ``pid``'s ``local[offset:offset+count]`` as it is at the next sync, before puts land.

@@ -7,9 +7,11 @@ change right after the call).  At ``sync`` one ``Alltoall`` of byte counts is fo
 point-to-point ``Isend``/``Irecv`` of the non-empty buffers only (a sparse exchange: a rank
 talks only to ranks it has data for), and a second, count-free round returns the data of gets.
 
-Large puts (at least ``LARGE_PUT_BYTES``) travel as messages of their own, after their header:
-the receiver posts the receive straight into the target array, so the payload is copied once on
-each side, as in a hand-written ``Alltoallv``.  That is done only when no other put of the
+Large puts (at least ``LARGE_PUT_BYTES``), and large packed batches of element puts
+(``put_elements``), travel as messages of their own, after their header; a batch is sent from
+the buffer it was packed into and received into a pooled buffer (no copy through the outbox).
+For puts, the receiver posts the receive straight into the target array, so the payload is
+copied once on each side, as in a hand-written ``Alltoallv``.  That is done only when no other put of the
 superstep overlaps the same elements; otherwise it is received into a temporary and applied in
 order like the rest.
 
@@ -38,7 +40,7 @@ from .ledger import Traffic
 if TYPE_CHECKING:
     from .coarray import GetFuture
 
-PUT, GET, SEND, PUT_LARGE, PUT_ELEMENTS = 1, 2, 3, 4, 5
+PUT, GET, SEND, PUT_LARGE, PUT_ELEMENTS, PUT_ELEMENTS_LARGE = 1, 2, 3, 4, 5, 6
 HEADER = struct.Struct("<4q")  # code, object id, offset (a queue record: its tag), element count
 LARGE_PUT_BYTES = int(os.environ.get("HPCBSP_LARGE_PUT_BYTES", 64 * 1024))
 _TAG_DATA = 101
@@ -90,26 +92,50 @@ class Sink(Registered, Protocol):
 
 
 class BufferPool:
-    """Send buffers for large puts, kept between supersteps.
+    """Byte buffers kept between supersteps: the send copies of large puts, packed element puts,
+    and the receive buffers of large element records.
 
-    Iterative programs put the same sizes every superstep; reusing the buffers avoids the page
-    faults of fresh 8 MiB allocations, which otherwise cost as much as the copy itself.
+    Iterative programs move the same sizes every superstep; reusing the buffers avoids the page
+    faults of fresh 8 MiB allocations, which otherwise cost as much as the copy itself.  Sizes
+    from ``CHUNK`` up are rounded up to a multiple of it, so that buffers whose size varies a
+    little between supersteps (element puts to random ranks) are reused too.
     """
+
+    CHUNK = 1 << 20
 
     def __init__(self, keep: int = 64):
         self._free: dict[int, list[np.ndarray]] = {}
         self._keep = keep
 
     def take(self, nbytes: int) -> np.ndarray:
-        stack = self._free.get(nbytes)
-        return stack.pop() if stack else np.empty(nbytes, dtype=np.uint8)
+        """A uint8 array of exactly ``nbytes`` (a view of a pooled buffer, or a new one)."""
+        cap = nbytes if nbytes < self.CHUNK else -(-nbytes // self.CHUNK) * self.CHUNK
+        stack = self._free.get(cap)
+        buf = stack.pop() if stack else np.empty(cap, dtype=np.uint8)
+        return buf[:nbytes] if cap != nbytes else buf
 
     def give(self, bufs: list[np.ndarray]) -> None:
-        kept = sum(map(len, self._free.values()))
+        """Return the buffers one superstep took (or views of them), at its end.
+
+        The pool keeps them (at most ``keep``) and, of the buffers it held before, only as many
+        bytes as these: its memory stays within twice the largest superstep's working set.
+        """
+        older, self._free = self._free, {}
+        kept = budget = 0
         for buf in bufs:
+            if isinstance(buf.base, np.ndarray):
+                buf = buf.base
             if kept < self._keep:
                 self._free.setdefault(buf.size, []).append(buf)
                 kept += 1
+                budget += buf.size
+        for size, stack in older.items():
+            for buf in stack:
+                if kept >= self._keep or buf.size > budget:
+                    break
+                self._free.setdefault(size, []).append(buf)
+                kept += 1
+                budget -= buf.size
 
 
 @dataclass
@@ -178,13 +204,25 @@ class Outbox:
     def add_elements(self, dest: int, obj_id: int, count: int, record: np.ndarray, nbytes: int) -> None:
         """Append a packed batch of ``count`` element puts to ``dest`` (``record``: the offsets,
         then the values, padded to 8 bytes, ``nbytes`` without the padding; see
-        :func:`hpcbsp.kernels.elements.pack_elements`)."""
-        self.bufs[dest] += HEADER.pack(PUT_ELEMENTS, obj_id, 0, count)
-        self.bufs[dest] += record.data
+        :func:`hpcbsp.kernels.elements.pack_elements`).
+
+        A large record for another rank travels as a message of its own, sent from ``record``
+        itself: the caller hands it over (a view of a buffer from :attr:`pool`, given to
+        :meth:`keep_until_sent`) and must not change it until the sync."""
+        if dest != self.me and record.nbytes >= LARGE_PUT_BYTES:
+            self.bufs[dest] += HEADER.pack(PUT_ELEMENTS_LARGE, obj_id, record.nbytes, count)
+            self.large[dest].append(record)
+        else:
+            self.bufs[dest] += HEADER.pack(PUT_ELEMENTS, obj_id, 0, count)
+            self.bufs[dest] += record.data
         if dest != self.me:
             self.traffic.bytes_out += nbytes
             self.traffic.msgs_out += 1
         self.nrecords += 1
+
+    def keep_until_sent(self, buf: np.ndarray) -> None:
+        """Give ``buf`` (from :attr:`pool`) back to the pool once this superstep's exchange is done."""
+        self.pooled.append(buf)
 
     def add_get(self, dest: int, obj_id: int, offset: int, count: int, future: "GetFuture") -> None:
         self.add(dest, GET, obj_id, offset, count, None)
@@ -273,6 +311,10 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any
                 data.append((src, code, obj, off, cnt))  # payload arrives in a message of its own
                 traffic.bytes_in += cnt * registry[obj].itemsize
                 continue
+            if code == PUT_ELEMENTS_LARGE:  # offset field: the record's bytes, in a message of its own
+                data.append((src, code, obj, cnt, off))
+                traffic.bytes_in += cnt * (8 + registry[obj].itemsize)
+                continue
             nbytes = cnt * registry[obj].itemsize
             if code == PUT_ELEMENTS:  # the offsets travel too, before the values
                 data.append((src, code, obj, cnt, buf[pos:pos + 8 * cnt + nbytes]))
@@ -295,10 +337,18 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any
     # 2. Large payloads: straight into the target where nothing else writes those elements.
     large_recvs: list[MPI.Request] = []
     large_sources: list[int] = []
-    if large_sends or any(rec is not None and rec[1] == PUT_LARGE for rec in data):
+    if large_sends or any(rec is not None and rec[1] in (PUT_LARGE, PUT_ELEMENTS_LARGE) for rec in data):
         alone = _isolated_large_puts(data, registry)
         for i, rec in enumerate(data):
-            if rec is None or rec[1] != PUT_LARGE:
+            if rec is None or rec[1] not in (PUT_LARGE, PUT_ELEMENTS_LARGE):
+                continue
+            if rec[1] == PUT_ELEMENTS_LARGE:  # into a pooled buffer, applied in order below
+                src, _, obj, cnt, nbytes = rec
+                record = outbox.pool.take(nbytes)
+                outbox.keep_until_sent(record)
+                data[i] = (src, PUT_ELEMENTS, obj, cnt, record)
+                large_recvs.append(comm.Irecv([record, MPI.BYTE], src, _TAG_LARGE))
+                large_sources.append(src)
                 continue
             src, _, obj, off, cnt = rec
             target = cast(Target, registry[obj])
@@ -346,7 +396,7 @@ def _isolated_large_puts(data: list, registry: Sequence[Registered]) -> set[int]
         elif code == PUT:
             n = rec[4].size // registry[rec[2]].itemsize
             spans.setdefault(rec[2], []).append((rec[3], rec[3] + n, i))
-        elif code == PUT_ELEMENTS:  # may touch any element: no large put there is alone
+        elif code in (PUT_ELEMENTS, PUT_ELEMENTS_LARGE):  # may touch any element: no large put is alone
             spans.setdefault(rec[2], []).append((0, 2**62, i))
     alone = set()
     for items in spans.values():

@@ -1,0 +1,53 @@
+"""The exchange's buffer pool (hpcbsp.runtime.exchange.BufferPool): exact sizes, reuse across
+supersteps of slightly different sizes, memory bounded by the working set.  Oracle: buffer
+identity (``np.shares_memory``) and hand-counted bytes."""
+from __future__ import annotations
+
+import numpy as np
+
+from hpcbsp.runtime.exchange import BufferPool
+
+MiB = 1 << 20
+
+
+def _held(pool: BufferPool) -> int:
+    """Bytes of the free buffers the pool holds."""
+    return sum(buf.size for stack in pool._free.values() for buf in stack)
+
+
+def test_a_buffer_comes_back_for_a_slightly_different_size():
+    pool = BufferPool()
+    a = pool.take(5 * MiB + 123)
+    assert a.size == 5 * MiB + 123 and a.dtype == np.uint8 and a.flags.c_contiguous
+    pool.give([a])
+    b = pool.take(5 * MiB + 4000)           # the same 1 MiB-rounded capacity: reused
+    assert b.size == 5 * MiB + 4000 and np.shares_memory(a, b)
+    c = pool.take(5 * MiB + 4000)           # the pool had one: a new buffer
+    assert not np.shares_memory(b, c)
+    small = pool.take(100)                  # below a chunk: exact sizes only
+    assert small.size == 100 and small.base is None
+
+
+def test_the_pool_keeps_at_most_twice_the_last_working_set():
+    pool = BufferPool()
+    big = [pool.take(8 * MiB) for _ in range(4)]
+    pool.give(big)
+    assert _held(pool) == 32 * MiB
+    one = pool.take(2 * MiB)                 # a later superstep moves only 2 MiB
+    pool.give([one])
+    assert _held(pool) == 2 * MiB            # the 8 MiB buffers exceed its budget: dropped
+    pool.give([pool.take(8 * MiB)])          # a large superstep again: a new one, kept
+    again = pool.take(8 * MiB)
+    assert again.size == 8 * MiB
+    pool.give([again, pool.take(2 * MiB)])
+    assert _held(pool) == 10 * MiB
+
+
+def test_the_pool_never_hands_out_one_buffer_twice():
+    pool = BufferPool()
+    bufs = [pool.take(3 * MiB) for _ in range(3)]
+    pool.give(bufs)
+    again = [pool.take(3 * MiB - k) for k in range(3)]
+    for i in range(3):
+        for j in range(i + 1, 3):
+            assert not np.shares_memory(again[i], again[j])
