@@ -106,6 +106,7 @@ class BufferPool:
     def __init__(self, keep: int = 64):
         self._free: dict[int, list[np.ndarray]] = {}
         self._keep = keep
+        self._peak = 0  # the most bytes one superstep gave back
 
     def take(self, nbytes: int) -> np.ndarray:
         """A uint8 array of exactly ``nbytes`` (a view of a pooled buffer, or a new one)."""
@@ -117,18 +118,21 @@ class BufferPool:
     def give(self, bufs: list[np.ndarray]) -> None:
         """Return the buffers one superstep took (or views of them), at its end.
 
-        The pool keeps them (at most ``keep``) and, of the buffers it held before, only as many
-        bytes as these: its memory stays within twice the largest superstep's working set.
+        The pool keeps them (at most ``keep``) and, of the buffers it held before, as many bytes
+        as the largest superstep so far took: its memory stays within twice that peak, and
+        programs that alternate supersteps of different sizes reuse the buffers of each.
         """
         older, self._free = self._free, {}
-        kept = budget = 0
+        kept = now = 0
         for buf in bufs:
             if isinstance(buf.base, np.ndarray):
                 buf = buf.base
             if kept < self._keep:
                 self._free.setdefault(buf.size, []).append(buf)
                 kept += 1
-                budget += buf.size
+                now += buf.size
+        self._peak = max(self._peak, now)
+        budget = self._peak
         for size, stack in older.items():
             for buf in stack:
                 if kept >= self._keep or buf.size > budget:
