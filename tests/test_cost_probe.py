@@ -40,7 +40,22 @@ def test_fit_line_recovers_a_line():
     g, l = fit_line(h, 3e-5 + 2e-9 * h)
     assert g == pytest.approx(2e-9) and l == pytest.approx(3e-5)
     g, l = fit_line(h, np.array([5.0, 4.0, 3.0, 2.0]))  # falling times: noise, not a negative g
-    assert g == 0.0 and l == pytest.approx(3.5)
+    # the constant with the least relative squared error: sum(1/t) / sum(1/t^2), by hand
+    assert g == 0.0 and l == pytest.approx((1/5 + 1/4 + 1/3 + 1/2) / (1/25 + 1/16 + 1/9 + 1/4))
+
+
+def test_fit_line_weighs_every_size_alike():
+    # A line through small h, and a largest block 3x slower than that line says: an absolute fit
+    # lets that one point pull l far up; the relative fit keeps the small sizes within 20 %
+    # (oracle: the line the small points lie on, by hand).
+    h = np.array([512.0, 2048.0, 8192.0, 32768.0, 131072.0, 1048576.0])
+    t = 2e-5 + 1e-9 * h
+    t[-1] *= 3
+    g, l = fit_line(h, t)
+    assert np.all(np.abs((l + g * h[:-1]) - t[:-1]) / t[:-1] < 0.2)
+    design = np.column_stack([h, np.ones_like(h)])
+    g_abs, l_abs = np.linalg.lstsq(design, t, rcond=None)[0]  # the absolute fit, for contrast
+    assert abs((l_abs + g_abs * h[0]) / t[0] - 1) > 1  # off by more than 100 %
 
 
 def test_probe_refuses_one_rank():

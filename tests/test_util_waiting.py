@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from hpcbsp.util.waiting import BUSY, Backoff, poll
+from hpcbsp.util.waiting import BUSY, poll
 
 
 def test_returns_the_first_result_and_pauses_between_idle_calls():
@@ -43,16 +43,3 @@ def test_a_busy_wait_is_not_cut_short_and_patience_delays_the_pause():
     pauses = []
     assert poll(lambda: next(seq), patience=3, pause=lambda: pauses.append(1)) == 1
     assert len(pauses) == 1 + 2
-
-
-def test_backoff_doubles_up_to_the_longest_pause():
-    slept = []
-    b = Backoff(1e-4, 4e-4)
-    real = time.sleep
-    try:
-        time.sleep = slept.append  # type: ignore[assignment]
-        for _ in range(5):
-            b()
-    finally:
-        time.sleep = real
-    assert slept == [1e-4, 2e-4, 4e-4, 4e-4, 4e-4]

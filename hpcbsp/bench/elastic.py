@@ -21,7 +21,6 @@ Figures are meaningful only on a quiet machine with at least as many cores as ra
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -34,6 +33,7 @@ from hpcbsp.elastic.allreduce import allreduce_step
 from hpcbsp.elastic.policies import make_policy
 from hpcbsp.elastic.server import serve, work
 from hpcbsp.elastic.wire import HEADER_BYTES
+from hpcbsp.util.args import OneLineParser, positive_int
 
 
 def _server_round(comm: MPI.Comm, grad: np.ndarray, w0: np.ndarray, iters: int) -> float | None:
@@ -122,20 +122,14 @@ def bench(bsp: "hpcbsp.BSP", params: int, iters: int, rounds: int) -> dict[str, 
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hpcbsp.bench elastic",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--params", type=int, default=1 << 20, help="float32 parameters (default 1048576)")
-    parser.add_argument("--iters", type=int, default=50, help="round trips / steps per round (default 50)")
-    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds (default 5)")
+    parser = OneLineParser(prog="python -m hpcbsp.bench elastic", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--params", type=positive_int, default=1 << 20, help="float32 parameters (default 1048576)")
+    parser.add_argument("--iters", type=positive_int, default=50, help="round trips / steps per round (default 50)")
+    parser.add_argument("--rounds", type=positive_int, default=5, help="alternating rounds (default 5)")
     parser.add_argument("--quick", action="store_true", help="a short run (10 iterations, 2 rounds)")
     args = parser.parse_args(argv)
     if args.quick:
         args.iters, args.rounds = 10, 2
-    if args.params < 1 or args.iters < 1 or args.rounds < 1:
-        if MPI.COMM_WORLD.Get_rank() == 0:
-            print("python -m hpcbsp.bench elastic: error: --params, --iters and --rounds must be at "
-                  "least 1", file=sys.stderr)
-        return 2
     r = hpcbsp.run(bench, args.params, args.iters, args.rounds)
     if MPI.COMM_WORLD.Get_rank() == 0:
         p = MPI.COMM_WORLD.Get_size()

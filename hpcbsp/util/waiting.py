@@ -53,19 +53,6 @@ def poll(test: Callable[[], T | None], *, deadline: float | None = None,
             pause()
 
 
-class Backoff:
-    """A ``pause`` that sleeps ``first`` seconds, doubling up to ``longest`` (short waits stay
-    responsive, long ones leave the core to others)."""
-
-    def __init__(self, first: float = 2e-5, longest: float = 1e-3):
-        self._next = first
-        self._longest = longest
-
-    def __call__(self) -> None:
-        time.sleep(self._next)
-        self._next = min(self._next * 2, self._longest)
-
-
 def yield_core() -> None:
     """A ``pause`` that gives the core away for the rest of this time slice (ranks are often
     oversubscribed)."""
