@@ -169,3 +169,41 @@ def test_a_closed_compiled_step_refuses_to_start_its_freed_request():
     with pytest.raises(ValueError, match="closed"):
         step.agree(1, 0, 0, False, False)
     assert fake.started == []
+
+
+@mpi
+def test_a_superstep_with_only_own_records_sends_no_message(bsp, monkeypatch):
+    """Records for a rank's own part (puts, gets, queue sends to itself) are applied without the
+    exchange's messages when no rank has any for another (the control step tells); with one
+    remote record anywhere every rank takes part in the exchange.  Oracles: the values (by
+    hand) and which way the exchange was called (a spy on it)."""
+    import hpcbsp.runtime.superstep as superstep
+
+    calls: list[bool] = []
+    real = superstep.exchange
+
+    def spy(*args, local=False, **kw):
+        calls.append(local)
+        return real(*args, local=local, **kw)
+
+    monkeypatch.setattr(superstep, "exchange", spy)
+    me, p = bsp.pid, bsp.nprocs
+    x = bsp.coarray(4, dtype=np.int64)
+    q = bsp.queue(np.int64)
+    x.put(me, [me, me + 1], offset=1)
+    got = x.get(me, 1, 2)
+    q.send(me, 10 * me)
+    bsp.sync("own records only")
+    assert calls == [True]
+    np.testing.assert_array_equal(x.local, [0, me, me + 1, 0])
+    np.testing.assert_array_equal(got.value, [0, 0])  # a get reads before the puts land
+    assert list(q.received()) == [10 * me]
+    assert bsp.ledger[-1].msgs_out == bsp.ledger[-1].msgs_in == 0
+    bsp.sync("nothing")
+    assert calls == [True]                             # an empty sync: no exchange at all
+    if me == 0:
+        x.put(p - 1, [7])                              # one remote put: everyone exchanges
+    x.put(me, [me], offset=3)
+    bsp.sync("one remote put")
+    assert calls == [True, False]
+    assert x.local[3] == me and (me != p - 1 or x.local[0] == 7)

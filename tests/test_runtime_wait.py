@@ -51,12 +51,16 @@ def test_yielding_naps_grow_with_the_wait_and_are_capped(monkeypatch):
     assert slept == [0.0, 125e-6, 500e-6, 1e-3]
 
 
-def test_spinning_naps_keep_the_old_behaviour(monkeypatch):
+def test_spinning_naps_only_yield_and_never_sleep(monkeypatch):
     slept: list[float] = []
+    yields: list[int] = []
     monkeypatch.setattr(waiting.time, "sleep", slept.append)
+    monkeypatch.setattr(waiting.os, "sched_yield", lambda: yields.append(1))
     waiting.Naps("spin")()
     waiting.Naps("spin", polling_others=True)()
-    assert slept == [0]  # sleep(0) only when nothing else is polled
+    # A yield only when nothing else is polled; never a timed sleep (sleep(0) has ~60 us of
+    # timer slack on Linux).
+    assert yields == [1] and slept == []
 
 
 def test_oversubscription_is_ranks_against_the_union_of_their_cores(monkeypatch):

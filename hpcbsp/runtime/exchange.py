@@ -152,6 +152,9 @@ class Outbox:
     gets: list[list["GetFuture"]] = field(init=False)
     traffic: Traffic = field(init=False)
     nrecords: int = field(init=False)
+    #: Records for other ranks (what the control step reports: with none anywhere, every rank
+    #: applies its own records without any message).
+    remote: int = field(init=False)
     gets_count: int = field(init=False)
     large: list[list[np.ndarray]] = field(init=False)
     pooled: list[np.ndarray] = field(init=False)
@@ -168,6 +171,7 @@ class Outbox:
         self.gets = [[] for _ in range(self.nprocs)]
         self.traffic = Traffic()
         self.nrecords = 0
+        self.remote = 0
         self.gets_count = 0
         self.large = [[] for _ in range(self.nprocs)]
 
@@ -191,6 +195,7 @@ class Outbox:
             self.traffic.bytes_out += payload.nbytes
             self.traffic.msgs_out += 1
             self.nrecords += 1
+            self.remote += 1
             return
         buf += HEADER.pack(code, obj_id, offset, count)
         if payload is not None and payload.size:
@@ -203,6 +208,7 @@ class Outbox:
                 self.traffic.bytes_out += raw.size
         if dest != self.me:
             self.traffic.msgs_out += 1
+            self.remote += 1
         self.nrecords += 1
 
     def add_elements(self, dest: int, obj_id: int, count: int, record: np.ndarray, nbytes: int) -> None:
@@ -222,6 +228,7 @@ class Outbox:
         if dest != self.me:
             self.traffic.bytes_out += nbytes
             self.traffic.msgs_out += 1
+            self.remote += 1
         self.nrecords += 1
 
     def keep_until_sent(self, buf: np.ndarray) -> None:
@@ -265,20 +272,25 @@ def _exchange_counts(comm: MPI.Comm, send_counts: np.ndarray, recv_counts: np.nd
 
 
 def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any_gets: bool,
-             deadline: float | None = None) -> Traffic:
+             deadline: float | None = None, local: bool = False) -> Traffic:
     """Deliver everything in ``outbox`` (collective over ``comm``); return this rank's traffic.
 
     ``registry[i]`` is the object with id ``i``: a :class:`Target` for puts and gets, a
     :class:`Sink` for queue records (the records' codes say which).  ``deadline`` (a
     ``time.monotonic()`` value) bounds every wait: past it, :class:`ExchangeTimeout` names a
     peer that did not take part (the exchange is then abandoned half done: the context failed).
+    ``local``: no rank has a record for another (the control step said so): this rank applies
+    its own records, in the same order, without any MPI call (not collective).
     """
     p, me = outbox.nprocs, outbox.me
     traffic = outbox.traffic
-    send_counts = np.fromiter((len(b) if d != me else 0 for d, b in enumerate(outbox.bufs)),
-                              dtype=np.int64, count=p)
-    recv_counts = np.empty(p, dtype=np.int64)
-    _exchange_counts(comm, send_counts, recv_counts, deadline)
+    if local:
+        send_counts = recv_counts = np.zeros(p, dtype=np.int64)
+    else:
+        send_counts = np.fromiter((len(b) if d != me else 0 for d, b in enumerate(outbox.bufs)),
+                                  dtype=np.int64, count=p)
+        recv_counts = np.empty(p, dtype=np.int64)
+        _exchange_counts(comm, send_counts, recv_counts, deadline)
     displs = np.zeros(p + 1, dtype=np.int64)
     np.cumsum(recv_counts, out=displs[1:])
     recvbuf = np.empty(int(displs[-1]), dtype=np.uint8)

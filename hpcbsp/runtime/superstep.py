@@ -126,8 +126,8 @@ class Supersteps:
         fast = self._control.blocking_step if self._plain else None
         if fast is not None and _step is None and timeout is None:
             outbox = self._outbox
-            code = fast(_SYNC, self.superstep, 0, outbox.nrecords, outbox.gets_count)
-            traffic = self._after_fast_step(code, label) if code or self._queues else None
+            code = fast(_SYNC, self.superstep, 0, outbox.remote, outbox.gets_count)
+            traffic = self._after_fast_step(code, label) if code or outbox.nrecords or self._queues else None
         else:
             self._sync_label = label  # for _describe_sync, called only if the ranks diverge
             if timeout is not None and not _positive_seconds(timeout):
@@ -136,7 +136,7 @@ class Supersteps:
             if self._plain and _step is None and timeout is None:  # the control step in Python
                 try:
                     any_data, any_gets = self._control.agree(_SYNC, self.superstep, 0, self._describe_sync,
-                                                             self._outbox.nrecords, self._outbox.gets_count)
+                                                             self._outbox.remote, self._outbox.gets_count)
                 except BSPError:
                     self._life.control_step_failed()
                     raise
@@ -161,12 +161,13 @@ class Supersteps:
 
     def _deliver(self, any_data: bool, any_gets: bool) -> Traffic | None:
         """The plain sync's delivery: clear the queues' last messages, then move the superstep's
-        puts, gets and records if any rank has some.  Returns the traffic (None if nothing moved)."""
+        puts, gets and records if any rank has some for another rank, or apply this rank's own
+        without a message if none has.  Returns the traffic (None if nothing moved)."""
         for q in self._queues:
             q._clear()
-        if not any_data:
+        if not (any_data or self._outbox.nrecords):
             return None
-        traffic = exchange(self.comm, self._outbox, self._objects, any_gets)
+        traffic = exchange(self.comm, self._outbox, self._objects, any_gets, local=not any_data)
         self._outbox.reset()
         return traffic
 
@@ -184,7 +185,7 @@ class Supersteps:
         else:
             kind, sig, describe = step.kind, step.sig, step.describe
         outbox = self._outbox
-        any_data, any_gets = self._agree(kind, sig, describe, outbox.nrecords > 0, bool(outbox.gets_count),
+        any_data, any_gets = self._agree(kind, sig, describe, outbox.remote > 0, bool(outbox.gets_count),
                                          timeout=timeout)
         traffic = None
         if self._hooks:
@@ -195,13 +196,13 @@ class Supersteps:
             # their data moves in this sync, not the next.  No mailbox progress while waiting
             # here: the mailboxes are in the next superstep already, and a faster rank's records
             # of that superstep must not be handled before this rank gets there.
-            any_data, any_gets = self._agree(kind, sig, describe, outbox.nrecords > 0,
+            any_data, any_gets = self._agree(kind, sig, describe, outbox.remote > 0,
                                              bool(outbox.gets_count), with_progress=False,
                                              timeout=timeout)
         for q in self._queues:
             q._clear()
-        if any_data:
-            moved = self._exchange(any_gets, self.timeout if timeout is None else timeout)
+        if any_data or outbox.nrecords:  # (no rank has data for another: this rank's own, locally)
+            moved = self._exchange(any_gets, self.timeout if timeout is None else timeout, local=not any_data)
             outbox.reset()
             if traffic is None:
                 traffic = moved
@@ -213,11 +214,12 @@ class Supersteps:
             step.run(traffic)
         return traffic
 
-    def _exchange(self, any_gets: bool, limit: float | None) -> Traffic:
-        """Deliver the superstep's data; with a timeout (``limit`` seconds), every wait of the
-        exchange is bounded by it and a peer that stopped inside the exchange is named."""
-        if limit is None:
-            return exchange(self.comm, self._outbox, self._objects, any_gets)
+    def _exchange(self, any_gets: bool, limit: float | None, local: bool = False) -> Traffic:
+        """Deliver the superstep's data (``local``: only this rank's own records, no message);
+        with a timeout (``limit`` seconds), every wait of the exchange is bounded by it and a
+        peer that stopped inside the exchange is named."""
+        if limit is None or local:
+            return exchange(self.comm, self._outbox, self._objects, any_gets, local=local)
         try:
             return exchange(self.comm, self._outbox, self._objects, any_gets,
                             deadline=time.monotonic() + limit)
