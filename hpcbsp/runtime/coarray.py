@@ -153,7 +153,7 @@ class Coarray:
         h-relation: ``len(values) * itemsize`` bytes and one message out of this rank and into
         ``pid`` (nothing when ``pid`` is this rank: a local copy at the sync).
         """
-        arr = as_records(values, self.dtype, self._where("put", pid, offset, np.size(values)))
+        arr = as_records(values, self.dtype, lambda: self._where("put", pid, offset, np.size(values)))
         self._check_range("put", pid, offset, arr.size)
         self._outbox.add(pid, PUT, self._id, offset, arr.size, arr)
 
@@ -168,7 +168,7 @@ class Coarray:
         arr = np.asarray(values)
         borrow = arr.dtype == self.dtype and arr.flags.c_contiguous
         if not borrow:
-            arr = as_records(values, self.dtype, self._where("hpput", pid, offset, np.size(values)))
+            arr = as_records(values, self.dtype, lambda: self._where("hpput", pid, offset, np.size(values)))
         arr = arr.reshape(-1)
         self._check_range("hpput", pid, offset, arr.size)
         self._outbox.add(pid, PUT, self._id, offset, arr.size, arr, borrow=borrow)
@@ -224,7 +224,7 @@ class Coarray:
         ``value`` is valid after the next sync.  h-relation: one message out of this rank (the
         request), ``count * itemsize`` bytes out of ``pid`` and into this rank.
         """
-        check_pid(pid, self._bsp.nprocs, self._bsp.pid, self._call("get", pid, offset, count))
+        check_pid(pid, self._bsp.nprocs, self._bsp.pid, lambda: self._call("get", pid, offset, count))
         if count is None:
             count = self.sizes[pid] - offset
         self._check_range("get", pid, offset, count)
@@ -321,7 +321,7 @@ class Coarray:
         if not self.registered:
             raise UsageError(f"rank {self._bsp.pid}: {self._call(op, pid, offset, count)}: {self.name} was "
                              f"deregistered (pop_reg in superstep {self.popped_at})")
-        check_pid(pid, self._bsp.nprocs, self._bsp.pid, self._call(op, pid, offset, count))
+        check_pid(pid, self._bsp.nprocs, self._bsp.pid, lambda: self._call(op, pid, offset, count))
         size = self.sizes[pid]
         if offset < 0 or count < 0 or offset + count > size:
             raise UsageError(

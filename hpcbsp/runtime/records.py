@@ -5,25 +5,33 @@ No MPI and no context in here: the callers pass their rank and the number of ran
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Union
 
 import numpy as np
 
 from ..kernels import group_by_dest
 from .errors import UsageError
 
+#: What a call is, for an error message: the text, or a function that makes it (hot paths pass
+#: one, so that the text is built only when there is an error to report).
+What = Union[str, Callable[[], str]]
 
-def check_pid(pid: Any, nprocs: int, me: int, what: str) -> int:
+
+def _text(what: What) -> str:
+    return what() if callable(what) else what
+
+
+def check_pid(pid: Any, nprocs: int, me: int, what: What) -> int:
     """``pid`` as an int if it is a rank of a program of ``nprocs`` ranks, else a
     :class:`UsageError` naming this rank (``me``) and the call (``what``)."""
     if isinstance(pid, (bool, np.bool_)) or not isinstance(pid, (int, np.integer)) \
             or not 0 <= pid < nprocs:
-        raise UsageError(f"rank {me}: {what}: pid {pid!r} is not a rank of this BSP program "
+        raise UsageError(f"rank {me}: {_text(what)}: pid {pid!r} is not a rank of this BSP program "
                          f"(0..{nprocs - 1})")
     return int(pid)
 
 
-def as_records(values: object, dtype: np.dtype, what: str) -> np.ndarray:
+def as_records(values: object, dtype: np.dtype, what: What) -> np.ndarray:
     """``values`` as a C-contiguous 1-D array of ``dtype``, or a :class:`UsageError` saying why not.
 
     Numeric values are cast when numpy's ``same_kind`` rule allows it (int -> float, float64 ->
@@ -34,7 +42,7 @@ def as_records(values: object, dtype: np.dtype, what: str) -> np.ndarray:
     if arr.dtype != dtype:
         if arr.dtype.names is not None or dtype.names is not None or not np.can_cast(
                 arr.dtype, dtype, casting="same_kind"):
-            raise UsageError(f"{what}: values of dtype {arr.dtype} cannot be cast to {dtype}")
+            raise UsageError(f"{_text(what)}: values of dtype {arr.dtype} cannot be cast to {dtype}")
         arr = arr.astype(dtype)
     return np.ascontiguousarray(arr.reshape(-1))
 
