@@ -15,6 +15,10 @@ copied once on each side, as in a hand-written ``Alltoallv``.  That is done only
 superstep overlaps the same elements; otherwise it is received into a temporary and applied in
 order like the rest.
 
+A superstep in which no rank has a record for another (the control step reports the count of
+records for other ranks) needs no message: each rank applies its own records, in the same order
+(``local=True``), so its cost is the control step's, as the BSP model's l for h = 0 says.
+
 A bounded exchange (``deadline`` given: the context or the sync has a timeout) trades the
 ``Alltoall`` of counts for point-to-point messages and waits for every message by polling, so
 that a peer that stopped inside the exchange (its node died or its link went down, which MPI
