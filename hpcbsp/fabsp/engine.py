@@ -38,6 +38,7 @@ ends with the failing rank's traceback, instead of waiting for a rank that is go
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 import warnings
@@ -71,6 +72,10 @@ def _breathe() -> None:
     time.sleep(1e-4)  # ranks are often oversubscribed: let the busy one run
 
 
+def _give_way() -> None:
+    time.sleep(0)  # (a timed sleep: about 60 us of timer slack on Linux)
+
+
 class Engine:
     """Mailbox traffic of one BSP context; created by the context's first mailbox."""
 
@@ -94,6 +99,12 @@ class Engine:
         self.pid = bsp.pid
         self.nprocs = bsp.nprocs
         self._bsp = bsp
+        # How idle waits pause, as the context's wait mode says (hpcbsp.runtime.waiting): with a
+        # core per rank ("spin") a yield to the scheduler only; with ranks sharing cores
+        # ("yield") a short sleep, so that the rank with work gets the core.
+        spin = bsp.wait == "spin"
+        self._idle = os.sched_yield if spin else _give_way
+        self._quiet = os.sched_yield if spin else _breathe
         self._comms = (bsp.comm.Dup(), bsp.comm.Dup())
         self._comm = self._comms[0]
         self.epoch = 0
@@ -226,7 +237,7 @@ class Engine:
 
         try:
             # A wave in flight cannot be cancelled: after a timeout the job cannot go on.
-            poll(round_of_work, patience=_QUIESCE_PATIENCE, pause=_breathe,
+            poll(round_of_work, patience=_QUIESCE_PATIENCE, pause=self._quiet,
                  deadline=None if timeout is None else time.monotonic() + timeout,
                  expired=lambda: SyncTimeout(f"rank {self.pid}: mailbox quiescence at superstep "
                                              f"{superstep} timed out after {timeout:g} s"))
@@ -291,7 +302,7 @@ class Engine:
         else:
             got = self.handlers.pump(_PROGRESS_BATCHES)
         if not got:
-            time.sleep(0)
+            self._idle()
 
     def _flush(self) -> None:
         """Send every partly filled buffer of every mailbox."""
