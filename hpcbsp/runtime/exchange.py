@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Protocol, Sequence, cast
 
 import numpy as np
@@ -288,34 +289,37 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any
     """
     p, me = outbox.nprocs, outbox.me
     traffic = outbox.traffic
+    # The bookkeeping is in Python ints: a small superstep's cost is mostly this function's own.
     if local:
-        send_counts = recv_counts = np.zeros(p, dtype=np.int64)
+        recv = [0] * p
     else:
         send_counts = np.fromiter((len(b) if d != me else 0 for d, b in enumerate(outbox.bufs)),
                                   dtype=np.int64, count=p)
         recv_counts = np.empty(p, dtype=np.int64)
         _exchange_counts(comm, send_counts, recv_counts, deadline)
-    displs = np.zeros(p + 1, dtype=np.int64)
-    np.cumsum(recv_counts, out=displs[1:])
-    recvbuf = np.empty(int(displs[-1]), dtype=np.uint8)
-    sources = [s for s in range(p) if recv_counts[s]]
-    dests = [d for d in range(p) if send_counts[d]]
+        recv = recv_counts.tolist()
+    displs = list(accumulate(recv, initial=0))
+    recvbuf = np.empty(displs[-1], dtype=np.uint8)
+    sources = [s for s in range(p) if recv[s]]
+    dests = [d for d, b in enumerate(outbox.bufs) if b and d != me]
     reqs = [comm.Irecv([recvbuf[displs[s]:displs[s + 1]], MPI.BYTE], s, _TAG_DATA) for s in sources]
     reqs += [comm.Isend([np.frombuffer(outbox.bufs[d], np.uint8), MPI.BYTE], d, _TAG_DATA) for d in dests]
     # Large payloads follow their headers; they complete once the receiver has parsed the headers
     # and posted receives (MPI keeps the order of messages with one source, tag and communicator).
-    large_dests = [d for d in range(p) for _ in outbox.large[d]]
+    large_dests = [d for d, arrs in enumerate(outbox.large) for _ in arrs]
     large_sends = [comm.Isend([arr, MPI.BYTE], d, _TAG_LARGE)
-                   for d in range(p) for arr in outbox.large[d]]
-    _complete(reqs, sources + dests, deadline)
+                   for d, arrs in enumerate(outbox.large) for arr in arrs]
+    if reqs:
+        _complete(reqs, sources + dests, deadline)
     del reqs
 
-    # Parse every source's records, in ascending source order.
+    # Parse every source's records, in ascending source order (this rank's own among them).
     gets: list[tuple[int, int, int, int]] = []
     # (source, code, object id, offset, payload bytes), or for a large put (..., element count)
     # until it is received; None once it was received in place.
     data: list[tuple[int, int, int, int, Any] | None] = []
-    for src in range(p):
+    large_headers = False
+    for src in sorted(sources + [me]) if outbox.bufs[me] else sources:
         buf = (np.frombuffer(outbox.bufs[me], np.uint8) if src == me
                else recvbuf[displs[src]:displs[src + 1]])
         pos, end = 0, buf.size
@@ -330,10 +334,12 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any
             if code == PUT_LARGE:
                 data.append((src, code, obj, off, cnt))  # payload arrives in a message of its own
                 traffic.bytes_in += cnt * registry[obj].itemsize
+                large_headers = True
                 continue
             if code == PUT_ELEMENTS_LARGE:  # offset field: the record's bytes, in a message of its own
                 data.append((src, code, obj, cnt, off))
                 traffic.bytes_in += cnt * (8 + registry[obj].itemsize)
+                large_headers = True
                 continue
             nbytes = cnt * registry[obj].itemsize
             if code == PUT_ELEMENTS:  # the offsets travel too, before the values
@@ -348,8 +354,10 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any
                 traffic.bytes_in += nbytes
 
     # 1. Gets read their source before any put lands.
-    replies = [bytearray() for _ in range(p)]
+    replies: dict[int, bytearray] = {}
     for src, obj, off, cnt in gets:
+        if src not in replies:
+            replies[src] = bytearray()
         part = np.ascontiguousarray(cast(Target, registry[obj])._read(off, cnt))
         replies[src] += part.reshape(-1).view(np.uint8).data
         if src != me:
@@ -357,7 +365,7 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any
     # 2. Large payloads: straight into the target where nothing else writes those elements.
     large_recvs: list[MPI.Request] = []
     large_sources: list[int] = []
-    if large_sends or any(rec is not None and rec[1] in (PUT_LARGE, PUT_ELEMENTS_LARGE) for rec in data):
+    if large_headers:
         alone = _isolated_large_puts(data, registry)
         for i, rec in enumerate(data):
             if rec is None or rec[1] not in (PUT_LARGE, PUT_ELEMENTS_LARGE):
@@ -380,7 +388,8 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any
                 data[i] = (src, PUT, obj, off, dest.view(np.uint8))
             large_recvs.append(comm.Irecv([dest.view(np.uint8), MPI.BYTE], src, _TAG_LARGE))
             large_sources.append(src)
-    _complete(large_recvs + large_sends, large_sources + large_dests, deadline)
+    if large_recvs or large_sends:
+        _complete(large_recvs + large_sends, large_sources + large_dests, deadline)
     # 3. Puts and queue records, in ascending source rank and program order.
     batches: dict[int, tuple[list[np.ndarray], list[int]]] = {}
     for rec in data:
@@ -429,15 +438,16 @@ def _isolated_large_puts(data: list, registry: Sequence[Registered]) -> set[int]
     return alone
 
 
-def _return_gets(comm: MPI.Comm, outbox: Outbox, replies: list[bytearray], traffic: Traffic,
+def _return_gets(comm: MPI.Comm, outbox: Outbox, replies: dict[int, bytearray], traffic: Traffic,
                  deadline: float | None) -> None:
-    """Second round: send get data back; both sides know every size, so no count exchange."""
+    """Second round: send get data back; both sides know every size, so no count exchange.
+    ``replies[s]``: the data this rank owes rank ``s`` (only ranks that asked are keys)."""
     p, me = outbox.nprocs, outbox.me
     expected = [sum(f.nbytes for f in outbox.gets[d]) for d in range(p)]
-    inbox = [np.empty(expected[d], np.uint8) if d != me else np.frombuffer(replies[me], np.uint8)
+    inbox = [np.empty(expected[d], np.uint8) if d != me else np.frombuffer(replies.get(me, b""), np.uint8)
              for d in range(p)]
     owners = [d for d in range(p) if d != me and expected[d]]
-    askers = [s for s in range(p) if s != me and replies[s]]
+    askers = [s for s in sorted(replies) if s != me and replies[s]]
     reqs = [comm.Irecv([inbox[d], MPI.BYTE], d, _TAG_REPLY) for d in owners]
     reqs += [comm.Isend([np.frombuffer(replies[s], np.uint8), MPI.BYTE], s, _TAG_REPLY) for s in askers]
     _complete(reqs, owners + askers, deadline)
