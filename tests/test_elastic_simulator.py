@@ -163,3 +163,18 @@ def test_staleness_summary_statistics() -> None:
     assert s["mean"] == pytest.approx(np.mean(values))
     assert s["histogram"] == {0: 2, 1: 1, 3: 3, 9: 1}
     assert staleness_summary([]) == {"count": 0}
+
+
+def test_an_asp_push_is_applied_as_lr_times_the_gradient_and_leaves_it_unchanged() -> None:
+    # ASP applies a push alone and at once: weights -= lr * g (scaled as it arrives), with the
+    # caller's gradient untouched; a server holding weights refuses a push without a gradient.
+    # Oracle: numpy's w - fl(lr * g), element by element.
+    w0 = np.linspace(-1, 1, 7, dtype=np.float32)
+    g = np.arange(7, dtype=np.float32) / 3
+    kept = g.copy()
+    coord = Coordinator(make_policy("asp"), 2, w0, 0.1)
+    coord.push(1, g, 1.0)
+    np.testing.assert_array_equal(coord.weights, w0 - np.float32(0.1) * g)
+    np.testing.assert_array_equal(g, kept)
+    with pytest.raises(ProtocolError, match="pushed no gradient"):
+        coord.push(0, None, 2.0)

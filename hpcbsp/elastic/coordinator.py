@@ -91,14 +91,21 @@ class Coordinator:
         if self.stopping:
             self._stopped[worker] = True
             return Outcome(stop=(worker,))
-        if self.weights is not None:
-            self._grads[worker] = grad
         self._pending[worker] = True
         self._waiting[worker] = True
         self._pushed_at[worker] = now
-        decision = self.policy.on_push(worker, now)
+        decision = self.policy.on_push(worker, now)  # (policies decide on times, never on values)
+        scaled = False
+        if self.weights is not None:
+            if grad is None:
+                raise ProtocolError(f"worker {worker} pushed no gradient to a server that holds weights")
+            if decision.apply == (worker,):  # applied alone, now (ASP): scaled on the way in
+                np.multiply(grad, self._lr_now(), out=self._grads[worker])
+                scaled = True
+            else:
+                self._grads[worker] = grad
         if decision.apply:
-            self._apply(decision.apply)
+            self._apply(decision.apply, scaled)
         for w in decision.drop:
             self._consume(w)
             self.log.dropped[w] += 1
@@ -139,19 +146,26 @@ class Coordinator:
             raise ProtocolError(f"{self.policy.name}: gradient of worker {w} used twice or never pushed")
         self._pending[w] = False
 
-    def _apply(self, workers: tuple[int, ...]) -> None:
+    def _lr_now(self) -> float:
+        """The step of the next update (``lr / (1 + lr_decay * version)``)."""
+        return self.lr / (1.0 + self.lr_decay * self.version) if self.lr_decay else self.lr
+
+    def _apply(self, workers: tuple[int, ...], scaled: bool = False) -> None:
+        """Apply the pending gradients of ``workers`` as one update (``scaled``: the one row
+        holds ``lr * gradient`` already, written so as it arrived)."""
         idx = np.asarray(workers, dtype=np.int64)
         for w in workers:
             self._consume(w)
         self.log.staleness.extend((self.version - self.pulled_version[idx]).tolist())
         self.log.applied[idx] += 1
         if self.weights is not None:
-            lr = self.lr / (1.0 + self.lr_decay * self.version) if self.lr_decay else self.lr
+            lr = self._lr_now()
             if idx.size > 1:
                 self.weights -= lr * self._grads[idx].mean(axis=0)
             else:  # in place in the consumed gradient's row (the same rounding, no temporary)
                 step = self._grads[idx[0]]
-                step *= lr
+                if not scaled:
+                    step *= lr
                 self.weights -= step
         self.version += 1
         self.log.updates = self.version
