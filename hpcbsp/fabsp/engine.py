@@ -49,7 +49,7 @@ from mpi4py import MPI
 
 from ..runtime.errors import PeerFailed, SyncTimeout, UsageError, env_number
 from ..runtime.ledger import Traffic
-from ..util.waiting import BUSY, poll
+from ..util.waiting import BUSY, poll, yield_core
 from .handlers import Handlers
 from .notices import POISON_TAG, FailureNotices
 from .termination import DoubleWave
@@ -70,10 +70,6 @@ __all__ = ["Engine", "PeerFailed", "POISON_TAG", "default_buffer"]
 
 def _breathe() -> None:
     time.sleep(1e-4)  # ranks are often oversubscribed: let the busy one run
-
-
-def _give_way() -> None:
-    time.sleep(0)  # (a timed sleep: about 60 us of timer slack on Linux)
 
 
 class Engine:
@@ -103,7 +99,7 @@ class Engine:
         # core per rank ("spin") a yield to the scheduler only; with ranks sharing cores
         # ("yield") a short sleep, so that the rank with work gets the core.
         spin = bsp.wait == "spin"
-        self._idle = os.sched_yield if spin else _give_way
+        self._idle = os.sched_yield if spin else yield_core
         self._quiet = os.sched_yield if spin else _breathe
         self._comms = (bsp.comm.Dup(), bsp.comm.Dup())
         self._comm = self._comms[0]

@@ -157,9 +157,6 @@ class Outbox:
     gets: list[list["GetFuture"]] = field(init=False)
     traffic: Traffic = field(init=False)
     nrecords: int = field(init=False)
-    #: Records for other ranks (what the control step reports: with none anywhere, every rank
-    #: applies its own records without any message).
-    remote: int = field(init=False)
     gets_count: int = field(init=False)
     large: list[list[np.ndarray]] = field(init=False)
     pooled: list[np.ndarray] = field(init=False)
@@ -176,7 +173,6 @@ class Outbox:
         self.gets = [[] for _ in range(self.nprocs)]
         self.traffic = Traffic()
         self.nrecords = 0
-        self.remote = 0
         self.gets_count = 0
         self.large = [[] for _ in range(self.nprocs)]
 
@@ -200,7 +196,6 @@ class Outbox:
             self.traffic.bytes_out += payload.nbytes
             self.traffic.msgs_out += 1
             self.nrecords += 1
-            self.remote += 1
             return
         buf += HEADER.pack(code, obj_id, offset, count)
         if payload is not None and payload.size:
@@ -213,7 +208,6 @@ class Outbox:
                 self.traffic.bytes_out += raw.size
         if dest != self.me:
             self.traffic.msgs_out += 1
-            self.remote += 1
         self.nrecords += 1
 
     def add_elements(self, dest: int, obj_id: int, count: int, record: np.ndarray, nbytes: int) -> None:
@@ -233,8 +227,14 @@ class Outbox:
         if dest != self.me:
             self.traffic.bytes_out += nbytes
             self.traffic.msgs_out += 1
-            self.remote += 1
         self.nrecords += 1
+
+    @property
+    def remote(self) -> int:
+        """Records for other ranks so far (each is one request counted in ``traffic.msgs_out``):
+        what the control step reports; with none anywhere, every rank applies its own records
+        without any message."""
+        return self.traffic.msgs_out
 
     def keep_until_sent(self, buf: np.ndarray) -> None:
         """Give ``buf`` (from :attr:`pool`) back to the pool once this superstep's exchange is done."""

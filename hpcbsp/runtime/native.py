@@ -41,18 +41,15 @@ def mpi_functions() -> tuple[int, int] | None:
     if _cache:
         return _cache[0]
     found: list[tuple[int, int]] = []
+    noload = getattr(os, "RTLD_NOLOAD", 0)  # without it, opening could load a library anew
     try:
         with open("/proc/self/maps") as maps:
             paths = dict.fromkeys(
-                parts[5] for parts in (line.split(None, 5) for line in maps)
-                if len(parts) == 6 and os.path.basename(parts[5]).startswith("libmpi"))
+                parts[5].strip() for parts in (line.split(None, 5) for line in maps)
+                if len(parts) == 6 and os.path.basename(parts[5]).startswith("libmpi")) if noload else {}
     except OSError:
         paths = {}
-    noload = getattr(os, "RTLD_NOLOAD", 0)
     for path in paths:
-        path = path.strip()
-        if not noload:
-            break
         try:
             lib = ctypes.CDLL(path, mode=noload | os.RTLD_LAZY)
             start, wait, initialized = lib.MPI_Start, lib.MPI_Wait, lib.MPI_Initialized
