@@ -26,8 +26,8 @@ protocol's tags cannot meet other traffic.
 Every wait polls instead of blocking inside MPI, so that it is bounded by ``timeout`` (a broken
 run fails instead of hanging), and between polls it does what the wait mode says
 (:mod:`hpcbsp.runtime.waiting`; ``wait=`` of :func:`serve` and :func:`work`, ``$HPCBSP_WAIT``,
-agreed by all ranks at the start): ``spin`` where every rank has a core (lowest latency: a
-push+pull of 4 MiB took 3.3 ms spinning against 5.1 ms with sleeps between polls), ``yield``
+agreed by all ranks at the start): ``spin`` where every rank has a core (lowest latency;
+``python -m hpcbsp.bench elastic`` measures it, docs/performance.md), ``yield``
 where ranks share cores (a rank blocked in MPI would spin on the core a worker's compute needs:
 short yields, then naps of an eighth of the time waited).
 """
