@@ -13,7 +13,9 @@ import pytest
 
 import hpcbsp
 from hpcbsp import Divergence, UsageError
+from hpcbsp.fabsp.aggregation import SPARES
 from hpcbsp.fabsp.engine import Engine
+from hpcbsp.fabsp.routing import grid_dims
 
 mpi = pytest.mark.mpi(min_size=2)
 
@@ -32,7 +34,7 @@ def test_every_record_handled_once_by_its_owner_in_order_per_source(bsp, buffer)
     p, me, n = bsp.nprocs, bsp.pid, 500
     batches: list[tuple[int, np.ndarray]] = []
     box = bsp.mailbox(lambda recs, src: batches.append((src, recs.copy())), np.int64,
-                      buffer=buffer, max_pending=3, with_source=True)
+                      buffer=buffer, max_pending=3, with_source=True, routing="direct")
     dests, values = _records_from(me, p, n)
     for start in range(0, n, 60):  # several sends, vector pids
         box.send(dests[start:start + 60], values[start:start + 60])
@@ -48,6 +50,37 @@ def test_every_record_handled_once_by_its_owner_in_order_per_source(bsp, buffer)
     remote_in = sum(int(np.count_nonzero(_records_from(s, p, n)[0] == me)) for s in range(p) if s != me)
     assert (rec.msgs_out, rec.bytes_out) == (remote_out, 8 * remote_out)
     assert (rec.msgs_in, rec.bytes_in) == (remote_in, 8 * remote_in)
+
+
+@mpi
+@pytest.mark.parametrize("routing", ["2d", "3d"])
+def test_routed_records_arrive_once_in_order_per_source_counting_every_hop(bsp, routing):
+    """Through a grid of ranks (at 3 ranks, 2-D: 1 -> 2 and 2 -> 1 pass through 0).  Oracle for
+    the ledger: a record takes one hop per grid coordinate in which its source and destination
+    differ (coordinates by ``np.unravel_index``), each hop an envelope of 8 + 4 + 4 bytes."""
+    p, me, n = bsp.nprocs, bsp.pid, 700
+    batches: list[tuple[int, np.ndarray]] = []
+    box = bsp.mailbox(lambda recs, src: batches.append((src, recs.copy())), np.int64,
+                      buffer=5, max_pending=2, with_source=True, routing=routing)
+    assert box.routing == routing and box.wire_dtype.itemsize == 16
+    dests, values = _records_from(me, p, n)
+    for start in range(0, n, 90):
+        box.send(dests[start:start + 90], values[start:start + 90])
+    bsp.sync()
+    for src in range(p):
+        want = [v for d, v in zip(*_records_from(src, p, n)) if d == me]
+        got = [v for s, recs in batches if s == src for v in recs.tolist()]
+        assert got == want, f"records from rank {src}: all of them, once, in send order"
+    dims = grid_dims(p, routing)
+    hops = 0
+    for src in range(p):
+        d = _records_from(src, p, n)[0]
+        diff = np.stack(np.unravel_index(d, dims)) != np.array(np.unravel_index(src, dims))[:, None]
+        hops += int(diff.sum())
+    rec = bsp.ledger[-1]
+    assert rec.bytes_out == 16 * rec.msgs_out and rec.bytes_in == 16 * rec.msgs_in
+    assert bsp.allreduce(rec.msgs_out) == bsp.allreduce(rec.msgs_in) == hops
+    assert box.memory()["buffers"] <= box.peers + SPARES  # partly filled ones and spares
 
 
 @mpi
@@ -109,7 +142,8 @@ def test_mailbox_puts_and_queue_sends_in_one_superstep(bsp):
     x = bsp.coarray(p, dtype=np.int64)
     q = bsp.queue(np.int32)
     seen = []
-    box = bsp.mailbox(lambda recs: seen.extend(recs.tolist()), np.int16, buffer=2)
+    box = bsp.mailbox(lambda recs: seen.extend(recs.tolist()), np.int16, buffer=2,
+                      routing="direct")  # (a routed mailbox's ledger counts every hop)
     right = (me + 1) % p
     x.put(right, [me + 5], offset=me)
     box.send(right, [me, me + 10, me + 20])

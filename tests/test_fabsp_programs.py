@@ -6,6 +6,7 @@ the apps and the benchmark must run, check themselves and report; bad options ex
 from __future__ import annotations
 
 import os
+import re
 import time
 
 import pytest
@@ -43,6 +44,23 @@ def test_apps_run_check_and_report(app, args, unit):
     assert res.returncode == 0, res.output
     assert "check against the serial oracle: OK" in res.stdout
     assert f"{unit}/s per rank" in res.stdout and "ledger:" in res.stdout
+
+
+@pytest.mark.parametrize("nprocs, routing", [(4, "2d"), (9, "2d"), (16, "3d")])
+def test_routed_mailboxes_at_more_ranks(nprocs, routing):
+    """Oversubscribed (up to 16 ranks on this machine's cores): correctness, not speed."""
+    res = run_mpi(nprocs, [os.path.join(PROGRAMS, "fabsp_routing.py"), routing], timeout=240,
+                  env={"HPCBSP_WAIT": "yield"})
+    assert res.returncode == 0 and not res.timed_out, res.output
+    ok = re.findall(r"rank (\d+) ok peers=", res.stdout)  # lines of ranks may interleave
+    assert sorted(map(int, ok)) == list(range(nprocs)), res.output
+
+
+def test_index_gather_app_routed_through_a_grid_of_nine():
+    res = run_mpi(9, ["-m", "hpcbsp.apps.irregular.index_gather", "--n", "3000", "-T", "50",
+                      "--routing", "2d", "--buffer", "64"], timeout=240, env={"HPCBSP_WAIT": "yield"})
+    assert res.returncode == 0, res.output
+    assert "check against the serial oracle: OK" in res.stdout
 
 
 def test_app_bad_option_under_mpiexec_is_one_line_and_status_2():

@@ -20,6 +20,10 @@ Side by side in one run, on the same ranks:
    every rank busy there is no idle core to hide communication behind; with imbalance, the
    ranks that finish early handle the busy rank's records while it still computes.
 
+3. memory: the histogram's mailbox with each routing (direct, 2d, 3d; records hop through a
+   grid of ranks), its peers and the buffers it held, measured on these ranks; then the buffers
+   per rank of one mailbox computed for P up to 100,000 by the sizing code the mailboxes use.
+
 Every time is the slowest rank's, best of ``--repeat`` runs; every run's result is checked
 against the apps' serial oracles (exit status 1 if one fails).  Absolute figures depend on the
 machine and its load; the ratios are what the run is for.
@@ -37,6 +41,8 @@ import hpcbsp
 from ..apps.irregular.histogram import oracle as histogram_oracle, run_histogram, updates_of
 from ..apps.irregular.index_gather import run_index_gather
 from ..apps.irregular.report import Outcome, timed
+from ..fabsp.engine import Engine
+from ..fabsp.routing import ROUTINGS, buffers_per_rank, grid_dims
 from ..kernels import scatter_add
 from ..runtime import BSP
 from ..util.args import OneLineParser, add_alias, positive_int, seed
@@ -161,6 +167,40 @@ def _overlap(bsp: BSP, args: argparse.Namespace, imbalance: int) -> bool:
     return ok
 
 
+#: Rank counts of the sizing table (computed, not run).
+SIZING_P = (4, 16, 64, 256, 1024, 10_000, 100_000)
+
+
+def _memory(bsp: BSP, args: argparse.Namespace) -> bool:
+    """Mailbox memory per rank by routing: measured on these ranks, computed up to 100,000."""
+    ok_all = True
+    n = args.updates
+    for routing in ROUTINGS:
+        out = run_histogram(bsp, "fabsp", n, args.table, args.seed, args.chunk, True,
+                            routing=routing)
+        box = Engine.existing(bsp).boxes[-1]  # the histogram's mailbox, just made
+        mem = box.memory()
+        peers = int(bsp.allreduce(mem["peers"], op="max"))
+        held = int(bsp.allreduce(mem["buffers"], op="max"))
+        nbytes = int(bsp.allreduce(mem["buffer_bytes"], op="max"))
+        seconds = float(bsp.allreduce(out.seconds, op="max"))
+        ok = bool(bsp.allreduce(0 if out.ok is False else 1, op="min"))
+        ok_all = ok_all and ok
+        _say(bsp, f"  histogram {routing:<6} grid {'x'.join(map(str, grid_dims(bsp.nprocs, routing))):<7} "
+                  f"peers {peers:>3}  buffers held {held:>3} ({nbytes / 2**20:6.2f} MiB)  "
+                  f"{n / seconds:>14,.0f} updates/s/rank  {'' if ok else 'CHECK FAILED'}")
+    _say(bsp, "  computed by the same sizing code (hpcbsp.fabsp.routing.buffers_per_rank): buffers "
+              "per rank of one mailbox, MiB at 64 KiB each")
+    _say(bsp, "  " + f"{'P':>9}" + "".join(f"{r:>22}" for r in ROUTINGS))
+    for p in SIZING_P:
+        cells = []
+        for routing in ROUTINGS:
+            b = buffers_per_rank(p, routing)
+            cells.append(f"{b:>9,} ({b * 64 / 1024:8.1f} MiB)")
+        _say(bsp, "  " + f"{p:>9,}" + "".join(f"{c:>22}" for c in cells))
+    return ok_all
+
+
 def _bench(bsp: BSP, args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     _say(bsp, f"FA-BSP benchmark on {bsp.nprocs} rank(s): {args.updates:,} updates per rank "
@@ -173,6 +213,8 @@ def _bench(bsp: BSP, args: argparse.Namespace) -> int:
               f"updates, each after {args.work_rounds} x sin() of {args.work_size:,} values")
     for imbalance in sorted({1, args.imbalance}):
         ok = _overlap(bsp, args, imbalance) and ok
+    _say(bsp, "3. memory per rank by mailbox routing (records hop through a grid of ranks with 2d/3d)")
+    ok = _memory(bsp, args) and ok
     _say(bsp, f"done in {time.perf_counter() - t0:.1f} s")
     return 0 if ok else 1
 

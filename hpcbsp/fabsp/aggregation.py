@@ -7,8 +7,9 @@ buffer, when the caller owns the array.  Order is kept: the partial buffer is co
 then the direct slices, then the rest starts the next buffer, so records to one destination leave
 in the order they were added (the mailbox's per-pair FIFO guarantee rests on this).
 
-Buffers are allocated on a destination's first record and recycled after their send completes,
-so memory is ``capacity * itemsize`` per destination in use plus the messages in flight.  No MPI
+Buffers are allocated on a destination's first record and recycled after their send completes
+(up to :data:`SPARES` are kept), so memory is ``capacity * itemsize`` per destination in use, plus
+the messages in flight, plus the spares.  No MPI
 in here: the caller ships what :meth:`Aggregator.add` and :meth:`Aggregator.drain` return.
 """
 from __future__ import annotations
@@ -16,6 +17,9 @@ from __future__ import annotations
 from typing import Iterator
 
 import numpy as np
+
+#: Whole buffers kept for reuse after their send completed.
+SPARES = 4
 
 
 class Aggregator:
@@ -29,6 +33,9 @@ class Aggregator:
         self._spare: list[np.ndarray] = []
         #: Records added but not yet handed out, over all destinations.
         self.nbuffered = 0
+        self._partial = 0  # destinations holding a buffer
+        #: The most buffers held at once (partly filled ones and spares; not those in flight).
+        self.peak_buffers = 0
 
     def add(self, dest: int, recs: np.ndarray, owned: bool) -> list[np.ndarray]:
         """Append ``recs`` (1-D, ``dtype``) for ``dest``; return the messages that became full.
@@ -53,6 +60,7 @@ class Aggregator:
                 return out
             out.append(buf)
             self._bufs[dest] = None
+            self._partial -= 1
             self.nbuffered -= cap - i  # the records that were already buffered left
             fill = 0
         while n - i >= cap:
@@ -64,6 +72,8 @@ class Aggregator:
             buf = self._spare.pop() if self._spare else np.empty(cap, dtype=self.dtype)
             buf[:rest] = recs[i:]
             self._bufs[dest] = buf
+            self._partial += 1
+            self.peak_buffers = max(self.peak_buffers, self._partial + len(self._spare))
             self.nbuffered += rest
         self._fill[dest] = rest
         return out
@@ -76,6 +86,7 @@ class Aggregator:
                 assert buf is not None
                 self._bufs[dest] = None
                 self._fill[dest] = 0
+                self._partial -= 1
                 self.nbuffered -= fill
                 yield dest, buf[:fill]
 
@@ -86,5 +97,6 @@ class Aggregator:
         caller's arrays and drained partial buffers are left to the garbage collector.
         """
         if msg.base is None and msg.shape == (self.capacity,) and msg.dtype == self.dtype \
-                and len(self._spare) < 4:
+                and len(self._spare) < SPARES:
             self._spare.append(msg)
+            self.peak_buffers = max(self.peak_buffers, self._partial + len(self._spare))

@@ -134,11 +134,13 @@ class Engine:
         return self.notices.peer_failure is None
 
     def holding_handlers(self) -> ContextManager[None]:
-        """Within this block ``progress`` receives but runs no handler.
+        """Within this block ``progress`` and waits for a send slot receive but run no handler.
 
         Mailbox registration waits in a control step that calls ``progress``; a handler that
         sends to a mailbox being created right after its own (request, then reply) must not run
-        before that mailbox exists.
+        before that mailbox exists.  A ``send`` ships its messages within this block too: a
+        handler run while it waits for a slot could send records of this rank to the same
+        destination and overtake the messages of the send not shipped yet (per-pair FIFO).
         """
         return self.handlers.holding()
 
@@ -292,8 +294,9 @@ class Engine:
         if self.notices.peer_failure is not None:
             return  # ship() drops the message
         # Receiving is what lets the peers' sends (and so, eventually, ours) complete; inside a
-        # handler the records wait in the inbox, because handlers never nest.
-        if self.handlers.running:
+        # handler, or while a send ships, the records wait in the inbox (handlers never nest,
+        # and must not overtake what is being shipped).
+        if not self.handlers.may_run:
             got = self.handlers.receive(_PROGRESS_BATCHES)
         else:
             got = self.handlers.pump(_PROGRESS_BATCHES)
@@ -302,10 +305,11 @@ class Engine:
 
     def _flush(self) -> None:
         """Send every partly filled buffer of every mailbox."""
-        for box in self.boxes:
-            if box.aggregator.nbuffered:
-                for dest, msg in list(box.aggregator.drain()):
-                    self.ship(box, dest, msg)
+        with self.handlers.holding():
+            for box in self.boxes:
+                if box.aggregator.nbuffered:
+                    for dest, msg in list(box.aggregator.drain()):
+                        self.ship(box, dest, msg)
 
     def _complete_sends(self) -> None:
         for box in self.boxes:

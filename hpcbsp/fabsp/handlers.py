@@ -64,16 +64,16 @@ class Handlers:
     @contextlib.contextmanager
     def holding(self) -> Iterator[None]:
         """Within this block messages are received but no handler runs."""
-        self._held = True
+        held, self._held = self._held, True
         try:
             yield
         finally:
-            self._held = False
+            self._held = held
 
     def admit(self, index: int, box: "Mailbox") -> None:
         """Mailbox ``index`` was registered: queue the records that arrived for it before."""
         for tag, src, raw in [e for e in self._early if e[0] == index]:
-            recs = raw.view(box.dtype)
+            recs = raw.view(box.wire_dtype)
             self.traffic.msgs_in += recs.shape[0]
             self._inbox.append((tag, src, recs))
         self._early = [e for e in self._early if e[0] != index]
@@ -115,7 +115,7 @@ class Handlers:
             self.traffic.bytes_in += raw.size
             if tag < len(self.boxes):
                 box = self.boxes[tag]
-                recs = raw.view(box.dtype)
+                recs = raw.view(box.wire_dtype)
                 self.traffic.msgs_in += recs.shape[0]
                 self._inbox.append((tag, src, recs))
             else:

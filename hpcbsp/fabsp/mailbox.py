@@ -21,7 +21,17 @@ point of the sync.
 Aggregation and memory.  Records are buffered per destination (``buffer`` records) and a full
 buffer goes out as one message; at most ``max_pending`` messages per mailbox are in flight, and
 they use synchronous-mode sends, so a rank's memory for a mailbox stays below
-``(P + max_pending) * buffer * itemsize`` bytes however many records a superstep sends.
+``(D + max_pending + 4) * buffer * itemsize`` bytes however many records a superstep sends, where
+D is the number of ranks it sends to (P - 1 with ``routing="direct"``) and 4 buffers are kept
+for reuse.
+
+Routing.  With ``routing="2d"`` or ``"3d"`` a record hops through a grid of ranks, one grid
+dimension per hop (:mod:`.routing`), so D is about 2 sqrt(P) or 3 cbrt(P) and a record takes up
+to 2 or 3 messages; it travels in an envelope with its destination (and its source, for
+``with_source``), 4 or 8 bytes more (:mod:`.relay`).  The ranks on the way pass it on when they
+receive it (as a handler would).  Per-pair FIFO order holds with every routing.  The default
+(``$HPCBSP_ROUTING``, else by P: direct up to 256 ranks, 2-D up to 32,768, 3-D beyond) suits
+memory; a mailbox may choose.
 """
 from __future__ import annotations
 
@@ -32,10 +42,12 @@ import numpy as np
 
 from ..runtime.control import Kind
 from ..runtime.errors import UsageError
-from ..runtime.records import as_records, split_by_destination
-from .aggregation import Aggregator
+from ..runtime.records import as_records, check_pids, split_by_destination
+from .aggregation import SPARES, Aggregator
 from .backpressure import SendWindow
 from .engine import Engine, default_buffer
+from .relay import Groups, Relay
+from .routing import ROUTINGS, Grid, resolve_routing
 
 if TYPE_CHECKING:
     from ..runtime.context import BSP
@@ -66,6 +78,10 @@ class Mailbox:
         Pass the sending rank to the handler (for replies).
     name
         A name for error messages (default: the handler's name).
+    routing
+        ``"direct"`` (a buffer per destination), ``"2d"`` or ``"3d"`` (through a grid of ranks,
+        O(sqrt P) or O(cbrt P) buffers, see the module notes) or ``"auto"``; default
+        ``$HPCBSP_ROUTING``, else ``"auto"`` (by P).  Ranks must agree on it.
 
     Notes
     -----
@@ -75,7 +91,7 @@ class Mailbox:
 
     def __init__(self, bsp: "BSP", handler: Callable[..., object], dtype: Any, *,
                  buffer: int | None = None, max_pending: int = 16, with_source: bool = False,
-                 name: str | None = None):
+                 name: str | None = None, routing: str | None = None):
         where = f"rank {bsp.pid}: mailbox"
         if not callable(handler):
             raise UsageError(f"{where}: handler must be callable, got {type(handler).__name__}")
@@ -86,13 +102,24 @@ class Mailbox:
         if dt.hasobject or dt.itemsize == 0:
             raise UsageError(f"{where}: records must be plain data; dtype {dt} holds Python objects "
                            "or nothing")
-        buffer = default_buffer(dt.itemsize, bsp.nprocs) if buffer is None else buffer
+        if routing is not None and not isinstance(routing, str):
+            raise UsageError(f"{where}: routing must be one of auto, {', '.join(ROUTINGS)}; "
+                             f"got {routing!r}")
+        self.routing = resolve_routing(routing, bsp.nprocs, where)
+        #: Envelopes of a routed mailbox (None: direct, records travel as they are).
+        self._relay = None if self.routing == "direct" else \
+            Relay(Grid(bsp.nprocs, ROUTINGS[self.routing]), bsp.pid, dt, bool(with_source))
+        #: What travels: the records, or their envelopes.
+        self.wire_dtype = dt if self._relay is None else self._relay.wire
+        if buffer is None:
+            peers = bsp.nprocs if self._relay is None else self._relay.peers.size + 1
+            buffer = default_buffer(self.wire_dtype.itemsize, peers)
         for label, value in (("buffer", buffer), ("max_pending", max_pending)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise UsageError(f"{where}: {label} must be a positive integer, got {value!r}")
-        if buffer * dt.itemsize > _MAX_MESSAGE_BYTES:
-            raise UsageError(f"{where}: buffer of {buffer} records of {dt.itemsize} bytes exceeds "
-                           "the 2 GiB limit of one MPI message")
+        if buffer * self.wire_dtype.itemsize > _MAX_MESSAGE_BYTES:
+            raise UsageError(f"{where}: buffer of {buffer} records of {self.wire_dtype.itemsize} "
+                             "bytes exceeds the 2 GiB limit of one MPI message")
         self.name = name or getattr(handler, "__name__", "mailbox")
         self.dtype = dt
         self.buffer = int(buffer)
@@ -102,17 +129,34 @@ class Mailbox:
         self._bsp = bsp
         existing = Engine.existing(bsp)
         with existing.holding_handlers() if existing is not None else contextlib.nullcontext():
-            bsp.extension.agree(Kind.REGISTER, "mailbox " + str(dt.descr),
-                                lambda: f"mailbox(handler={self.name}, dtype={dt})")
+            bsp.extension.agree(Kind.REGISTER, f"mailbox {dt.descr} {self.routing}",
+                                lambda: f"mailbox(handler={self.name}, dtype={dt}, "
+                                        f"routing={self.routing})")
         self._engine = Engine.of(bsp)
-        self.aggregator = Aggregator(bsp.nprocs, dt, self.buffer)
+        self.aggregator = Aggregator(bsp.nprocs, self.wire_dtype, self.buffer)
         #: Sends in flight and their messages (back-pressure: at most ``max_pending``).
         self.window = SendWindow(self.max_pending, self.aggregator)
         self.index = self._engine.register(self)
 
     def __repr__(self) -> str:
         return (f"Mailbox({self.name!r}, dtype={self.dtype}, buffer={self.buffer}, "
-                f"max_pending={self.max_pending}, rank {self._bsp.pid})")
+                f"max_pending={self.max_pending}, routing={self.routing!r}, rank {self._bsp.pid})")
+
+    @property
+    def peers(self) -> int:
+        """How many ranks this rank's messages of this mailbox can go to (its buffers' bound)."""
+        return self._bsp.nprocs - 1 if self._relay is None else int(self._relay.peers.size)
+
+    def memory(self) -> dict[str, int | str]:
+        """What this mailbox holds on this rank: ``routing``, ``peers`` (ranks it can send to),
+        ``buffers`` (the most aggregation buffers held at once so far) and ``buffer_bytes``
+        (their bytes), and ``bound_bytes``: ``(peers + max_pending + SPARES) * buffer * itemsize``,
+        what the buffers and the messages in flight can reach."""
+        nbytes = self.buffer * self.wire_dtype.itemsize
+        return {"routing": self.routing, "peers": self.peers,
+                "buffers": self.aggregator.peak_buffers,
+                "buffer_bytes": self.aggregator.peak_buffers * nbytes,
+                "bound_bytes": (self.peers + self.max_pending + SPARES) * nbytes}
 
     def send(self, pid: int | np.ndarray, records: object) -> None:
         """Send ``records`` to ``pid`` (an int), or record i to ``pid[i]`` (an integer array).
@@ -124,33 +168,72 @@ class Mailbox:
 
         h-relation: ``itemsize`` bytes and one message per record out of this rank and into its
         destination (records to this rank itself are not counted); the ``ceil(n / buffer)``
-        MPI messages that carry them are not counted separately.
+        MPI messages that carry them are not counted separately.  Routed: every hop counts,
+        with the envelope's bytes (``wire_dtype.itemsize``), on the ranks it leaves and enters.
         """
         engine = self._engine
         where = f"rank {self._bsp.pid}: {self.name}.send"
         accepting = engine.accepting(where)
         recs = as_records(records, self.dtype, where)
+        if self._relay is not None:
+            dests = check_pids(pid, self._bsp.nprocs, recs.size, self._bsp.pid, f"{self.name}.send")
+            if recs.size and accepting:
+                engine.count_sent(recs.size)
+                self._ship_envelopes(*self._relay.outgoing(dests, recs))
+            return
         me = self._bsp.pid
         grouped, groups, fresh = split_by_destination(me, self._bsp.nprocs, pid, recs, f"{self.name}.send")
         if not groups or not accepting:
             return
         engine.count_sent(recs.size)
         moved = False
-        for dest, start, stop in groups:
-            part = grouped[start:stop]
-            if dest == me:
-                engine.enqueue_local(self, part if fresh else part.copy())
-                moved = True
-            else:
-                for msg in self.aggregator.add(dest, part, owned=fresh):
-                    engine.ship(self, dest, msg)
+        with engine.holding_handlers():  # nothing may overtake these messages (see there)
+            for dest, start, stop in groups:
+                part = grouped[start:stop]
+                if dest == me:
+                    engine.enqueue_local(self, part if fresh else part.copy())
                     moved = True
+                else:
+                    for msg in self.aggregator.add(dest, part, owned=fresh):
+                        engine.ship(self, dest, msg)
+                        moved = True
         if moved:  # something left the buffers: let this rank's handlers keep up
             engine.after_send()
 
     def call_handler(self, records: np.ndarray, source: int) -> None:
-        """Run the handler on one batch (the engine's side; not for user code)."""
+        """Run the handler on one batch (the engine's side; not for user code).
+
+        A routed mailbox's batch is envelopes: those for other ranks are passed on first (they
+        count as sent again), then the handler runs on the rest."""
+        if self._relay is not None:
+            mine, transit, groups = self._relay.arrived(records)
+            if groups:
+                self._engine.count_sent(transit.size)
+                self._ship_envelopes(transit, groups)
+            for recs, origin in self._relay.deliveries(mine):
+                self._call(recs, origin)
+            return
+        self._call(records, source)
+
+    def _call(self, records: np.ndarray, source: int) -> None:
         if self._with_source:
             self._handler(records, source)
         else:
             self._handler(records)
+
+    def _ship_envelopes(self, env: np.ndarray, groups: Groups) -> None:
+        """Envelopes grouped by next hop (fresh, owned) into the buffers or, for this rank, the inbox."""
+        engine, me = self._engine, self._bsp.pid
+        moved = False
+        with engine.holding_handlers():  # nothing may overtake these messages
+            for hop, start, stop in groups:
+                part = env[start:stop]
+                if hop == me:
+                    engine.enqueue_local(self, part)
+                    moved = True
+                else:
+                    for msg in self.aggregator.add(hop, part, owned=True):
+                        engine.ship(self, hop, msg)
+                        moved = True
+        if moved:
+            engine.after_send()

@@ -60,17 +60,36 @@ def split_by_destination(me: int, nprocs: int, pid: int | np.ndarray, recs: np.n
     if np.ndim(pid) == 0:
         dest = check_pid(pid, nprocs, me, where)
         return recs, ([(dest, 0, recs.size)] if recs.size else []), False
-    dests = np.asarray(pid)
-    if dests.shape != (recs.size,) or dests.dtype.kind not in "iu":
-        raise UsageError(f"rank {me}: {where}: pid must be an int or an integer array with one "
-                         f"destination per record ({recs.size} records, got pid of shape "
-                         f"{dests.shape}, dtype {dests.dtype})")
+    dests = _pid_array(pid, recs.size, me, where)
     try:
         perm, counts = group_by_dest(np.ascontiguousarray(dests, dtype=np.int64), nprocs)
     except ValueError as exc:
         raise UsageError(f"rank {me}: {where}: {exc} (ranks of this BSP program: "
                          f"0..{nprocs - 1})") from None
     return recs[perm], destination_slices(counts), True
+
+
+def check_pids(pid: int | np.ndarray, nprocs: int, nrecords: int, me: int,
+               where: str) -> int | np.ndarray:
+    """``pid`` checked as :func:`split_by_destination` checks it, without grouping: an int, or
+    an int64 array of one rank per record."""
+    if np.ndim(pid) == 0:
+        return check_pid(pid, nprocs, me, where)
+    dests = np.ascontiguousarray(_pid_array(pid, nrecords, me, where), dtype=np.int64)
+    if dests.size and (int(dests.min()) < 0 or int(dests.max()) >= nprocs):
+        at = int(np.flatnonzero((dests < 0) | (dests >= nprocs))[0])
+        raise UsageError(f"rank {me}: {where}: destination {int(dests[at])} at position {at} is "
+                         f"outside [0, {nprocs}) (ranks of this BSP program: 0..{nprocs - 1})")
+    return dests
+
+
+def _pid_array(pid: object, nrecords: int, me: int, where: str) -> np.ndarray:
+    dests = np.asarray(pid)
+    if dests.shape != (nrecords,) or dests.dtype.kind not in "iu":
+        raise UsageError(f"rank {me}: {where}: pid must be an int or an integer array with one "
+                         f"destination per record ({nrecords} records, got pid of shape "
+                         f"{dests.shape}, dtype {dests.dtype})")
+    return dests
 
 
 def destination_slices(counts: np.ndarray) -> list[tuple[int, int, int]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Callable
 
+from ...fabsp.routing import ROUTINGS
 from ...runtime import BSP
 from ...runtime import run as run_bsp
 from ...util.args import (LEDGER_SUFFIXES, OneLineParser, add_alias, add_common_options, check_memory, check_outputs, positive_int)
@@ -35,6 +36,11 @@ def app_parser(prog: str, doc: str, modes: tuple[str, ...] = MODES) -> argparse.
                         help="fabsp: records per destination buffer (default: about 64 KiB)")
     parser.add_argument("--max-pending", type=positive_int, default=16,
                         help="fabsp: messages in flight per mailbox (default 16)")
+    parser.add_argument("--routing", choices=("auto",) + tuple(ROUTINGS), default=None,
+                        help="fabsp: how mailbox records travel: direct (a buffer per rank), 2d "
+                             "or 3d (hop through a grid of ranks: about 2 sqrt(P) or 3 cbrt(P) "
+                             "buffers per rank), auto (by P: direct up to 256 ranks); default "
+                             "$HPCBSP_ROUTING, else auto")
     parser.add_argument("--chunk", type=positive_int, default=1 << 16,
                         help="fabsp: records generated and sent per step of local work, with "
                              "bsp.progress() in between (default 65536)")
@@ -48,11 +54,13 @@ def check_app_outputs(parser: argparse.ArgumentParser, args: argparse.Namespace)
     check_outputs(parser, [(args.ledger, "--ledger file", LEDGER_SUFFIXES)])
 
 
-def mailbox_options(args: argparse.Namespace) -> dict[str, int]:
+def mailbox_options(args: argparse.Namespace) -> dict[str, int | str]:
     """The ``bsp.mailbox`` keyword arguments the command line chose."""
-    kw = {"max_pending": args.max_pending}
+    kw: dict[str, int | str] = {"max_pending": args.max_pending}
     if args.buffer is not None:
         kw["buffer"] = args.buffer
+    if args.routing is not None:
+        kw["routing"] = args.routing
     return kw
 
 

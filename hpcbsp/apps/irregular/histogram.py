@@ -28,7 +28,7 @@ import argparse
 import os
 import signal
 import sys
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 from mpi4py import MPI
@@ -66,7 +66,7 @@ def oracle(pid: int, nprocs: int, n: int, table: int, seed: int) -> np.ndarray:
 
 
 def histogram_fabsp(bsp: BSP, owner: np.ndarray, off: np.ndarray, table: int, chunk: int,
-                    **mailbox_kw: int) -> tuple[np.ndarray, float]:
+                    **mailbox_kw: Any) -> tuple[np.ndarray, float]:
     """FA-BSP histogram; returns this rank's counters and its time."""
     counts = np.zeros(table, dtype=np.int64)
 
@@ -113,7 +113,7 @@ def histogram_naive(bsp: BSP, owner: np.ndarray, off: np.ndarray, table: int
 
 
 def run_histogram(bsp: BSP, mode: str, n: int, table: int, seed: int = 1, chunk: int = 1 << 16,
-                  check: bool = True, **mailbox_kw: int) -> Outcome:
+                  check: bool = True, **mailbox_kw: Any) -> Outcome:
     """Run one mode on every rank; the benchmark calls this too."""
     owner, off = updates_of(bsp.pid, bsp.nprocs, n, table, seed)
     if mode == "fabsp":
@@ -157,7 +157,7 @@ def rounds_oracle(pid: int, nprocs: int, n: int, table: int, seed: int, rounds: 
 def run_histogram_rounds(bsp: BSP, mode: str, n: int, table: int, seed: int = 1, chunk: int = 1 << 16,
                          check: bool = True, *, rounds: int, checkpoint: str | None = None,
                          every: int = 0, restart: bool = False, die_at: int | None = None,
-                         quiet: bool = True, **mailbox_kw: int) -> Outcome:
+                         quiet: bool = True, **mailbox_kw: Any) -> Outcome:
     """The histogram in ``rounds`` supersteps, with checkpoints of the counters (fabsp or bsp)."""
     counts = bsp.coarray(table, dtype=np.int64, name="histogram:counts")
     program = PROGRAM
@@ -240,7 +240,7 @@ def _run(bsp: BSP, mode: str, n: int, table: int, seed: int = 1, chunk: int = 1 
          check: bool = True, **kw: object) -> Outcome:
     if "rounds" in kw:
         return run_histogram_rounds(bsp, mode, n, table, seed, chunk, check, **kw)  # type: ignore[arg-type]
-    return run_histogram(bsp, mode, n, table, seed, chunk, check, **kw)  # type: ignore[arg-type]
+    return run_histogram(bsp, mode, n, table, seed, chunk, check, **kw)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,6 +22,7 @@ indices).  Exit status 1 if the check fails.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import numpy as np
 from mpi4py import MPI
@@ -51,7 +52,7 @@ def reads_of(rank: int, nprocs: int, n: int, table: int, seed: int) -> np.ndarra
 
 
 def gather_fabsp(bsp: BSP, owner: np.ndarray, off: np.ndarray, local: np.ndarray, chunk: int,
-                 **mailbox_kw: int) -> tuple[np.ndarray, float]:
+                 **mailbox_kw: Any) -> tuple[np.ndarray, float]:
     """FA-BSP index-gather with a request and a reply mailbox; returns ``tgt`` and the time."""
     tgt = np.empty(owner.size, dtype=local.dtype)
     cursor = [0] * bsp.nprocs
@@ -131,7 +132,7 @@ def gather_naive(bsp: BSP, owner: np.ndarray, off: np.ndarray, local: np.ndarray
 
 
 def run_index_gather(bsp: BSP, mode: str, n: int, table: int, seed: int = 1, chunk: int = 1 << 16,
-                     check: bool = True, **mailbox_kw: int) -> Outcome:
+                     check: bool = True, **mailbox_kw: Any) -> Outcome:
     """Run one mode on every rank; the benchmark calls this too."""
     whole = global_table(bsp.nprocs, table, seed)
     local = np.ascontiguousarray(whole[bsp.pid::bsp.nprocs])

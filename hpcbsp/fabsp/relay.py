@@ -1,0 +1,94 @@
+"""Envelopes of a routed mailbox: records that carry their destination (and source) across hops.
+
+A mailbox routed through a grid (:mod:`.routing`) sends each record to its next hop, not to its
+destination, so the record travels in an *envelope*: a structured record ``(to, [from,] rec)``
+with the final destination (int32), the origin (int32, only when the handler asks for the
+source) and the user's record.  A rank that receives envelopes hands those addressed to it to the
+handler and passes the others on, grouped by their next hop.  No MPI and no engine in here: the
+mailbox ships what :meth:`Relay.outgoing` and :meth:`Relay.arrived` return.
+
+Order.  Grouping is a stable counting sort, so records keep their relative order within a next
+hop; with the route fixed per (source, destination) this keeps per-pair FIFO order end to end.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+
+from ..kernels import group_by_dest
+from ..runtime.records import destination_slices
+from .routing import Grid
+
+#: (next hop, start, stop) slices of an array of envelopes grouped by next hop.
+Groups = list[tuple[int, int, int]]
+
+
+def envelope_dtype(dtype: np.dtype, with_source: bool) -> np.dtype:
+    """The wire record of a routed mailbox of ``dtype`` records."""
+    fields: list[tuple[str, object]] = [("to", np.int32)]
+    if with_source:
+        fields.append(("from", np.int32))
+    fields.append(("rec", dtype))
+    return np.dtype(fields)
+
+
+class Relay:
+    """Envelopes of one routed mailbox on rank ``me`` of a grid of ``grid.nprocs`` ranks."""
+
+    def __init__(self, grid: Grid, me: int, dtype: np.dtype, with_source: bool):
+        self.me = me
+        self.nprocs = grid.nprocs
+        self.wire = envelope_dtype(dtype, with_source)
+        self._with_source = with_source
+        #: ``hops[d]``: where a record for rank d goes next from this rank.
+        self.hops = grid.next_hops(me)
+        #: The ranks this rank sends to (its grid neighbours), ascending.
+        self.peers = np.setdiff1d(np.unique(self.hops), [me])
+        #: Every rank is a neighbour (a grid of one line): the next hop is the destination.
+        self._direct = self.peers.size == self.nprocs - 1
+
+    def outgoing(self, dests: int | np.ndarray, recs: np.ndarray) -> tuple[np.ndarray, Groups]:
+        """Envelopes for ``recs`` (record i to ``dests`` or ``dests[i]``, checked ranks), grouped
+        by next hop; the group whose next hop is this rank holds the records for this rank."""
+        n = recs.shape[0]
+        env = np.empty(n, dtype=self.wire)
+        if self._with_source:
+            env["from"] = self.me
+        if isinstance(dests, int):
+            env["to"] = dests
+            env["rec"] = recs
+            return env, ([(int(self.hops[dests]), 0, n)] if n else [])
+        perm, counts = group_by_dest(dests if self._direct else self.hops[dests], self.nprocs)
+        env["to"] = dests[perm]   # (field by field: gathering the structured array is slower)
+        env["rec"] = recs[perm]
+        return env, destination_slices(counts)
+
+    def arrived(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray, Groups]:
+        """Split a batch of envelopes: ``(for this rank, passing through grouped by next hop,
+        their groups)``."""
+        mine = batch["to"] == self.me
+        if mine.all():
+            return batch, batch[:0], []
+        transit = batch[~mine]
+        perm, counts = group_by_dest(self.hops[transit["to"]], self.nprocs)
+        return batch[mine], transit[perm], destination_slices(counts)
+
+    def deliveries(self, mine: np.ndarray) -> Iterator[tuple[np.ndarray, int]]:
+        """The handler's batches in ``mine`` (envelopes for this rank): ``(records, origin)``,
+        one per origin in ascending rank when the handler takes the source (the origin is -1
+        otherwise), each a fresh contiguous array in arrival order."""
+        if not mine.size:
+            return
+        if not self._with_source:
+            yield np.ascontiguousarray(mine["rec"]), -1
+            return
+        origin = mine["from"]
+        first = int(origin[0])
+        if (origin == first).all():
+            yield np.ascontiguousarray(mine["rec"]), first
+            return
+        perm, counts = group_by_dest(origin, self.nprocs)
+        recs = mine["rec"][perm]
+        for src, start, stop in destination_slices(counts):
+            yield recs[start:stop], src
