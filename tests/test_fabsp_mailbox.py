@@ -84,6 +84,35 @@ def test_routed_records_arrive_once_in_order_per_source_counting_every_hop(bsp, 
 
 
 @mpi
+@pytest.mark.parametrize("routing", ["direct", "2d"])
+def test_a_send_is_not_overtaken_by_handler_sends_made_while_it_waits(bsp, routing):
+    """Rank 0 sends 0..n-1 to rank 1 in one call, through a 4-record buffer with one message in
+    flight, so the call waits for slots many times; meanwhile pings from the other ranks are
+    waiting in its inbox, and their handler sends -1 to rank 1.  A handler run inside that wait
+    would fill the buffer that already holds the tail of 0..n-1 and ship it ahead of the middle.
+    Oracle: rank 1 sees rank 0's non-negative records as 0..n-1 in order (per-pair FIFO)."""
+    p, me, n = bsp.nprocs, bsp.pid, 3001  # (not a multiple of the buffer: a tail)
+    got: list[int] = []
+    box = bsp.mailbox(lambda recs, src: got.extend(recs.tolist()) if src == 0 else None, np.int64,
+                      buffer=4, max_pending=1, with_source=True, routing=routing)
+    ping = bsp.mailbox(lambda recs: box.send(1, np.full(recs.size, -1)), np.int64, buffer=1,
+                       routing=routing)
+    if me != 0:
+        ping.send(0, np.arange(200))
+    bsp.sync()  # (the pings are handled in this sync; send more for the next superstep)
+    if me != 0:
+        ping.send(0, np.arange(200))
+    else:
+        time.sleep(0.2)  # let the pings arrive (not received: no progress() before the send)
+        box.send(1, np.arange(n))
+    bsp.sync()
+    if me == 1:
+        mine = [v for v in got if v >= 0]
+        assert mine == list(range(n)), "rank 0's records in send order"
+        assert got.count(-1) == 2 * 200 * (p - 1)
+
+
+@mpi
 def test_handler_generated_traffic_of_any_depth(bsp):
     """Forwarding chains around the ring: a record with h hops left is handled, then sent on
     with h - 1; the superstep ends only when every chain has run out."""
