@@ -33,6 +33,17 @@ def envelope_dtype(dtype: np.dtype, with_source: bool) -> np.dtype:
     return np.dtype(fields)
 
 
+def take_records(records: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """``records[index]`` for a contiguous 1-D array of any (structured) dtype, as rows of bytes.
+
+    numpy gathers structured records of odd sizes (12, 6 bytes) element by element through its
+    generic path, 10x slower than ``np.take`` of the same bytes as rows.
+    """
+    size = records.dtype.itemsize
+    rows = np.ascontiguousarray(records).view(np.uint8).reshape(-1, size)
+    return np.take(rows, index, axis=0).view(records.dtype).reshape(-1)
+
+
 class Relay:
     """Envelopes of one routed mailbox on rank ``me`` of a grid of ``grid.nprocs`` ranks."""
 
@@ -59,20 +70,22 @@ class Relay:
             env["to"] = dests
             env["rec"] = recs
             return env, ([(int(self.hops[dests]), 0, n)] if n else [])
+        env["to"] = dests
+        env["rec"] = recs
         perm, counts = group_by_dest(dests if self._direct else self.hops[dests], self.nprocs)
-        env["to"] = dests[perm]   # (field by field: gathering the structured array is slower)
-        env["rec"] = recs[perm]
-        return env, destination_slices(counts)
+        return take_records(env, perm), destination_slices(counts)
 
     def arrived(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray, Groups]:
         """Split a batch of envelopes: ``(for this rank, passing through grouped by next hop,
         their groups)``."""
-        mine = batch["to"] == self.me
+        to = batch["to"]
+        mine = to == self.me
         if mine.all():
             return batch, batch[:0], []
-        transit = batch[~mine]
-        perm, counts = group_by_dest(self.hops[transit["to"]], self.nprocs)
-        return batch[mine], transit[perm], destination_slices(counts)
+        passing = np.flatnonzero(~mine)
+        perm, counts = group_by_dest(self.hops[to[passing]], self.nprocs)
+        return (take_records(batch, np.flatnonzero(mine)), take_records(batch, passing[perm]),
+                destination_slices(counts))
 
     def deliveries(self, mine: np.ndarray) -> Iterator[tuple[np.ndarray, int]]:
         """The handler's batches in ``mine`` (envelopes for this rank): ``(records, origin)``,
@@ -89,6 +102,6 @@ class Relay:
             yield np.ascontiguousarray(mine["rec"]), first
             return
         perm, counts = group_by_dest(origin, self.nprocs)
-        recs = mine["rec"][perm]
+        recs = take_records(mine, perm)["rec"]
         for src, start, stop in destination_slices(counts):
             yield recs[start:stop], src
