@@ -352,3 +352,61 @@ def test_puts_and_sends_made_by_handlers_move_in_the_same_sync(bsp):
     bsp.sync()
     np.testing.assert_array_equal(x.local, 100 + np.arange(p))
     np.testing.assert_array_equal(np.sort(q.received()), 1000 + np.arange(p))
+
+
+@mpi
+@pytest.mark.parametrize("routing", ["direct", "2d"])
+def test_done_finishes_one_mailbox_before_the_next_phase(bsp, routing):
+    """Phase 1 fills a distributed table through ``insert`` (its handler re-sends every key
+    below 100 once more, shifted, to show that a mailbox's own handlers may feed it); after
+    ``insert.done()``, and before any sync, every rank's part of the table must be complete.
+    Phase 2 queries it through ``query``/``answer`` in the same superstep.  Oracle: every rank
+    regenerates what every rank inserted."""
+    p, me, n = bsp.nprocs, bsp.pid, 400
+    pair = np.dtype([("k", np.int64), ("v", np.int64)])
+    table: dict[int, int] = {}
+    answers: dict[int, int] = {}
+
+    def stored(recs):
+        table.update(zip(recs["k"].tolist(), recs["v"].tolist()))
+        again = recs[recs["k"] < 100].copy()
+        if again.size:
+            again["k"] += 1_000_000
+            insert.send(again["k"] % p, again)
+
+    insert = bsp.mailbox(stored, pair, buffer=16, routing=routing, name="insert")
+    answer = bsp.mailbox(lambda recs: answers.update(zip(recs["k"].tolist(), recs["v"].tolist())),
+                         pair, buffer=8, routing=routing)
+
+    def look_up(keys, src):
+        out = np.empty(keys.size, dtype=pair)
+        out["k"], out["v"] = keys, [table.get(k, -1) for k in keys.tolist()]
+        answer.send(src, out)
+
+    query = bsp.mailbox(look_up, np.int64, with_source=True, buffer=8, routing=routing)
+
+    def keys_of(r):
+        return np.random.default_rng([9, r]).choice(10_000, n, replace=False) + 10_000 * r
+
+    mine = keys_of(me)
+    recs = np.empty(n, dtype=pair)
+    recs["k"], recs["v"] = mine, 7 * mine
+    insert.send(mine % p, recs)
+    insert.done()
+    want = {}
+    for r in range(p):
+        for k in keys_of(r).tolist():
+            for key in ([k, k + 1_000_000] if k < 100 else [k]):
+                if key % p == me:
+                    want[key] = 7 * k
+    assert table == want, "after done(): this rank's part of the table is complete"
+    with pytest.raises(UsageError, match=r"insert.send: the mailbox is done for this superstep"):
+        insert.send(me, recs[:1])
+    asked = np.random.default_rng([4, me]).choice(keys_of((me + 1) % p), 50)
+    query.send(asked % p, asked)
+    bsp.sync()
+    assert answers == {int(k): 7 * int(k) for k in asked}
+    assert not insert.finished
+    insert.send(me, np.array([(5, 6)], dtype=pair))  # open again in the next superstep
+    bsp.sync()
+    assert table[5] == 6

@@ -46,6 +46,15 @@ def test_apps_run_check_and_report(app, args, unit):
     assert f"{unit}/s per rank" in res.stdout and "ledger:" in res.stdout
 
 
+def test_a_handler_sending_to_a_done_mailbox_ends_the_job_with_the_error():
+    res = run_mpi(3, [os.path.join(PROGRAMS, "fabsp_send_to_done.py")], timeout=60)
+    assert not res.timed_out and res.returncode != 0 and res.crash is None, res.output
+    assert "[rank 1] hpcbsp.runtime.errors.UsageError: rank 1: table.send: the mailbox is done " \
+           "for this superstep" in res.stderr, res.stderr
+    assert res.stderr.count("Traceback (most recent call last)") == 1, res.stderr
+    assert "UNREACHABLE" not in res.stdout
+
+
 @pytest.mark.parametrize("nprocs, routing", [(4, "2d"), (9, "2d"), (16, "3d")])
 def test_routed_mailboxes_at_more_ranks(nprocs, routing):
     """Oversubscribed (up to 16 ranks on this machine's cores): correctness, not speed."""

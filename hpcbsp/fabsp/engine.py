@@ -42,7 +42,7 @@ import os
 import sys
 import time
 import warnings
-from typing import TYPE_CHECKING, ContextManager
+from typing import TYPE_CHECKING, Callable, ContextManager
 
 import numpy as np
 from mpi4py import MPI
@@ -144,9 +144,10 @@ class Engine:
         """
         return self.handlers.holding()
 
-    def count_sent(self, nrecords: int) -> None:
+    def count_sent(self, box: "Mailbox", nrecords: int) -> None:
         """Count records enqueued by ``send`` (before they are buffered, shipped or queued)."""
         self.sent += nrecords
+        box.sent += nrecords
         if not self.handlers.running:
             self._user_sent += nrecords
 
@@ -208,46 +209,13 @@ class Engine:
 
     def quiesce(self) -> Traffic:
         """Collective: return when no mailbox record is buffered, in flight or being handled."""
-        notices, handlers = self.notices, self.handlers
-        if handlers.running:
-            raise UsageError(f"rank {self.pid}: sync() called inside a mailbox handler")
-        notices.raise_deferred()
-        if notices.peer_failure is not None:
-            notices.state = "failed"
-            raise PeerFailed(f"stopping because {notices.peer_failure}")
-        if notices.state != "open":
-            raise UsageError(f"rank {self.pid}: the BSP context is {notices.state}")
-        wave = DoubleWave(self._comm)
-        timeout = self._bsp.timeout
-        superstep = self._bsp.superstep
-
-        def round_of_work() -> object:
-            busy = handlers.pump(_QUIESCE_BATCHES)
-            self._flush()
-            self._complete_sends()
-            if notices.peer_failure is not None:
-                raise PeerFailed(f"stopping because {notices.peer_failure}")
-            if not wave.in_flight:
-                wave.start(self.sent, handlers.handled)
-            if wave.test():
-                return True
-            return BUSY if busy else None
-
-        try:
-            # A wave in flight cannot be cancelled: after a timeout the job cannot go on.
-            poll(round_of_work, patience=_QUIESCE_PATIENCE, pause=self._quiet,
-                 deadline=None if timeout is None else time.monotonic() + timeout,
-                 expired=lambda: SyncTimeout(f"rank {self.pid}: mailbox quiescence at superstep "
-                                             f"{superstep} timed out after {timeout:g} s"))
-        except PeerFailed:
-            notices.state = "failed"
-            raise
-        except BaseException as exc:
-            notices.announce(f"failed while ending superstep {superstep}: {type(exc).__name__}: {exc}")
-            raise
+        handlers = self.handlers
+        wave = self._until_quiet("sync()", lambda: (self.sent, handlers.handled),
+                                 f"ending superstep {self._bsp.superstep}")
         # Every record was handled, so every Issend was matched: these complete at once.
         for box in self.boxes:
             box.window.finish()
+            box.new_superstep()
         traffic, self.traffic = self.traffic, Traffic()
         traffic.add(handlers.traffic)
         handlers.traffic = Traffic()
@@ -256,6 +224,53 @@ class Engine:
         self.epoch += 1
         self._comm = handlers.comm = self._comms[self.epoch % 2]
         return traffic
+
+    def finish(self, box: "Mailbox") -> None:
+        """Collective: return when no record of ``box`` is buffered, in flight or being handled
+        on any rank; the other mailboxes keep moving meanwhile (``Mailbox.done``)."""
+        self._until_quiet(f"{box.name}.done()", lambda: (box.sent, box.handled),
+                          f"finishing mailbox {box.name!r} at superstep {self._bsp.superstep}")
+
+    def _until_quiet(self, call: str, counters: Callable[[], tuple[int, int]], what: str) -> DoubleWave:
+        """Receive, handle and flush until two waves of ``counters()`` (records sent, handled)
+        agree on every rank (see :mod:`.termination`); the sync's and ``done``'s loop."""
+        notices, handlers = self.notices, self.handlers
+        if handlers.running:
+            raise UsageError(f"rank {self.pid}: {call} called inside a mailbox handler")
+        notices.raise_deferred()
+        if notices.peer_failure is not None:
+            notices.state = "failed"
+            raise PeerFailed(f"stopping because {notices.peer_failure}")
+        if notices.state != "open":
+            raise UsageError(f"rank {self.pid}: the BSP context is {notices.state}")
+        wave = DoubleWave(self._comm)
+        timeout = self._bsp.timeout
+
+        def round_of_work() -> object:
+            busy = handlers.pump(_QUIESCE_BATCHES)
+            self._flush()
+            self._complete_sends()
+            if notices.peer_failure is not None:
+                raise PeerFailed(f"stopping because {notices.peer_failure}")
+            if not wave.in_flight:
+                wave.start(*counters())
+            if wave.test():
+                return True
+            return BUSY if busy else None
+
+        try:
+            # A wave in flight cannot be cancelled: after a timeout the job cannot go on.
+            poll(round_of_work, patience=_QUIESCE_PATIENCE, pause=self._quiet,
+                 deadline=None if timeout is None else time.monotonic() + timeout,
+                 expired=lambda: SyncTimeout(f"rank {self.pid}: mailbox quiescence ({what}) "
+                                             f"timed out after {timeout:g} s"))
+        except PeerFailed:
+            notices.state = "failed"
+            raise
+        except BaseException as exc:
+            notices.announce(f"failed while {what}: {type(exc).__name__}: {exc}")
+            raise
+        return wave
 
     def close(self) -> None:
         """Free the communicators (close hook of the context).

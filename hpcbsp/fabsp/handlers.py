@@ -43,8 +43,9 @@ class Handlers:
         self.comm = comm
         self.traffic = Traffic()
         self.handled = 0
-        #: True while a handler runs (handlers never nest).
+        #: True while a handler runs (handlers never nest), and the mailbox whose handler it is.
         self.running = False
+        self.current: "Mailbox | None" = None
         self._held = False  # receive, but run no handler (while a mailbox is registered)
         self._notices = notices
         self._superstep = superstep
@@ -134,9 +135,10 @@ class Handlers:
                     self._inbox.clear()  # the superstep is lost; do not act on its records
                     return
                 index, src, recs = self._inbox.popleft()
-                box = self.boxes[index]
+                box = self.current = self.boxes[index]
                 box.call_handler(recs, src)
                 self.handled += recs.shape[0]
+                box.handled += recs.shape[0]
         except PeerFailed:
             raise
         except BaseException as exc:
@@ -146,3 +148,4 @@ class Handlers:
             raise
         finally:
             self.running = False
+            self.current = None

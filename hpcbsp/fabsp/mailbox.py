@@ -18,6 +18,12 @@ handler before ``sync`` returns are delivered by that same sync: once the mailbo
 the ranks agree again on whether anything is left to exchange, and no handler runs after that
 point of the sync.
 
+Phases.  ``box.done()`` (collective) finishes one mailbox inside a superstep: it returns when
+every record sent to ``box`` so far, including those its handlers send meanwhile, has been
+handled on every rank, while the other mailboxes keep moving; from then until the sync only
+``box``'s own handlers may send to it.  A phased algorithm (build a table, then query it) thus
+needs no sync between its phases.
+
 Aggregation and memory.  Records are buffered per destination (``buffer`` records) and a full
 buffer goes out as one message; at most ``max_pending`` messages per mailbox are in flight, and
 they use synchronous-mode sends, so a rank's memory for a mailbox stays below
@@ -136,6 +142,12 @@ class Mailbox:
         self.aggregator = Aggregator(bsp.nprocs, self.wire_dtype, self.buffer)
         #: Sends in flight and their messages (back-pressure: at most ``max_pending``).
         self.window = SendWindow(self.max_pending, self.aggregator)
+        #: Records of this mailbox sent and handled on this rank in this superstep (``done``'s
+        #: termination counters; every hop of a routed record counts).
+        self.sent = 0
+        self.handled = 0
+        #: ``done()`` was called in this superstep: only this mailbox's own handlers may send.
+        self.finished = False
         self.index = self._engine.register(self)
 
     def __repr__(self) -> str:
@@ -174,18 +186,21 @@ class Mailbox:
         engine = self._engine
         where = f"rank {self._bsp.pid}: {self.name}.send"
         accepting = engine.accepting(where)
+        if self.finished and engine.handlers.current is not self:
+            raise UsageError(f"{where}: the mailbox is done for this superstep (done() was called "
+                             "on this rank); only its own handlers may send to it until the sync")
         recs = as_records(records, self.dtype, where)
         if self._relay is not None:
             dests = check_pids(pid, self._bsp.nprocs, recs.size, self._bsp.pid, f"{self.name}.send")
             if recs.size and accepting:
-                engine.count_sent(recs.size)
+                engine.count_sent(self, recs.size)
                 self._ship_envelopes(*self._relay.outgoing(dests, recs))
             return
         me = self._bsp.pid
         grouped, groups, fresh = split_by_destination(me, self._bsp.nprocs, pid, recs, f"{self.name}.send")
         if not groups or not accepting:
             return
-        engine.count_sent(recs.size)
+        engine.count_sent(self, recs.size)
         moved = False
         with engine.holding_handlers():  # nothing may overtake these messages (see there)
             for dest, start, stop in groups:
@@ -200,6 +215,27 @@ class Mailbox:
         if moved:  # something left the buffers: let this rank's handlers keep up
             engine.after_send()
 
+    def done(self) -> None:
+        """Collective: finish this mailbox's traffic of the superstep; the phase end of a phased
+        algorithm (e.g. build a table with one mailbox, then query it with another).
+
+        Returns on every rank when every record sent to this mailbox in this superstep,
+        including those its handlers sent, has been handled everywhere.  Other mailboxes keep
+        moving meanwhile (their handlers run, their records are not waited for).  From the call
+        on, until the next ``sync``, a send to this mailbox from user code or from another
+        mailbox's handler raises :class:`UsageError` (a late record would be lost to the phase);
+        its own handlers may still send to it.  Not inside a handler.
+
+        h-relation: none; l: two or more ``Iallreduce`` of two words (a double wave).
+        """
+        self.finished = True
+        self._engine.finish(self)
+
+    def new_superstep(self) -> None:
+        """The sync ended the superstep (the engine's side): counters to zero, open again."""
+        self.sent = self.handled = 0
+        self.finished = False
+
     def call_handler(self, records: np.ndarray, source: int) -> None:
         """Run the handler on one batch (the engine's side; not for user code).
 
@@ -208,7 +244,7 @@ class Mailbox:
         if self._relay is not None:
             mine, transit, groups = self._relay.arrived(records)
             if groups:
-                self._engine.count_sent(transit.size)
+                self._engine.count_sent(self, transit.size)
                 self._ship_envelopes(transit, groups)
             for recs, origin in self._relay.deliveries(mine):
                 self._call(recs, origin)
