@@ -76,7 +76,8 @@ def ledger() -> st.SearchStrategy[str]:
 
 COMMON = {"--seed": SEED, "--ledger": ledger(), "--json": FLAG, "--quiet": FLAG}
 IRREGULAR = {**COMMON, "--mode": st.sampled_from(["fabsp", "bsp", "naive", "other"]), "--buffer": COUNT,
-             "--max-pending": COUNT, "--chunk": COUNT, "--no-check": FLAG}
+             "--max-pending": COUNT, "--chunk": COUNT, "--no-check": FLAG,
+             "--routing": st.sampled_from(["auto", "direct", "2d", "3d", "4d", ""])}
 FARM = {**COMMON, "--n": SIZE, "--eps": REAL, "--max-iter": COUNT, "--out": out_file(".npy"),
         "--checkpoint": OUT_DIR, "--every": COUNT, "--restart": FLAG}
 
@@ -106,6 +107,8 @@ PROGRAMS: dict[str, tuple[list[str], list[str], dict[str, st.SearchStrategy], st
                    "--scale": st.sampled_from(["0", "1", "4", "40", "63", "64", "1000", "-1", "nan", "abc"]),
                    "--edge-factor": st.sampled_from(["1", "2", "0", "-1", "1e9", "abc"]), "--chunk-rows": COUNT},
                   None),
+    "toposort": (["-m", "hpcbsp.apps.irregular.toposort"], ["--n", "200"],
+                 {**IRREGULAR, "--n": SIZE, "--degree": REAL}, None),
     "snn": (["-m", "hpcbsp.apps.snn"], ["--mode", "serial", "--n", "120", "--fanout", "10", "--time-ms", "10"],
             {**COMMON, "--mode": st.sampled_from(["serial", "bsp", "async", "x"]), "--n": SIZE, "--neurons": SIZE,
              "--fanout": COUNT, "--areas": COUNT, "--inter-area": REAL, "--delay-min": COUNT,

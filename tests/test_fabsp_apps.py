@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hpcbsp.apps.irregular import bfs, histogram, index_gather, triangles
+from hpcbsp.apps.irregular import bfs, histogram, index_gather, toposort, triangles
 from hpcbsp.apps.irregular.graphs import bfs_levels, erdos_renyi, rmat, triangles_dense
 from hpcbsp.apps.irregular.rma import gather_rma, histogram_rma
 
@@ -90,3 +90,14 @@ def test_bfs(bsp, mode):
     want = bfs_levels(edges, n, 7)
     np.testing.assert_array_equal(part.global_levels(), want[bsp.pid::bsp.nprocs])
     assert want.max() > 5 and (want < 0).any(), "the graph exercises depth and unreachable vertices"
+
+
+@mpi
+@pytest.mark.parametrize("mode, routing", [("fabsp", "direct"), ("fabsp", "2d"), ("bsp", None)])
+def test_toposort(bsp, mode, routing):
+    """Oracle: ``toposort.is_triangular`` on the whole matrix (both permutations of 0..n-1, every
+    nonzero on or above the diagonal; itself checked by brute force in test_fabsp_serial.py)."""
+    kw = {} if routing is None else {"buffer": 16, "routing": routing}
+    out = toposort.run_toposort(bsp, mode, 500, 6.0, seed=4, **kw)
+    assert out.ok is True
+    assert out.updates == len(range(bsp.pid, 500, bsp.nprocs))

@@ -38,6 +38,7 @@ def test_handler_exception_ends_the_job_with_its_traceback(where):
     ("index_gather", ["--n", "20000", "-T", "100", "--buffer", "64"], "reads"),
     ("triangles", ["--graph", "rmat", "--scale", "9"], "queries"),
     ("bfs", ["--n", "2000", "--mode", "bsp"], "records"),
+    ("toposort", ["--n", "3000"], "rows"),
 ])
 def test_apps_run_check_and_report(app, args, unit):
     res = run_mpi(2, ["-m", f"hpcbsp.apps.irregular.{app}", *args], timeout=120)

@@ -16,7 +16,7 @@ from mpi4py import MPI
 
 import hpcbsp
 from hpcbsp import BSPError
-from hpcbsp.apps.irregular import bfs, histogram, index_gather, triangles
+from hpcbsp.apps.irregular import bfs, histogram, index_gather, toposort, triangles
 from hpcbsp.apps.irregular.graphs import bfs_levels, erdos_renyi, local_rows, ragged_arange, rmat, triangles_dense, triangles_sparse
 from hpcbsp.apps.irregular.layout import cyclic_owner
 from hpcbsp.apps.irregular.naive import naive_exchange
@@ -259,3 +259,32 @@ def test_bench_bad_option_is_one_line():
     res = subprocess.run([sys.executable, "-m", "hpcbsp.bench", "fabsp", "--updates", "-4"],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "positive integer" in res.stderr
+
+
+# ---------------------------------------------------------------------------- toposort
+def test_toposort_oracle_against_brute_force():
+    """On tiny scrambled triangles, ``is_triangular`` accepts exactly the permutation pairs that
+    brute force finds (every pair of permutations tried, the matrix permuted densely)."""
+    for seed in range(3):
+        rows, cols = toposort.scrambled_triangle(4, 2.0, seed)
+        dense = np.zeros((4, 4), dtype=bool)
+        dense[rows, cols] = True
+        assert dense.sum() >= 4 and len(rows) == dense.sum()
+        found = 0
+        for rp in itertools.permutations(range(4)):
+            for cp in itertools.permutations(range(4)):
+                moved = np.zeros((4, 4), dtype=bool)
+                moved[np.array(rp)[rows], np.array(cp)[cols]] = True
+                brute = not np.tril(moved, -1).any()
+                assert toposort.is_triangular(rows, cols, np.array(rp), np.array(cp)) == brute
+                found += brute
+        assert found >= 1, "the generator makes a solvable matrix"
+    assert not toposort.is_triangular(np.array([0, 1]), np.array([0, 1]), np.array([0, 0]), np.array([0, 1])), \
+        "not a permutation"
+
+
+@pytest.mark.parametrize("mode", ["fabsp", "bsp"])
+def test_toposort_one_rank(mode):
+    with hpcbsp.BSP() as bsp:
+        out = toposort.run_toposort(bsp, mode, 300, 5.0, seed=3)
+    assert out.ok is True and out.updates == 300

@@ -226,6 +226,11 @@ class Mailbox:
         mailbox's handler raises :class:`UsageError` (a late record would be lost to the phase);
         its own handlers may still send to it.  Not inside a handler.
 
+        The ranks leave ``done`` at about the same time, not together: records of the other
+        mailboxes, even ones that a rank sent after its ``done`` returned, may be handled on
+        this rank while it is still inside ``done``.  A handler that needs what the code after
+        ``done`` prepares must prepare it itself on first use (see ``apps/irregular/toposort``).
+
         h-relation: none; l: two or more ``Iallreduce`` of two words (a double wave).
         """
         self.finished = True

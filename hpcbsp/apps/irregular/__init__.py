@@ -1,7 +1,8 @@
-"""The irregular apps, bale's kernels on FA-BSP: ``histogram``, ``index_gather``, ``triangles`` and
-``bfs`` (each runnable as ``python -m hpcbsp.apps.irregular.NAME``), each in the modes fabsp
-(mailboxes), bsp (one bulk exchange per superstep), naive (one MPI message per record) and, for
-the table apps, rma (one passive-target RMA operation per record).
+"""The irregular apps, bale's kernels on FA-BSP: ``histogram``, ``index_gather``, ``triangles``,
+``bfs`` and ``toposort`` (each runnable as ``python -m hpcbsp.apps.irregular.NAME``), each in
+the modes fabsp (mailboxes) and bsp (bulk exchanges in supersteps), all but toposort in naive
+(one MPI message per record), and the table apps in rma (one passive-target RMA operation per
+record).
 
 Shared parts: :mod:`.layout` (the cyclic table layout), :mod:`.cli` (options and the table apps'
 driver), :mod:`.naive` and :mod:`.rma` (the baselines' transports), :mod:`.report` (timing and

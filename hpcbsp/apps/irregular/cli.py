@@ -25,13 +25,14 @@ def app_parser(prog: str, doc: str, modes: tuple[str, ...] = MODES) -> argparse.
     parser = OneLineParser(
         prog=f"python -m hpcbsp.apps.irregular.{prog}", description=doc,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    rma = ("; rma: one passive-target MPI RMA operation (Accumulate or Get) per record, the "
-           "one-sided baseline (use a much smaller size; raw MPI too)") if "rma" in modes else ""
+    said = {"fabsp": "fabsp: mailboxes with handlers, aggregated and overlapped (default)",
+            "bsp": "bsp: plain BSP, bulk exchanges in supersteps",
+            "naive": "naive: one MPI message per record (use a much smaller size; raw MPI, so the "
+                     "ledger does not count it)",
+            "rma": "rma: one passive-target MPI RMA operation (Accumulate or Get) per record, the "
+                   "one-sided baseline (use a much smaller size; raw MPI too)"}
     parser.add_argument("--mode", choices=modes, default="fabsp",
-                        help="fabsp: mailboxes with handlers, aggregated and overlapped (default); "
-                             "bsp: plain BSP, one bulk exchange per superstep; naive: one MPI "
-                             "message per record (use a much smaller size; raw MPI, so the ledger does "
-                             f"not count it){rma}")
+                        help="; ".join(said[m] for m in modes))
     parser.add_argument("--buffer", type=positive_int, default=None,
                         help="fabsp: records per destination buffer (default: about 64 KiB)")
     parser.add_argument("--max-pending", type=positive_int, default=16,
@@ -107,4 +108,4 @@ if __name__ == "__main__":
     from ...util.args import not_a_program
 
     sys.exit(not_a_program("hpcbsp.apps.irregular.cli", "run python -m hpcbsp.apps.irregular.histogram, "
-                           "index_gather, bfs or triangles (--help for options)"))
+                           "index_gather, bfs, triangles or toposort (--help for options)"))

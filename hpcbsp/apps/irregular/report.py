@@ -72,4 +72,4 @@ if __name__ == "__main__":
     from ...util.args import not_a_program
 
     sys.exit(not_a_program("hpcbsp.apps.irregular.report", "run python -m hpcbsp.apps.irregular.histogram, "
-                           "index_gather, bfs or triangles (--help for options)"))
+                           "index_gather, bfs, triangles or toposort (--help for options)"))
