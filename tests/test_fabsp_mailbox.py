@@ -410,3 +410,63 @@ def test_done_finishes_one_mailbox_before_the_next_phase(bsp, routing):
     insert.send(me, np.array([(5, 6)], dtype=pair))  # open again in the next superstep
     bsp.sync()
     assert table[5] == 6
+
+
+def _ragged_from(src: int, p: int, n: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """Rank ``src``'s ragged records: destinations, lengths (0 to 40) and the records, whose
+    values encode (src, record, position)."""
+    rng = np.random.default_rng([21, src])
+    dests, lens = rng.integers(0, p, n), rng.integers(0, 41, n)
+    return dests, lens, [10**7 * src + 1000 * i + np.arange(k) for i, k in enumerate(lens)]
+
+
+@mpi
+def test_ragged_records_arrive_whole_once_in_order_per_source(bsp):
+    """Variable-size records through 64-value buffers (so messages are cut between records).
+    Oracle: every rank regenerates every rank's records and compares them one by one."""
+    p, me, n = bsp.nprocs, bsp.pid, 300
+    got: dict[int, list[list[int]]] = {s: [] for s in range(p)}
+
+    def handler(values, lengths, src):
+        assert values.dtype == np.int64 and lengths.sum() == values.size
+        for part in np.split(values, np.cumsum(lengths)[:-1]):
+            got[src].append(part.tolist())
+
+    box = bsp.mailbox(handler, np.int64, ragged=True, buffer=64, max_pending=2, with_source=True)
+    dests, lens, recs = _ragged_from(me, p, n)
+    for lo in range(0, n, 70):   # several sends, each of many records
+        box.send(dests[lo:lo + 70], np.concatenate(recs[lo:lo + 70]), lengths=lens[lo:lo + 70])
+    box.send((me + 1) % p, np.array([-5, -6, -7]))   # one record, no lengths
+    bsp.sync()
+    for src in range(p):
+        d, _, r = _ragged_from(src, p, n)
+        want = [rec.tolist() for dest, rec in zip(d, r) if dest == me]
+        if (src + 1) % p == me:
+            want.append([-5, -6, -7])
+        assert got[src] == want, f"records from rank {src}"
+    rec = bsp.ledger[-1]
+    remote = [k for dest, k in zip(dests, lens) if dest != me] + ([3] if p > 1 else [])
+    assert rec.msgs_out == len(remote)
+    assert rec.bytes_out >= sum(8 + 8 * int(k) for k in remote)   # plus 8 per message
+
+
+@mpi
+def test_ragged_bad_input_is_refused_at_the_call(bsp):
+    box = bsp.mailbox(lambda v, k: None, np.float64, ragged=True, buffer=10, name="bag")
+    with pytest.raises(UsageError, match="lengths add up to 3 but 4 values"):
+        box.send(0, np.ones(4), lengths=[1, 2])
+    with pytest.raises(UsageError, match="non-negative integers"):
+        box.send(0, np.ones(1), lengths=[2, -1])
+    with pytest.raises(UsageError, match=r"a record of 9 values is larger than the mailbox's buffer allows \(8 values\)"):
+        box.send(0, np.ones(9))
+    with pytest.raises(UsageError, match="without lengths= the array is one record"):
+        box.send(np.array([0, 1]), np.ones(2))
+    with pytest.raises(UsageError, match=r"pid 99 is not a rank|destination 99"):
+        box.send(np.array([0, 99]), np.ones(2), lengths=[1, 1])
+    fixed = bsp.mailbox(lambda r: None, np.int64, name="fixed")
+    with pytest.raises(UsageError, match="lengths= is for ragged mailboxes"):
+        fixed.send(0, [1, 2], lengths=[2])
+    with pytest.raises(UsageError, match="a ragged mailbox routes its records directly"):
+        bsp.mailbox(lambda v, k: None, np.int64, ragged=True, routing="2d")
+    bsp.sync()
+    assert bsp.ledger[-1].msgs_out == 0, "refused sends send nothing"

@@ -288,3 +288,56 @@ def test_toposort_one_rank(mode):
     with hpcbsp.BSP() as bsp:
         out = toposort.run_toposort(bsp, mode, 300, 5.0, seed=3)
     assert out.ok is True and out.updates == 300
+
+
+# ---------------------------------------------------------------------------- ragged records
+def test_ragged_messages_round_trip_and_never_split_a_record():
+    """Oracle: the records concatenated back from the messages, in order, equal what was added
+    (plain Python lists); every message fits the capacity."""
+    from hpcbsp.fabsp import ragged
+
+    rng = np.random.default_rng(5)
+    cap = 200  # bytes: a record of k int32 values costs 8 + 4k
+    agg = ragged.RaggedAggregator(3, np.dtype(np.int32), cap)
+    added: dict[int, list[list[int]]] = {0: [], 2: []}
+    out: dict[int, list[list[int]]] = {0: [], 2: []}
+
+    def take(dest, msg):
+        assert msg.nbytes <= cap
+        values, lengths = ragged.unpack(msg, np.dtype(np.int32))
+        assert ragged.count_records(msg) == lengths.size > 0
+        out[dest] += [v.tolist() for v in np.split(values, np.cumsum(lengths)[:-1])]
+
+    for step in range(60):
+        dest = int(rng.choice([0, 2]))
+        lens = rng.integers(0, 40, rng.integers(1, 6))
+        vals = rng.integers(-1000, 1000, int(lens.sum())).astype(np.int32)
+        added[dest] += [v.tolist() for v in np.split(vals, np.cumsum(lens)[:-1])]
+        for msg in agg.add(dest, vals, lens.astype(np.int64)):
+            take(dest, msg)
+        assert agg.nbuffered == sum(len(a) for a in added.values()) - sum(len(o) for o in out.values())
+    for dest, msg in agg.drain():
+        take(dest, msg)
+    assert out == added and agg.nbuffered == 0
+    assert agg.peak_buffers == 2
+
+
+def test_ragged_gather_reorders_whole_records():
+    from hpcbsp.fabsp import ragged
+
+    values, lengths = np.arange(10), np.array([3, 0, 4, 3])   # [0 1 2] [] [3 4 5 6] [7 8 9]
+    vals, lens = ragged.gather_records(values, lengths, np.array([3, 1, 0, 2]))
+    assert vals.tolist() == [7, 8, 9, 0, 1, 2, 3, 4, 5, 6] and lens.tolist() == [3, 0, 3, 4]
+
+
+def test_ragged_mailbox_on_one_rank():
+    got = []
+    with hpcbsp.BSP() as bsp:
+        box = bsp.mailbox(lambda v, k: got.extend(p.tolist() for p in np.split(v, np.cumsum(k)[:-1])),
+                          np.int16, ragged=True, buffer=12)
+        with pytest.raises(BSPError, match=r"buffer=8 is too small for a ragged mailbox.*at least 9 values"):
+            bsp.mailbox(lambda v, k: None, np.int16, ragged=True, buffer=8)
+        box.send(0, np.arange(5, dtype=np.int16), lengths=[2, 0, 3])
+        box.send(0, [7])
+        bsp.sync()
+    assert got == [[0, 1], [], [2, 3, 4], [7]]

@@ -14,9 +14,21 @@ in here: the caller ships what :meth:`Aggregator.add` and :meth:`Aggregator.drai
 """
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, Protocol
 
 import numpy as np
+
+
+class Buffers(Protocol):
+    """What the engine and the send window use of a mailbox's buffers (fixed or ragged records)."""
+
+    nbuffered: int
+    peak_buffers: int
+
+    def drain(self) -> Iterator[tuple[int, np.ndarray]]: ...
+
+    def recycle(self, msg: np.ndarray) -> None: ...
+
 
 #: Whole buffers kept for reuse after their send completed.
 SPARES = 4

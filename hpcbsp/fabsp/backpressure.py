@@ -13,13 +13,13 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from .aggregation import Aggregator
+from .aggregation import Buffers
 
 
 class SendWindow:
     """The sends of one mailbox in flight, at most ``max_pending``."""
 
-    def __init__(self, max_pending: int, aggregator: Aggregator):
+    def __init__(self, max_pending: int, aggregator: Buffers):
         self.max_pending = max_pending
         self._aggregator = aggregator
         self._reqs: list[MPI.Request] = []

@@ -151,9 +151,9 @@ class Engine:
         if not self.handlers.running:
             self._user_sent += nrecords
 
-    def enqueue_local(self, box: "Mailbox", recs: np.ndarray) -> None:
-        """Records to this rank itself: straight into the inbox (handled at the next progress)."""
-        self.handlers.enqueue(box.index, self.pid, recs)
+    def enqueue_local(self, box: "Mailbox", batch: object, n: int) -> None:
+        """``n`` records to this rank itself: straight into the inbox (handled at the next progress)."""
+        self.handlers.enqueue(box.index, self.pid, batch, n)
 
     def ship(self, box: "Mailbox", dest: int, msg: np.ndarray) -> None:
         """Send one message of ``box`` to ``dest``, first waiting for a free slot if needed."""
@@ -166,7 +166,7 @@ class Engine:
             return
         window.add(self._comm.Issend([msg.view(np.uint8), MPI.BYTE], dest, box.index), msg)
         self.traffic.bytes_out += msg.nbytes
-        self.traffic.msgs_out += msg.shape[0]
+        self.traffic.msgs_out += box.count(msg)
 
     def after_send(self) -> None:
         """Called after a ``send`` that shipped messages: let the handlers keep up (user code only)."""

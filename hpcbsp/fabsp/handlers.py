@@ -49,7 +49,7 @@ class Handlers:
         self._held = False  # receive, but run no handler (while a mailbox is registered)
         self._notices = notices
         self._superstep = superstep
-        self._inbox: deque[tuple[int, int, np.ndarray]] = deque()
+        self._inbox: deque[tuple[int, int, object, int]] = deque()  # (box, source, batch, records)
         self._early: list[tuple[int, int, np.ndarray]] = []  # for mailboxes not registered yet
         self._status = MPI.Status()
 
@@ -74,14 +74,15 @@ class Handlers:
     def admit(self, index: int, box: "Mailbox") -> None:
         """Mailbox ``index`` was registered: queue the records that arrived for it before."""
         for tag, src, raw in [e for e in self._early if e[0] == index]:
-            recs = raw.view(box.wire_dtype)
-            self.traffic.msgs_in += recs.shape[0]
-            self._inbox.append((tag, src, recs))
+            batch, n = box.decode(raw)
+            self.traffic.msgs_in += n
+            self._inbox.append((tag, src, batch, n))
         self._early = [e for e in self._early if e[0] != index]
 
-    def enqueue(self, index: int, src: int, recs: np.ndarray) -> None:
-        """Records for mailbox ``index`` from ``src`` (this rank itself), handled at the next pump."""
-        self._inbox.append((index, src, recs))
+    def enqueue(self, index: int, src: int, batch: object, n: int) -> None:
+        """A batch of ``n`` records for mailbox ``index`` from ``src`` (this rank itself),
+        handled at the next pump."""
+        self._inbox.append((index, src, batch, n))
 
     def pump(self, limit: int | None) -> bool:
         """Receive and handle until nothing is waiting (at most ``limit`` messages); True if any."""
@@ -115,10 +116,9 @@ class Handlers:
             got += 1
             self.traffic.bytes_in += raw.size
             if tag < len(self.boxes):
-                box = self.boxes[tag]
-                recs = raw.view(box.wire_dtype)
-                self.traffic.msgs_in += recs.shape[0]
-                self._inbox.append((tag, src, recs))
+                batch, n = self.boxes[tag].decode(raw)
+                self.traffic.msgs_in += n
+                self._inbox.append((tag, src, batch, n))
             else:
                 self._early.append((tag, src, raw))
         return got
@@ -134,11 +134,11 @@ class Handlers:
                 if self._notices.peer_failure is not None:
                     self._inbox.clear()  # the superstep is lost; do not act on its records
                     return
-                index, src, recs = self._inbox.popleft()
+                index, src, batch, n = self._inbox.popleft()
                 box = self.current = self.boxes[index]
-                box.call_handler(recs, src)
-                self.handled += recs.shape[0]
-                box.handled += recs.shape[0]
+                box.call_handler(batch, src)
+                self.handled += n
+                box.handled += n
         except PeerFailed:
             raise
         except BaseException as exc:

@@ -18,6 +18,13 @@ handler before ``sync`` returns are delivered by that same sync: once the mailbo
 the ranks agree again on whether anything is left to exchange, and no handler runs after that
 point of the sync.
 
+Variable-size records.  ``bsp.mailbox(handler, dtype, ragged=True)``: a record is a 1-D array of
+``dtype`` of any length.  ``box.send(pid, values, lengths)`` sends record i (the next
+``lengths[i]`` values) to ``pid[i]`` (or all to ``pid``); ``box.send(pid, array)`` sends one
+record.  The handler gets a batch as ``handler(values, lengths)`` (``np.split(values,
+np.cumsum(lengths)[:-1])`` gives the records), with ``source`` last for ``with_source``.  Records
+are never split across messages; per-pair FIFO holds (:mod:`.ragged`).
+
 Phases.  ``box.done()`` (collective) finishes one mailbox inside a superstep: it returns when
 every record sent to ``box`` so far, including those its handlers send meanwhile, has been
 handled on every rank, while the other mailboxes keep moving; from then until the sync only
@@ -46,12 +53,14 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from ..kernels import group_by_dest
 from ..runtime.control import Kind
 from ..runtime.errors import UsageError
-from ..runtime.records import as_records, check_pids, split_by_destination
-from .aggregation import SPARES, Aggregator
+from ..runtime.records import as_records, check_pids, destination_slices, split_by_destination
+from .aggregation import SPARES, Aggregator, Buffers
 from .backpressure import SendWindow
 from .engine import Engine, default_buffer
+from .ragged import WORD, RaggedAggregator, count_records, gather_records, unpack
 from .relay import Groups, Relay
 from .routing import ROUTINGS, Grid, resolve_routing
 
@@ -88,6 +97,10 @@ class Mailbox:
         ``"direct"`` (a buffer per destination), ``"2d"`` or ``"3d"`` (through a grid of ranks,
         O(sqrt P) or O(cbrt P) buffers, see the module notes) or ``"auto"``; default
         ``$HPCBSP_ROUTING``, else ``"auto"`` (by P).  Ranks must agree on it.
+    ragged
+        Variable-size records: a record is a 1-D array of ``dtype`` of any length; ``send(pid,
+        values, lengths)`` and ``handler(values, lengths[, source])`` (see the module notes).
+        ``buffer`` then counts values, not records.  Routed directly.
 
     Notes
     -----
@@ -97,7 +110,7 @@ class Mailbox:
 
     def __init__(self, bsp: "BSP", handler: Callable[..., object], dtype: Any, *,
                  buffer: int | None = None, max_pending: int = 16, with_source: bool = False,
-                 name: str | None = None, routing: str | None = None):
+                 name: str | None = None, routing: str | None = None, ragged: bool = False):
         where = f"rank {bsp.pid}: mailbox"
         if not callable(handler):
             raise UsageError(f"{where}: handler must be callable, got {type(handler).__name__}")
@@ -111,21 +124,32 @@ class Mailbox:
         if routing is not None and not isinstance(routing, str):
             raise UsageError(f"{where}: routing must be one of auto, {', '.join(ROUTINGS)}; "
                              f"got {routing!r}")
-        self.routing = resolve_routing(routing, bsp.nprocs, where)
+        self.ragged = bool(ragged)
+        if self.ragged and routing not in (None, "auto", "direct"):
+            raise UsageError(f"{where}: a ragged mailbox routes its records directly; "
+                             f"routing={routing!r} is not available for it")
+        self.routing = "direct" if self.ragged else resolve_routing(routing, bsp.nprocs, where)
         #: Envelopes of a routed mailbox (None: direct, records travel as they are).
         self._relay = None if self.routing == "direct" else \
             Relay(Grid(bsp.nprocs, ROUTINGS[self.routing]), bsp.pid, dt, bool(with_source))
-        #: What travels: the records, or their envelopes.
+        #: What travels: the records, their envelopes, or (ragged) whole messages of bytes.
         self.wire_dtype = dt if self._relay is None else self._relay.wire
+        if self.ragged:
+            self.wire_dtype = np.dtype(np.uint8)
         if buffer is None:
             peers = bsp.nprocs if self._relay is None else self._relay.peers.size + 1
-            buffer = default_buffer(self.wire_dtype.itemsize, peers)
+            buffer = default_buffer(dt.itemsize if self.ragged else self.wire_dtype.itemsize, peers)
         for label, value in (("buffer", buffer), ("max_pending", max_pending)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise UsageError(f"{where}: {label} must be a positive integer, got {value!r}")
-        if buffer * self.wire_dtype.itemsize > _MAX_MESSAGE_BYTES:
-            raise UsageError(f"{where}: buffer of {buffer} records of {self.wire_dtype.itemsize} "
-                             "bytes exceeds the 2 GiB limit of one MPI message")
+        if self.ragged and buffer * dt.itemsize < 2 * WORD + dt.itemsize:
+            raise UsageError(f"{where}: buffer={buffer} is too small for a ragged mailbox: a message "
+                             f"needs {2 * WORD} bytes besides a record's values "
+                             f"(at least {-(-(2 * WORD) // dt.itemsize) + 1} values of {dt})")
+        unit = dt.itemsize if self.ragged else self.wire_dtype.itemsize
+        if buffer * unit > _MAX_MESSAGE_BYTES:
+            raise UsageError(f"{where}: buffer of {buffer} {'values' if self.ragged else 'records'} "
+                             f"of {unit} bytes exceeds the 2 GiB limit of one MPI message")
         self.name = name or getattr(handler, "__name__", "mailbox")
         self.dtype = dt
         self.buffer = int(buffer)
@@ -135,11 +159,16 @@ class Mailbox:
         self._bsp = bsp
         existing = Engine.existing(bsp)
         with existing.holding_handlers() if existing is not None else contextlib.nullcontext():
-            bsp.extension.agree(Kind.REGISTER, f"mailbox {dt.descr} {self.routing}",
+            bsp.extension.agree(Kind.REGISTER, f"mailbox {dt.descr} {self.routing} {self.ragged}",
                                 lambda: f"mailbox(handler={self.name}, dtype={dt}, "
-                                        f"routing={self.routing})")
+                                        f"routing={self.routing}, ragged={self.ragged})")
         self._engine = Engine.of(bsp)
-        self.aggregator = Aggregator(bsp.nprocs, self.wire_dtype, self.buffer)
+        self.aggregator: Buffers = \
+            RaggedAggregator(bsp.nprocs, dt, self.buffer * dt.itemsize) if self.ragged else \
+            Aggregator(bsp.nprocs, self.wire_dtype, self.buffer)
+        #: The fixed-size records' buffers (``aggregator`` itself; an unused stand-in if ragged).
+        self._fixed: Aggregator = self.aggregator if isinstance(self.aggregator, Aggregator) else \
+            Aggregator(0, dt, 1)
         #: Sends in flight and their messages (back-pressure: at most ``max_pending``).
         self.window = SendWindow(self.max_pending, self.aggregator)
         #: Records of this mailbox sent and handled on this rank in this superstep (``done``'s
@@ -164,14 +193,19 @@ class Mailbox:
         ``buffers`` (the most aggregation buffers held at once so far) and ``buffer_bytes``
         (their bytes), and ``bound_bytes``: ``(peers + max_pending + SPARES) * buffer * itemsize``,
         what the buffers and the messages in flight can reach."""
-        nbytes = self.buffer * self.wire_dtype.itemsize
+        nbytes = self.buffer * (self.dtype.itemsize if self.ragged else self.wire_dtype.itemsize)
         return {"routing": self.routing, "peers": self.peers,
                 "buffers": self.aggregator.peak_buffers,
                 "buffer_bytes": self.aggregator.peak_buffers * nbytes,
                 "bound_bytes": (self.peers + self.max_pending + SPARES) * nbytes}
 
-    def send(self, pid: int | np.ndarray, records: object) -> None:
+    def send(self, pid: int | np.ndarray, records: object, lengths: object = None) -> None:
         """Send ``records`` to ``pid`` (an int), or record i to ``pid[i]`` (an integer array).
+
+        Ragged mailbox: ``records`` are the values of the records concatenated and ``lengths``
+        the length of each (record i to ``pid`` or ``pid[i]``); without ``lengths`` the whole
+        array is one record.  A record larger than a buffer (``buffer`` values, less 16 bytes)
+        is refused.  h-relation: its values' bytes plus 8, one message per record.
 
         Returns once the records are copied into buffers (or sent); the handler runs on the
         destination before the next ``sync`` returns there.  Raises :class:`UsageError` at the
@@ -190,6 +224,11 @@ class Mailbox:
             raise UsageError(f"{where}: the mailbox is done for this superstep (done() was called "
                              "on this rank); only its own handlers may send to it until the sync")
         recs = as_records(records, self.dtype, where)
+        if self.ragged:
+            self._send_ragged(pid, recs, lengths, where, accepting)
+            return
+        if lengths is not None:
+            raise UsageError(f"{where}: lengths= is for ragged mailboxes (bsp.mailbox(..., ragged=True))")
         if self._relay is not None:
             dests = check_pids(pid, self._bsp.nprocs, recs.size, self._bsp.pid, f"{self.name}.send")
             if recs.size and accepting:
@@ -206,10 +245,11 @@ class Mailbox:
             for dest, start, stop in groups:
                 part = grouped[start:stop]
                 if dest == me:
-                    engine.enqueue_local(self, part if fresh else part.copy())
+                    batch = part if fresh else part.copy()
+                    engine.enqueue_local(self, batch, batch.shape[0])
                     moved = True
                 else:
-                    for msg in self.aggregator.add(dest, part, owned=fresh):
+                    for msg in self._fixed.add(dest, part, owned=fresh):
                         engine.ship(self, dest, msg)
                         moved = True
         if moved:  # something left the buffers: let this rank's handlers keep up
@@ -241,11 +281,32 @@ class Mailbox:
         self.sent = self.handled = 0
         self.finished = False
 
-    def call_handler(self, records: np.ndarray, source: int) -> None:
+    # ------------------------------------------------------------------ the engine's side
+    def decode(self, raw: np.ndarray) -> tuple[Any, int]:
+        """A received message's batch for :meth:`call_handler`, and its number of records."""
+        if self.ragged:
+            values, lengths = unpack(raw, self.dtype)
+            return (values, lengths), lengths.size
+        recs = raw.view(self.wire_dtype)
+        return recs, recs.shape[0]
+
+    def count(self, msg: np.ndarray) -> int:
+        """Records in an outgoing message."""
+        return count_records(msg) if self.ragged else msg.shape[0]
+
+    def call_handler(self, records: Any, source: int) -> None:
         """Run the handler on one batch (the engine's side; not for user code).
 
         A routed mailbox's batch is envelopes: those for other ranks are passed on first (they
-        count as sent again), then the handler runs on the rest."""
+        count as sent again), then the handler runs on the rest.  A ragged one's is
+        ``(values, lengths)``."""
+        if self.ragged:
+            values, lengths = records
+            if self._with_source:
+                self._handler(values, lengths, source)
+            else:
+                self._handler(values, lengths)
+            return
         if self._relay is not None:
             mine, transit, groups = self._relay.arrived(records)
             if groups:
@@ -255,6 +316,57 @@ class Mailbox:
                 self._call(recs, origin)
             return
         self._call(records, source)
+
+    def _send_ragged(self, pid: int | np.ndarray, values: np.ndarray, lengths: object, where: str,
+                     accepting: bool) -> None:
+        me, nprocs = self._bsp.pid, self._bsp.nprocs
+        if lengths is None:
+            if np.ndim(pid) != 0:
+                raise UsageError(f"{where}: without lengths= the array is one record, for one pid; "
+                                 "give lengths= to send several records")
+            lens = np.array([values.size], dtype=np.int64)
+        else:
+            lens = np.asarray(lengths)
+            if lens.ndim != 1 or lens.dtype.kind not in "iu" or (lens.size and int(lens.min()) < 0):
+                raise UsageError(f"{where}: lengths must be a 1-D array of non-negative integers, "
+                                 f"got {lens.dtype} of shape {lens.shape}")
+            lens = lens.astype(np.int64)
+            if int(lens.sum()) != values.size:
+                raise UsageError(f"{where}: lengths add up to {int(lens.sum())} but {values.size} "
+                                 "values were given")
+        limit = (self.buffer * self.dtype.itemsize - 2 * WORD) // self.dtype.itemsize
+        if lens.size and int(lens.max()) > limit:
+            raise UsageError(f"{where}: a record of {int(lens.max())} values is larger than the "
+                             f"mailbox's buffer allows ({limit} values); create it with a larger "
+                             "buffer=")
+        dests = check_pids(pid, nprocs, lens.size, me, f"{self.name}.send")
+        if not lens.size or not accepting:
+            return
+        engine = self._engine
+        engine.count_sent(self, lens.size)
+        if isinstance(dests, int):
+            groups = [(dests, values.copy(), lens)]  # (the caller's array may change later)
+        else:
+            perm, counts = group_by_dest(dests, nprocs)
+            vals, lns = gather_records(values, lens, perm)
+            ends = np.cumsum(lns)
+            groups = []
+            for dest, start, stop in destination_slices(counts):
+                v0 = int(ends[start - 1]) if start else 0
+                groups.append((dest, vals[v0:int(ends[stop - 1])], lns[start:stop]))
+        moved = False
+        with engine.holding_handlers():  # nothing may overtake these messages
+            for dest, vals, lns in groups:
+                if dest == me:
+                    engine.enqueue_local(self, (vals, lns), lns.size)
+                    moved = True
+                else:
+                    assert isinstance(self.aggregator, RaggedAggregator)
+                    for msg in self.aggregator.add(dest, vals, lns):
+                        engine.ship(self, dest, msg)
+                        moved = True
+        if moved:
+            engine.after_send()
 
     def _call(self, records: np.ndarray, source: int) -> None:
         if self._with_source:
@@ -270,10 +382,10 @@ class Mailbox:
             for hop, start, stop in groups:
                 part = env[start:stop]
                 if hop == me:
-                    engine.enqueue_local(self, part)
+                    engine.enqueue_local(self, part, part.shape[0])
                     moved = True
                 else:
-                    for msg in self.aggregator.add(hop, part, owned=True):
+                    for msg in self._fixed.add(hop, part, owned=True):
                         engine.ship(self, hop, msg)
                         moved = True
         if moved:
