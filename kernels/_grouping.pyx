@@ -1,7 +1,8 @@
 # cython: language_level=3
 """Stable grouping of items by destination rank (a counting sort)."""
 import numpy as np
-from libc.stdint cimport int64_t, uint64_t
+from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libc.string cimport memcpy
 
 cdef enum:
     # The items are cut into NPART contiguous parts, counted and placed by one interleaved loop
@@ -118,3 +119,47 @@ def group_by_dest(const int64_t[::1] dest, Py_ssize_t nprocs):
         else:
             _place_parts(&dest[0], up, &cnt[0], &perm[0], lo, hi)
     return perm_arr, counts_arr
+
+
+def append_by_dest(const int64_t[::1] dest, const unsigned char[:, ::1] rows, Py_ssize_t start,
+                   const uint64_t[::1] bufs, int64_t[::1] fill, Py_ssize_t capacity):
+    """Append rows ``start``, ``start + 1``, ... (a record's bytes each) to per-destination
+    buffers, in order, until a buffer fills or one is missing (the aggregation "porter").
+
+    ``bufs[d]`` is the address of destination d's buffer of ``capacity`` records (0: none),
+    ``fill[d]`` how many it holds (updated here).  Returns ``(next, d)``: ``next`` is the first
+    row not appended; ``d >= 0``: d's buffer became full with row ``next - 1``; ``d < -1``:
+    row ``next`` needs a buffer for destination ``-d - 2``; ``d == -1``: every row appended.
+    The caller checks the destinations first (they index ``bufs``).
+    """
+    cdef Py_ssize_t n = dest.shape[0], size = rows.shape[1], i
+    cdef int64_t d, k
+    cdef char* b
+    if rows.shape[0] != n:
+        raise ValueError(f"{rows.shape[0]} records for {n} destinations")
+    if n == 0 or start >= n:
+        return n, -1
+    cdef const char* src = <const char*>&rows[0, 0]
+    with nogil:
+        for i in range(start, n):
+            d = dest[i]
+            b = <char*>bufs[d]
+            if b == NULL:
+                break
+            k = fill[d]
+            if size == 8:
+                (<uint64_t*>b)[k] = (<const uint64_t*>src)[i]
+            elif size == 4:
+                (<uint32_t*>b)[k] = (<const uint32_t*>src)[i]
+            else:
+                memcpy(b + k * size, src + i * size, size)
+            fill[d] = k + 1
+            if k + 1 == capacity:
+                break
+        else:
+            i = n
+    if i == n:
+        return n, -1
+    if <char*>bufs[dest[i]] == NULL:
+        return i, -dest[i] - 2
+    return i + 1, dest[i]

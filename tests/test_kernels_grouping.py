@@ -103,3 +103,49 @@ def test_first_bad_destination_is_named_even_when_a_later_part_meets_one_first()
     dest[2_400] = -3  # first part: but this one comes first
     with pytest.raises(ValueError, match=r"destination -3 at position 2400 "):
         kernels.group_by_dest(dest, 2)
+
+
+# ---------------------------------------------------------------------------- append_by_dest
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.dtype([("k", np.int32), ("v", np.float64)])])
+@pytest.mark.parametrize("capacity", [1, 3, 64])
+def test_append_by_dest_fills_buffers_in_order_and_stops_when_one_fills(dtype, capacity):
+    """Oracle: a plain Python loop appending one record at a time to per-destination lists,
+    cutting a list into a message whenever it reaches the capacity."""
+    rng = np.random.default_rng(capacity)
+    nprocs, n = 4, 500
+    dest = rng.integers(0, nprocs, n)
+    recs = np.zeros(n, dtype=dtype)
+    recs.view(np.uint8)[:] = rng.integers(0, 256, recs.nbytes, dtype=np.uint8)
+    rows = recs.view(np.uint8).reshape(n, recs.dtype.itemsize)
+    want_msgs, lists = [], [[] for _ in range(nprocs)]
+    for i in range(n):
+        lists[dest[i]].append(recs[i].tobytes())
+        if len(lists[dest[i]]) == capacity:
+            want_msgs.append((int(dest[i]), b"".join(lists[dest[i]])))
+            lists[dest[i]] = []
+    bufs: list = [None] * nprocs
+    ptrs = np.zeros(nprocs, dtype=np.uint64)
+    fill = np.zeros(nprocs, dtype=np.int64)
+    got_msgs, i = [], 0
+    while True:
+        i, d = kernels.append_by_dest(dest, rows, i, ptrs, fill, capacity)
+        if d == -1:
+            break
+        if d >= 0:
+            assert fill[d] == capacity
+            got_msgs.append((d, bufs[d].tobytes()))
+            fill[d], ptrs[d], bufs[d] = 0, 0, None
+        else:
+            b = np.empty(capacity, dtype=dtype)
+            bufs[-d - 2], ptrs[-d - 2] = b, b.ctypes.data
+    assert i == n and got_msgs == want_msgs
+    for d in range(nprocs):
+        assert fill[d] == len(lists[d])
+        if fill[d]:
+            assert bufs[d][:fill[d]].tobytes() == b"".join(lists[d])
+
+
+def test_append_by_dest_wants_checked_int64_destinations():
+    with pytest.raises(TypeError, match="C-contiguous int64"):
+        kernels.append_by_dest(np.array([0], dtype=np.int32), np.zeros((1, 8), np.uint8), 0,
+                               np.zeros(1, np.uint64), np.zeros(1, np.int64), 4)

@@ -18,6 +18,8 @@ from typing import Iterator, Protocol
 
 import numpy as np
 
+from ..kernels import append_by_dest
+
 
 class Buffers(Protocol):
     """What the engine and the send window use of a mailbox's buffers (fixed or ragged records)."""
@@ -41,7 +43,8 @@ class Aggregator:
         self.capacity = capacity
         self.dtype = dtype
         self._bufs: list[np.ndarray | None] = [None] * nprocs
-        self._fill = [0] * nprocs
+        self._fill = np.zeros(nprocs, dtype=np.int64)
+        self._ptrs = np.zeros(nprocs, dtype=np.uint64)  # the buffers' addresses, for the kernel
         self._spare: list[np.ndarray] = []
         #: Records added but not yet handed out, over all destinations.
         self.nbuffered = 0
@@ -59,7 +62,7 @@ class Aggregator:
         n = recs.shape[0]
         out: list[np.ndarray] = []
         i = 0
-        fill = self._fill[dest]
+        fill = int(self._fill[dest])
         if fill:
             buf = self._bufs[dest]
             assert buf is not None
@@ -72,6 +75,7 @@ class Aggregator:
                 return out
             out.append(buf)
             self._bufs[dest] = None
+            self._ptrs[dest] = 0
             self._partial -= 1
             self.nbuffered -= cap - i  # the records that were already buffered left
             fill = 0
@@ -81,26 +85,69 @@ class Aggregator:
             i += cap
         rest = n - i
         if rest:
-            buf = self._spare.pop() if self._spare else np.empty(cap, dtype=self.dtype)
+            buf = self._install(dest)
             buf[:rest] = recs[i:]
-            self._bufs[dest] = buf
-            self._partial += 1
-            self.peak_buffers = max(self.peak_buffers, self._partial + len(self._spare))
             self.nbuffered += rest
         self._fill[dest] = rest
         return out
 
+    def append(self, dests: np.ndarray, recs: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+        """Append record i for ``dests[i]`` (C-contiguous int64, checked ranks), in order, in
+        one compiled pass (:func:`hpcbsp.kernels.append_by_dest`); yield ``(dest, message)``
+        for every buffer that becomes full, at once (before later records are appended).
+
+        Records for the caller's own rank are buffered like the others (the caller takes
+        them out with :meth:`take` when it wants them handled in order with later ones)."""
+        n = recs.shape[0]
+        rows = np.ascontiguousarray(recs).view(np.uint8).reshape(n, self.dtype.itemsize)
+        cap, i = self.capacity, 0
+        while True:
+            before = i
+            i, d = append_by_dest(dests, rows, i, self._ptrs, self._fill, cap)
+            self.nbuffered += i - before
+            if d == -1:
+                return
+            if d >= 0:
+                buf = self._bufs[d]
+                assert buf is not None
+                self._bufs[d] = None
+                self._ptrs[d] = 0
+                self._fill[d] = 0
+                self._partial -= 1
+                self.nbuffered -= cap
+                yield d, buf
+            else:
+                self._install(-d - 2)
+
+    def _install(self, dest: int) -> np.ndarray:
+        """A buffer (a spare, or new) for ``dest``, which has none."""
+        buf = self._spare.pop() if self._spare else np.empty(self.capacity, dtype=self.dtype)
+        self._bufs[dest] = buf
+        self._ptrs[dest] = buf.ctypes.data
+        self._partial += 1
+        self.peak_buffers = max(self.peak_buffers, self._partial + len(self._spare))
+        return buf
+
+    def take(self, dest: int) -> np.ndarray | None:
+        """Hand out ``dest``'s partly filled buffer (its records), if it has one."""
+        fill = int(self._fill[dest])
+        if not fill:
+            return None
+        buf = self._bufs[dest]
+        assert buf is not None
+        self._bufs[dest] = None
+        self._ptrs[dest] = 0
+        self._fill[dest] = 0
+        self._partial -= 1
+        self.nbuffered -= fill
+        return buf[:fill]
+
     def drain(self) -> Iterator[tuple[int, np.ndarray]]:
         """Hand out every partly filled buffer as ``(dest, records)`` and empty it."""
-        for dest, fill in enumerate(self._fill):
-            if fill:
-                buf = self._bufs[dest]
-                assert buf is not None
-                self._bufs[dest] = None
-                self._fill[dest] = 0
-                self._partial -= 1
-                self.nbuffered -= fill
-                yield dest, buf[:fill]
+        for dest in np.flatnonzero(self._fill).tolist():
+            part = self.take(dest)
+            assert part is not None
+            yield dest, part
 
     def recycle(self, msg: np.ndarray) -> None:
         """Take back a message whose send completed, if it is a whole buffer this object made.

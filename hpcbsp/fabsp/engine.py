@@ -324,7 +324,10 @@ class Engine:
             for box in self.boxes:
                 if box.aggregator.nbuffered:
                     for dest, msg in list(box.aggregator.drain()):
-                        self.ship(box, dest, msg)
+                        if dest == self.pid:   # (a mailbox may buffer records to itself)
+                            self.enqueue_local(box, msg, box.count(msg))
+                        else:
+                            self.ship(box, dest, msg)
 
     def _complete_sends(self) -> None:
         for box in self.boxes:

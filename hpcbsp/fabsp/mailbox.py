@@ -236,6 +236,28 @@ class Mailbox:
                 self._ship_envelopes(*self._relay.outgoing(dests, recs))
             return
         me = self._bsp.pid
+        if np.ndim(pid) != 0:
+            # One compiled pass appends each record to its destination's buffer (no sort).
+            dests = check_pids(pid, self._bsp.nprocs, recs.size, me, f"{self.name}.send")
+            if not recs.size or not accepting:
+                return
+            engine.count_sent(self, recs.size)
+            assert not isinstance(dests, int)
+            moved = False
+            with engine.holding_handlers():  # nothing may overtake these messages (see there)
+                for dest, msg in self._fixed.append(dests, recs):
+                    if dest == me:
+                        engine.enqueue_local(self, msg, msg.shape[0])
+                    else:
+                        engine.ship(self, dest, msg)
+                    moved = True
+                mine = self._fixed.take(me)  # into the inbox now, ahead of any later send
+                if mine is not None:
+                    engine.enqueue_local(self, mine, mine.shape[0])
+                    moved = True
+            if moved:
+                engine.after_send()
+            return
         grouped, groups, fresh = split_by_destination(me, self._bsp.nprocs, pid, recs, f"{self.name}.send")
         if not groups or not accepting:
             return

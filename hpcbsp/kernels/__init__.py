@@ -6,7 +6,8 @@ The kernels know nothing of MPI.  Every kernel has a numpy reference beside it i
 Cython (imported eagerly; importing this package fails with :class:`KernelsNotBuiltError`
 when the extensions were not built):
 
-- :func:`group_by_dest` - stable grouping of items by destination rank;
+- :func:`group_by_dest` - stable grouping of items by destination rank; :func:`append_by_dest`
+  - appending records to per-destination buffers in one pass;
 - :func:`scatter_add`, :func:`gather` - histogram update and index-gather, bounds-checked;
 - :mod:`.elements` - packing element puts by destination and applying them in order;
 - :func:`sum`, :func:`dot`, :func:`sqnorm`, :func:`minmax` - one-pass reductions;
@@ -38,7 +39,7 @@ from .exact_sum import (  # noqa: E402 - only once the extensions are known to b
     exact_sum_round,
     exact_sum_state,
 )
-from .grouping import group_by_dest  # noqa: E402
+from .grouping import append_by_dest, group_by_dest  # noqa: E402
 from .indexed import gather, scatter_add  # noqa: E402
 from .reductions import dot, minmax, sqnorm, sum  # noqa: E402,A004
 
@@ -49,7 +50,7 @@ _NUMBA_NAMES = tuple(_NUMBA_HOMES)
 
 __all__ = [
     "KernelsNotBuiltError", "require_compiled", "compiled_status",
-    "group_by_dest", "scatter_add", "gather", "sum", "dot", "sqnorm", "minmax",
+    "append_by_dest", "group_by_dest", "scatter_add", "gather", "sum", "dot", "sqnorm", "minmax",
     "exact_sum_state", "exact_sum_round", "exact_sum", "exact_sum_fast_path_enabled", "EXACT_SUM_STATE_LEN",
     "EXACT_SUM_MAX_MERGE", *_NUMBA_NAMES,
 ]

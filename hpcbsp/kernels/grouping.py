@@ -44,3 +44,22 @@ def group_by_dest(dest: Any, nprocs: int) -> tuple[np.ndarray, np.ndarray]:
     """
     d = as_index_array(dest, "destination")
     return MODULES["_grouping"].group_by_dest(d, operator.index(nprocs))
+
+
+def append_by_dest(dest: np.ndarray, rows: np.ndarray, start: int, bufs: np.ndarray, fill: np.ndarray,
+                   capacity: int) -> tuple[int, int]:
+    """Append records to per-destination buffers in order until one fills or is missing.
+
+    ``dest``: C-contiguous int64 destinations, already checked to lie in ``[0, len(bufs))``;
+    ``rows``: the records as a C-contiguous ``(n, itemsize)`` uint8 array; ``bufs[d]``: the
+    address of d's buffer of ``capacity`` records (uint64; 0 for none); ``fill[d]``: records in
+    it (int64, updated).  Returns ``(next, d)``: the first record not appended, and ``d >= 0``
+    if d's buffer just became full, ``-d - 2`` if record ``next`` needs a buffer for d, ``-1``
+    if every record was appended.  The caller keeps the buffers alive and their addresses right
+    (:class:`hpcbsp.fabsp.aggregation.Aggregator` does).  Numpy oracle: appending one record at
+    a time (tests/test_kernels_grouping.py).
+    """
+    if dest.dtype != np.int64 or not dest.flags.c_contiguous:
+        raise TypeError("append_by_dest: destinations must be a C-contiguous int64 array")
+    return MODULES["_grouping"].append_by_dest(dest, rows, operator.index(start), bufs, fill,
+                                               operator.index(capacity))
