@@ -163,3 +163,13 @@ def append_by_dest(const int64_t[::1] dest, const unsigned char[:, ::1] rows, Py
     if <char*>bufs[dest[i]] == NULL:
         return i, -dest[i] - 2
     return i + 1, dest[i]
+
+
+def first_outside(const int64_t[::1] dest, Py_ssize_t nprocs):
+    """The position of the first destination outside ``[0, nprocs)``, or -1 (one pass)."""
+    if dest.shape[0] == 0:
+        return -1
+    cdef Py_ssize_t bad
+    with nogil:
+        bad = _first_bad(&dest[0], dest.shape[0], <uint64_t>nprocs)
+    return bad

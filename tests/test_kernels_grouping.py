@@ -149,3 +149,18 @@ def test_append_by_dest_wants_checked_int64_destinations():
     with pytest.raises(TypeError, match="C-contiguous int64"):
         kernels.append_by_dest(np.array([0], dtype=np.int32), np.zeros((1, 8), np.uint8), 0,
                                np.zeros(1, np.uint64), np.zeros(1, np.int64), 4)
+
+
+@pytest.mark.parametrize("bad_at", [None, 0, 3, 999])
+def test_check_dests_names_the_first_destination_out_of_range(bad_at):
+    """Oracle: ``np.flatnonzero((dest < 0) | (dest >= nprocs))[0]``."""
+    dest = np.random.default_rng(2).integers(0, 5, 1000)
+    if bad_at is not None:
+        dest[bad_at] = 5 if bad_at % 2 else -7
+        dest[bad_at + 1 if bad_at < 999 else 0] = 9
+        first = int(np.flatnonzero((dest < 0) | (dest >= 5))[0])
+        with pytest.raises(ValueError, match=rf"destination {dest[first]} at position {first} is outside \[0, 5\)"):
+            kernels.check_dests(dest, 5)
+    else:
+        kernels.check_dests(dest, 5)
+    kernels.check_dests(np.empty(0, dtype=np.int64), 0)

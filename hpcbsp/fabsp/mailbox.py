@@ -53,10 +53,10 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from ..kernels import group_by_dest
+from ..kernels import check_dests, group_by_dest
 from ..runtime.control import Kind
 from ..runtime.errors import UsageError
-from ..runtime.records import as_records, check_pids, destination_slices, split_by_destination
+from ..runtime.records import as_records, check_pids, destination_slices, pid_array, split_by_destination
 from .aggregation import SPARES, Aggregator, Buffers
 from .backpressure import SendWindow
 from .engine import Engine, default_buffer
@@ -238,11 +238,15 @@ class Mailbox:
         me = self._bsp.pid
         if np.ndim(pid) != 0:
             # One compiled pass appends each record to its destination's buffer (no sort).
-            dests = check_pids(pid, self._bsp.nprocs, recs.size, me, f"{self.name}.send")
+            dests = pid_array(pid, recs.size, me, f"{self.name}.send")
+            try:
+                check_dests(dests, self._bsp.nprocs)
+            except ValueError as exc:
+                raise UsageError(f"{where}: {exc} (ranks of this BSP program: "
+                                 f"0..{self._bsp.nprocs - 1})") from None
             if not recs.size or not accepting:
                 return
             engine.count_sent(self, recs.size)
-            assert not isinstance(dests, int)
             moved = False
             with engine.holding_handlers():  # nothing may overtake these messages (see there)
                 for dest, msg in self._fixed.append(dests, recs):

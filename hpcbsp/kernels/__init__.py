@@ -39,7 +39,7 @@ from .exact_sum import (  # noqa: E402 - only once the extensions are known to b
     exact_sum_round,
     exact_sum_state,
 )
-from .grouping import append_by_dest, group_by_dest  # noqa: E402
+from .grouping import append_by_dest, check_dests, group_by_dest  # noqa: E402
 from .indexed import gather, scatter_add  # noqa: E402
 from .reductions import dot, minmax, sqnorm, sum  # noqa: E402,A004
 
@@ -50,7 +50,7 @@ _NUMBA_NAMES = tuple(_NUMBA_HOMES)
 
 __all__ = [
     "KernelsNotBuiltError", "require_compiled", "compiled_status",
-    "append_by_dest", "group_by_dest", "scatter_add", "gather", "sum", "dot", "sqnorm", "minmax",
+    "append_by_dest", "check_dests", "group_by_dest", "scatter_add", "gather", "sum", "dot", "sqnorm", "minmax",
     "exact_sum_state", "exact_sum_round", "exact_sum", "exact_sum_fast_path_enabled", "EXACT_SUM_STATE_LEN",
     "EXACT_SUM_MAX_MERGE", *_NUMBA_NAMES,
 ]

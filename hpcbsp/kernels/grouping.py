@@ -63,3 +63,11 @@ def append_by_dest(dest: np.ndarray, rows: np.ndarray, start: int, bufs: np.ndar
         raise TypeError("append_by_dest: destinations must be a C-contiguous int64 array")
     return MODULES["_grouping"].append_by_dest(dest, rows, operator.index(start), bufs, fill,
                                                operator.index(capacity))
+
+
+def check_dests(dest: np.ndarray, nprocs: int) -> None:
+    """Raise ``ValueError`` naming the first of ``dest`` (C-contiguous int64) outside
+    ``[0, nprocs)``, in one compiled pass (numpy's min and max take two)."""
+    bad = MODULES["_grouping"].first_outside(dest, operator.index(nprocs))
+    if bad >= 0:
+        raise ValueError(f"destination {dest[bad]} at position {bad} is outside [0, {nprocs})")

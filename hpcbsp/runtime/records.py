@@ -83,6 +83,12 @@ def check_pids(pid: int | np.ndarray, nprocs: int, nrecords: int, me: int,
     return dests
 
 
+def pid_array(pid: object, nrecords: int, me: int, where: str) -> np.ndarray:
+    """``pid`` as a C-contiguous int64 array of one destination per record, its ranks not
+    checked (a :class:`UsageError` if it is not an integer array of ``nrecords``)."""
+    return np.ascontiguousarray(_pid_array(pid, nrecords, me, where), dtype=np.int64)
+
+
 def _pid_array(pid: object, nrecords: int, me: int, where: str) -> np.ndarray:
     dests = np.asarray(pid)
     if dests.shape != (nrecords,) or dests.dtype.kind not in "iu":
