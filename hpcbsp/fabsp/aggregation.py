@@ -100,22 +100,17 @@ class Aggregator:
         them out with :meth:`take` when it wants them handled in order with later ones)."""
         n = recs.shape[0]
         rows = np.ascontiguousarray(recs).view(np.uint8).reshape(n, self.dtype.itemsize)
-        cap, i = self.capacity, 0
+        i = 0
         while True:
             before = i
-            i, d = append_by_dest(dests, rows, i, self._ptrs, self._fill, cap)
+            i, d = append_by_dest(dests, rows, i, self._ptrs, self._fill, self.capacity)
             self.nbuffered += i - before
             if d == -1:
                 return
             if d >= 0:
-                buf = self._bufs[d]
-                assert buf is not None
-                self._bufs[d] = None
-                self._ptrs[d] = 0
-                self._fill[d] = 0
-                self._partial -= 1
-                self.nbuffered -= cap
-                yield d, buf
+                full = self.take(d)
+                assert full is not None
+                yield d, full
             else:
                 self._install(-d - 2)
 
@@ -129,7 +124,7 @@ class Aggregator:
         return buf
 
     def take(self, dest: int) -> np.ndarray | None:
-        """Hand out ``dest``'s partly filled buffer (its records), if it has one."""
+        """Hand out ``dest``'s buffer (the whole buffer if full, else its records), if it has one."""
         fill = int(self._fill[dest])
         if not fill:
             return None
@@ -140,7 +135,7 @@ class Aggregator:
         self._fill[dest] = 0
         self._partial -= 1
         self.nbuffered -= fill
-        return buf[:fill]
+        return buf if fill == self.capacity else buf[:fill]
 
     def drain(self) -> Iterator[tuple[int, np.ndarray]]:
         """Hand out every partly filled buffer as ``(dest, records)`` and empty it."""

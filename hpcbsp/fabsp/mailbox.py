@@ -266,20 +266,7 @@ class Mailbox:
         if not groups or not accepting:
             return
         engine.count_sent(self, recs.size)
-        moved = False
-        with engine.holding_handlers():  # nothing may overtake these messages (see there)
-            for dest, start, stop in groups:
-                part = grouped[start:stop]
-                if dest == me:
-                    batch = part if fresh else part.copy()
-                    engine.enqueue_local(self, batch, batch.shape[0])
-                    moved = True
-                else:
-                    for msg in self._fixed.add(dest, part, owned=fresh):
-                        engine.ship(self, dest, msg)
-                        moved = True
-        if moved:  # something left the buffers: let this rank's handlers keep up
-            engine.after_send()
+        self._ship_groups(grouped, groups, fresh)
 
     def done(self) -> None:
         """Collective: finish this mailbox's traffic of the superstep; the phase end of a phased
@@ -402,17 +389,24 @@ class Mailbox:
 
     def _ship_envelopes(self, env: np.ndarray, groups: Groups) -> None:
         """Envelopes grouped by next hop (fresh, owned) into the buffers or, for this rank, the inbox."""
+        self._ship_groups(env, groups, owned=True)
+
+    def _ship_groups(self, records: np.ndarray, groups: Groups, owned: bool) -> None:
+        """Records grouped by (next) destination, ``(dest, start, stop)`` slices of ``records``,
+        into the buffers (full ones shipped) or, for this rank, the inbox.  ``owned``: the
+        caller gives ``records`` up, so slices of it may travel without a copy."""
         engine, me = self._engine, self._bsp.pid
         moved = False
-        with engine.holding_handlers():  # nothing may overtake these messages
-            for hop, start, stop in groups:
-                part = env[start:stop]
-                if hop == me:
-                    engine.enqueue_local(self, part, part.shape[0])
+        with engine.holding_handlers():  # nothing may overtake these messages (see there)
+            for dest, start, stop in groups:
+                part = records[start:stop]
+                if dest == me:
+                    batch = part if owned else part.copy()
+                    engine.enqueue_local(self, batch, batch.shape[0])
                     moved = True
                 else:
-                    for msg in self._fixed.add(hop, part, owned=True):
-                        engine.ship(self, hop, msg)
+                    for msg in self._fixed.add(dest, part, owned=owned):
+                        engine.ship(self, dest, msg)
                         moved = True
-        if moved:
+        if moved:  # something left the buffers: let this rank's handlers keep up
             engine.after_send()
