@@ -65,6 +65,29 @@ def test_aggregator_copies_unowned_records_and_recycles_buffers():
     assert dest == 1 and msg.tolist() == [9]
 
 
+def test_aggregator_append_matches_add_and_recycles_whole_buffers():
+    """The compiled porter (``append``) against ``add`` record by record (the oracle): the same
+    full messages in the same order, the same partial buffers at the drain; and its full
+    buffers are whole arrays that come back as spares."""
+    rng = np.random.default_rng(8)
+    porter = Aggregator(3, np.dtype(np.int64), capacity=6)
+    oracle = Aggregator(3, np.dtype(np.int64), capacity=6)
+    got, want = [], []
+    for step in range(30):
+        dests = rng.integers(0, 3, int(rng.integers(0, 20)))
+        recs = np.arange(dests.size, dtype=np.int64) + 100 * step
+        for dest, msg in porter.append(dests, recs):
+            assert msg.base is None and msg.shape == (6,)
+            got.append((dest, msg.tolist()))
+            porter.recycle(msg)
+        for d, r in zip(dests.tolist(), recs.tolist()):
+            want += [(d, m.tolist()) for m in oracle.add(d, np.array([r]), owned=False)]
+        assert porter.nbuffered == oracle.nbuffered
+    assert got == want
+    assert [(d, m.tolist()) for d, m in porter.drain()] == [(d, m.tolist()) for d, m in oracle.drain()]
+    assert porter.peak_buffers <= 3 + 4, "three partial buffers and at most four spares"
+
+
 def test_default_buffer_bounds():
     assert default_buffer(8, 2) == (512 << 10) // 8
     assert default_buffer(8, 4096) == (64 << 10) // 8
