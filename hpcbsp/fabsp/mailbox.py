@@ -53,14 +53,14 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from ..kernels import check_dests, group_by_dest
+from ..kernels import check_dests
 from ..runtime.control import Kind
 from ..runtime.errors import UsageError
-from ..runtime.records import as_records, check_pids, destination_slices, pid_array, split_by_destination
+from ..runtime.records import as_records, check_pids, pid_array, split_by_destination
 from .aggregation import SPARES, Aggregator, Buffers
 from .backpressure import SendWindow
 from .engine import Engine, default_buffer
-from .ragged import WORD, RaggedAggregator, count_records, gather_records, unpack
+from .ragged import WORD, RaggedAggregator, count_records, group_ragged, unpack
 from .relay import Groups, Relay
 from .routing import ROUTINGS, Grid, resolve_routing
 
@@ -202,20 +202,21 @@ class Mailbox:
     def send(self, pid: int | np.ndarray, records: object, lengths: object = None) -> None:
         """Send ``records`` to ``pid`` (an int), or record i to ``pid[i]`` (an integer array).
 
-        Ragged mailbox: ``records`` are the values of the records concatenated and ``lengths``
-        the length of each (record i to ``pid`` or ``pid[i]``); without ``lengths`` the whole
-        array is one record.  A record larger than a buffer (``buffer`` values, less 16 bytes)
-        is refused.  h-relation: its values' bytes plus 8, one message per record.
-
         Returns once the records are copied into buffers (or sent); the handler runs on the
         destination before the next ``sync`` returns there.  Raises :class:`UsageError` at the
-        call for a pid out of range, records that do not convert to the mailbox's dtype, or a
-        pid array whose length differs from the number of records.
+        call, sending nothing, for a pid out of range, records that do not convert to the
+        mailbox's dtype, a pid array whose length differs from the number of records, or a
+        mailbox that is done (:meth:`done`).
+
+        Ragged mailbox: ``records`` are the records' values concatenated and ``lengths`` the
+        length of each; without ``lengths`` the whole array is one record (for one ``pid``).  A
+        record larger than a buffer (``buffer`` values, less 16 bytes) is refused.
 
         h-relation: ``itemsize`` bytes and one message per record out of this rank and into its
         destination (records to this rank itself are not counted); the ``ceil(n / buffer)``
         MPI messages that carry them are not counted separately.  Routed: every hop counts,
         with the envelope's bytes (``wire_dtype.itemsize``), on the ranks it leaves and enters.
+        Ragged: a record's values' bytes plus 8.
         """
         engine = self._engine
         where = f"rank {self._bsp.pid}: {self.name}.send"
@@ -332,41 +333,14 @@ class Mailbox:
 
     def _send_ragged(self, pid: int | np.ndarray, values: np.ndarray, lengths: object, where: str,
                      accepting: bool) -> None:
-        me, nprocs = self._bsp.pid, self._bsp.nprocs
-        if lengths is None:
-            if np.ndim(pid) != 0:
-                raise UsageError(f"{where}: without lengths= the array is one record, for one pid; "
-                                 "give lengths= to send several records")
-            lens = np.array([values.size], dtype=np.int64)
-        else:
-            lens = np.asarray(lengths)
-            if lens.ndim != 1 or lens.dtype.kind not in "iu" or (lens.size and int(lens.min()) < 0):
-                raise UsageError(f"{where}: lengths must be a 1-D array of non-negative integers, "
-                                 f"got {lens.dtype} of shape {lens.shape}")
-            lens = lens.astype(np.int64)
-            if int(lens.sum()) != values.size:
-                raise UsageError(f"{where}: lengths add up to {int(lens.sum())} but {values.size} "
-                                 "values were given")
+        me = self._bsp.pid
         limit = (self.buffer * self.dtype.itemsize - 2 * WORD) // self.dtype.itemsize
-        if lens.size and int(lens.max()) > limit:
-            raise UsageError(f"{where}: a record of {int(lens.max())} values is larger than the "
-                             f"mailbox's buffer allows ({limit} values); create it with a larger "
-                             "buffer=")
-        dests = check_pids(pid, nprocs, lens.size, me, f"{self.name}.send")
-        if not lens.size or not accepting:
+        nrecords, groups = group_ragged(pid, values, lengths, limit, self._bsp.nprocs, me, where,
+                                        f"{self.name}.send")
+        if not nrecords or not accepting:
             return
         engine = self._engine
-        engine.count_sent(self, lens.size)
-        if isinstance(dests, int):
-            groups = [(dests, values.copy(), lens)]  # (the caller's array may change later)
-        else:
-            perm, counts = group_by_dest(dests, nprocs)
-            vals, lns = gather_records(values, lens, perm)
-            ends = np.cumsum(lns)
-            groups = []
-            for dest, start, stop in destination_slices(counts):
-                v0 = int(ends[start - 1]) if start else 0
-                groups.append((dest, vals[v0:int(ends[stop - 1])], lns[start:stop]))
+        engine.count_sent(self, nrecords)
         moved = False
         with engine.holding_handlers():  # nothing may overtake these messages
             for dest, vals, lns in groups:

@@ -9,15 +9,19 @@ message is::
 so a record costs ``8 + length * itemsize`` bytes on the wire.  :class:`RaggedAggregator` keeps,
 per destination, the records not sent yet and hands out a message as soon as they reach the
 mailbox's ``capacity`` bytes, cutting only between records (a record is never split; one larger
-than ``capacity - 8`` bytes is refused by the mailbox at the send).  Order is kept per
-destination.  No MPI in here: the mailbox ships what :meth:`RaggedAggregator.add` and
-:meth:`RaggedAggregator.drain` return.
+than ``capacity - 16`` bytes is refused at the send by :func:`group_ragged`, which also checks
+and groups a send's arguments).  Order is kept per destination.  No MPI in here: the mailbox
+ships what :meth:`RaggedAggregator.add` and :meth:`RaggedAggregator.drain` return.
 """
 from __future__ import annotations
 
 from typing import Iterator
 
 import numpy as np
+
+from ..kernels import group_by_dest
+from ..runtime.errors import UsageError
+from ..runtime.records import check_pids, destination_slices
 
 #: Bytes of the record count at the head of a message, and of each record's length.
 WORD = 8
@@ -57,6 +61,48 @@ def gather_records(values: np.ndarray, lengths: np.ndarray, order: np.ndarray) -
     out_starts = np.cumsum(lens) - lens
     index = np.repeat(starts[order] - out_starts, lens) + np.arange(total)
     return values[index], lens
+
+
+def group_ragged(pid: int | np.ndarray, values: np.ndarray, lengths: object, limit: int, nprocs: int,
+                 me: int, where: str, call: str) -> tuple[int, list[tuple[int, np.ndarray, np.ndarray]]]:
+    """A ragged ``send``'s arguments checked and its records grouped by destination.
+
+    ``values``: the records' values (1-D, the mailbox's dtype); ``lengths``: one per record, or
+    None for one record of all of ``values`` (then ``pid`` must be an int); ``limit``: the most
+    values a record may have.  Returns ``(records, [(dest, values, lengths), ...])`` in
+    ascending destination, record order kept within one, every array fresh (the caller's may
+    change).  Raises :class:`UsageError` (``where``: the rank and call; ``call`` for the pid
+    check) before anything is sent.
+    """
+    if lengths is None:
+        if np.ndim(pid) != 0:
+            raise UsageError(f"{where}: without lengths= the array is one record, for one pid; "
+                             "give lengths= to send several records")
+        lens = np.array([values.size], dtype=np.int64)
+    else:
+        lens = np.asarray(lengths)
+        if lens.ndim != 1 or lens.dtype.kind not in "iu" or (lens.size and int(lens.min()) < 0):
+            raise UsageError(f"{where}: lengths must be a 1-D array of non-negative integers, "
+                             f"got {lens.dtype} of shape {lens.shape}")
+        lens = lens.astype(np.int64)
+        if int(lens.sum()) != values.size:
+            raise UsageError(f"{where}: lengths add up to {int(lens.sum())} but {values.size} "
+                             "values were given")
+    if lens.size and int(lens.max()) > limit:
+        raise UsageError(f"{where}: a record of {int(lens.max())} values is larger than the "
+                         f"mailbox's buffer allows ({limit} values); create it with a larger "
+                         "buffer=")
+    dests = check_pids(pid, nprocs, lens.size, me, call)
+    if isinstance(dests, int):
+        return lens.size, [(dests, values.copy(), lens)]
+    perm, counts = group_by_dest(dests, nprocs)
+    vals, lns = gather_records(values, lens, perm)
+    ends = np.cumsum(lns)
+    groups = []
+    for dest, start, stop in destination_slices(counts):
+        v0 = int(ends[start - 1]) if start else 0
+        groups.append((dest, vals[v0:int(ends[stop - 1])], lns[start:stop]))
+    return lens.size, groups
 
 
 class RaggedAggregator:
