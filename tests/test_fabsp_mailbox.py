@@ -470,3 +470,19 @@ def test_ragged_bad_input_is_refused_at_the_call(bsp):
         bsp.mailbox(lambda v, k: None, np.int64, ragged=True, routing="2d")
     bsp.sync()
     assert bsp.ledger[-1].msgs_out == 0, "refused sends send nothing"
+
+
+@mpi
+def test_ragged_mailbox_done_before_the_sync(bsp):
+    """``done()`` on a ragged mailbox: every record is in before the sync.  Oracle: the
+    regenerated records of every rank."""
+    p, me, n = bsp.nprocs, bsp.pid, 120
+    got: list[list[int]] = []
+    box = bsp.mailbox(lambda v, k: got.extend(x.tolist() for x in np.split(v, np.cumsum(k)[:-1])),
+                      np.int64, ragged=True, buffer=50)
+    dests, lens, recs = _ragged_from(me, p, n)
+    box.send(dests, np.concatenate(recs), lengths=lens)
+    box.done()
+    want = sorted(r.tolist() for s in range(p) for d, r in zip(*[_ragged_from(s, p, n)[i] for i in (0, 2)]) if d == me)
+    assert sorted(got) == want
+    bsp.sync()
