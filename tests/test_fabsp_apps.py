@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from mpi4py import MPI
 
+import hpcbsp
 from hpcbsp.apps.irregular import bfs, histogram, index_gather, toposort, triangles
 from hpcbsp.apps.irregular.graphs import bfs_levels, erdos_renyi, rmat, triangles_dense
 from hpcbsp.apps.irregular.rma import gather_rma, histogram_rma
@@ -101,3 +103,8 @@ def test_toposort(bsp, mode, routing):
     out = toposort.run_toposort(bsp, mode, 500, 6.0, seed=4, **kw)
     assert out.ok is True
     assert out.updates == len(range(bsp.pid, 500, bsp.nprocs))
+    # The levels: FA-BSP propagates them along its messages, BSP counts its supersteps; the
+    # BSP version on one rank (no MPI traffic at all) is the reference for both.
+    with hpcbsp.BSP(comm=MPI.COMM_SELF) as alone:
+        ref = toposort.run_toposort(alone, "bsp", 500, 6.0, seed=4, check=False)
+    assert out.detail.split("; ")[1].split()[0] == ref.detail.split("; ")[1].split()[0]

@@ -11,14 +11,15 @@ every other row that has one in it.  Rows and columns are distributed cyclically
 ``i % P``); a row keeps its count of nonzeros left and the sum of their columns (so the column
 of its last one is the sum).  Modes:
 
-  fabsp  one superstep of five mailboxes.  ``transpose`` first sends every nonzero to its
-         column's owner, and ``transpose.done()`` ends that phase (the column lists must be
-         complete before any column is removed), without a sync; then a row with one nonzero
-         left *claims* a position from rank 0 (a counter; rank 0 hands out n-1, n-2, ...),
-         the answer is *placed* at the row's owner, which tells the column's owner (*pivot*),
-         which *shrinks* every other row of that column; a row left with one nonzero claims in
-         turn.  Causality orders the positions: a row can only claim after the row that freed
-         it got its position.  The sync ends it by quiescence;
+  fabsp  three mailboxes.  ``transpose`` first sends every nonzero to its column's owner,
+         and ``transpose.done()`` ends that phase (the column lists must be complete before
+         any column is removed), without a sync; then a row with one nonzero left tells the
+         column's owner (*pivot*), which *shrinks* every other row of that column; a row left
+         with one nonzero pivots in turn.  Each message carries a level: a row's level is one
+         more than the highest of the pivots that freed it (0 if it was ready at the start).
+         The sync ends the elimination by quiescence; then positions go by level (level 0
+         takes the last ones), a prefix sum over the ranks' counts per level, and one more
+         superstep tells each column's owner where its column goes;
   bsp    Kahn's algorithm by levels: every row with one nonzero left at the start of a level is
          placed in that level (positions by a prefix sum of the ranks' counts), two supersteps
          per level (the pivots to the column owners, then the shrinks to the row owners).
@@ -46,6 +47,7 @@ from .report import Outcome, report, timed
 MODES = ("fabsp", "bsp")
 PAIR = np.dtype([("a", np.int64), ("b", np.int64)])
 TRIPLE = np.dtype([("col", np.int64), ("pos", np.int64), ("row", np.int64)])
+SHRINK = np.dtype([("a", np.int64), ("b", np.int64), ("level", np.int64)])
 
 
 def scrambled_triangle(n: int, degree: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -85,6 +87,8 @@ class Part:
         self.claimed = np.zeros(self.nlocal, dtype=bool)
         self.rperm = np.full(self.nlocal, -1, dtype=np.int64)   # of rows pid, pid + P, ...
         self.cperm = np.full(self.nlocal, -1, dtype=np.int64)   # of columns pid, pid + P, ...
+        self.level = np.zeros(self.nlocal, dtype=np.int64)      # (fabsp) 1 + its pivots' levels
+        self.pivot_col = np.full(self.nlocal, -1, dtype=np.int64)  # the column each row takes
         # The rows of this rank's columns (CSR by local column), filled by the transpose.
         self.col_ptr = np.zeros(self.nlocal + 1, dtype=np.int64)
         self.col_rows = np.zeros(0, dtype=np.int64)
@@ -103,22 +107,41 @@ class Part:
         self.claimed[rows] = True
         return rows
 
-    def shrink(self, rows: np.ndarray, cols: np.ndarray) -> None:
-        """Take the nonzero (row, col) out of each (global) row of this rank."""
+    def shrink(self, rows: np.ndarray, cols: np.ndarray, levels: np.ndarray | None = None) -> None:
+        """Take the nonzero (row, col) out of each (global) row of this rank; a row's level
+        becomes at least each of ``levels`` (one more than its pivot's)."""
         local = rows // self.nprocs
         np.subtract.at(self.count, local, 1)
         np.subtract.at(self.colsum, local, cols)
+        if levels is not None:
+            np.maximum.at(self.level, local, levels)
 
-    def shrinks(self, cols: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    def shrinks(self, cols: np.ndarray, rows: np.ndarray, levels: np.ndarray | int = 0) -> np.ndarray:
         """For pivots (column ``cols[k]`` of this rank taken by row ``rows[k]``), the nonzeros
-        to take out: (other row, column) for every other row with a nonzero in the column."""
+        to take out: (other row, column, ``levels[k]``) for every other row with a nonzero in
+        the column."""
         c = cols // self.nprocs
         starts, lens = self.col_ptr[c], self.col_ptr[c + 1] - self.col_ptr[c]
         others = self.col_rows[ragged_arange(starts, lens)]
         keep = others != np.repeat(rows, lens)
-        out = np.empty(int(np.count_nonzero(keep)), dtype=PAIR)
+        out = np.empty(int(np.count_nonzero(keep)), dtype=SHRINK)
         out["a"], out["b"] = others[keep], np.repeat(cols, lens)[keep]
+        out["level"] = np.repeat(np.broadcast_to(levels, cols.shape), lens)[keep]
         return out
+
+    def place_by_level(self, bsp: BSP) -> None:
+        """``rperm`` from every row's level: level 0 takes the last positions, then level 1
+        below them, ...; within a level, rank by rank, rows in local order (collective)."""
+        top = int(bsp.allreduce(int(self.level.max()) if self.nlocal else -1, op="max"))
+        hist = np.bincount(self.level, minlength=top + 1)
+        every = np.array(bsp.gather_all(hist)).reshape(self.nprocs, top + 1)
+        below = np.concatenate([[0], np.cumsum(every.sum(axis=0))[:-1]])   # rows of lower levels
+        earlier = every[:self.pid].sum(axis=0)                             # of lower ranks
+        order = np.argsort(self.level, kind="stable")
+        starts = np.concatenate([[0], np.cumsum(hist)[:-1]])
+        within = np.empty(self.nlocal, dtype=np.int64)
+        within[order] = np.arange(self.nlocal) - np.repeat(starts, hist)
+        self.rperm[:] = self.n - 1 - below[self.level] - earlier[self.level] - within
 
     def gather(self, bsp: BSP) -> tuple[np.ndarray, np.ndarray]:
         """The whole ``rperm`` and ``cperm`` on every rank (for the check)."""
@@ -129,28 +152,19 @@ class Part:
         return rperm, cperm
 
 
-def toposort_fabsp(bsp: BSP, part: Part, **mailbox_kw: Any) -> float:
-    """The FA-BSP toposort (module notes); returns this rank's seconds."""
+def toposort_fabsp(bsp: BSP, part: Part, **mailbox_kw: Any) -> tuple[float, int]:
+    """The FA-BSP toposort (module notes); returns (this rank's seconds, levels)."""
     p, me = bsp.nprocs, bsp.pid
-    next_pos = [part.n - 1]  # rank 0's counter
     received: list[np.ndarray] = []
+    columns_built = [False]
 
     def transposed(recs: np.ndarray) -> None:          # on the column's owner
         received.append(recs.copy())
 
-    def claim(rows: np.ndarray, src: int) -> None:      # on rank 0: hand out positions
-        out = np.empty(rows.size, dtype=PAIR)
-        out["a"] = rows
-        out["b"] = next_pos[0] - np.arange(rows.size)
-        next_pos[0] -= rows.size
-        placed_box.send(src, out)
-
-    def placed(recs: np.ndarray) -> None:              # on the row's owner: row a at position b
-        local = recs["a"] // p
-        part.rperm[local] = recs["b"]
-        out = np.empty(recs.size, dtype=TRIPLE)
-        out["col"], out["pos"], out["row"] = part.colsum[local], recs["b"], recs["a"]
-        pivot_box.send(out["col"] % p, out)
+    def build_columns() -> None:
+        both = np.concatenate(received) if received else np.empty(0, dtype=PAIR)
+        part.set_columns(both["a"], both["b"])
+        columns_built[0] = True
 
     def pivot(recs: np.ndarray) -> None:               # on the column's owner
         if not columns_built[0]:
@@ -158,29 +172,26 @@ def toposort_fabsp(bsp: BSP, part: Part, **mailbox_kw: Any) -> float:
             # rank that sent it had left it): the transpose is over everywhere by then, but
             # the code after done() has not run here.  So the lists are built on first use.
             build_columns()
-        part.cperm[recs["col"] // p] = recs["pos"]
-        out = part.shrinks(recs["col"], recs["row"])
+        out = part.shrinks(recs["col"], recs["row"], recs["pos"] + 1)
         if out.size:
             shrink_box.send(out["a"] % p, out)
 
-    columns_built = [False]
-
-    def build_columns() -> None:
-        both = np.concatenate(received) if received else np.empty(0, dtype=PAIR)
-        part.set_columns(both["a"], both["b"])
-        columns_built[0] = True
-
     def shrunk(recs: np.ndarray) -> None:              # on the row's owner
-        part.shrink(recs["a"], recs["b"])
-        ready = part.ready(recs["a"] // p)
+        part.shrink(recs["a"], recs["b"], recs["level"])
+        send_pivots(part.ready(recs["a"] // p))
+
+    def send_pivots(ready: np.ndarray) -> None:
+        """Rows of this rank with one nonzero left: their column goes at their level."""
         if ready.size:
-            claim_box.send(0, ready * p + me)
+            part.pivot_col[ready] = part.colsum[ready]
+            out = np.empty(ready.size, dtype=TRIPLE)
+            out["col"], out["row"], out["pos"] = part.colsum[ready], ready * p + me, part.level[ready]
+            pivot_box.send(out["col"] % p, out)
 
     transpose = bsp.mailbox(transposed, PAIR, name="transpose", **mailbox_kw)
-    claim_box = bsp.mailbox(claim, np.int64, with_source=True, name="claim", **mailbox_kw)
-    placed_box = bsp.mailbox(placed, PAIR, name="placed", **mailbox_kw)
-    pivot_box = bsp.mailbox(pivot, TRIPLE, name="pivot", **mailbox_kw)
-    shrink_box = bsp.mailbox(shrunk, PAIR, name="shrink", **mailbox_kw)
+    pivot_box = bsp.mailbox(pivot, TRIPLE, name="pivot", **mailbox_kw)   # (pos: the level)
+    shrink_box = bsp.mailbox(shrunk, SHRINK, name="shrink", **mailbox_kw)
+    placed = bsp.queue(PAIR, name="placed")
 
     def body() -> None:
         nz = np.empty(part.rows.size, dtype=PAIR)
@@ -189,12 +200,18 @@ def toposort_fabsp(bsp: BSP, part: Part, **mailbox_kw: Any) -> float:
         transpose.done()                                   # every column list is complete
         if not columns_built[0]:
             build_columns()
-        ready = part.ready(np.arange(part.nlocal))
-        claim_box.send(0, ready * p + me)
-        bsp.sync("toposort")
+        send_pivots(part.ready(np.arange(part.nlocal)))
+        bsp.sync("toposort")                               # every row has its level
+        part.place_by_level(bsp)
+        out = np.empty(part.nlocal, dtype=PAIR)            # column of row r goes where r goes
+        out["a"], out["b"] = part.pivot_col, part.rperm
+        placed.send(out["a"] % p, out)
+        bsp.sync("columns")
+        got = placed.received()
+        part.cperm[got["a"] // p] = got["b"]
 
     seconds, _ = timed(bsp, body)
-    return seconds
+    return seconds, int(bsp.allreduce(int(part.level.max()) if part.nlocal else -1, op="max")) + 1
 
 
 def toposort_bsp(bsp: BSP, part: Part) -> tuple[float, int]:
@@ -202,7 +219,7 @@ def toposort_bsp(bsp: BSP, part: Part) -> tuple[float, int]:
     p, me = bsp.nprocs, bsp.pid
     transpose = bsp.queue(PAIR, name="transpose")
     pivots = bsp.queue(TRIPLE, name="pivot")
-    shrinks = bsp.queue(PAIR, name="shrink")
+    shrinks = bsp.queue(SHRINK, name="shrink")
     levels = [0]
 
     def body() -> None:
@@ -245,9 +262,9 @@ def run_toposort(bsp: BSP, mode: str, n: int, degree: float, seed: int = 1, chec
     """Sort on every rank; the tests and the command line call this."""
     rows, cols = scrambled_triangle(n, degree, seed)
     part = Part(rows, cols, n, bsp.pid, bsp.nprocs)
-    extra = ""
     if mode == "fabsp":
-        seconds = toposort_fabsp(bsp, part, **mailbox_kw)
+        seconds, levels = toposort_fabsp(bsp, part, **mailbox_kw)
+        extra = f"; {levels} levels (3 supersteps)"
     elif mode == "bsp":
         seconds, levels = toposort_bsp(bsp, part)
         extra = f"; {levels} levels ({2 * levels + 1} supersteps)"
