@@ -116,17 +116,19 @@ def test_envelopes_keep_order_and_origin():
     assert relay.peers.tolist() == [0, 3]
     assert relay.wire == envelope_dtype(np.dtype(np.int16), True) and relay.wire.itemsize == 10
     dests = np.array([2, 3, 1, 2, 3, 2])
-    env, groups = relay.outgoing(dests, np.arange(6, dtype=np.int16))
-    assert groups == [(0, 0, 3), (1, 3, 4), (3, 4, 6)]
-    assert env["rec"].tolist() == [0, 3, 5, 2, 1, 4] and env["to"].tolist() == [2, 2, 2, 1, 3, 3]
+    env, hops = relay.outgoing(dests, np.arange(6, dtype=np.int16))
+    assert env["rec"].tolist() == [0, 1, 2, 3, 4, 5] and env["to"].tolist() == dests.tolist()
+    assert hops.tolist() == [0, 3, 1, 0, 3, 0], "2 via 0 (along the row), 3 straight down, 1 is here"
     assert (env["from"] == 1).all()
+    env, hop = relay.outgoing(2, np.arange(2, dtype=np.int16))
+    assert hop == 0 and env["to"].tolist() == [2, 2]
     # On rank 0 (the relay for 1 -> 2), a batch mixing records for 0 and for 2 and 1:
     at0 = Relay(grid, 0, np.dtype(np.int16), with_source=True)
     batch = np.zeros(5, dtype=at0.wire)
     batch["to"], batch["from"], batch["rec"] = [2, 0, 2, 0, 1], [1, 3, 1, 2, 2], [7, 8, 9, 10, 11]
-    mine, transit, tgroups = at0.arrived(batch)
+    mine, transit, thops = at0.arrived(batch)
     assert mine["rec"].tolist() == [8, 10]
-    assert tgroups == [(1, 0, 1), (2, 1, 3)] and transit["rec"].tolist() == [11, 7, 9]
+    assert transit["rec"].tolist() == [7, 9, 11] and thops.tolist() == [2, 2, 1], "arrival order kept"
     assert [(r.tolist(), s) for r, s in at0.deliveries(mine)] == [([10], 2), ([8], 3)]
     # Without the source: one batch, the envelope has no origin field.
     plain = Relay(grid, 0, np.dtype(np.int16), with_source=False)

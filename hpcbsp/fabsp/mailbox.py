@@ -248,20 +248,7 @@ class Mailbox:
             if not recs.size or not accepting:
                 return
             engine.count_sent(self, recs.size)
-            moved = False
-            with engine.holding_handlers():  # nothing may overtake these messages (see there)
-                for dest, msg in self._fixed.append(dests, recs):
-                    if dest == me:
-                        engine.enqueue_local(self, msg, msg.shape[0])
-                    else:
-                        engine.ship(self, dest, msg)
-                    moved = True
-                mine = self._fixed.take(me)  # into the inbox now, ahead of any later send
-                if mine is not None:
-                    engine.enqueue_local(self, mine, mine.shape[0])
-                    moved = True
-            if moved:
-                engine.after_send()
+            self._ship_appended(dests, recs)
             return
         grouped, groups, fresh = split_by_destination(me, self._bsp.nprocs, pid, recs, f"{self.name}.send")
         if not groups or not accepting:
@@ -322,10 +309,10 @@ class Mailbox:
                 self._handler(values, lengths)
             return
         if self._relay is not None:
-            mine, transit, groups = self._relay.arrived(records)
-            if groups:
+            mine, transit, hops = self._relay.arrived(records)
+            if transit.size:
                 self._engine.count_sent(self, transit.size)
-                self._ship_envelopes(transit, groups)
+                self._ship_envelopes(transit, hops)
             for recs, origin in self._relay.deliveries(mine):
                 self._call(recs, origin)
             return
@@ -361,9 +348,31 @@ class Mailbox:
         else:
             self._handler(records)
 
-    def _ship_envelopes(self, env: np.ndarray, groups: Groups) -> None:
-        """Envelopes grouped by next hop (fresh, owned) into the buffers or, for this rank, the inbox."""
-        self._ship_groups(env, groups, owned=True)
+    def _ship_envelopes(self, env: np.ndarray, hops: int | np.ndarray) -> None:
+        """Envelopes, in order, to their next hops (an int for all, or one each)."""
+        if isinstance(hops, int):
+            self._ship_groups(env, [(hops, 0, env.shape[0])] if env.shape[0] else [], owned=True)
+        else:
+            self._ship_appended(hops, env)
+
+    def _ship_appended(self, dests: np.ndarray, records: np.ndarray) -> None:
+        """Record i to ``dests[i]`` (checked int64 ranks) through the compiled porter: full
+        buffers ship as they fill; this rank's records go into its inbox at the end."""
+        engine, me = self._engine, self._bsp.pid
+        moved = False
+        with engine.holding_handlers():  # nothing may overtake these messages (see there)
+            for dest, msg in self._fixed.append(dests, records):
+                if dest == me:
+                    engine.enqueue_local(self, msg, msg.shape[0])
+                else:
+                    engine.ship(self, dest, msg)
+                moved = True
+            mine = self._fixed.take(me)  # into the inbox now, ahead of any later send
+            if mine is not None:
+                engine.enqueue_local(self, mine, mine.shape[0])
+                moved = True
+        if moved:
+            engine.after_send()
 
     def _ship_groups(self, records: np.ndarray, groups: Groups, owned: bool) -> None:
         """Records grouped by (next) destination, ``(dest, start, stop)`` slices of ``records``,

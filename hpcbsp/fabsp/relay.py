@@ -4,11 +4,12 @@ A mailbox routed through a grid (:mod:`.routing`) sends each record to its next 
 destination, so the record travels in an *envelope*: a structured record ``(to, [from,] rec)``
 with the final destination (int32), the origin (int32, only when the handler asks for the
 source) and the user's record.  A rank that receives envelopes hands those addressed to it to the
-handler and passes the others on, grouped by their next hop.  No MPI and no engine in here: the
-mailbox ships what :meth:`Relay.outgoing` and :meth:`Relay.arrived` return.
+handler and passes the others on to their next hop.  No MPI and no engine in here: the mailbox
+ships the envelopes to the next hops that :meth:`Relay.outgoing` and :meth:`Relay.arrived`
+give, in order, through its buffers.
 
-Order.  Grouping is a stable counting sort, so records keep their relative order within a next
-hop; with the route fixed per (source, destination) this keeps per-pair FIFO order end to end.
+Order.  Envelopes keep their relative order on the way to each next hop; with the route fixed
+per (source, destination) this keeps per-pair FIFO order end to end.
 """
 from __future__ import annotations
 
@@ -59,33 +60,31 @@ class Relay:
         #: Every rank is a neighbour (a grid of one line): the next hop is the destination.
         self._direct = self.peers.size == self.nprocs - 1
 
-    def outgoing(self, dests: int | np.ndarray, recs: np.ndarray) -> tuple[np.ndarray, Groups]:
-        """Envelopes for ``recs`` (record i to ``dests`` or ``dests[i]``, checked ranks), grouped
-        by next hop; the group whose next hop is this rank holds the records for this rank."""
-        n = recs.shape[0]
-        env = np.empty(n, dtype=self.wire)
+    def outgoing(self, dests: int | np.ndarray, recs: np.ndarray) -> tuple[np.ndarray, int | np.ndarray]:
+        """Envelopes for ``recs`` (record i to ``dests`` or ``dests[i]``, checked ranks), in
+        order, and the next hop of each (an int if one for all; this rank for its own)."""
+        env = np.empty(recs.shape[0], dtype=self.wire)
         if self._with_source:
             env["from"] = self.me
-        if isinstance(dests, int):
-            env["to"] = dests
-            env["rec"] = recs
-            return env, ([(int(self.hops[dests]), 0, n)] if n else [])
         env["to"] = dests
         env["rec"] = recs
-        perm, counts = group_by_dest(dests if self._direct else self.hops[dests], self.nprocs)
-        return take_records(env, perm), destination_slices(counts)
+        if isinstance(dests, int):
+            return env, int(self.hops[dests])
+        return env, (dests if self._direct else self.hops[dests])
 
-    def arrived(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray, Groups]:
-        """Split a batch of envelopes: ``(for this rank, passing through grouped by next hop,
-        their groups)``."""
+    def arrived(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Split an arrived batch: ``(for this rank, passing through, their next hops)``, each
+        in arrival order (the handler runs on the first at once, so that order per source
+        holds)."""
         to = batch["to"]
         mine = to == self.me
         if mine.all():
-            return batch, batch[:0], []
+            return batch, batch[:0], to[:0].astype(np.int64)
+        if not mine.any():
+            return batch[:0], batch, self.hops[to]
         passing = np.flatnonzero(~mine)
-        perm, counts = group_by_dest(self.hops[to[passing]], self.nprocs)
-        return (take_records(batch, np.flatnonzero(mine)), take_records(batch, passing[perm]),
-                destination_slices(counts))
+        return (take_records(batch, np.flatnonzero(mine)), take_records(batch, passing),
+                self.hops[to[passing]])
 
     def deliveries(self, mine: np.ndarray) -> Iterator[tuple[np.ndarray, int]]:
         """The handler's batches in ``mine`` (envelopes for this rank): ``(records, origin)``,
