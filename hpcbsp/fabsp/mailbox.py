@@ -53,10 +53,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from ..kernels import check_dests
 from ..runtime.control import Kind
 from ..runtime.errors import UsageError
-from ..runtime.records import as_records, check_pids, pid_array, split_by_destination
+from ..runtime.records import as_records, check_pids, split_by_destination
 from .aggregation import SPARES, Aggregator, Buffers
 from .backpressure import SendWindow
 from .engine import Engine, default_buffer
@@ -136,9 +135,11 @@ class Mailbox:
         self.wire_dtype = dt if self._relay is None else self._relay.wire
         if self.ragged:
             self.wire_dtype = np.dtype(np.uint8)
+        # Bytes of one unit of ``buffer``: a record (or envelope), or a ragged record's value.
+        unit = dt.itemsize if self.ragged else self.wire_dtype.itemsize
         if buffer is None:
             peers = bsp.nprocs if self._relay is None else self._relay.peers.size + 1
-            buffer = default_buffer(dt.itemsize if self.ragged else self.wire_dtype.itemsize, peers)
+            buffer = default_buffer(unit, peers)
         for label, value in (("buffer", buffer), ("max_pending", max_pending)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise UsageError(f"{where}: {label} must be a positive integer, got {value!r}")
@@ -146,13 +147,13 @@ class Mailbox:
             raise UsageError(f"{where}: buffer={buffer} is too small for a ragged mailbox: a message "
                              f"needs {2 * WORD} bytes besides a record's values "
                              f"(at least {-(-(2 * WORD) // dt.itemsize) + 1} values of {dt})")
-        unit = dt.itemsize if self.ragged else self.wire_dtype.itemsize
         if buffer * unit > _MAX_MESSAGE_BYTES:
             raise UsageError(f"{where}: buffer of {buffer} {'values' if self.ragged else 'records'} "
                              f"of {unit} bytes exceeds the 2 GiB limit of one MPI message")
         self.name = name or getattr(handler, "__name__", "mailbox")
         self.dtype = dt
         self.buffer = int(buffer)
+        self._buffer_bytes = self.buffer * unit
         self.max_pending = int(max_pending)
         self._handler = handler
         self._with_source = bool(with_source)
@@ -164,7 +165,7 @@ class Mailbox:
                                         f"routing={self.routing}, ragged={self.ragged})")
         self._engine = Engine.of(bsp)
         self.aggregator: Buffers = \
-            RaggedAggregator(bsp.nprocs, dt, self.buffer * dt.itemsize) if self.ragged else \
+            RaggedAggregator(bsp.nprocs, dt, self._buffer_bytes) if self.ragged else \
             Aggregator(bsp.nprocs, self.wire_dtype, self.buffer)
         #: The fixed-size records' buffers (``aggregator`` itself; an unused stand-in if ragged).
         self._fixed: Aggregator = self.aggregator if isinstance(self.aggregator, Aggregator) else \
@@ -193,7 +194,7 @@ class Mailbox:
         ``buffers`` (the most aggregation buffers held at once so far) and ``buffer_bytes``
         (their bytes), and ``bound_bytes``: ``(peers + max_pending + SPARES) * buffer * itemsize``,
         what the buffers and the messages in flight can reach."""
-        nbytes = self.buffer * (self.dtype.itemsize if self.ragged else self.wire_dtype.itemsize)
+        nbytes = self._buffer_bytes
         return {"routing": self.routing, "peers": self.peers,
                 "buffers": self.aggregator.peak_buffers,
                 "buffer_bytes": self.aggregator.peak_buffers * nbytes,
@@ -239,12 +240,8 @@ class Mailbox:
         me = self._bsp.pid
         if np.ndim(pid) != 0:
             # One compiled pass appends each record to its destination's buffer (no sort).
-            dests = pid_array(pid, recs.size, me, f"{self.name}.send")
-            try:
-                check_dests(dests, self._bsp.nprocs)
-            except ValueError as exc:
-                raise UsageError(f"{where}: {exc} (ranks of this BSP program: "
-                                 f"0..{self._bsp.nprocs - 1})") from None
+            dests = check_pids(pid, self._bsp.nprocs, recs.size, me, f"{self.name}.send")
+            assert not isinstance(dests, int)
             if not recs.size or not accepting:
                 return
             engine.count_sent(self, recs.size)
@@ -321,7 +318,7 @@ class Mailbox:
     def _send_ragged(self, pid: int | np.ndarray, values: np.ndarray, lengths: object, where: str,
                      accepting: bool) -> None:
         me = self._bsp.pid
-        limit = (self.buffer * self.dtype.itemsize - 2 * WORD) // self.dtype.itemsize
+        limit = (self._buffer_bytes - 2 * WORD) // self.dtype.itemsize
         nrecords, groups = group_ragged(pid, values, lengths, limit, self._bsp.nprocs, me, where,
                                         f"{self.name}.send")
         if not nrecords or not accepting:

@@ -9,7 +9,7 @@ from typing import Any, Callable, Union
 
 import numpy as np
 
-from ..kernels import group_by_dest
+from ..kernels import check_dests, group_by_dest
 from .errors import UsageError
 
 #: What a call is, for an error message: the text, or a function that makes it (hot paths pass
@@ -76,17 +76,12 @@ def check_pids(pid: int | np.ndarray, nprocs: int, nrecords: int, me: int,
     if np.ndim(pid) == 0:
         return check_pid(pid, nprocs, me, where)
     dests = np.ascontiguousarray(_pid_array(pid, nrecords, me, where), dtype=np.int64)
-    if dests.size and (int(dests.min()) < 0 or int(dests.max()) >= nprocs):
-        at = int(np.flatnonzero((dests < 0) | (dests >= nprocs))[0])
-        raise UsageError(f"rank {me}: {where}: destination {int(dests[at])} at position {at} is "
-                         f"outside [0, {nprocs}) (ranks of this BSP program: 0..{nprocs - 1})")
+    try:
+        check_dests(dests, nprocs)  # one compiled pass
+    except ValueError as exc:
+        raise UsageError(f"rank {me}: {where}: {exc} (ranks of this BSP program: "
+                         f"0..{nprocs - 1})") from None
     return dests
-
-
-def pid_array(pid: object, nrecords: int, me: int, where: str) -> np.ndarray:
-    """``pid`` as a C-contiguous int64 array of one destination per record, its ranks not
-    checked (a :class:`UsageError` if it is not an integer array of ``nrecords``)."""
-    return np.ascontiguousarray(_pid_array(pid, nrecords, me, where), dtype=np.int64)
 
 
 def _pid_array(pid: object, nrecords: int, me: int, where: str) -> np.ndarray:
