@@ -85,6 +85,7 @@ def test_benchmark_quick_run():
     assert res.returncode == 0, res.output
     out = res.stdout
     for needle in ("histogram: FA-BSP / BSP =", "index_gather: FA-BSP / BSP =",
-                   "FA-BSP / naive =", "hidden fraction of communication"):
+                   "FA-BSP / naive =", "hidden fraction of communication",
+                   "histogram: FA-BSP / bale tuned C (151.6 M", "index_gather: FA-BSP / bale tuned C (67.9 M"):
         assert needle in out, out
     assert "CHECK FAILED" not in out
