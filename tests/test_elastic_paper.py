@@ -5,6 +5,7 @@ Oracles: scipy's Student t interval, and hand-made curves whose times to target 
 from __future__ import annotations
 
 import csv
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -56,7 +57,32 @@ def test_report_command_writes_the_table(tmp_path: Path) -> None:
 def test_bad_input_is_one_line_and_status_2(tmp_path: Path) -> None:
     for args, message in ((["report", str(tmp_path)], "curves.csv does not exist"),
                           (["run", "--workers", "3"], "--slowdown lists 4 workers but --workers is 3"),
-                          (["run", "--target", "2"], "--target must be an accuracy in (0, 1]")):
+                          (["run", "--target", "2"], "--target must be an accuracy in (0, 1]"),
+                          (["run", "--paced", "0"], "--paced must be a positive number of seconds"),
+                          (["run", "--paced", "0.02", "--extra", "--base-delay 1"],
+                           "--paced sets train.py's --compute and --base-delay")):
         proc = subprocess.run([sys.executable, "-m", "hpcbsp.elastic.paper", *args],
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_paced_runs_pass_the_pacing_to_train_and_the_report_says_so(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "hpcbsp.elastic.paper", "run", "--paced", "0.02", "--dry-run",
+                           "--seeds", "2", "--out", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.rstrip().endswith("--compute sleep --base-delay 0.02") and "--repeats 2" in proc.stdout
+    # The report names how the times were made, from the run's summary.json.
+    with (tmp_path / "curves.csv").open("w", newline="") as fh:
+        wr = csv.writer(fh)
+        wr.writerow(["mode", "policy", "repeat", "time_s", "accuracy", "loss", "updates"])
+        wr.writerow(["mpi", "bsp", 0, 1.0, 0.97, 1.0, 5])
+    config = {"argv": {"model": "cnn", "dataset": "digits", "duration": 30.0, "compute": "sleep"},
+              "timing": {"base_s": 0.02, "slowdown": [1.0, 1.0, 1.5, 3.0], "jitter": 0.1}, "model": {"name": "cnn"}}
+    (tmp_path / "summary.json").write_text(json.dumps({"config": config}))
+    assert main(["report", str(tmp_path)]) == 0
+    assert ("cnn on digits, 4 workers at slowdown 1,1,1.5,3, 30 s per seed; iteration times paced at "
+            "0.02 s x slowdown") in (tmp_path / "paper.md").read_text()
+    config["argv"]["compute"] = "real"
+    (tmp_path / "summary.json").write_text(json.dumps({"config": config}))
+    assert main(["report", str(tmp_path)]) == 0
+    assert "iteration times: the real compute x slowdown" in (tmp_path / "paper.md").read_text()

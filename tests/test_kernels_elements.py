@@ -13,7 +13,8 @@ from hpcbsp.kernels import elements, reference
 @pytest.mark.parametrize("dtype", [np.int64, np.float64, np.float32, np.uint8, np.complex128,
                                    np.dtype([("k", "i2"), ("w", "f8"), ("c", "S3")])])
 @pytest.mark.parametrize("p", [1, 3, 7])
-def test_packing_then_applying_is_the_puts_one_by_one(dtype, p):
+@pytest.mark.parametrize("width", [4, 8])
+def test_packing_then_applying_is_the_puts_one_by_one(dtype, p, width):
     rng = np.random.default_rng(p)
     sizes = rng.integers(0, 40, p).astype(np.int64)
     sizes[0] = max(sizes[0], 1)
@@ -21,12 +22,15 @@ def test_packing_then_applying_is_the_puts_one_by_one(dtype, p):
     dest = rng.choice(np.flatnonzero(sizes), n).astype(np.int64)
     offset = (rng.integers(0, 1 << 30, n) % sizes[dest]).astype(np.int64)
     values = np.frombuffer(rng.bytes(n * np.dtype(dtype).itemsize), dtype=dtype).copy()
-    packed, counts, starts = elements.pack_elements(dest, offset, values, sizes)
+    packed, counts, starts = elements.pack_elements(dest, offset, values, sizes, width=width)
     np.testing.assert_array_equal(counts, np.bincount(dest, minlength=p))
     assert all(s % 8 == 0 for s in starts)  # every record starts 8-byte aligned
+    itemsize = np.dtype(dtype).itemsize
+    assert [int(b - a) for a, b in zip(starts[:-1], starts[1:])] == \
+        [elements.record_bytes(int(c), itemsize, width) for c in counts]
     got = [np.zeros(s, dtype=dtype) for s in sizes]
     for d in range(p):
-        assert elements.apply_elements(got[d], packed[starts[d]:starts[d + 1]], int(counts[d])) == -1
+        assert elements.apply_elements(got[d], packed[starts[d]:starts[d + 1]], int(counts[d]), width) == -1
     want = [np.zeros(s, dtype=dtype) for s in sizes]
     reference.element_puts(want, dest, offset, values)
     for g, w in zip(got, want):
@@ -46,5 +50,24 @@ def test_a_record_with_an_offset_outside_the_table_stops_there():
     packed, counts, starts = elements.pack_elements(np.zeros(3, dtype=np.int64), np.array([0, 5, 1]),
                                                     np.array([1.0, 2.0, 3.0]), np.array([9], dtype=np.int64))
     table = np.zeros(4)  # smaller than the part the puts were checked against
-    assert elements.apply_elements(table, packed, 3) == 1
+    assert elements.apply_elements(table, packed, 3, elements.offset_width([9])) == 1
     np.testing.assert_array_equal(table, [1.0, 0, 0, 0])
+
+
+def test_offsets_are_four_bytes_where_every_part_fits_them():
+    """The width rule, by hand: a uint32 holds offsets 0 .. 2**32 - 1."""
+    assert elements.offset_width([0]) == 4 and elements.offset_width([]) == 4
+    assert elements.offset_width(np.array([5, 2**32])) == 4
+    assert elements.offset_width(np.array([5, 2**32 + 1])) == 8
+    # count 3: offsets 12 (4-byte) or 24 bytes, values 24 bytes; count 1 of 2-byte values: 8 + 8
+    assert elements.record_bytes(3, 8, 4) == 16 + 24 and elements.record_bytes(3, 8, 8) == 24 + 24
+    assert elements.record_bytes(1, 2, 4) == 16
+
+
+def test_a_record_too_short_for_its_count_is_refused():
+    packed, _, _ = elements.pack_elements(np.zeros(3, dtype=np.int64), np.array([0, 1, 2]),
+                                          np.array([1.0, 2.0, 3.0]), np.array([9], dtype=np.int64), width=4)
+    with pytest.raises(ValueError, match="too short"):
+        elements.apply_elements(np.zeros(9), packed[:-8], 3, 4)
+    with pytest.raises(ValueError, match="offset_bytes must be 4 or 8"):
+        elements.apply_elements(np.zeros(9), packed, 3, 2)

@@ -180,7 +180,8 @@ def bench(bsp: "hpcbsp.BSP", iters: int, mib: float, rounds: int) -> dict[str, f
         t1 = time.perf_counter()
         assert packed is not None and isinstance(el_counts, np.ndarray) and isinstance(el_starts, np.ndarray)
         d = int(np.argmax(el_counts))
-        elements.apply_elements(table, packed[el_starts[d]:el_starts[d + 1]], int(el_counts[d]))
+        elements.apply_elements(table, packed[el_starts[d]:el_starts[d + 1]], int(el_counts[d]),
+                                elements.offset_width(sizes))
         t2 = time.perf_counter()
         table[scatter_offsets] = src
         t3 = time.perf_counter()

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from ..kernels.update import sgd_step
 from .runlog import RunLog
 from .server import ServerResult, ServerTimeout, WorkerResult, poll_until, wait_request
 
@@ -130,9 +131,7 @@ def allreduce_step(bsp: Any, buf: np.ndarray, total: np.ndarray, w: np.ndarray, 
     bsp.allreduce(buf, out=total)
     if total[-1] > 0:
         return True
-    grad = total[:-1]
-    grad *= scale  # (the same rounding as w -= scale * grad)
-    w -= grad
+    sgd_step(w, total[:-1], scale)  # w -= scale * sum, one pass (numpy's rounding)
     return False
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..kernels.update import sgd_step
 from .policies.base import SyncPolicy
 from .runlog import RunLog
 
@@ -95,17 +96,17 @@ class Coordinator:
         self._waiting[worker] = True
         self._pushed_at[worker] = now
         decision = self.policy.on_push(worker, now)  # (policies decide on times, never on values)
-        scaled = False
+        direct = None
         if self.weights is not None:
             if grad is None:
                 raise ProtocolError(f"worker {worker} pushed no gradient to a server that holds weights")
-            if decision.apply == (worker,):  # applied alone, now (ASP): scaled on the way in
-                np.multiply(grad, self._lr_now(), out=self._grads[worker])
-                scaled = True
+            if decision.apply == (worker,) and grad.dtype == self.weights.dtype and grad.ndim == 1 \
+                    and grad.flags.c_contiguous:
+                direct = grad  # applied alone, now (ASP): straight from the message, one pass
             else:
                 self._grads[worker] = grad
         if decision.apply:
-            self._apply(decision.apply, scaled)
+            self._apply(decision.apply, direct)
         for w in decision.drop:
             self._consume(w)
             self.log.dropped[w] += 1
@@ -150,9 +151,9 @@ class Coordinator:
         """The step of the next update (``lr / (1 + lr_decay * version)``)."""
         return self.lr / (1.0 + self.lr_decay * self.version) if self.lr_decay else self.lr
 
-    def _apply(self, workers: tuple[int, ...], scaled: bool = False) -> None:
-        """Apply the pending gradients of ``workers`` as one update (``scaled``: the one row
-        holds ``lr * gradient`` already, written so as it arrived)."""
+    def _apply(self, workers: tuple[int, ...], direct: np.ndarray | None = None) -> None:
+        """Apply the pending gradients of ``workers`` as one update (``direct``: the one worker's
+        gradient itself, not copied into its row)."""
         idx = np.asarray(workers, dtype=np.int64)
         for w in workers:
             self._consume(w)
@@ -162,10 +163,7 @@ class Coordinator:
             lr = self._lr_now()
             if idx.size > 1:
                 self.weights -= lr * self._grads[idx].mean(axis=0)
-            else:  # in place in the consumed gradient's row (the same rounding, no temporary)
-                step = self._grads[idx[0]]
-                if not scaled:
-                    step *= lr
-                self.weights -= step
+            else:  # weights -= lr * gradient in one compiled pass, with numpy's rounding
+                sgd_step(self.weights, self._grads[idx[0]] if direct is None else direct, lr)
         self.version += 1
         self.log.updates = self.version

@@ -30,6 +30,13 @@ def element_puts(tables: list[np.ndarray], dest: np.ndarray, offset: np.ndarray,
         tables[d][o] = v
 
 
+def sgd_step(w: np.ndarray, g: np.ndarray, lr: float) -> None:
+    """``w -= lr * g`` in numpy's two passes (the product rounded to ``w``'s dtype, then the
+    difference)."""
+    t = g * lr  # lr a Python float: rounded to the arrays' dtype first (NEP 50)
+    w -= t
+
+
 def scatter_add(table: np.ndarray, idx: np.ndarray, values) -> None:
     """``np.add.at(table, idx, values)``."""
     np.add.at(table, idx, values)

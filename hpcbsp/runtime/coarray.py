@@ -134,6 +134,7 @@ class Coarray:
         self.local = local
         self.flat = local.reshape(-1)  # a view: the exchange and checkpoints address elements by it
         self.sizes = sizes
+        self._width = elements.offset_width(sizes)  # bytes per offset in put_elements records
         self.shapes = shapes if shapes is not None else tuple((n,) for n in sizes)
         self.name = name
         self.layout = layout
@@ -180,8 +181,9 @@ class Coarray:
         Equivalent to ``for i: put(pids[i], [values[i]], offsets[i])`` in that order (so of two
         puts to one element the later wins), but packed by destination and applied by compiled
         loops: one call for a million scattered words instead of a million calls.  ``values``
-        may be a scalar (the same value everywhere).  h-relation: ``8 + itemsize`` bytes per
-        element (the offset travels with the value) and one message per destination, out of
+        may be a scalar (the same value everywhere).  h-relation: ``4 + itemsize`` bytes per
+        element (the offset travels with the value; 8 bytes where a part has more than 2**32
+        elements), padded to 8 bytes per destination, and one message per destination, out of
         this rank and into each destination.
         """
         where = f"rank {self._bsp.pid}: {self.name}.put_elements"
@@ -203,7 +205,7 @@ class Coarray:
         # Packed into a pooled buffer, which large records are sent from (exchange.py).
         packed, counts, starts = elements.pack_elements(dest.astype(np.int64, copy=False),
                                                         offs.astype(np.int64, copy=False), vals, sizes,
-                                                        outbox.pool.take)
+                                                        outbox.pool.take, self._width)
         if packed is None:
             i = int(counts)  # the index of the first bad put
             if not 0 <= dest[i] < self._bsp.nprocs:
@@ -213,8 +215,7 @@ class Coarray:
                              f"(size {self.sizes[int(dest[i])]})")
         counts, starts = cast(np.ndarray, counts), cast(np.ndarray, starts)
         for d in np.flatnonzero(counts).tolist():
-            n = int(counts[d])
-            outbox.add_elements(d, self._id, n, packed[starts[d]:starts[d + 1]], n * (8 + self.itemsize))
+            outbox.add_elements(d, self._id, int(counts[d]), packed[starts[d]:starts[d + 1]])
         outbox.keep_until_sent(packed)
 
     def get(self, pid: int, offset: int = 0, count: int | None = None) -> GetFuture:
@@ -339,7 +340,7 @@ class Coarray:
         return self.flat[offset:offset + count]
 
     def _write_elements(self, record: np.ndarray, count: int) -> None:
-        bad = elements.apply_elements(self.flat, record, count)
+        bad = elements.apply_elements(self.flat, record, count, self._width)
         if bad >= 0:  # the sender checked the offsets: only a corrupted message gets here
             raise UsageError(f"rank {self._bsp.pid}: a put_elements record for {self.name} holds an offset "
                              f"outside this rank's part (element {bad})")

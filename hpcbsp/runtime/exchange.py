@@ -210,22 +210,24 @@ class Outbox:
             self.traffic.msgs_out += 1
         self.nrecords += 1
 
-    def add_elements(self, dest: int, obj_id: int, count: int, record: np.ndarray, nbytes: int) -> None:
+    def add_elements(self, dest: int, obj_id: int, count: int, record: np.ndarray) -> None:
         """Append a packed batch of ``count`` element puts to ``dest`` (``record``: the offsets,
-        then the values, padded to 8 bytes, ``nbytes`` without the padding; see
-        :func:`hpcbsp.kernels.elements.pack_elements`).
+        then the values, each padded to 8 bytes; see :mod:`hpcbsp.kernels.elements`).  The
+        header's offset field carries the record's length, so the exchange needs no knowledge of
+        its layout.
 
-        A large record for another rank travels as a message of its own, sent from ``record``
-        itself: the caller hands it over (a view of a buffer from :attr:`pool`, given to
-        :meth:`keep_until_sent`) and must not change it until the sync."""
-        if dest != self.me and record.nbytes >= LARGE_PUT_BYTES:
+        A large record travels as a message of its own, sent from ``record`` itself (for this
+        rank, applied from it: no copy into the outbox): the caller hands it over (a view of a
+        buffer from :attr:`pool`, given to :meth:`keep_until_sent`) and must not change it until
+        the sync."""
+        if record.nbytes >= LARGE_PUT_BYTES:
             self.bufs[dest] += HEADER.pack(PUT_ELEMENTS_LARGE, obj_id, record.nbytes, count)
             self.large[dest].append(record)
         else:
-            self.bufs[dest] += HEADER.pack(PUT_ELEMENTS, obj_id, 0, count)
+            self.bufs[dest] += HEADER.pack(PUT_ELEMENTS, obj_id, record.nbytes, count)
             self.bufs[dest] += record.data
         if dest != self.me:
-            self.traffic.bytes_out += nbytes
+            self.traffic.bytes_out += record.nbytes
             self.traffic.msgs_out += 1
         self.nrecords += 1
 
@@ -306,9 +308,10 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any
     reqs += [comm.Isend([np.frombuffer(outbox.bufs[d], np.uint8), MPI.BYTE], d, _TAG_DATA) for d in dests]
     # Large payloads follow their headers; they complete once the receiver has parsed the headers
     # and posted receives (MPI keeps the order of messages with one source, tag and communicator).
-    large_dests = [d for d, arrs in enumerate(outbox.large) for _ in arrs]
+    large_dests = [d for d, arrs in enumerate(outbox.large) if d != me for _ in arrs]
     large_sends = [comm.Isend([arr, MPI.BYTE], d, _TAG_LARGE)
-                   for d, arrs in enumerate(outbox.large) for arr in arrs]
+                   for d, arrs in enumerate(outbox.large) if d != me for arr in arrs]
+    own_large = iter(outbox.large[me])  # this rank's large element records, in program order
     if reqs:
         _complete(reqs, sources + dests, deadline)
     del reqs
@@ -337,17 +340,20 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any
                 large_headers = True
                 continue
             if code == PUT_ELEMENTS_LARGE:  # offset field: the record's bytes, in a message of its own
+                if src == me:  # never sent: applied from the buffer it was packed into
+                    data.append((src, PUT_ELEMENTS, obj, cnt, next(own_large)))
+                    continue
                 data.append((src, code, obj, cnt, off))
-                traffic.bytes_in += cnt * (8 + registry[obj].itemsize)
+                traffic.bytes_in += off
                 large_headers = True
                 continue
-            nbytes = cnt * registry[obj].itemsize
-            if code == PUT_ELEMENTS:  # the offsets travel too, before the values
-                data.append((src, code, obj, cnt, buf[pos:pos + 8 * cnt + nbytes]))
-                pos += 8 * cnt + nbytes + (-nbytes % 8)
+            if code == PUT_ELEMENTS:  # offset field: the record's bytes (offsets and values, padded)
+                data.append((src, code, obj, cnt, buf[pos:pos + off]))
+                pos += off
                 if src != me:
-                    traffic.bytes_in += 8 * cnt + nbytes
+                    traffic.bytes_in += off
                 continue
+            nbytes = cnt * registry[obj].itemsize
             data.append((src, code, obj, off, buf[pos:pos + nbytes]))
             pos += nbytes + (-nbytes % 8)
             if src != me:

@@ -1,0 +1,44 @@
+"""The one-pass SGD update (``hpcbsp.kernels.update.sgd_step``).
+
+Oracle: :func:`hpcbsp.kernels.reference.sgd_step`, numpy's two passes (``t = g * lr`` then
+``w -= t``), bit for bit (the kernel is built
+without fused multiply-add), on random values and on the special ones (signed zeros,
+infinities, NaN, subnormals, values whose product overflows or underflows).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hpcbsp.kernels import reference
+from hpcbsp.kernels.update import sgd_step
+
+SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-40, 3e38, -3e38, 1e-300, 1e300, 1.0, -2.5]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("lr", [0.05, 1e-3, 3.0, -0.7, 0.1 / 7])
+def test_one_pass_gives_numpys_bits(dtype, lr):
+    rng = np.random.default_rng(7)
+    n = 10_007  # not a multiple of a vector width: the loop's tail is covered
+    w = (rng.standard_normal(n) * 10.0 ** rng.integers(-8, 8, n)).astype(dtype)
+    g = (rng.standard_normal(n) * 10.0 ** rng.integers(-8, 8, n)).astype(dtype)
+    with np.errstate(all="ignore"):
+        sp = np.array(SPECIAL, dtype=dtype)
+    w[:sp.size * sp.size] = np.repeat(sp, sp.size)  # every special against every special
+    g[:sp.size * sp.size] = np.tile(sp, sp.size)
+    want = w.copy()
+    with np.errstate(all="ignore"):
+        reference.sgd_step(want, g, lr)
+        sgd_step(w, g, lr)
+    assert want.dtype == dtype
+    assert w.tobytes() == want.tobytes()
+
+
+def test_mismatched_arrays_are_refused():
+    w = np.zeros(4, dtype=np.float32)
+    for g in (np.zeros(4), np.zeros(3, dtype=np.float32), np.zeros((2, 2), dtype=np.float32)):
+        with pytest.raises(ValueError, match="sgd_step"):
+            sgd_step(w, g, 0.1)
+    with pytest.raises(ValueError, match="sgd_step"):
+        sgd_step(np.zeros(4, dtype=np.int64), np.zeros(4, dtype=np.int64), 0.1)
