@@ -18,6 +18,11 @@ cdef enum:
     PREFETCH_AHEAD = 32  # how many puts ahead apply_elements fetches the target's cache line
 
 
+cdef inline int64_t _padded(int64_t nbytes) noexcept nogil:
+    """``nbytes`` rounded up to a multiple of 8."""
+    return (nbytes + 7) // 8 * 8
+
+
 ctypedef fused offset_t:  # an offset as it travels: 4 or 8 bytes
     uint32_t
     int64_t
@@ -26,7 +31,8 @@ ctypedef fused offset_t:  # an offset as it travels: 4 or 8 bytes
 cdef Py_ssize_t _pack_loop(offset_t* kind, const int64_t[::1] dest, const int64_t[::1] offset,
                            const uint8_t* vals, Py_ssize_t itemsize, const int64_t[::1] sizes,
                            uint8_t* base, int64_t[::1] off_at, int64_t[::1] val_at) noexcept nogil:
-    """The packing pass (``kind`` only selects the offset type); -1 or the first bad put."""
+    """The packing pass; -1 or the first bad put.  ``kind`` is a NULL pointer whose type picks
+    the offset type (Cython compiles one copy of the loop per type of a fused argument)."""
     cdef Py_ssize_t i, n = dest.shape[0]
     cdef int64_t d, o
     if itemsize == 8:  # the common case (int64, float64), as plain 8-byte stores
@@ -143,10 +149,6 @@ def pack_elements(const int64_t[::1] dest, const int64_t[::1] offset, const uint
     if bad >= 0:
         return None, bad, 0
     return packed, np.asarray(counts), np.asarray(starts)
-
-
-cdef inline int64_t _padded(int64_t nbytes) noexcept nogil:
-    return (nbytes + 7) // 8 * 8
 
 
 def apply_elements(uint8_t[::1] table, Py_ssize_t itemsize, const uint8_t[::1] record, Py_ssize_t count,

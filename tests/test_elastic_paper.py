@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hpcbsp.elastic.paper import main, summarise, t_interval
+from hpcbsp.elastic.paper import _compute_mode, main, summarise, t_interval
 
 
 @pytest.mark.parametrize("n", [2, 3, 5, 12, 31, 40])
@@ -86,3 +86,30 @@ def test_paced_runs_pass_the_pacing_to_train_and_the_report_says_so(tmp_path: Pa
     (tmp_path / "summary.json").write_text(json.dumps({"config": config}))
     assert main(["report", str(tmp_path)]) == 0
     assert "iteration times: the real compute x slowdown" in (tmp_path / "paper.md").read_text()
+
+
+def test_the_compute_mode_is_resolved_as_train_does() -> None:
+    """The core-count warning is for real compute only: --compute as given (last wins, either
+    spelling), ``auto`` meaning real for torch models and paced for the numpy ones."""
+    assert _compute_mode([], "cnn") == "real" and _compute_mode([], "softmax") == "sleep"
+    assert _compute_mode(["--compute", "real"], "softmax") == "real"
+    assert _compute_mode(["--compute=sleep"], "cnn") == "sleep"
+    assert _compute_mode(["--compute", "sleep", "--compute=auto"], "student") == "real"
+
+
+def test_the_report_reads_the_resolved_mode_and_survives_a_partial_summary(tmp_path: Path) -> None:
+    with (tmp_path / "curves.csv").open("w", newline="") as fh:
+        wr = csv.writer(fh)
+        wr.writerow(["mode", "policy", "repeat", "time_s", "accuracy", "loss", "updates"])
+        wr.writerow(["mpi", "bsp", 0, 1.0, 0.97, 1.0, 5])
+    # A numpy model with the default "auto": train.py resolved it to sleep, and says so.
+    config = {"argv": {"model": "softmax", "dataset": "digits", "duration": 5.0, "compute": "auto"},
+              "timing": {"base_s": 0.01, "slowdown": [1.0, 3.0], "jitter": 0.0},
+              "model": {"name": "softmax", "compute": "sleep"}}
+    (tmp_path / "summary.json").write_text(json.dumps({"config": config}))
+    assert main(["report", str(tmp_path)]) == 0
+    assert "iteration times paced at 0.01 s x slowdown" in (tmp_path / "paper.md").read_text()
+    del config["timing"]["jitter"]  # an older or hand-made summary: no line, no traceback
+    (tmp_path / "summary.json").write_text(json.dumps({"config": config}))
+    assert main(["report", str(tmp_path)]) == 0
+    assert "iteration times" not in (tmp_path / "paper.md").read_text()

@@ -144,6 +144,15 @@ def test_coordinator_rejects_protocol_violations() -> None:
         coord.push(5, None, 2.0)
 
 
+def test_a_gradient_of_the_wrong_shape_is_refused_before_anything_changes() -> None:
+    coord = Coordinator(make_policy("asp"), 2, np.ones(4, dtype=np.float32), 0.5)
+    with pytest.raises(ProtocolError, match=r"gradient of shape \(3,\); the weights have shape \(4,\)"):
+        coord.push(0, np.ones(3, dtype=np.float32), 1.0)
+    assert coord.log.pushes[0] == 0 and coord.version == 0  # nothing was recorded
+    out = coord.push(0, np.ones(4, dtype=np.float32), 1.0)  # ASP: applied from the array itself
+    assert out.release == (0,) and coord.weights.tolist() == [0.5] * 4  # 1 - 0.5 * 1, by hand
+
+
 def test_reaching_max_updates_stops_instead_of_releasing() -> None:
     coord = Coordinator(BSP(), 3, None, 0.0, max_updates=2)
     for w in range(3):

@@ -30,7 +30,7 @@ def test_packing_then_applying_is_the_puts_one_by_one(dtype, p, width):
         [elements.record_bytes(int(c), itemsize, width) for c in counts]
     got = [np.zeros(s, dtype=dtype) for s in sizes]
     for d in range(p):
-        assert elements.apply_elements(got[d], packed[starts[d]:starts[d + 1]], int(counts[d]), width) == -1
+        assert elements.apply_elements(got[d], packed[starts[d]:starts[d + 1]], int(counts[d]), width=width) == -1
     want = [np.zeros(s, dtype=dtype) for s in sizes]
     reference.element_puts(want, dest, offset, values)
     for g, w in zip(got, want):
@@ -50,7 +50,7 @@ def test_a_record_with_an_offset_outside_the_table_stops_there():
     packed, counts, starts = elements.pack_elements(np.zeros(3, dtype=np.int64), np.array([0, 5, 1]),
                                                     np.array([1.0, 2.0, 3.0]), np.array([9], dtype=np.int64))
     table = np.zeros(4)  # smaller than the part the puts were checked against
-    assert elements.apply_elements(table, packed, 3, elements.offset_width([9])) == 1
+    assert elements.apply_elements(table, packed, 3, width=elements.offset_width([9])) == 1
     np.testing.assert_array_equal(table, [1.0, 0, 0, 0])
 
 
@@ -68,6 +68,13 @@ def test_a_record_too_short_for_its_count_is_refused():
     packed, _, _ = elements.pack_elements(np.zeros(3, dtype=np.int64), np.array([0, 1, 2]),
                                           np.array([1.0, 2.0, 3.0]), np.array([9], dtype=np.int64), width=4)
     with pytest.raises(ValueError, match="too short"):
-        elements.apply_elements(np.zeros(9), packed[:-8], 3, 4)
+        elements.apply_elements(np.zeros(9), packed[:-8], 3, width=4)
     with pytest.raises(ValueError, match="offset_bytes must be 4 or 8"):
-        elements.apply_elements(np.zeros(9), packed, 3, 2)
+        elements.apply_elements(np.zeros(9), packed, 3, width=2)
+
+
+def test_offsets_too_narrow_for_the_parts_are_refused():
+    """4-byte offsets would wrap an offset past 2**32: packing refuses them before anything."""
+    with pytest.raises(ValueError, match="4-byte offsets cannot hold"):
+        elements.pack_elements(np.zeros(1, dtype=np.int64), np.array([2**32 + 5]), np.ones(1),
+                               np.array([2**32 + 6], dtype=np.int64), width=4)

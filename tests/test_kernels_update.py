@@ -42,3 +42,12 @@ def test_mismatched_arrays_are_refused():
             sgd_step(w, g, 0.1)
     with pytest.raises(ValueError, match="sgd_step"):
         sgd_step(np.zeros(4, dtype=np.int64), np.zeros(4, dtype=np.int64), 0.1)
+    big = np.zeros(8, dtype=np.float32)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        sgd_step(big[::2], np.zeros(4, dtype=np.float32), 0.1)
+    with pytest.raises(ValueError, match="overlap"):
+        sgd_step(big[:4], big[2:6], 0.1)
+    frozen = np.zeros(4, dtype=np.float32)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="writeable"):
+        sgd_step(frozen, np.zeros(4, dtype=np.float32), 0.1)

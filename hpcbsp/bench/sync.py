@@ -181,7 +181,7 @@ def bench(bsp: "hpcbsp.BSP", iters: int, mib: float, rounds: int) -> dict[str, f
         assert packed is not None and isinstance(el_counts, np.ndarray) and isinstance(el_starts, np.ndarray)
         d = int(np.argmax(el_counts))
         elements.apply_elements(table, packed[el_starts[d]:el_starts[d + 1]], int(el_counts[d]),
-                                elements.offset_width(sizes))
+                                width=elements.offset_width(sizes))
         t2 = time.perf_counter()
         table[scatter_offsets] = src
         t3 = time.perf_counter()

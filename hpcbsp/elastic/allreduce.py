@@ -150,7 +150,7 @@ def _train(bsp: Any, comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray]
     compute_s = blocked_s = 0.0
     push_times: list[float] = []
     next_eval = 0.0 if eval_every else np.inf
-    scale = lr / n
+    scale = float(lr) / n  # a Python float: rounded to the weights' dtype, as numpy does (NEP 50)
 
     def send(command: float, at: float, updates: int) -> None:
         for req in sent:

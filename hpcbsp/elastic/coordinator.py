@@ -87,6 +87,9 @@ class Coordinator:
             raise ProtocolError(f"push from unknown worker {worker}")
         if self._waiting[worker] or self._stopped[worker]:
             raise ProtocolError(f"worker {worker} pushed while it should be waiting or stopped")
+        if grad is not None and self.weights is not None and grad.shape != self.weights.shape:
+            raise ProtocolError(f"worker {worker} pushed a gradient of shape {grad.shape}; the "
+                                f"weights have shape {self.weights.shape}")
         self.log.pushes[worker] += 1
         self.log.push_times.append((worker, now))
         if self.stopping:

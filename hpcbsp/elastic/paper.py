@@ -88,20 +88,37 @@ def summarise(curves: dict[str, dict[int, list]], target: float) -> list[dict[st
 
 
 def _how_timed(summary: Path) -> str:
-    """One line on how the run's iteration times were made, from its ``summary.json`` ("" if none)."""
+    """One line on how the run's iteration times were made, from its ``summary.json`` ("" when
+    it is missing or lacks what the line needs)."""
     try:
         config = json.loads(summary.read_text())["config"]
-        argv, timing = config["argv"], config["timing"]
-    except (OSError, ValueError, KeyError, TypeError):
+        argv, timing, model = config["argv"], config["timing"], config.get("model", {})
+        slowdown = timing["slowdown"]
+        what = (f"{model.get('name', argv['model'])} on {argv['dataset']}, {len(slowdown)} workers at "
+                f"slowdown {','.join(f'{f:g}' for f in slowdown)}, {argv['duration']:g} s per seed")
+        # The mode train.py resolved ("auto": real for torch models), else the one asked for.
+        if model.get("compute", argv.get("compute")) == "sleep":
+            return (f"{what}; iteration times paced at {timing['base_s']:g} s x slowdown "
+                    f"(jitter {timing['jitter']:g}; gradients computed for real, the rest slept).")
+        return f"{what}; iteration times: the real compute x slowdown (jitter {timing['jitter']:g})."
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return ""
-    slow = ",".join(f"{f:g}" for f in timing.get("slowdown", []))
-    model = config.get("model", {})
-    what = f"{model.get('name', argv.get('model'))} on {argv.get('dataset')}, " \
-           f"{len(timing.get('slowdown', []))} workers at slowdown {slow}, {argv.get('duration'):g} s per seed"
-    if argv.get("compute") == "sleep":
-        return (f"{what}; iteration times paced at {timing.get('base_s'):g} s x slowdown "
-                f"(jitter {timing.get('jitter'):g}; gradients computed for real, the rest slept).")
-    return f"{what}; iteration times: the real compute x slowdown (jitter {timing.get('jitter'):g})."
+
+
+def _compute_mode(extra: list[str], model: str) -> str:
+    """The iteration-time mode train.py will use: ``--compute`` from ``extra`` (last one wins,
+    as argparse does), ``auto`` resolved as train.py does (real for torch models)."""
+    mode = "auto"
+    for i, a in enumerate(extra):
+        if a == "--compute" and i + 1 < len(extra):
+            mode = extra[i + 1]
+        elif a.startswith("--compute="):
+            mode = a.split("=", 1)[1]
+    if mode == "auto":
+        from .models import TORCH_MODELS
+
+        mode = "real" if model in TORCH_MODELS else "sleep"
+    return mode
 
 
 def _fmt(mean: float, half: float, unit: str = "", digits: int = 3) -> str:
@@ -223,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
             return _fail("--paced sets train.py's --compute and --base-delay: do not pass them in --extra too")
         extra += ["--compute", "sleep", "--base-delay", str(args.paced)]
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if args.paced is None and "--compute" not in extra and cores < args.workers + 1 and not args.dry_run:
+    if _compute_mode(extra, args.model) == "real" and cores < args.workers + 1 and not args.dry_run:
         print(f"{PROG}: warning: {cores} cores for {args.workers + 1} ranks with real compute: the "
               "ranks share cores, so wall-clock times measure the sharing, not the policies; "
               "--paced 0.02 gives honest times here (docs/elastic.md)", file=sys.stderr, flush=True)

@@ -34,13 +34,18 @@ def pack_elements(dest: np.ndarray, offset: np.ndarray, values: np.ndarray, size
     C-contiguous array with one element per put, ``sizes`` the parts' lengths (int64);
     ``alloc(nbytes)``, if given, supplies the packed buffer (uint8, exactly ``nbytes`` long);
     ``width``: bytes per offset (default :func:`offset_width` of ``sizes``)."""
+    need = offset_width(sizes)
+    if width is not None and width < need:
+        raise ValueError(f"pack_elements: {width}-byte offsets cannot hold offsets into parts of up to "
+                         f"{int(np.max(sizes))} elements (need {need})")
     raw = values.reshape(-1).view(np.uint8)
     return MODULES["_elements"].pack_elements(dest, offset, raw, values.dtype.itemsize, sizes, alloc,
-                                              offset_width(sizes) if width is None else width)
+                                              need if width is None else width)
 
 
-def apply_elements(table: np.ndarray, record: np.ndarray, count: int, width: int = 8) -> int:
-    """Apply a packed record of ``count`` element puts with ``width``-byte offsets to ``table``
-    (C-contiguous, 1-D); -1, or the index of the first offset outside ``table``."""
+def apply_elements(table: np.ndarray, record: np.ndarray, count: int, *, width: int) -> int:
+    """Apply a packed record of ``count`` element puts with ``width``-byte offsets (the width it
+    was packed with) to ``table`` (C-contiguous, 1-D); -1, or the index of the first offset
+    outside ``table``."""
     return int(MODULES["_elements"].apply_elements(table.view(np.uint8), table.dtype.itemsize,
                                                    record, count, width))

@@ -182,8 +182,8 @@ class Coarray:
         puts to one element the later wins), but packed by destination and applied by compiled
         loops: one call for a million scattered words instead of a million calls.  ``values``
         may be a scalar (the same value everywhere).  h-relation: ``4 + itemsize`` bytes per
-        element (the offset travels with the value; 8 bytes where a part has more than 2**32
-        elements), padded to 8 bytes per destination, and one message per destination, out of
+        element (the offset travels with the value; 8 bytes if any part of this coarray has
+        more than 2**32 elements), padded to 8 bytes per destination, and one message per destination, out of
         this rank and into each destination.
         """
         where = f"rank {self._bsp.pid}: {self.name}.put_elements"
@@ -340,7 +340,7 @@ class Coarray:
         return self.flat[offset:offset + count]
 
     def _write_elements(self, record: np.ndarray, count: int) -> None:
-        bad = elements.apply_elements(self.flat, record, count, self._width)
+        bad = elements.apply_elements(self.flat, record, count, width=self._width)
         if bad >= 0:  # the sender checked the offsets: only a corrupted message gets here
             raise UsageError(f"rank {self._bsp.pid}: a put_elements record for {self.name} holds an offset "
                              f"outside this rank's part (element {bad})")

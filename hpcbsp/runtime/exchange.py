@@ -9,9 +9,10 @@ talks only to ranks it has data for), and a second, count-free round returns the
 
 Large puts (at least ``LARGE_PUT_BYTES``), and large packed batches of element puts
 (``put_elements``), travel as messages of their own, after their header; a batch is sent from
-the buffer it was packed into and received into a pooled buffer (no copy through the outbox).
-For puts, the receiver posts the receive straight into the target array, so the payload is
-copied once on each side, as in a hand-written ``Alltoallv``.  That is done only when no other put of the
+the buffer it was packed into and received into a pooled buffer (no copy through the outbox);
+a large batch for this rank itself is applied from the buffer it was packed into.  For puts,
+the receiver posts the receive straight into the target array, so the payload is copied once on
+each side, as in a hand-written ``Alltoallv``.  That is done only when no other put of the
 superstep overlaps the same elements; otherwise it is received into a temporary and applied in
 order like the rest.
 
@@ -220,7 +221,9 @@ class Outbox:
         rank, applied from it: no copy into the outbox): the caller hands it over (a view of a
         buffer from :attr:`pool`, given to :meth:`keep_until_sent`) and must not change it until
         the sync."""
-        if record.nbytes >= LARGE_PUT_BYTES:
+        if record.nbytes % 8:  # the receiver steps over it by its length: headers stay aligned
+            raise ValueError(f"add_elements: a record of {record.nbytes} bytes is not padded to 8 bytes")
+        if record.nbytes >= LARGE_PUT_BYTES:  # for this rank too: applied from ``record`` itself
             self.bufs[dest] += HEADER.pack(PUT_ELEMENTS_LARGE, obj_id, record.nbytes, count)
             self.large[dest].append(record)
         else:
