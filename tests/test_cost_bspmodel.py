@@ -51,6 +51,20 @@ def test_hand_computed_supersteps():
     assert summary["by_label"]["big"]["supersteps"] == 1 and "note" not in summary
 
 
+def test_a_superstep_with_only_local_records_costs_l_local():
+    """h = 0 but a rank had records (a put to itself): the exchange ran there, so the superstep
+    costs w + l_local, not the control step's l_empty; without l_local in the profile, the l of
+    its smallest-message regime stands in; ledgers without ``records`` read as before."""
+    local = [dict(rec(0, 0, 5e-4, 1e-4, 0, 0, 0, 0), records=2), dict(rec(1, 0, 2e-4, 3e-4, 0, 0, 0, 0), records=0)]
+    with_local = profile_from_dict({**PROFILE, "l_local": 3e-5})
+    (s,) = compare(local, with_local)["supersteps"]
+    assert s["regime"] == "local" and s["predicted_s"] == pytest.approx(5e-4 + 3e-5)
+    (s,) = compare(local, profile_from_dict(PROFILE))["supersteps"]
+    assert s["regime"] == "local" and s["predicted_s"] == pytest.approx(5e-4 + 1e-4)  # the words l
+    (s,) = compare([{k: v for k, v in r.items() if k != "records"} for r in local], with_local)["supersteps"]
+    assert s["regime"] == "empty" and s["predicted_s"] == pytest.approx(5e-4 + 1e-5)
+
+
 @pytest.mark.parametrize("suffix", [".json", ".csv"])
 def test_cli_reads_ledgers_the_runtime_writes(tmp_path, capsys, suffix):
     ledger = str(tmp_path / f"run{suffix}")

@@ -19,7 +19,10 @@ def test_probe_h_relations_and_profile():
         profile = probe(bsp, max_h=12, repeats=2, max_block_words=512)
         words = [(r.bytes_out, r.bytes_in, r.msgs_out, r.msgs_in) for r in bsp.ledger if r.label == "probe:words"]
         blocks = [(r.bytes_out, r.bytes_in, r.msgs_out) for r in bsp.ledger if r.label == "probe:blocks"]
+        local = [(r.bytes_out, r.bytes_in, r.msgs_out, r.records) for r in bsp.ledger if r.label == "probe:local"]
         p = bsp.nprocs
+    # The local syncs: one word put to the rank itself, nothing between ranks.
+    assert local == [(0, 0, 0, 1)] * 3  # warm-up + 2 repeats
     # Every rank sends and receives exactly h single words: a full h-relation (bspbench).
     hs = sorted({int(h) for h in np.linspace(p, 12, 8)})
     expected_words = [(8 * h, 8 * h, h, h) for h in hs for _ in range(3)]  # warm-up + 2 repeats
@@ -29,7 +32,7 @@ def test_probe_h_relations_and_profile():
         assert profile is None
         return
     prof = profile_from_dict(profile)
-    assert prof.nprocs == p and prof.r_flops > 0 and prof.l_empty > 0
+    assert prof.nprocs == p and prof.r_flops > 0 and prof.l_empty > 0 and prof.l_local is not None and prof.l_local > 0
     assert [r.name for r in prof.regimes] == ["words", "blocks"]
     assert all(r.g >= 0 for r in prof.regimes)
     assert profile["regimes"][0]["h_bytes"] == [8.0 * h for h in hs]

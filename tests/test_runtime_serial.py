@@ -33,8 +33,11 @@ def test_one_rank_program_and_ledger_files(tmp_path):
     data = json.loads((tmp_path / "l.json").read_text())
     assert data["nprocs"] == 1 and [r["label"] for r in data["records"]] == ["step-a", None]
     assert data["records"][0]["bytes_out"] == 0  # a rank's traffic to itself is a local copy
+    # step-a delivered three requests to this rank itself (a put, a get, a queue send); the
+    # second sync had none: the control step alone (what the cost model's l_local/l_empty split on)
+    assert [r["records"] for r in data["records"]] == [3, 0]
     rows = list(csv.DictReader(open(tmp_path / "l.csv")))
-    assert [int(r["index"]) for r in rows] == [0, 1]
+    assert [int(r["index"]) for r in rows] == [0, 1] and [int(r["records"]) for r in rows] == [3, 0]
     trace = json.loads((tmp_path / "l.trace.json").read_text())
     assert {e["cat"] for e in trace["traceEvents"]} == {"work", "sync"}
     assert all(p is not None for p in paths)
@@ -100,7 +103,7 @@ def test_block_distribution_covers_range(n, p):
 
 def test_summary_with_a_cost_profile():
     class Flat:  # g = 1 ns/byte, l = 1 ms
-        def superstep_cost(self, w, h_bytes, messages):
+        def superstep_cost(self, w, h_bytes, messages, local=False):
             return w + 1e-9 * h_bytes + 1e-3
 
     recs = [dict(rank=r, index=i, label=None, work_s=0.01, sync_s=0.001 + 1e-9 * 1000 * i,

@@ -5,7 +5,9 @@ Input: a ledger (``bsp.ledger.save(path)`` on every rank, or the records of
 ranks: w = max ``work_s``, h = max of ``bytes_out``/``bytes_in``, the measured time is
 max ``work_s + sync_s``.  g and l come from the profile's regime nearest the superstep's mean
 message size (h / messages of the rank that has the h); a superstep that moves nothing costs
-w + l_empty (the runtime then skips the exchange and only runs its control step).
+w + l_empty when no rank had a record (the runtime then skips the exchange and only runs its
+control step), and w + l_local when some rank had records for itself only (``records`` in the
+ledger: the exchange runs there, without messages; regime "local").
 """
 from __future__ import annotations
 
@@ -57,6 +59,10 @@ def check_records(records: Iterable[Mapping[str, Any]], source: str = "<memory>"
         if row["work_s"] < 0 or row["sync_s"] < 0:
             raise CostInputError(f"{source}: record {n} has a negative time")
         row["label"] = rec.get("label") or None
+        try:  # optional: ledgers written before it existed have none
+            row["records"] = int(float(rec.get("records") or 0))
+        except (TypeError, ValueError):
+            raise CostInputError(f"{source}: record {n} has a non-numeric field") from None
         out.append(row)
     if not out:
         raise CostInputError(f"{source}: the ledger has no records")
@@ -78,8 +84,10 @@ def compare(records: list[dict[str, Any]], profile: Profile) -> dict[str, Any]:
     nranks = len({r["rank"] for r in records})
     rows = []
     for s in per_superstep(records):  # w, h (and the h rank's messages), measured time
-        pred = profile.superstep_cost(s["w_s"], s["h_bytes"], s["h_msgs"])
-        regime = "empty" if s["h_bytes"] <= 0 else profile.regime_for(s["h_bytes"] / max(s["h_msgs"], 1)).name
+        local = s["records"] > 0
+        pred = profile.superstep_cost(s["w_s"], s["h_bytes"], s["h_msgs"], local=local)
+        regime = ("local" if local else "empty") if s["h_bytes"] <= 0 else \
+            profile.regime_for(s["h_bytes"] / max(s["h_msgs"], 1)).name
         err = 100.0 * (pred - s["measured_s"]) / s["measured_s"] if s["measured_s"] > 0 else 0.0
         rows.append({**s, "regime": regime, "predicted_s": pred, "error_pct": err})
     ape = np.abs([r["error_pct"] for r in rows])

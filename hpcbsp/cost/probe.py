@@ -97,8 +97,9 @@ def probe(bsp: Any, *, max_h: int = 256, repeats: int = 20, max_block_words: int
           progress: TextIO | None = None) -> dict[str, Any] | None:
     """Measure r, g and l on this BSP context (collective); return the profile on rank 0.
 
-    Superstep h-relations: ``probe:words`` h·8 bytes and h messages out of and into every rank;
-    ``probe:blocks`` (p − 1)·b·8 bytes and p − 1 messages out of and into every rank.
+    Superstep h-relations: ``probe:empty`` and ``probe:local`` none (``probe:local``: one word
+    put by every rank to itself); ``probe:words`` h·8 bytes and h messages out of and into every
+    rank; ``probe:blocks`` (p − 1)·b·8 bytes and p − 1 messages out of and into every rank.
     """
     p, me = bsp.nprocs, bsp.pid
     if p < 2:
@@ -115,6 +116,11 @@ def probe(bsp: Any, *, max_h: int = 256, repeats: int = 20, max_block_words: int
 
     say("empty syncs (l with no data)")
     empty = _timed(bsp, repeats, lambda: None, "probe:empty")
+
+    say("local syncs (one word put to this rank itself: the exchange runs, no message moves)")
+    own = bsp.coarray(1, dtype=np.float64, name="probe:local")
+    word = np.ones(1)
+    local = _timed(bsp, repeats, lambda: own.put(me, word), "probe:local")
 
     # words: the i-th word goes to rank (me + 1 + i mod (p-1)) mod p at a slot no other word uses.
     words = bsp.coarray(2 * max_h + p, dtype=np.float64, name="probe:words")
@@ -162,6 +168,8 @@ def probe(bsp: Any, *, max_h: int = 256, repeats: int = 20, max_block_words: int
         "r_spread": [r_all[0], r_all[1]],
         "l_empty": float(np.median(empty)),
         "l_empty_spread": [float(min(empty)), float(max(empty))],
+        "l_local": float(np.median(local)),
+        "l_local_spread": [float(min(local)), float(max(local))],
         "repeats": repeats,
         "regimes": regimes,
         **provenance(source="probe", mpi_library=MPI.Get_library_version().splitlines()[0].strip(),
@@ -188,10 +196,11 @@ def run_probe(*, max_h: int | None = None, repeats: int | None = None, quick: bo
 
 
 def format_profile(profile: dict[str, Any]) -> str:
-    """The profile for people: r, l_empty and g, l per regime with their intervals."""
+    """The profile for people: r, l_empty, l_local and g, l per regime with their intervals."""
     lines = [f"BSP machine profile: p = {profile['nprocs']}, r = {profile['r_flops'] / 1e6:.0f} Mflop/s "
              f"(ranks {profile['r_spread'][0] / 1e6:.0f}-{profile['r_spread'][1] / 1e6:.0f}), "
-             f"empty sync {profile['l_empty'] * 1e6:.1f} us",
+             f"empty sync {profile['l_empty'] * 1e6:.1f} us"
+             + (f", local sync {profile['l_local'] * 1e6:.1f} us" if profile.get("l_local") is not None else ""),
              f"  {'regime':<7} {'message bytes':>16} {'g [ns/byte]':>12} {'95% interval':>20} "
              f"{'l [us]':>9} {'95% interval':>18} {'fit rel RMSE':>12}"]
     for reg in profile["regimes"]:

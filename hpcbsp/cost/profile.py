@@ -4,6 +4,8 @@ Layout (``"format": "hpcbsp-bsp-profile/1"``)::
 
     {"format": ..., "nprocs": P, "r_flops": flop/s, "r_spread": [min, max] over ranks,
      "l_empty": s (a sync that moves no data: the control step only),
+     "l_local": s (a sync in which every rank puts one word to itself: the exchange runs, no
+                message moves; absent from older profiles),
      "regimes": [{"name": "words"|"blocks", "message_bytes": [lo, hi], "g": s/byte, "l": s,
                   "g_interval": [lo, hi], "l_interval": [lo, hi], "fit_rel_rmse": float,
                   "h_bytes": [...], "seconds": [...], "spread": [[lo, hi], ...]}, ...],
@@ -47,6 +49,7 @@ class Profile:
     l_empty: float
     regimes: tuple[Regime, ...]
     data: dict[str, Any]
+    l_local: float | None = None
 
     def regime_for(self, message_bytes: float) -> Regime:
         """The regime whose measured message sizes are nearest (in log scale) to ``message_bytes``."""
@@ -60,10 +63,17 @@ class Profile:
 
         return min(self.regimes, key=distance)
 
-    def superstep_cost(self, w: float, h_bytes: float, messages: float) -> float:
-        """Predicted w + g·h + l; a superstep that moves nothing costs w + l_empty."""
+    def superstep_cost(self, w: float, h_bytes: float, messages: float, local: bool = False) -> float:
+        """Predicted w + g·h + l.  A superstep that moves nothing between ranks costs w + l_empty
+        when no rank has a record (the runtime runs only its control step), and w + l_local when
+        some rank has records for itself (``local``: the exchange runs on it, without messages;
+        a profile without ``l_local`` uses the l of its smallest-message regime instead)."""
         if h_bytes <= 0:
-            return w + self.l_empty
+            if not local:
+                return w + self.l_empty
+            if self.l_local is not None:
+                return w + self.l_local
+            return w + min(self.regimes, key=lambda reg: reg.message_bytes[0]).l
         reg = self.regime_for(h_bytes / max(messages, 1.0))
         return w + reg.cost(h_bytes)
 
@@ -75,7 +85,8 @@ def profile_from_dict(data: dict[str, Any], source: str = "<memory>") -> Profile
     try:
         regimes = tuple(Regime(str(r["name"]), (float(r["message_bytes"][0]), float(r["message_bytes"][1])),
                                float(r["g"]), float(r["l"])) for r in data["regimes"])
-        profile = Profile(int(data["nprocs"]), float(data["r_flops"]), float(data["l_empty"]), regimes, data)
+        profile = Profile(int(data["nprocs"]), float(data["r_flops"]), float(data["l_empty"]), regimes, data,
+                          None if data.get("l_local") is None else float(data["l_local"]))
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise CostInputError(f"{source}: malformed machine profile ({exc})") from None
     if not regimes:

@@ -294,6 +294,7 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any
     """
     p, me = outbox.nprocs, outbox.me
     traffic = outbox.traffic
+    traffic.records = outbox.nrecords
     # The bookkeeping is in Python ints: a small superstep's cost is mostly this function's own.
     if local:
         recv = [0] * p

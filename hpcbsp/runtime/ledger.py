@@ -5,8 +5,10 @@ cost models (``hpcbsp.cost``) read the saved files.  Counts follow one rule, doc
 primitive: ``bytes_out``/``bytes_in`` are payload bytes moved between *different* ranks (record
 headers and local copies are not counted), ``msgs_out``/``msgs_in`` count communication requests
 (a put, a get, the batch of queue records one ``send`` call addresses to one rank, a mailbox
-record).  The h-relation of superstep i is
-``max over ranks of max(bytes_out, bytes_in)``.
+record).  ``records`` counts the requests the superstep's exchange delivered for this rank, its
+own included: a superstep with records but no bytes between ranks still runs the exchange on the
+ranks that have them, while one with none anywhere is the control step alone.  The h-relation
+of superstep i is ``max over ranks of max(bytes_out, bytes_in)``.
 """
 from __future__ import annotations
 
@@ -25,8 +27,9 @@ from .errors import UsageError
 class CostModel(Protocol):
     """What :func:`summarize` needs of a machine profile (``hpcbsp.cost.profile.Profile`` is one)."""
 
-    def superstep_cost(self, w: float, h_bytes: float, messages: float) -> float:
-        """Predicted seconds of a superstep with work ``w``, h-relation ``h_bytes``."""
+    def superstep_cost(self, w: float, h_bytes: float, messages: float, local: bool = False) -> float:
+        """Predicted seconds of a superstep with work ``w``, h-relation ``h_bytes`` (``local``:
+        some rank had records, even if none moved between ranks)."""
 
 
 @dataclass
@@ -39,12 +42,14 @@ class Traffic:
     bytes_in: int = 0
     msgs_out: int = 0
     msgs_in: int = 0
+    records: int = 0  #: requests the exchange delivered for this rank, its own included
 
     def add(self, other: "Traffic") -> None:
         self.bytes_out += other.bytes_out
         self.bytes_in += other.bytes_in
         self.msgs_out += other.msgs_out
         self.msgs_in += other.msgs_in
+        self.records += other.records
 
 
 FIELDS = ("index", "label", "work_s", "sync_s", "bytes_out", "bytes_in", "msgs_out", "msgs_in")
@@ -63,6 +68,7 @@ class SuperstepRecord:
     msgs_out: int
     msgs_in: int
     start_s: float       #: when the superstep's work began, seconds since the context started
+    records: int = 0     #: requests the exchange delivered for this rank, its own included
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -106,7 +112,7 @@ class Ledger:
         if traffic is None:
             return SuperstepRecord(index, label, t_sync - began, t_end - t_sync, 0, 0, 0, 0, began - self.origin)
         return SuperstepRecord(index, label, t_sync - began, t_end - t_sync, traffic.bytes_out, traffic.bytes_in,
-                               traffic.msgs_out, traffic.msgs_in, began - self.origin)
+                               traffic.msgs_out, traffic.msgs_in, began - self.origin, traffic.records)
 
     @property
     def records(self) -> list[SuperstepRecord]:
@@ -163,7 +169,7 @@ def write_records(path: str, records: list[dict[str, Any]], nprocs: int) -> None
         with open(tmp, "w") as fh:
             json.dump({"nprocs": nprocs, "records": records}, fh, indent=1)
     elif path.endswith(".csv"):
-        columns = ["rank", *FIELDS, "start_s"]
+        columns = ["rank", *FIELDS, "start_s", "records"]
         with open(tmp, "w", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=columns)
             writer.writeheader()
@@ -195,7 +201,9 @@ def per_superstep(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     for rec in records:
         i = int(rec["index"])
         s = steps.setdefault(i, {"index": i, "label": rec["label"], "w_s": 0.0, "sync_s": 0.0,
-                                 "measured_s": 0.0, "h_bytes": 0, "h_msgs": 0, "msgs": 0, "ranks": 0})
+                                 "measured_s": 0.0, "h_bytes": 0, "h_msgs": 0, "msgs": 0, "ranks": 0,
+                                 "records": 0})
+        s["records"] = max(int(s["records"]), int(rec.get("records") or 0))  # (older ledgers: none)
         s["w_s"] = max(float(s["w_s"]), float(rec["work_s"]))
         s["sync_s"] = max(float(s["sync_s"]), float(rec["sync_s"]))
         s["measured_s"] = max(float(s["measured_s"]), float(rec["work_s"]) + float(rec["sync_s"]))
@@ -219,8 +227,8 @@ def summarize(records: list[dict[str, Any]], max_rows: int = 12,
     if not steps:
         return "ledger: no supersteps recorded"
     nranks = max(int(s["ranks"]) for s in steps)
-    pred = [profile.superstep_cost(float(s["w_s"]), float(s["h_bytes"]), float(s["h_msgs"]))
-            for s in steps] if profile is not None else None
+    pred = [profile.superstep_cost(float(s["w_s"]), float(s["h_bytes"]), float(s["h_msgs"]),
+                                   local=int(s["records"]) > 0) for s in steps] if profile is not None else None
     extra = f" {'measured':>10} {'predicted':>10}" if pred else ""
     lines = [f"ledger: {len(steps)} superstep{'s' if len(steps) != 1 else ''} on {nranks} "
              f"rank{'s' if nranks != 1 else ''}  (w, sync: max over ranks; h: max bytes in or out of one rank; "
