@@ -266,20 +266,18 @@ case \$* in
   *"--control-port $NODE_PREFIX"[0-9]*:*) cmd=\$* ;;
   *) cmd=\$(printf '%s' "\$*" | sed "s/--control-port [^ :]*:/--control-port $subnet.1:/") ;;
 esac
-# Not exec: a shell stays outside the node, so that when every process on the node is killed
-# (a lost node) it can say which node went, which hydra itself does not. That shell is a
-# subshell of its own: hydra may SIGKILL this launcher as it cleans up after the lost proxy
-# (seen: hydra 5.0.2 asserting in control_cb), and the message must outlive it. Its stdin is
-# kept (an asynchronous list would read /dev/null).
-(
-  nsenter --net="/var/run/netns/\$host" --uts="$UTS/\$host" -- /bin/sh -c "\$cmd"
-  rc=\$?
-  if [ \$rc -gt 128 ]; then
-    echo "[hpcbsp rsh] lost node \$host: the MPI processes there were killed (signal \$((rc - 128)))" >&2
-  fi
-  exit \$rc
-) <&0 &
-wait \$!
+# Not exec: this shell stays outside the node, so that when every process on the node is killed
+# (a lost node) it can say which node went, which hydra itself does not. It says so on
+# mpiexec's own stderr (fd 3, opened through /proc from its parent, mpiexec), not on the pipe
+# hydra reads this launcher's output from: hydra 5.0.2 may abort on the lost proxy's closed
+# socket (an assertion in control_cb) before it forwards anything, and the line went with it.
+if [ -w "/proc/\$PPID/fd/2" ]; then exec 3>>"/proc/\$PPID/fd/2"; else exec 3>&2; fi
+nsenter --net="/var/run/netns/\$host" --uts="$UTS/\$host" -- /bin/sh -c "\$cmd" 3>&-
+rc=\$?
+if [ \$rc -gt 128 ]; then
+  echo "[hpcbsp rsh] lost node \$host: the MPI processes there were killed (signal \$((rc - 128)))" >&3
+fi
+exit \$rc
 EOF
   chmod 755 "$RSH"
   cat >"$TASK_PROLOG" <<EOF
