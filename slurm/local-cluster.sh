@@ -270,9 +270,19 @@ esac
 # (a lost node) it can say which node went, which hydra itself does not. It says so on
 # mpiexec's own stderr (fd 3, opened through /proc from its parent, mpiexec), not on the pipe
 # hydra reads this launcher's output from: hydra 5.0.2 may abort on the lost proxy's closed
-# socket (an assertion in control_cb) before it forwards anything, and the line went with it.
-if [ -w "/proc/\$PPID/fd/2" ]; then exec 3>>"/proc/\$PPID/fd/2"; else exec 3>&2; fi
-nsenter --net="/var/run/netns/\$host" --uts="$UTS/\$host" -- /bin/sh -c "\$cmd" 3>&-
+# socket (an assertion in control_cb) before it forwards anything. It holds that stderr only
+# while mpiexec lives: a node cut off keeps its processes, and this shell with them, and
+# mpiexec's caller must still see the end of its output when mpiexec ends.
+launcher=\$PPID
+if [ -w "/proc/\$launcher/fd/2" ]; then exec 3>>"/proc/\$launcher/fd/2"; else exec 3>&2; fi
+nsenter --net="/var/run/netns/\$host" --uts="$UTS/\$host" -- /bin/sh -c "\$cmd" 3>&- <&0 &
+child=\$!
+while kill -0 \$child 2>/dev/null; do
+  # (mpiexec gone or a zombie: a zombie has no file descriptors left)
+  if [ ! -e "/proc/\$launcher/fd/2" ]; then exec 3>&-; wait \$child; exit \$?; fi
+  sleep 0.2
+done
+wait \$child
 rc=\$?
 if [ \$rc -gt 128 ]; then
   echo "[hpcbsp rsh] lost node \$host: the MPI processes there were killed (signal \$((rc - 128)))" >&3
