@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""The SGD update ``w -= lr * g`` in one pass over memory, with numpy's rounding.
+"""The SGD update ``w - lr * g`` in one pass over memory, with numpy's rounding.
 
 numpy does it in two passes (``t = lr * g`` rounded to the arrays' dtype, then ``w - t``); this
 loop rounds the same two operations the same way (setup.py builds with ``-ffp-contract=off``: no
@@ -11,12 +11,13 @@ ctypedef fused real:
     double
 
 
-def sgd_step(real[::1] w, const real[::1] g, double lr):
-    """``w[i] = w[i] - (real)lr * g[i]`` for every i (lengths checked by the caller)."""
-    cdef Py_ssize_t i, n = w.shape[0]
+def sgd_step(real[::1] out, const real[::1] w, const real[::1] g, double lr):
+    """``out[i] = w[i] - (real)lr * g[i]`` for every i (lengths checked by the caller; ``out``
+    may be ``w`` or ``g`` itself: element i is read before it is written)."""
+    cdef Py_ssize_t i, n = out.shape[0]
     cdef real step = <real>lr
     cdef real t
     with nogil:
         for i in range(n):
             t = step * g[i]
-            w[i] = w[i] - t
+            out[i] = w[i] - t

@@ -147,3 +147,30 @@ def test_default_communicator_is_a_private_duplicate() -> None:
     else:
         res_w = work(None, lambda w: w.copy(), 2, timeout=TIMEOUT, record_versions=True)
         assert res_w.versions == [0, 1, 2, 3]
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_allreduce_step_updates_each_block_once_to_w_minus_scale_times_the_sum(bsp, dtype) -> None:
+    """Oracle: numpy's ``w - scale * sum(gradients)`` with the sum over every rank's gradient
+    (regenerated here), to the ring's rounding; every rank gets the same bits; a stop vote leaves
+    the weights alone."""
+    from hpcbsp.elastic.allreduce import allreduce_step
+
+    P, p, scale = 1001, bsp.nprocs, 0.05
+    grads = [np.random.default_rng(r).standard_normal(P).astype(dtype) for r in range(p)]
+    w = np.zeros(P + 1, dtype=dtype)
+    w[:P] = np.linspace(-1, 1, P)
+    nxt = np.full(P + 1, np.nan, dtype=dtype)
+    buf = np.zeros(P + 1, dtype=dtype)
+    buf[:P] = grads[bsp.pid]
+    w0 = w.copy()
+    assert allreduce_step(bsp, buf, w, nxt, scale) is False
+    want = w0[:P].astype(np.float64) - scale * np.sum(grads, axis=0, dtype=np.float64)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(nxt[:P], want, rtol=tol, atol=tol)
+    assert w.tobytes() == w0.tobytes()  # the old weights are read only
+    assert all(x.tobytes() == nxt[:P].tobytes() for x in bsp.gather_all(nxt[:P].copy()))
+    buf[P] = 1.0 if bsp.pid == 0 else 0.0  # worker 0 votes to stop
+    assert allreduce_step(bsp, buf, w, nxt, scale) is True
+    assert w.tobytes() == w0.tobytes()

@@ -51,3 +51,33 @@ def test_mismatched_arrays_are_refused():
     frozen.flags.writeable = False
     with pytest.raises(ValueError, match="writeable"):
         sgd_step(frozen, np.zeros(4, dtype=np.float32), 0.1)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("into", ["new", "g", "w"])
+def test_out_of_place_gives_the_same_bits(dtype, into):
+    """``out=`` (a third array, or ``g`` or ``w`` itself: a view of the same memory counts) gets
+    the in-place result's bits, and the inputs not named as ``out`` are left alone."""
+    rng = np.random.default_rng(11)
+    n = 4099
+    w = rng.standard_normal(n).astype(dtype)
+    g = rng.standard_normal(n).astype(dtype)
+    want = w.copy()
+    reference.sgd_step(want, g, 0.03)
+    w0, g0 = w.copy(), g.copy()
+    out = {"new": np.empty_like(w), "g": g[:], "w": w[:]}[into]
+    got = sgd_step(w, g, 0.03, out=out)
+    assert got is out and got.tobytes() == want.tobytes()
+    if into != "w":
+        assert w.tobytes() == w0.tobytes()
+    if into != "g":
+        assert g.tobytes() == g0.tobytes()
+
+
+def test_out_that_overlaps_in_part_is_refused():
+    buf = np.zeros(12, dtype=np.float32)
+    w, g = buf[:4], buf[8:12]
+    with pytest.raises(ValueError, match="overlap"):
+        sgd_step(w, g, 0.1, out=buf[2:6])
+    with pytest.raises(ValueError, match="out"):
+        sgd_step(w, g, 0.1, out=np.zeros(4))

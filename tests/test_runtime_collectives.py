@@ -131,3 +131,105 @@ def test_exact_allreduce_on_one_rank():
         assert bsp.allreduce(data, exact=True) == math.fsum(data)
         with pytest.raises(UsageError, match="op='sum'"):
             bsp.allreduce(data, op="max", exact=True)
+
+
+def _rank_data(rank: int, n: int, dtype) -> np.ndarray:
+    """Rank ``rank``'s contribution, reproducible on every rank (so each can build the oracle)."""
+    rng = np.random.default_rng(1000 + rank)
+    if np.dtype(dtype).kind == "f":
+        return rng.standard_normal(n).astype(dtype)
+    return rng.integers(-1000, 1000, n).astype(dtype)
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("n", [0, 1, 2, 10, 1001])
+@pytest.mark.parametrize("op", ["sum", "max", "min", "prod"])
+def test_reduce_scatter_leaves_each_rank_its_block_of_the_reduction(bsp, n, op):
+    """Oracle: numpy's reduction of every rank's array (regenerated here), on this rank's block
+    (``block_range``); integers exactly, float64 sums to rounding (the ring's order)."""
+    p = bsp.nprocs
+    for dtype in (np.int64, np.float64):
+        x = _rank_data(bsp.pid, n, dtype)
+        before = x.copy()
+        every = np.stack([_rank_data(r, n, dtype) for r in range(p)])
+        want = {"sum": every.sum(0), "max": every.max(0), "min": every.min(0),
+                "prod": np.prod(every, 0)}[op]
+        out = np.full(n, -7, dtype=dtype)
+        mine = bsp.reduce_scatter(x, op=op, out=out)
+        lo, hi = block_range(n, p, bsp.pid)
+        assert mine.base is out or mine is out or np.shares_memory(mine, out)
+        assert mine.shape == (hi - lo,)
+        if dtype == np.int64 or op in ("max", "min"):
+            np.testing.assert_array_equal(mine, want[lo:hi])
+        else:
+            np.testing.assert_allclose(mine, want[lo:hi], rtol=1e-12, atol=1e-12)
+        np.testing.assert_array_equal(x, before)  # only read
+        np.testing.assert_array_equal(bsp.reduce_scatter(x, op=op), mine)  # out= defaults to a new array
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("n", [0, 2, 11, 4096])
+def test_allgather_blocks_gives_every_rank_every_block(bsp, n):
+    """Oracle: rank r fills its block with ``r * 1000 + index`` and garbage elsewhere; after the
+    call every rank holds ``owner * 1000 + index`` everywhere."""
+    p = bsp.nprocs
+    owner = np.concatenate([[r] * (block_range(n, p, r)[1] - block_range(n, p, r)[0]) for r in range(p)]) \
+        if n else np.zeros(0, dtype=np.int64)
+    want = (owner * 1000 + np.arange(n)).astype(np.float32)
+    buf = np.full(n, np.nan, dtype=np.float32)
+    lo, hi = block_range(n, p, bsp.pid)
+    buf[lo:hi] = want[lo:hi]
+    got = bsp.allgather_blocks(buf)
+    assert got is buf
+    np.testing.assert_array_equal(buf, want)
+
+
+@pytest.mark.mpi(min_size=1)
+def test_reduce_scatter_then_allgather_is_an_allreduce_with_the_same_bits_everywhere(bsp):
+    """Oracle: numpy's sum of all ranks' float32 arrays (to float32 rounding); and every rank
+    ends with the same bits (each block was reduced once)."""
+    p, n = bsp.nprocs, 5003
+    x = _rank_data(bsp.pid, n, np.float32)
+    buf = np.empty_like(x)
+    bsp.reduce_scatter(x, out=buf)
+    bsp.allgather_blocks(buf)
+    want = np.stack([_rank_data(r, n, np.float32) for r in range(p)]).astype(np.float64).sum(0)
+    np.testing.assert_allclose(buf, want, rtol=1e-5, atol=1e-5)
+    every = bsp.gather_all(buf)
+    assert all(b.tobytes() == buf.tobytes() for b in every)
+    steps = [r for r in bsp.ledger if r.label in ("reduce_scatter:sum", "allgather_blocks")]
+    assert len(steps) == 2
+    size = [buf[slice(*block_range(n, p, r))].nbytes for r in range(p)]
+    me = bsp.pid
+    # The ring: reduce_scatter sends every block but this rank's and receives every block but
+    # its left neighbour's; allgather_blocks sends every block but its right neighbour's and
+    # receives every block but its own; p-1 messages each way.
+    want_bytes = {"reduce_scatter:sum": (buf.nbytes - size[me], buf.nbytes - size[(me - 1) % p]),
+                  "allgather_blocks": (buf.nbytes - size[(me + 1) % p], buf.nbytes - size[me])}
+    for rec in steps:
+        assert (rec.bytes_out, rec.bytes_in) == (want_bytes[rec.label] if p > 1 else (0, 0))
+        assert rec.msgs_out == rec.msgs_in == p - 1
+
+
+@pytest.mark.mpi(min_size=1)
+def test_ring_collectives_refuse_bad_arguments_on_the_calling_rank(bsp):
+    x = np.arange(6, dtype=np.float64)
+    bad = [
+        (lambda: bsp.reduce_scatter(x.reshape(2, 3)), "1-D C-contiguous numeric"),
+        (lambda: bsp.reduce_scatter(x[::2]), "1-D C-contiguous numeric"),
+        (lambda: bsp.reduce_scatter(np.array(["a", "b"])), "1-D C-contiguous numeric"),
+        (lambda: bsp.reduce_scatter([1.0, 2.0]), "got list"),
+        (lambda: bsp.reduce_scatter(x, op="mean"), "op 'mean'"),
+        (lambda: bsp.reduce_scatter(x, out=np.zeros(5)), "out= must be"),
+        (lambda: bsp.reduce_scatter(x, out=np.zeros(6, dtype=np.float32)), "out= must be"),
+        (lambda: bsp.reduce_scatter(x, out=x), "not overlapping x"),
+        (lambda: bsp.allgather_blocks(np.zeros((2, 2))), "allgather_blocks needs"),
+    ]
+    frozen = np.zeros(4)
+    frozen.flags.writeable = False
+    bad.append((lambda: bsp.allgather_blocks(frozen), "read-only"))
+    step = bsp.superstep
+    for call, words in bad:
+        with pytest.raises(UsageError, match=f"rank {bsp.pid}: .*{words}"):
+            call()
+    assert bsp.superstep == step  # refused before any superstep began

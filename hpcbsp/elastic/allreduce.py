@@ -6,19 +6,21 @@ Every step each worker
 
 1. computes the gradient of its next mini-batch on its own copy of the weights,
 2. sleeps as the pacing asks (``--slowdown``, as a server worker does),
-3. sums the gradients with ``bsp.allreduce`` on the workers' BSP context (one superstep; the
-   last element of the buffer carries worker 0's "stop" vote, so the decision to end the run
-   costs no extra message),
-4. applies ``weights -= lr * sum / n`` itself: every worker holds the same weights after every
-   step, which are exactly BSP's (the mean of all ``n`` gradients per update).
+3. sums the gradients over the workers on their BSP context, sharded as a ZeRO-1 optimiser
+   shards the update (:func:`allreduce_step`): ``bsp.reduce_scatter`` leaves each worker the
+   sum of one block, the worker applies ``weights -= lr * sum / n`` to that block of the weights,
+   and ``bsp.allgather_blocks`` passes the updated blocks around (the last element of the
+   buffer carries worker 0's "stop" vote, so the decision to end the run costs no extra message);
+4. so every worker holds the same weights after every step, which are exactly BSP's (the mean of
+   all ``n`` gradients per update), and each weight is updated once per step, not ``n`` times.
 
 Evaluation stays off the workers' critical path as in a server run: when an evaluation is due,
 worker 0 sends a copy of its weights to rank 0 (non-blocking: a header of three float64
 ``[command, time, updates]`` and the weights), and rank 0 records the accuracy at worker 0's
 time stamp.
 
-h-relation per step: each worker sends and receives ``(P + 1) w`` bytes in the allreduce (``w``
-bytes per value); worker 0 also sends ``24 + w P`` bytes to rank 0 per evaluation.
+h-relation per step: each worker sends and receives about ``2 (n-1)/n · (P + 1) w`` bytes in
+the reduce-scatter and allgather rings (``w`` bytes per value); worker 0 also sends ``24 + w P`` bytes to rank 0 per evaluation.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..kernels.update import sgd_step
+from ..runtime.distribution import block_range
 from .runlog import RunLog
 from .server import ServerResult, ServerTimeout, WorkerResult, poll_until, wait_request
 
@@ -120,19 +123,30 @@ def run_allreduce(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray] | 
     return WorkerResult(iterations=st["steps"], blocked_s=st["blocked_s"])
 
 
-def allreduce_step(bsp: Any, buf: np.ndarray, total: np.ndarray, w: np.ndarray, scale: float) -> bool:
+def allreduce_step(bsp: Any, buf: np.ndarray, w: np.ndarray, nxt: np.ndarray, scale: float) -> bool:
     """One step of the baseline: sum ``buf`` (``P`` gradient values, then the stop vote) over the
-    workers with ``bsp.allreduce`` into ``total`` and, unless someone voted to stop,
-    ``w -= scale * sum`` (in place: the step allocates nothing).
+    workers and, unless someone voted to stop, make ``nxt[:P] = w[:P] - scale * sum``.
 
-    Returns True when the step was a stop (the weights are then unchanged).  h-relation:
-    ``buf.nbytes`` out of and into every worker.
+    ``buf``, ``w`` and ``nxt`` are ``P + 1`` long (``w[P]`` and ``nxt[P]`` are scratch).  The
+    update is sharded, as a ZeRO-1 optimiser shards it: ``bsp.reduce_scatter`` leaves each worker
+    the sum of one block of ``buf`` (in ``nxt``), the worker updates that block of the weights
+    alone (one compiled pass, numpy's rounding), and ``bsp.allgather_blocks`` gives every worker
+    every updated block.  So each weight is updated once, by one worker, and every worker ends
+    with the same bits; the step allocates nothing.  The caller swaps ``w`` and ``nxt`` after a
+    step that returns False; on True (a stop: the vote's block is the last worker's, and it
+    travels with the new weights) ``w`` holds the weights, unchanged by this step.
+
+    h-relation: about ``2 (p-1)/p · buf.nbytes`` out of and into every worker (the ring's
+    reduce-scatter and allgather, two supersteps).
     """
-    bsp.allreduce(buf, out=total)
-    if total[-1] > 0:
-        return True
-    sgd_step(w, total[:-1], scale)  # w -= scale * sum, one pass (numpy's rounding)
-    return False
+    P = buf.size - 1
+    bsp.reduce_scatter(buf, out=nxt)
+    lo, hi = block_range(buf.size, bsp.nprocs, bsp.pid)
+    top = min(hi, P)  # the last block ends with the vote's sum, which is passed on as it is
+    if top > lo:
+        sgd_step(w[lo:top], nxt[lo:top], scale, out=nxt[lo:top])
+    bsp.allgather_blocks(nxt)
+    return bool(nxt[P] > 0)
 
 
 def _train(bsp: Any, comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray], w: np.ndarray,
@@ -142,7 +156,10 @@ def _train(bsp: Any, comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray]
     leader = bsp.pid == 0
     P = w.size
     buf = np.zeros(P + 1, dtype=w.dtype)
-    total = np.empty_like(buf)
+    # The weights and the next step's, swapped after every step (allreduce_step); one spare
+    # element each, where the stop vote's sum travels.
+    cur, nxt = np.zeros_like(buf), np.zeros_like(buf)
+    cur[:P] = w
     head = np.zeros(3)
     snap = np.empty_like(w)
     sent: list[MPI.Request] = []
@@ -157,7 +174,7 @@ def _train(bsp: Any, comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray]
             wait_request(req, timeout, "delivery of the weights to rank 0 (evaluator)")
         sent.clear()
         head[:] = (command, at, updates)
-        snap[:] = w
+        snap[:] = cur[:P]
         sent.extend([comm.Isend(head, dest=0, tag=HEAD_TAG), comm.Isend(snap, dest=0, tag=WEIGHTS_TAG)])
 
     stop_at = t0 + duration if duration is not None else np.inf
@@ -168,7 +185,7 @@ def _train(bsp: Any, comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray]
             while next_eval <= now - t0:
                 next_eval += eval_every  # type: ignore[operator]
         start = time.monotonic()
-        buf[:P] = grad_fn(w)
+        buf[:P] = grad_fn(cur[:P])
         compute = time.monotonic() - start
         compute_s += compute
         if pace is not None:
@@ -180,7 +197,9 @@ def _train(bsp: Any, comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray]
         buf[P] = 1.0 if leader and done >= stop_at else 0.0
         if lr_decay:
             scale = lr / (1.0 + lr_decay * step) / n
-        voted_stop = allreduce_step(bsp, buf, total, w, scale)
+        voted_stop = allreduce_step(bsp, buf, cur, nxt, scale)
+        if not voted_stop:
+            cur, nxt = nxt, cur
         blocked_s += time.monotonic() - done
         step += 1
         if voted_stop:  # worker 0 voted to stop: this step's gradients are not applied

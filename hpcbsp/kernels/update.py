@@ -10,16 +10,30 @@ import numpy as np
 from ._extensions import MODULES
 
 
-def sgd_step(w: np.ndarray, g: np.ndarray, lr: float) -> None:
-    """``w -= lr * g`` in place: ``w`` and ``g`` 1-D, C-contiguous, of one length and one dtype,
-    float32 or float64; ``lr`` is taken as a Python float (a numpy scalar too) and rounded to that
-    dtype first, as numpy does with a Python float (NEP 50).
-    The result has numpy's bits (a multiply, then a subtract, each rounded)."""
+def _apart_or_same(a: np.ndarray, b: np.ndarray) -> bool:
+    return a is b or (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+                      and a.shape == b.shape) or not np.may_share_memory(a, b)
+
+
+def sgd_step(w: np.ndarray, g: np.ndarray, lr: float, out: np.ndarray | None = None) -> np.ndarray:
+    """``w - lr * g``, into ``out`` (default: ``w`` itself, in place); returns ``out``.
+
+    ``w``, ``g`` and ``out`` are 1-D, C-contiguous, of one length and one dtype, float32 or
+    float64; ``out`` may be ``w`` or ``g`` exactly, but must not partly overlap either.  ``lr`` is
+    taken as a Python float (a numpy scalar too) and rounded to that dtype first, as numpy does
+    with a Python float (NEP 50).  The result has numpy's bits (a multiply, then a subtract, each
+    rounded)."""
+    if out is None:
+        out = w
     if w.dtype != g.dtype or w.dtype not in (np.float32, np.float64) or w.ndim != 1 or g.shape != w.shape:
         raise ValueError(f"sgd_step: w ({w.dtype}, {w.shape}) and g ({g.dtype}, {g.shape}) must be 1-D "
                          "float32 or float64 arrays of one dtype and length")
-    if not (w.flags.c_contiguous and g.flags.c_contiguous and w.flags.writeable):
-        raise ValueError("sgd_step: w and g must be C-contiguous and w writeable")
-    if w is not g and np.may_share_memory(w, g):
-        raise ValueError("sgd_step: w and g overlap (an in-place update needs them apart, or the same array)")
-    MODULES["_update"].sgd_step(w, g, float(lr))
+    if out.dtype != w.dtype or out.shape != w.shape:
+        raise ValueError(f"sgd_step: out ({out.dtype}, {out.shape}) must have w's dtype and shape "
+                         f"({w.dtype}, {w.shape})")
+    if not (w.flags.c_contiguous and g.flags.c_contiguous and out.flags.c_contiguous and out.flags.writeable):
+        raise ValueError("sgd_step: w, g and out must be C-contiguous and out writeable")
+    if not (_apart_or_same(w, g) and _apart_or_same(out, w) and _apart_or_same(out, g)):
+        raise ValueError("sgd_step: w, g and out overlap in part (each pair must be apart, or the same array)")
+    MODULES["_update"].sgd_step(out, w, g, float(lr))
+    return out

@@ -1,7 +1,8 @@
 """Collectives of a BSP context: each is a superstep of its own, ended by the context's ``sync``
 path (pending puts are delivered first) with the collective's MPI call as its :class:`Step`.
 
-The facade methods (``BSP.allreduce``, ``broadcast``, ``gather_all``, ``foldl``) document the h-relations; this module
+The facade methods (``BSP.allreduce``, ``reduce_scatter``, ``allgather_blocks``, ``broadcast``,
+``gather_all``, ``foldl``) document the h-relations; this module
 checks the arguments (a :class:`UsageError` on the calling rank, before any MPI call) and makes
 the calls.
 """
@@ -14,12 +15,15 @@ import numpy as np
 from mpi4py import MPI
 
 from .control import Kind, signature
+from .distribution import block_range
 from .errors import UsageError
 from .ledger import Traffic
 from .superstep import Step
 
 if TYPE_CHECKING:
     from .superstep import Supersteps
+
+_TAG_RING = 111  # the ring collectives' point-to-point messages (exchange: 101-104)
 
 OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX,
        "land": MPI.LAND, "lor": MPI.LOR, "band": MPI.BAND, "bor": MPI.BOR}
@@ -84,6 +88,81 @@ def _exact_sum(bsp: "Supersteps", arr: np.ndarray) -> float:
 
     bsp.sync("allreduce:exact-sum", _step=Step(Kind.ALLREDUCE, signature(desc), lambda: desc, run))
     return float(kernels.exact_sum_round(total[0]))
+
+
+def _ring_blocks(n: int, p: int) -> list[slice]:
+    """The block of each rank in the ring collectives: ``block_range`` (as :class:`.partition.Block`)."""
+    return [slice(*block_range(n, p, r)) for r in range(p)]
+
+
+def _check_ring_buffer(bsp: "Supersteps", arr: Any, call: str) -> np.ndarray:
+    if not isinstance(arr, np.ndarray) or arr.ndim != 1 or not arr.flags.c_contiguous \
+            or arr.dtype.kind not in "biufc":
+        raise UsageError(f"rank {bsp.pid}: {call} needs a 1-D C-contiguous numeric numpy array, "
+                         f"got {type(arr).__name__}{'' if not isinstance(arr, np.ndarray) else f' {arr.dtype} {arr.shape}'}")
+    return arr
+
+
+def reduce_scatter(bsp: "Supersteps", x: Any, op: str, out: np.ndarray | None) -> np.ndarray:
+    """See :meth:`hpcbsp.runtime.context.BSP.reduce_scatter`."""
+    if op not in OPS:
+        raise UsageError(f"rank {bsp.pid}: reduce_scatter op {op!r} is not one of {', '.join(OPS)}")
+    arr = _check_ring_buffer(bsp, x, "reduce_scatter")
+    if out is None:
+        out = np.empty_like(arr)
+    elif (not isinstance(out, np.ndarray) or out.shape != arr.shape or out.dtype != arr.dtype
+          or not out.flags.c_contiguous or not out.flags.writeable or np.shares_memory(out, arr)):
+        raise UsageError(f"rank {bsp.pid}: reduce_scatter out= must be a writeable C-contiguous "
+                         f"array of shape {arr.shape} and dtype {arr.dtype}, not overlapping x")
+    desc = f"reduce_scatter(op={op!r}, dtype={arr.dtype}, n={arr.size})"
+    p, me = bsp.nprocs, bsp.pid
+    blocks = _ring_blocks(arr.size, p)
+    mpi_op = OPS[op]
+
+    def run(traffic: Traffic) -> None:
+        comm = bsp.comm
+        right, left = (me + 1) % p, (me - 1) % p
+        if p == 1:
+            out[:] = arr
+        # Ring: in step s, pass on the partial reduction of block me-s-1 and fold this rank's
+        # values into the partial of block me-s-2 that arrives; after p-1 steps block me is whole.
+        for s in range(p - 1):
+            send, recv = blocks[(me - s - 1) % p], blocks[(me - s - 2) % p]
+            comm.Sendrecv(arr[send] if s == 0 else out[send], right, _TAG_RING,
+                          out[recv], left, _TAG_RING)
+            mpi_op.Reduce_local(arr[recv], out[recv])  # out = x op out, in place
+            traffic.bytes_out += out[send].nbytes
+            traffic.bytes_in += out[recv].nbytes
+            traffic.msgs_out += 1
+            traffic.msgs_in += 1
+
+    bsp.sync(f"reduce_scatter:{op}", _step=Step(Kind.REDUCE_SCATTER, signature(desc), lambda: desc, run))
+    return out[blocks[me]]
+
+
+def allgather_blocks(bsp: "Supersteps", buf: Any) -> np.ndarray:
+    """See :meth:`hpcbsp.runtime.context.BSP.allgather_blocks`."""
+    arr = _check_ring_buffer(bsp, buf, "allgather_blocks")
+    if not arr.flags.writeable:
+        raise UsageError(f"rank {bsp.pid}: allgather_blocks writes the other ranks' blocks into "
+                         "its argument, which is read-only")
+    desc = f"allgather_blocks(dtype={arr.dtype}, n={arr.size})"
+    p, me = bsp.nprocs, bsp.pid
+    blocks = _ring_blocks(arr.size, p)
+
+    def run(traffic: Traffic) -> None:
+        comm = bsp.comm
+        right, left = (me + 1) % p, (me - 1) % p
+        for s in range(p - 1):  # pass on the block that arrived in the step before
+            send, recv = blocks[(me - s) % p], blocks[(me - s - 1) % p]
+            comm.Sendrecv(arr[send], right, _TAG_RING, arr[recv], left, _TAG_RING)
+            traffic.bytes_out += arr[send].nbytes
+            traffic.bytes_in += arr[recv].nbytes
+            traffic.msgs_out += 1
+            traffic.msgs_in += 1
+
+    bsp.sync("allgather_blocks", _step=Step(Kind.ALLGATHER, signature(desc), lambda: desc, run))
+    return arr
 
 
 def broadcast(bsp: "Supersteps", x: Any, root: int) -> Any:

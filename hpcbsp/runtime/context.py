@@ -320,6 +320,41 @@ class BSP(Supersteps):
         """
         return collectives.allreduce(self, x, op, exact, out)
 
+    def reduce_scatter(self, x: np.ndarray, op: str = "sum", *, out: np.ndarray | None = None) -> np.ndarray:
+        """Reduce ``x`` element-wise over all ranks, keeping only this rank's block of the result
+        (collective; a superstep of its own).
+
+        ``x`` is a 1-D C-contiguous numeric array of the same length ``n`` on every rank; rank
+        ``r``'s block is ``block_range(n, p, r)`` (:class:`hpcbsp.runtime.partition.Block`).
+        Returns a view of ``out`` (default: a new array like ``x``) whose elements in this rank's
+        block hold the reduction; ``out``'s other elements are used as scratch.  ``op`` as for
+        :meth:`allreduce`.  With :meth:`allgather_blocks` this is an allreduce in two supersteps
+        that leaves room for work on one block between them (for example updating a shard of the
+        weights, as the allreduce training baseline does).
+
+        The reduction runs around a ring of point-to-point messages: each element is combined once
+        per rank, in ring order (for floating-point sums the rounding may differ from
+        :meth:`allreduce`'s; every rank's block is computed once, so after
+        :meth:`allgather_blocks` every rank has the same bits).
+
+        h-relation: about ``(p-1)/p · x.nbytes`` out of and into every rank, in ``p - 1``
+        messages each way.
+        """
+        return collectives.reduce_scatter(self, x, op, out)
+
+    def allgather_blocks(self, buf: np.ndarray) -> np.ndarray:
+        """Give every rank every rank's block of ``buf``, in place (collective; a superstep of its
+        own).
+
+        ``buf`` is a writeable 1-D C-contiguous numeric array of the same length ``n`` on every
+        rank; this rank's block (``block_range(n, p, pid)``, as in :meth:`reduce_scatter`) is its
+        contribution, and the other blocks are overwritten with the other ranks'.  Returns ``buf``.
+
+        h-relation: about ``(p-1)/p · buf.nbytes`` out of and into every rank, in ``p - 1``
+        messages each way (a ring).
+        """
+        return collectives.allgather_blocks(self, buf)
+
     def broadcast(self, x: Any, root: int = 0) -> Any:
         """Return ``root``'s ``x`` on every rank (collective; a superstep of its own).
 

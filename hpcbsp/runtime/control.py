@@ -44,6 +44,8 @@ class Kind(enum.IntEnum):
     FAIL = 7
     CHECKPOINT = 8
     GATHER = 9
+    REDUCE_SCATTER = 10
+    ALLGATHER = 11
 
 
 # Field positions in the control record.
