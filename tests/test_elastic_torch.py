@@ -166,17 +166,29 @@ def test_bfloat16_encoding_matches_torch_including_ties_and_specials() -> None:
 
 @pytest.mark.parametrize("fmt, torch_dtype", [("float16", "float16"), ("bfloat16", "bfloat16"),
                                                ("float32", "float32")])
-def test_wire_messages_carry_exact_headers_and_rounded_values(fmt: str, torch_dtype: str) -> None:
+def test_wire_payloads_carry_rounded_values(fmt: str, torch_dtype: str) -> None:
     wire = Wire(fmt)
     g = np.random.default_rng(1).standard_normal(1001).astype(np.float32)
-    msg = wire.alloc(1, g.size)[0]
-    assert msg.nbytes == wire.nbytes(g.size) == 16 + g.size * {"float16": 2, "bfloat16": 2, "float32": 4}[fmt]
-    wire.header(msg)[:] = (2**40 + 3, -7)
-    wire.encode(g, msg)
-    assert wire.header(msg).tolist() == [2**40 + 3, -7]
+    payload = wire.alloc(1, g.size)[0]
+    assert wire.nbytes(g.size) == 16 + payload.nbytes == 16 + g.size * {"float16": 2, "bfloat16": 2, "float32": 4}[fmt]
+    assert wire.encode(g, payload) is payload
     expected = torch.from_numpy(g).to(getattr(torch, torch_dtype)).to(torch.float32).numpy()
-    np.testing.assert_array_equal(wire.decode(msg), expected)
+    np.testing.assert_array_equal(wire.decode(payload), expected)
     np.testing.assert_array_equal(wire.roundtrip(g), expected)
+    # float32 goes as it is (no copy); the 16-bit formats must be encoded
+    assert (wire.as_payload(g) is g) == (fmt == "float32")
+    assert wire.as_payload(g[::2]) is None and wire.as_payload(g.reshape(7, 143)) is None
+
+
+@pytest.mark.parametrize("n, itemsize", [(0, 4), (1, 8), (262144, 4), (262145, 4), (10**6 + 3, 8)])
+def test_reply_pieces_cover_the_values_in_order(n: int, itemsize: int) -> None:
+    from hpcbsp.elastic.wire import PIECE_BYTES, pieces
+
+    got = pieces(n, itemsize)
+    assert got[0].start == 0 and got[-1].stop == n and len(got) >= 1
+    assert all(a.stop == b.start for a, b in zip(got, got[1:]))
+    assert all(0 < (s.stop - s.start) * itemsize <= PIECE_BYTES for s in got) or n == 0
+    assert len(got) == max(1, -(-n * itemsize // PIECE_BYTES))
 
 
 # ---------------------------------------------------------------- simulated runs

@@ -168,6 +168,21 @@ def test_reduce_scatter_leaves_each_rank_its_block_of_the_reduction(bsp, n, op):
 
 
 @pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("op", ["land", "lor", "band", "bor"])
+def test_reduce_scatter_logical_and_bitwise_ops_on_integers(bsp, op):
+    """Oracle: numpy's logical (as 0/1 in the dtype, MPI's convention) and bitwise reductions."""
+    p, n = bsp.nprocs, 97
+    every = np.stack([np.random.default_rng(50 + r).integers(0, 4, n) for r in range(p)])
+    want = {"land": np.logical_and.reduce(every != 0).astype(np.int64),
+            "lor": np.logical_or.reduce(every != 0).astype(np.int64),
+            "band": np.bitwise_and.reduce(every), "bor": np.bitwise_or.reduce(every)}[op]
+    lo, hi = block_range(n, p, bsp.pid)
+    np.testing.assert_array_equal(bsp.reduce_scatter(every[bsp.pid].copy(), op=op), want[lo:hi])
+    with pytest.raises(UsageError, match=f"op '{op}' needs integers"):
+        bsp.reduce_scatter(np.zeros(3), op=op)
+
+
+@pytest.mark.mpi(min_size=1)
 @pytest.mark.parametrize("n", [0, 2, 11, 4096])
 def test_allgather_blocks_gives_every_rank_every_block(bsp, n):
     """Oracle: rank r fills its block with ``r * 1000 + index`` and garbage elsewhere; after the

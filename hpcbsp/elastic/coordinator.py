@@ -7,6 +7,7 @@ deadlocking a run.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,7 +16,7 @@ from ..kernels.update import sgd_step
 from .policies.base import SyncPolicy
 from .runlog import RunLog
 
-__all__ = ["Coordinator", "Outcome", "ProtocolError"]
+__all__ = ["Coordinator", "Outcome", "ProtocolError", "Stream"]
 
 
 class ProtocolError(RuntimeError):
@@ -24,10 +25,25 @@ class ProtocolError(RuntimeError):
 
 @dataclass(frozen=True)
 class Outcome:
-    """After one push: workers to send the weights to, and workers to tell to stop."""
+    """After one push: workers to send the weights to, and workers to tell to stop.
+
+    ``streamed``: the pushing worker, when its update was applied alone and the new weights were
+    already handed to the push's ``stream`` piece by piece (it is in ``release`` or ``stop`` too).
+    """
 
     release: tuple[int, ...] = ()
     stop: tuple[int, ...] = ()
+    streamed: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Stream:
+    """Where an immediate update (ASP's) goes as it is made: the weights are updated piece by
+    piece, in ``pieces``' order, and ``ready(piece)`` is called as each piece is final, so that
+    a transport can send it while the next is updated."""
+
+    pieces: Sequence[slice]
+    ready: Callable[[slice], None]
 
 
 class Coordinator:
@@ -81,8 +97,13 @@ class Coordinator:
         """True once every worker has been told to stop."""
         return bool(self._stopped.all())
 
-    def push(self, worker: int, grad: np.ndarray | None, now: float) -> Outcome:
-        """Worker ``worker`` pushed ``grad`` (computed on ``pulled_version[worker]``) at ``now``."""
+    def push(self, worker: int, grad: np.ndarray | None, now: float, stream: Stream | None = None) -> Outcome:
+        """Worker ``worker`` pushed ``grad`` (computed on ``pulled_version[worker]``) at ``now``.
+
+        ``stream``: when the policy applies this gradient alone, now, and releases its worker
+        (ASP), the update is made piece by piece into ``stream`` (see :class:`Stream`) and the
+        outcome names the worker in ``streamed``.
+        """
         if not 0 <= worker < self.n_workers:
             raise ProtocolError(f"push from unknown worker {worker}")
         if self._waiting[worker] or self._stopped[worker]:
@@ -108,8 +129,10 @@ class Coordinator:
                 direct = grad  # applied alone, now (ASP): straight from the message, one pass
             else:
                 self._grads[worker] = grad
+        if stream is not None and (direct is None or worker not in decision.release):
+            stream = None  # the new weights go out with the replies, whole
         if decision.apply:
-            self._apply(decision.apply, direct)
+            self._apply(decision.apply, direct, stream)
         for w in decision.drop:
             self._consume(w)
             self.log.dropped[w] += 1
@@ -120,10 +143,11 @@ class Coordinator:
             self._waiting[w] = False
             self.log.wait_s[w] += now - self._pushed_at[w]
             self.pulled_version[w] = self.version
+        streamed = (worker,) if stream is not None else ()
         if self.max_updates is not None and self.version >= self.max_updates:
             self._stopped[list(decision.release)] = True
-            return Outcome(stop=tuple(decision.release) + self.stop(now))
-        return Outcome(release=tuple(decision.release))
+            return Outcome(stop=tuple(decision.release) + self.stop(now), streamed=streamed)
+        return Outcome(release=tuple(decision.release), streamed=streamed)
 
     def rejoin(self) -> tuple[int, ...]:
         """After a restart: the workers that were computing, to be sent the current weights.
@@ -154,9 +178,10 @@ class Coordinator:
         """The step of the next update (``lr / (1 + lr_decay * version)``)."""
         return self.lr / (1.0 + self.lr_decay * self.version) if self.lr_decay else self.lr
 
-    def _apply(self, workers: tuple[int, ...], direct: np.ndarray | None = None) -> None:
+    def _apply(self, workers: tuple[int, ...], direct: np.ndarray | None = None,
+               stream: Stream | None = None) -> None:
         """Apply the pending gradients of ``workers`` as one update (``direct``: the one worker's
-        gradient itself, not copied into its row)."""
+        gradient itself, not copied into its row; ``stream``: made piece by piece into it)."""
         idx = np.asarray(workers, dtype=np.int64)
         for w in workers:
             self._consume(w)
@@ -166,6 +191,10 @@ class Coordinator:
             lr = self._lr_now()
             if idx.size > 1:
                 self.weights -= lr * self._grads[idx].mean(axis=0)
+            elif stream is not None and direct is not None:  # the same pass, a piece at a time
+                for piece in stream.pieces:
+                    sgd_step(self.weights[piece], direct[piece], lr)
+                    stream.ready(piece)
             else:  # weights -= lr * gradient in one compiled pass, with numpy's rounding
                 sgd_step(self.weights, self._grads[idx[0]] if direct is None else direct, lr)
         self.version += 1

@@ -1,23 +1,33 @@
 """The parameter server on MPI: rank 0 serves, ranks ``1..n`` are workers ``0..n-1``.
 
-Protocol (point-to-point on an explicit communicator; each message is one contiguous numpy
-buffer laid out by :class:`.wire.Wire`: a 16-byte header of two int64, then the ``P`` values):
+Protocol (point-to-point on an explicit communicator; :mod:`.wire` has the layouts).  A push or
+a reply is a header message of two int64 and the ``P`` values, sent straight from the sender's
+own array (no copy into a message buffer):
 
-* reply, server -> worker (tag ``REPLY_TAG``): header ``[command, version]``, then the weights
-  in their own dtype (float64 for the numpy models, float32 for torch models); the server sends
-  one at the start and one per release; ``command`` is ``CONTINUE`` or ``STOP``.
-* push, worker -> server (tag ``PUSH_TAG``): header ``[version computed on, iteration]``, then
-  the gradient, in the weights' dtype or a compressed format (``grad_format``: float16 or
-  bfloat16, decoded to float32 by the server before the policy sees it).
+* reply, server -> worker: header ``[command, version]`` (tag ``REPLY_TAG``), then the weights
+  in their own dtype (float64 for the numpy models, float32 for torch models) in pieces
+  (:func:`.wire.pieces`, tag ``REPLY_DATA_TAG``; MPI keeps their order); the server sends one
+  at the start and one per release; ``command`` is ``CONTINUE`` or ``STOP``.
+* push, worker -> server: header ``[version computed on, iteration]`` (tag ``PUSH_TAG``), then
+  the gradient (tag ``PUSH_DATA_TAG``), in the weights' dtype or a compressed format
+  (``grad_format``: float16 or bfloat16, decoded to float32 by the server before the policy
+  sees it).
 
 A worker pushes once per reply and waits for the next reply, so the server sees every push time
-(its clock at receipt) and can withhold a reply: that is all a policy needs. The server keeps
-one receive posted per computing worker and serves whichever push arrives first.
+(its clock at receipt) and can withhold a reply: that is all a policy needs.  The server keeps
+one push posted per computing worker and serves whichever arrives first.  A worker posts the
+receives of its next reply before it pushes, so the server's reply never waits for them.
 
-h-relation per iteration of worker ``w``: the worker sends 1 message of ``16 + g P`` bytes and
-receives 1 of ``16 + w P`` bytes (``w``, ``g``: bytes per weight and per gradient value: 8 for
-float64, 4 for float32, 2 for float16/bfloat16); the server receives and sends ``n`` such
-messages per round of pushes.
+The server sends the weights from the array it updates, so it changes them only when no piece
+of them is in flight (the workers receiving them are waiting, so this is short).  When a push is
+applied alone and its worker released at once (ASP), the update is made a piece at a time and
+each piece sent as soon as it is final (:class:`.coordinator.Stream`): the reply travels while
+the rest is updated, on the worker's core.
+
+h-relation per iteration of worker ``w``: the worker sends ``16 + g P`` bytes and receives
+``16 + w P`` bytes (``w``, ``g``: bytes per weight and per gradient value: 8 for float64, 4 for
+float32, 2 for float16/bfloat16), in 2 messages out and ``1 + ceil(w P / 2^20)`` in; the server
+receives and sends ``n`` such pushes and replies per round of pushes.
 
 Both sides take the communicator explicitly; ``None`` means a private duplicate of
 ``MPI.COMM_WORLD`` (made and freed collectively by the server and every worker), so the
@@ -43,17 +53,19 @@ from mpi4py import MPI
 
 from ..runtime.waiting import Naps, resolve
 from ..util.waiting import poll
-from .coordinator import Coordinator
+from .coordinator import Coordinator, Stream
 from .evaluator import BackgroundEvaluator
 from .policies.base import SyncPolicy
 from .runlog import RunLog
-from .wire import Wire, wire_for
+from .wire import Wire, pieces, wire_for
 
-__all__ = ["serve", "work", "ServerResult", "WorkerResult", "PUSH_TAG", "REPLY_TAG", "CONTINUE", "STOP",
-           "ServerTimeout", "poll", "wait_request"]
+__all__ = ["serve", "work", "ServerResult", "WorkerResult", "PUSH_TAG", "REPLY_TAG", "PUSH_DATA_TAG",
+           "REPLY_DATA_TAG", "CONTINUE", "STOP", "ServerTimeout", "poll", "wait_request"]
 
 PUSH_TAG = 7101
 REPLY_TAG = 7102
+PUSH_DATA_TAG = 7103
+REPLY_DATA_TAG = 7104
 CONTINUE = 0
 STOP = 1
 
@@ -97,6 +109,11 @@ def _wait(req: MPI.Request, timeout: float, what: str, mode: str = "yield") -> N
     _poll(lambda: True if req.Test() else None, np.inf, deadline, what, mode)
 
 
+def _wait_all(reqs: list[MPI.Request], timeout: float, what: str, mode: str = "yield") -> None:
+    deadline = time.monotonic() + timeout
+    _poll(lambda: True if MPI.Request.Testall(reqs) else None, np.inf, deadline, what, mode)
+
+
 def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: float, *,
           duration: float | None = None, max_updates: int | None = None,
           eval_fn: Callable[[np.ndarray], tuple[float, float]] | None = None,
@@ -108,9 +125,9 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
           lr_decay: float = 0.0, wait: str | None = None) -> ServerResult:
     """Run the server on rank 0 of ``comm`` until the run stops; workers run :func:`work`.
 
-    h-relation: per push served, 1 message of ``16 + g P`` bytes in and, when the policy
-    releases or stops workers, 1 message of ``16 + w P`` bytes out to each of them (``w``, ``g``:
-    bytes per weight and per gradient value, see the module docstring).
+    h-relation: per push served, ``16 + g P`` bytes in and, when the policy releases or stops
+    workers, ``16 + w P`` bytes out to each of them (a header, then the weights in pieces; ``w``,
+    ``g``: bytes per weight and per gradient value, see the module docstring).
 
     Parameters
     ----------
@@ -172,24 +189,41 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
         if coord.n_workers != n:
             raise ValueError(f"the saved run had {coord.n_workers} workers, this one has {n}")
         policy = coord.policy
-    size = coord.weights.size  # type: ignore[union-attr]
-    out_wire = wire_for(coord.weights.dtype)  # type: ignore[union-attr]
+    current = coord.weights  # updated in place, and sent from: never rebound during the run
+    assert current is not None
+    size = current.size
+    out_wire = wire_for(current.dtype)
     in_wire = Wire(grad_format or out_wire.format)
+    parts = pieces(size, out_wire.storage.itemsize)
     inbox = in_wire.alloc(n, size)
-    outbox = out_wire.alloc(n, size)
-    recv: list[MPI.Request] = [MPI.REQUEST_NULL] * n
-    sent: list[MPI.Request] = [MPI.REQUEST_NULL] * n
+    in_head = np.zeros((n, 2), dtype=np.int64)
+    out_head = np.zeros((n, 2), dtype=np.int64)
+    head_recv: list[MPI.Request] = [MPI.REQUEST_NULL] * n
+    data_recv: list[MPI.Request] = [MPI.REQUEST_NULL] * n
+    head_sent: list[MPI.Request] = [MPI.REQUEST_NULL] * n
+    in_flight: list[MPI.Request] = []  # pieces of the weights being sent: they must not change
 
-    def reply(w: int, command: float) -> None:
+    def settle() -> None:
+        """Wait until no piece of the weights is in flight (before they change)."""
+        _wait_all(in_flight, timeout, "delivery of the weights to the workers", mode)
+        in_flight.clear()
+
+    def send_piece(w: int, piece: slice) -> None:
+        in_flight.append(comm.Isend(current[piece], dest=w + 1, tag=REPLY_DATA_TAG))
+
+    def reply(w: int, command: float, streamed: bool = False) -> None:
         # The previous reply to w was received before w pushed again, so this wait is immediate.
-        _wait(sent[w], timeout, f"completion of the reply to worker {w}", mode)
-        out_wire.header(outbox[w])[:] = (command, coord.version)
-        out_wire.payload(outbox[w])[:] = coord.weights
-        sent[w] = comm.Isend(outbox[w], dest=w + 1, tag=REPLY_TAG)
+        _wait(head_sent[w], timeout, f"completion of the reply to worker {w}", mode)
+        out_head[w] = (command, coord.version)
+        head_sent[w] = comm.Isend(out_head[w], dest=w + 1, tag=REPLY_TAG)
+        if not streamed:
+            for piece in parts:
+                send_piece(w, piece)
 
-    def release(w: int) -> None:
-        recv[w] = comm.Irecv(inbox[w], source=w + 1, tag=PUSH_TAG)
-        reply(w, CONTINUE)
+    def release(w: int, streamed: bool = False) -> None:
+        head_recv[w] = comm.Irecv(in_head[w], source=w + 1, tag=PUSH_TAG)
+        data_recv[w] = comm.Irecv(inbox[w], source=w + 1, tag=PUSH_DATA_TAG)
+        reply(w, CONTINUE, streamed)
 
     t0 = time.monotonic()
     next_eval = t0 if eval_fn is not None and eval_every else np.inf
@@ -205,7 +239,7 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
     next_save = time.monotonic() + save_every
 
     def pending() -> int | None:
-        idx, flag = MPI.Request.Testany(recv)
+        idx, flag = MPI.Request.Testany(head_recv)
         return idx if flag and idx != MPI.UNDEFINED else None
 
     stopped_at = np.inf
@@ -241,25 +275,30 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
         w = _poll(pending, until, now + timeout, "push from any worker", mode)
         if w is None:
             continue
+        head_recv[w] = MPI.REQUEST_NULL
+        _wait(data_recv[w], timeout, f"the gradient of worker {w}, after its header", mode)
+        data_recv[w] = MPI.REQUEST_NULL
         now = time.monotonic()
-        recv[w] = MPI.REQUEST_NULL
-        pushed_on = int(in_wire.header(inbox[w])[0])
+        pushed_on = int(in_head[w][0])
         if not coord.stopping and pushed_on != coord.pulled_version[w]:
             raise RuntimeError(f"worker {w} pushed a gradient for version {pushed_on}, "
                                f"but was sent version {coord.pulled_version[w]}")
         was_stopping = coord.stopping
-        out = coord.push(w, None if coord.stopping else in_wire.decode(inbox[w]), now - t0)
+        settle()  # the push may change the weights
+        stream = Stream(parts, lambda piece, w=w: send_piece(w, piece))  # type: ignore[misc]
+        out = coord.push(w, None if coord.stopping else in_wire.decode(inbox[w]), now - t0, stream)
         if coord.stopping and not was_stopping:
             stopped_at = now  # max_updates reached at this push
         for r in out.release:
-            release(r)
+            release(r, r in out.streamed)
         for r in out.stop:
-            reply(r, STOP)
+            reply(r, STOP, r in out.streamed)
     if evaluator is not None:
         collect(evaluator.close())
     coord.log.duration_s = min(stopped_at, stop_at) - t0
     for w in range(n):
-        _wait(sent[w], timeout, f"completion of the last reply to worker {w}", mode)
+        _wait(head_sent[w], timeout, f"completion of the last reply to worker {w}", mode)
+    settle()
     if eval_fn is not None:
         coord.log.record_eval(coord.log.duration_s, *eval_fn(coord.weights))  # type: ignore[arg-type]
     return ServerResult(policy.describe(), coord.log, policy.stats, coord.weights)  # type: ignore[arg-type]
@@ -271,15 +310,17 @@ def work(comm: MPI.Comm | None, grad_fn: Callable[[np.ndarray], np.ndarray], n_p
          pace: Callable[[float, float], float] | None = None, wait: str | None = None) -> WorkerResult:
     """Run a worker (rank >= 1 of ``comm``) until the server says stop.
 
-    h-relation: per iteration, 1 message of ``16 + g P`` bytes out (the push) and 1 of
-    ``16 + w P`` bytes in (the reply with the weights; see the module docstring).
+    h-relation: per iteration, ``16 + g P`` bytes out (the push: 2 messages) and ``16 + w P``
+    in (the reply: a header, then the weights in pieces; see the module docstring).
 
     Parameters
     ----------
     comm : MPI.Comm or None
         The communicator the server uses (None: a duplicate of COMM_WORLD, as in :func:`serve`).
     grad_fn : callable
-        ``grad_fn(weights) -> gradient`` (flat, ``n_params`` long).
+        ``grad_fn(weights) -> gradient`` (a flat array, ``n_params`` long).  A gradient already
+        in the wire's dtype (1-D, C-contiguous) is sent from the array itself: it may be a
+        buffer that ``grad_fn`` reuses, as it is not read after the next call begins.
     n_params : int
         Number of parameters.
     iteration_time : callable, optional
@@ -311,25 +352,36 @@ def work(comm: MPI.Comm | None, grad_fn: Callable[[np.ndarray], np.ndarray], n_p
     mode = resolve(wait, comm)  # collective, as in the server's serve()
     in_wire = wire_for(dtype)
     out_wire = Wire(grad_format or in_wire.format)
-    inbox = in_wire.alloc(1, n_params)[0]
-    outbox = out_wire.alloc(1, n_params)[0]
-    reply_head, push_head = in_wire.header(inbox), out_wire.header(outbox)
-    weights = in_wire.payload(inbox)
+    weights = in_wire.alloc(1, n_params)[0]
+    payload = out_wire.alloc(1, n_params)[0]  # for a gradient that must be encoded first
+    reply_head = np.zeros(2, dtype=np.int64)
+    push_head = np.zeros(2, dtype=np.int64)
+    parts = pieces(n_params, in_wire.storage.itemsize)
     result = WorkerResult()
     t0 = time.monotonic()
 
-    def receive() -> None:
+    def post_reply() -> list[MPI.Request]:
+        return [comm.Irecv(reply_head, source=0, tag=REPLY_TAG)] + \
+               [comm.Irecv(weights[piece], source=0, tag=REPLY_DATA_TAG) for piece in parts]
+
+    def receive(reqs: list[MPI.Request]) -> None:
         tic = time.monotonic()
-        req = comm.Irecv(inbox, source=0, tag=REPLY_TAG)
-        _wait(req, timeout, "reply from the server", mode)
+        _wait_all(reqs, timeout, "reply from the server", mode)
         result.blocked_s += time.monotonic() - tic
         if record_versions:
             result.versions.append(int(reply_head[1]))
 
-    receive()
+    receive(post_reply())
     while reply_head[0] == CONTINUE:
         start = time.monotonic()
-        out_wire.encode(grad_fn(weights), outbox)
+        grad = grad_fn(weights)
+        if not isinstance(grad, np.ndarray) or grad.shape != (n_params,):
+            raise ValueError(f"worker {comm.Get_rank() - 1}: the gradient function returned "
+                             f"{type(grad).__name__} {getattr(grad, 'shape', '')}; the model has "
+                             f"{n_params} parameters: return a flat array of that length")
+        values = out_wire.as_payload(grad)
+        if values is None:
+            values = out_wire.encode(grad, payload)
         compute = time.monotonic() - start
         target = None
         if pace is not None:
@@ -342,9 +394,10 @@ def work(comm: MPI.Comm | None, grad_fn: Callable[[np.ndarray], np.ndarray], n_p
                 time.sleep(left)
         push_head[:] = (reply_head[1], result.iterations)
         result.iterations += 1
-        req = comm.Isend(outbox, dest=0, tag=PUSH_TAG)
-        _wait(req, timeout, "delivery of a push to the server", mode)
-        receive()
+        reply = post_reply()  # before the push leaves: the server's reply never waits for it
+        sends = [comm.Isend(push_head, dest=0, tag=PUSH_TAG), comm.Isend(values, dest=0, tag=PUSH_DATA_TAG)]
+        _wait_all(sends, timeout, "delivery of a push to the server", mode)
+        receive(reply)
     return result
 
 

@@ -1,8 +1,11 @@
-"""Message layouts of the parameter server: a 16-byte header, then the values in one dtype.
+"""Message layouts of the parameter server: a 16-byte header message, then the values.
 
-Every push and every reply is one contiguous numpy buffer: two int64 header words (the command
-or version, and a counter) followed by the ``P`` values.  The header is 16 bytes whatever the
-values' type, so float64, float32 and 16-bit payloads all have exact integer headers.
+A push or a reply is a header message of two int64 (the command or version, and a counter) and
+the ``P`` values in one dtype.  The values travel straight from the sender's own array (the
+worker's gradient as its model produced it, the server's weights) with no header to make room
+for, so neither side copies them into a message buffer.  A reply's values go in pieces of about
+:data:`PIECE_BYTES` (:func:`pieces`, the same on both sides): the server sends each piece of the
+new weights as soon as it is updated, so the transfer overlaps the update.
 
 Value formats (:data:`FORMATS`):
 
@@ -22,9 +25,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Wire", "FORMATS", "HEADER_BYTES", "wire_for", "bfloat16_bits", "bfloat16_values"]
+__all__ = ["Wire", "FORMATS", "HEADER_BYTES", "PIECE_BYTES", "pieces", "wire_for", "bfloat16_bits",
+           "bfloat16_values"]
 
 HEADER_BYTES = 16
+#: About this many bytes per piece of a reply: small enough that the first piece travels while
+#: the rest is updated, large enough that a message's fixed cost is negligible (1 MiB: within a
+#: core's L2 cache, where the update leaves it).
+PIECE_BYTES = 1 << 20
 FORMATS = ("float64", "float32", "float16", "bfloat16")
 
 _STORAGE = {"float64": np.float64, "float32": np.float32, "float16": np.float16,
@@ -58,9 +66,16 @@ def bfloat16_values(bits: np.ndarray, out: np.ndarray | None = None) -> np.ndarr
     return out
 
 
+def pieces(n_values: int, itemsize: int, piece_bytes: int = PIECE_BYTES) -> list[slice]:
+    """The pieces a reply of ``n_values`` values of ``itemsize`` bytes is sent in, in order (at
+    least one, empty for an empty model)."""
+    step = max(1, piece_bytes // itemsize)
+    return [slice(lo, min(lo + step, n_values)) for lo in range(0, max(n_values, 1), step)]
+
+
 @dataclass(frozen=True)
 class Wire:
-    """One message layout: a 16-byte header of two int64, then ``format`` values."""
+    """One value format of the messages' payloads (the header is a message of its own)."""
 
     format: str = "float64"
 
@@ -70,7 +85,7 @@ class Wire:
 
     @property
     def storage(self) -> np.dtype:
-        """The dtype of the buffer (uint16 for bfloat16)."""
+        """The dtype of the payload buffer (uint16 for bfloat16)."""
         return np.dtype(_STORAGE[self.format])
 
     @property
@@ -78,42 +93,37 @@ class Wire:
         """The dtype the values are decoded to (float32 for the 16-bit formats)."""
         return np.dtype(_VALUES[self.format])
 
-    @property
-    def header_slots(self) -> int:
-        return HEADER_BYTES // self.storage.itemsize
-
     def nbytes(self, n_values: int) -> int:
-        """Bytes of one message carrying ``n_values`` values."""
+        """Bytes of one push or reply carrying ``n_values`` values (header included)."""
         return HEADER_BYTES + n_values * self.storage.itemsize
 
     def alloc(self, rows: int, n_values: int) -> np.ndarray:
-        """``rows`` zeroed message buffers, one per row (C-contiguous, 16-byte header first)."""
-        return np.zeros((rows, self.header_slots + n_values), dtype=self.storage)
+        """``rows`` zeroed payload buffers, one per row (C-contiguous)."""
+        return np.zeros((rows, n_values), dtype=self.storage)
 
-    def header(self, message: np.ndarray) -> np.ndarray:
-        """The two int64 header words of ``message`` (a view: writing it writes the message)."""
-        return message[:self.header_slots].view(np.int64)
+    def as_payload(self, values: np.ndarray) -> np.ndarray | None:
+        """``values`` itself when it can be sent as this format's payload as it is (1-D,
+        C-contiguous, of the storage dtype), else None (it must be encoded)."""
+        if isinstance(values, np.ndarray) and values.ndim == 1 and values.flags.c_contiguous \
+                and values.dtype == self.storage and self.format in ("float64", "float32"):
+            return values
+        return None
 
-    def payload(self, message: np.ndarray) -> np.ndarray:
-        """The values part of ``message`` (a view, in storage dtype)."""
-        return message[self.header_slots:]
-
-    def encode(self, values: np.ndarray, message: np.ndarray) -> None:
-        """Write ``values`` into ``message``'s payload (rounding to the format, one pass)."""
-        dst = self.payload(message)
+    def encode(self, values: np.ndarray, payload: np.ndarray) -> np.ndarray:
+        """Write ``values`` into ``payload`` (rounding to the format, one pass); returns it."""
         if self.format == "bfloat16":
-            bfloat16_bits(values, out=dst)
+            bfloat16_bits(values, out=payload)
         else:
-            np.copyto(dst, values, casting="same_kind" if self.format != "float16" else "unsafe")
+            np.copyto(payload, values, casting="same_kind" if self.format != "float16" else "unsafe")
+        return payload
 
-    def decode(self, message: np.ndarray) -> np.ndarray:
+    def decode(self, payload: np.ndarray) -> np.ndarray:
         """The payload as values: a view for float64/float32, a new float32 array otherwise."""
-        src = self.payload(message)
         if self.format == "bfloat16":
-            return bfloat16_values(src)
+            return bfloat16_values(payload)
         if self.format == "float16":
-            return src.astype(np.float32)
-        return src
+            return payload.astype(np.float32)
+        return payload
 
     def roundtrip(self, values: np.ndarray) -> np.ndarray:
         """``values`` as they arrive after :meth:`encode` and :meth:`decode` (for simulated runs)."""
