@@ -72,6 +72,80 @@ def test_asp_server_applies_every_gradient_once(comm) -> None:
         assert all(b > a for a, b in zip(res_w.versions, res_w.versions[1:]))
 
 
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("grad_dtype", [np.float32, np.float64])
+def test_asp_streams_a_large_model_in_pieces_and_no_worker_sees_torn_weights(comm, grad_dtype) -> None:
+    """A float32 model of 2.8 MB travels in 3 pieces, and ASP's updates are streamed piece by
+    piece.  Oracle, exact in float32: the gradient is constant (small integers ``g``) and the
+    step 0.5, so the weights after ``k`` updates are ``w0 - 0.5 k g`` in every element; every
+    weights a worker receives must be one such version as a whole (a piece of another version
+    would show), and the versions it sees must grow.  A float32 gradient is sent from the
+    array itself, a float64 one is encoded first: both arrive the same."""
+    from hpcbsp.elastic.server import serve, work
+    from hpcbsp.elastic.wire import pieces
+
+    P, lr, updates = 700_001, 0.5, 40
+    assert len(pieces(P, 4)) == 3
+    g = (1 + np.arange(P) % 7).astype(np.float32)
+    w0 = np.full(P, 1000.0, dtype=np.float32)
+    if comm.Get_rank() == 0:
+        res = serve(comm, make_policy("asp"), w0, lr, max_updates=updates, timeout=TIMEOUT)
+        assert res.weights.dtype == np.float32 and res.log.updates == updates
+        np.testing.assert_array_equal(res.weights, w0 - lr * updates * g)
+    else:
+        seen: list[int] = []
+        grad = g.astype(grad_dtype)
+
+        def grad_fn(w: np.ndarray) -> np.ndarray:
+            k = (w0 - w) / (lr * g)
+            assert np.all(k == k[0]), "the weights mix two versions"
+            seen.append(int(k[0]))
+            return grad
+        res_w = work(comm, grad_fn, P, dtype=np.float32, timeout=TIMEOUT)
+        assert res_w.iterations == len(seen) and seen == sorted(seen) and len(set(seen)) == len(seen)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_bsp_server_in_closed_form_with_a_model_in_pieces(comm) -> None:
+    """As the small closed-form test, with 300,000 float64 weights (2.4 MB: 3 pieces per reply,
+    sent whole to every worker at each barrier)."""
+    from hpcbsp.elastic.server import serve, work
+
+    P = 300_000
+    target = np.sin(np.arange(P, dtype=np.float64))
+    w0 = np.zeros(P)
+    if comm.Get_rank() == 0:
+        res = serve(comm, BSP(), w0, 0.2, max_updates=8, timeout=TIMEOUT)
+        np.testing.assert_allclose(res.weights, target + 0.8 ** 8 * (w0 - target), rtol=1e-12, atol=1e-15)
+    else:
+        res_w = work(comm, lambda w: w - target, P, timeout=TIMEOUT, record_versions=True)
+        assert res_w.versions == list(range(9))
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_gradient_of_the_wrong_length_is_named_on_the_worker(comm) -> None:
+    from hpcbsp.elastic.server import ServerTimeout, serve, work
+
+    if comm.Get_rank() == 0:
+        with pytest.raises(ServerTimeout, match="no push from any worker"):
+            serve(comm, make_policy("asp"), np.zeros(5), 0.1, max_updates=3, timeout=2.0)
+    else:
+        with pytest.raises(ValueError, match=r"worker \d+: the gradient function returned ndarray \(4,\); "
+                                             r"the model has 5 parameters"):
+            work(comm, lambda w: np.zeros(4), 5, timeout=2.0)
+
+
+@pytest.mark.parametrize("n, itemsize", [(0, 4), (1, 8), (262144, 4), (262145, 4), (10**6 + 3, 8)])
+def test_reply_pieces_cover_the_values_in_order(n: int, itemsize: int) -> None:
+    from hpcbsp.elastic.wire import PIECE_BYTES, pieces
+
+    got = pieces(n, itemsize)
+    assert got[0].start == 0 and got[-1].stop == n and len(got) >= 1
+    assert all(a.stop == b.start for a, b in zip(got, got[1:]))
+    assert all(0 < (s.stop - s.start) * itemsize <= PIECE_BYTES for s in got) or n == 0
+    assert len(got) == max(1, -(-n * itemsize // PIECE_BYTES))
+
+
 class _BarrierVersions:
     """Wraps ElasticBSP: the weights version at each barrier (every push applies one update)."""
 

@@ -180,17 +180,6 @@ def test_wire_payloads_carry_rounded_values(fmt: str, torch_dtype: str) -> None:
     assert wire.as_payload(g[::2]) is None and wire.as_payload(g.reshape(7, 143)) is None
 
 
-@pytest.mark.parametrize("n, itemsize", [(0, 4), (1, 8), (262144, 4), (262145, 4), (10**6 + 3, 8)])
-def test_reply_pieces_cover_the_values_in_order(n: int, itemsize: int) -> None:
-    from hpcbsp.elastic.wire import PIECE_BYTES, pieces
-
-    got = pieces(n, itemsize)
-    assert got[0].start == 0 and got[-1].stop == n and len(got) >= 1
-    assert all(a.stop == b.start for a, b in zip(got, got[1:]))
-    assert all(0 < (s.stop - s.start) * itemsize <= PIECE_BYTES for s in got) or n == 0
-    assert len(got) == max(1, -(-n * itemsize // PIECE_BYTES))
-
-
 # ---------------------------------------------------------------- simulated runs
 
 def _sgd_oracle(net: nn.Module, shape, batches_per_step, lr: float, decay: float = 0.0) -> np.ndarray:
