@@ -46,6 +46,25 @@ def test_the_first_bad_put_is_named_and_nothing_is_packed():
         assert packed is None and first == bad
 
 
+@pytest.mark.parametrize("n", [4, 5, 11, 64])
+def test_the_first_bad_put_is_found_wherever_it_is(n):
+    """The count runs four puts at a time: a bad rank (too large, or negative) at any position
+    of a group or of the tail, alone or after a bad offset, is found.  Oracle: a scan for the
+    first put whose rank or offset is out of range."""
+    sizes = np.array([4, 2, 3], dtype=np.int64)
+    rng = np.random.default_rng(n)
+    for pos in range(n):
+        for bad_rank in (3, -1, 2**62):
+            dest = rng.integers(0, 3, n)
+            offset = np.array([rng.integers(0, sizes[d]) for d in dest], dtype=np.int64)
+            dest[pos] = bad_rank
+            if pos > 1 and pos % 2:
+                offset[pos - 2] = sizes[dest[pos - 2]]  # an earlier bad offset wins
+            want = next(i for i in range(n) if not 0 <= dest[i] < 3 or not 0 <= offset[i] < sizes[dest[i]])
+            packed, first, _ = elements.pack_elements(dest, offset, np.zeros(n), sizes)
+            assert packed is None and first == want, (pos, bad_rank)
+
+
 def test_a_record_with_an_offset_outside_the_table_stops_there():
     packed, counts, starts = elements.pack_elements(np.zeros(3, dtype=np.int64), np.array([0, 5, 1]),
                                                     np.array([1.0, 2.0, 3.0]), np.array([9], dtype=np.int64))
