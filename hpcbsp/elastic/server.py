@@ -353,7 +353,7 @@ def work(comm: MPI.Comm | None, grad_fn: Callable[[np.ndarray], np.ndarray], n_p
     in_wire = wire_for(dtype)
     out_wire = Wire(grad_format or in_wire.format)
     weights = in_wire.alloc(1, n_params)[0]
-    payload = out_wire.alloc(1, n_params)[0]  # for a gradient that must be encoded first
+    payload: list[np.ndarray] = []  # made at the first gradient that must be encoded first
     reply_head = np.zeros(2, dtype=np.int64)
     push_head = np.zeros(2, dtype=np.int64)
     parts = pieces(n_params, in_wire.storage.itemsize)
@@ -381,7 +381,9 @@ def work(comm: MPI.Comm | None, grad_fn: Callable[[np.ndarray], np.ndarray], n_p
                              f"{n_params} parameters: return a flat array of that length")
         values = out_wire.as_payload(grad)
         if values is None:
-            values = out_wire.encode(grad, payload)
+            if not payload:
+                payload.append(out_wire.alloc(1, n_params)[0])
+            values = out_wire.encode(grad, payload[0])
         compute = time.monotonic() - start
         target = None
         if pace is not None:
