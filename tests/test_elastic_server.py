@@ -73,14 +73,16 @@ def test_asp_server_applies_every_gradient_once(comm) -> None:
 
 
 @pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("transport", ["messages", "auto"])
 @pytest.mark.parametrize("grad_dtype", [np.float32, np.float64])
-def test_asp_streams_a_large_model_in_pieces_and_no_worker_sees_torn_weights(comm, grad_dtype) -> None:
+def test_asp_streams_a_large_model_in_pieces_and_no_worker_sees_torn_weights(comm, grad_dtype, transport) -> None:
     """A float32 model of 2.8 MB travels in 3 pieces, and ASP's updates are streamed piece by
     piece.  Oracle, exact in float32: the gradient is constant (small integers ``g``) and the
     step 0.5, so the weights after ``k`` updates are ``w0 - 0.5 k g`` in every element; every
     weights a worker receives must be one such version as a whole (a piece of another version
     would show), and the versions it sees must grow.  A float32 gradient is sent from the
-    array itself, a float64 one is encoded first: both arrive the same."""
+    array itself, a float64 one is encoded first: both arrive the same.  Both transports: the
+    weights as messages in pieces, and (``auto`` on one node) in a shared-memory window."""
     from hpcbsp.elastic.server import serve, work
     from hpcbsp.elastic.wire import pieces
 
@@ -89,9 +91,11 @@ def test_asp_streams_a_large_model_in_pieces_and_no_worker_sees_torn_weights(com
     g = (1 + np.arange(P) % 7).astype(np.float32)
     w0 = np.full(P, 1000.0, dtype=np.float32)
     if comm.Get_rank() == 0:
-        res = serve(comm, make_policy("asp"), w0, lr, max_updates=updates, timeout=TIMEOUT)
+        res = serve(comm, make_policy("asp"), w0, lr, max_updates=updates, timeout=TIMEOUT,
+                    transport=transport)
         assert res.weights.dtype == np.float32 and res.log.updates == updates
         np.testing.assert_array_equal(res.weights, w0 - lr * updates * g)
+        res.weights += 1.0  # the result is the caller's own array (the window is gone)
     else:
         seen: list[int] = []
         grad = g.astype(grad_dtype)
@@ -101,12 +105,13 @@ def test_asp_streams_a_large_model_in_pieces_and_no_worker_sees_torn_weights(com
             assert np.all(k == k[0]), "the weights mix two versions"
             seen.append(int(k[0]))
             return grad
-        res_w = work(comm, grad_fn, P, dtype=np.float32, timeout=TIMEOUT)
+        res_w = work(comm, grad_fn, P, dtype=np.float32, timeout=TIMEOUT, transport=transport)
         assert res_w.iterations == len(seen) and seen == sorted(seen) and len(set(seen)) == len(seen)
 
 
 @pytest.mark.mpi(min_size=2)
-def test_bsp_server_in_closed_form_with_a_model_in_pieces(comm) -> None:
+@pytest.mark.parametrize("transport", ["messages", "auto"])
+def test_bsp_server_in_closed_form_with_a_model_in_pieces(comm, transport) -> None:
     """As the small closed-form test, with 300,000 float64 weights (2.4 MB: 3 pieces per reply,
     sent whole to every worker at each barrier)."""
     from hpcbsp.elastic.server import serve, work
@@ -115,11 +120,39 @@ def test_bsp_server_in_closed_form_with_a_model_in_pieces(comm) -> None:
     target = np.sin(np.arange(P, dtype=np.float64))
     w0 = np.zeros(P)
     if comm.Get_rank() == 0:
-        res = serve(comm, BSP(), w0, 0.2, max_updates=8, timeout=TIMEOUT)
+        res = serve(comm, BSP(), w0, 0.2, max_updates=8, timeout=TIMEOUT, transport=transport)
         np.testing.assert_allclose(res.weights, target + 0.8 ** 8 * (w0 - target), rtol=1e-12, atol=1e-15)
     else:
-        res_w = work(comm, lambda w: w - target, P, timeout=TIMEOUT, record_versions=True)
+        res_w = work(comm, lambda w: w - target, P, timeout=TIMEOUT, record_versions=True, transport=transport)
         assert res_w.versions == list(range(9))
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_bad_transport_or_weights_dtype_on_one_rank_stops_every_rank_with_its_name(comm) -> None:
+    """A bad choice on one rank is found in the collective set-up: every rank raises, the
+    others naming that rank, instead of the others waiting for it until their timeout."""
+    from hpcbsp.elastic.server import serve, work
+    from hpcbsp.elastic.transport import TransportError
+
+    last = comm.Get_size() - 1
+    if comm.Get_rank() == 0:
+        with pytest.raises(TransportError, match=f"rank 0: the parameter server run could not start: rank {last} failed"):
+            serve(comm, make_policy("asp"), np.zeros(5), 0.1, max_updates=3, timeout=TIMEOUT)
+    elif comm.Get_rank() == last:
+        with pytest.raises(TransportError, match=f"rank {last}: transport 'pigeons' is not one of auto, messages"):
+            work(comm, lambda w: w, 5, timeout=TIMEOUT, transport="pigeons")
+    else:
+        with pytest.raises(TransportError, match="could not start"):
+            work(comm, lambda w: w, 5, timeout=TIMEOUT)
+    if comm.Get_rank() == last:
+        with pytest.raises(TransportError, match="parameters travel as float64 or float32, not int64"):
+            work(comm, lambda w: w, 5, timeout=TIMEOUT, dtype=np.int64)
+    elif comm.Get_rank() == 0:
+        with pytest.raises(TransportError, match=f"rank {last} failed"):
+            serve(comm, make_policy("asp"), np.zeros(5), 0.1, max_updates=3, timeout=TIMEOUT)
+    else:
+        with pytest.raises(TransportError):
+            work(comm, lambda w: w, 5, timeout=TIMEOUT)
 
 
 @pytest.mark.mpi(min_size=2)

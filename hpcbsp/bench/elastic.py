@@ -8,7 +8,8 @@ model of ``P`` parameters (default 1,048,576: 4 MiB each way):
 * **push+pull**: one worker (rank 1) pushes a gradient to the server (rank 0) and waits for
   the weights, through :func:`hpcbsp.elastic.server.serve`/``work`` with the ASP policy (every
   push applied, ``weights -= lr * g``, and answered at once): the whole round trip a worker
-  sees.  Baseline: rank 1 ``Send``s the same bytes (16-byte header + ``4 P``) to rank 0 and
+  sees, timed between its first and its last call of the gradient function (the run's set-up
+  and teardown are not round trips).  Baseline: rank 1 ``Send``s the same bytes (16-byte header + ``4 P``) to rank 0 and
   ``Recv``s as many back, raw mpi4py.  Ratio = baseline time / server time (target >= 0.8x).
   Ranks other than 0 and 1 sit the comparison out.
 * **allreduce step**: one step of the allreduce baseline
@@ -50,15 +51,13 @@ def _server_round(comm: MPI.Comm, grad: np.ndarray, w0: np.ndarray, iters: int) 
         if rank == 0:
             serve(pair, make_policy("asp"), w0, 1e-6, max_updates=iters + 1, timeout=120.0)
             return None
-        first = [0.0]
+        calls: list[float] = []
 
         def grad_fn(weights: np.ndarray) -> np.ndarray:
-            if not first[0]:
-                first[0] = time.perf_counter()  # from the first reply on: iters round trips
-            return grad
-        tic = time.perf_counter()
+            calls.append(time.perf_counter())  # the first after the first reply, the last after
+            return grad                        # the iters-th: iters round trips in between
         work(pair, grad_fn, grad.size, dtype=np.float32, timeout=120.0)
-        return (time.perf_counter() - first[0]) / iters if first[0] else time.perf_counter() - tic
+        return (calls[-1] - calls[0]) / iters
     finally:
         pair.Free()
 

@@ -149,6 +149,19 @@ class Coordinator:
             return Outcome(stop=tuple(decision.release) + self.stop(now), streamed=streamed)
         return Outcome(release=tuple(decision.release), streamed=streamed)
 
+    def keep_weights_in(self, storage: np.ndarray) -> None:
+        """Hold the weights in ``storage`` from now on (their values copied there), for a
+        transport that shares them with the workers (a shared-memory window): flat, of the
+        weights' dtype and size, C-contiguous."""
+        if self.weights is None:
+            raise ProtocolError("keep_weights_in: this coordinator holds no weights (timing only)")
+        if storage.shape != self.weights.shape or storage.dtype != self.weights.dtype \
+                or not storage.flags.c_contiguous:
+            raise ValueError(f"keep_weights_in: storage must be a C-contiguous {self.weights.dtype} "
+                             f"array of shape {self.weights.shape}")
+        storage[:] = self.weights
+        self.weights = storage
+
     def rejoin(self) -> tuple[int, ...]:
         """After a restart: the workers that were computing, to be sent the current weights.
 

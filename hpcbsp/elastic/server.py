@@ -24,6 +24,12 @@ applied alone and its worker released at once (ASP), the update is made a piece 
 each piece sent as soon as it is final (:class:`.coordinator.Stream`): the reply travels while
 the rest is updated, on the worker's core.
 
+Where the server and every worker are on one node, the weights do not travel at all
+(:mod:`.transport`, ``transport="auto"``): they live in a shared-memory window that the server
+updates in place; a reply is its header alone, after which the worker copies the weights out of
+the window and acknowledges (8 bytes).  The server changes the weights only when every reply
+has been acknowledged.
+
 h-relation per iteration of worker ``w``: the worker sends ``16 + g P`` bytes and receives
 ``16 + w P`` bytes (``w``, ``g``: bytes per weight and per gradient value: 8 for float64, 4 for
 float32, 2 for float16/bfloat16), in 2 messages out and ``1 + ceil(w P / 2^20)`` in; the server
@@ -57,6 +63,7 @@ from .coordinator import Coordinator, Stream
 from .evaluator import BackgroundEvaluator
 from .policies.base import SyncPolicy
 from .runlog import RunLog
+from .transport import SharedWeights, open_transport
 from .wire import Wire, pieces, wire_for
 
 __all__ = ["serve", "work", "ServerResult", "WorkerResult", "PUSH_TAG", "REPLY_TAG", "PUSH_DATA_TAG",
@@ -66,6 +73,7 @@ PUSH_TAG = 7101
 REPLY_TAG = 7102
 PUSH_DATA_TAG = 7103
 REPLY_DATA_TAG = 7104
+ACK_TAG = 7105
 CONTINUE = 0
 STOP = 1
 
@@ -122,7 +130,8 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
           timeout: float = 60.0, resume: dict[str, Any] | None = None,
           save: Callable[[dict[str, Any]], None] | None = None,
           save_every: float = np.inf, grad_format: str | None = None,
-          lr_decay: float = 0.0, wait: str | None = None) -> ServerResult:
+          lr_decay: float = 0.0, wait: str | None = None,
+          transport: str | None = None) -> ServerResult:
     """Run the server on rank 0 of ``comm`` until the run stops; workers run :func:`work`.
 
     h-relation: per push served, ``16 + g P`` bytes in and, when the policy releases or stops
@@ -167,6 +176,11 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
         How waits pause between polls: ``"spin"``, ``"yield"`` or ``"auto"`` (default:
         ``$HPCBSP_WAIT``, else ``auto``: yield where a node runs more ranks than cores); agreed
         with the workers (collectively, at the start).
+    transport : str, optional
+        How the weights reach the workers (:mod:`.transport`): ``"auto"`` (default:
+        ``$HPCBSP_PS_TRANSPORT``, else ``auto``: a shared-memory window where every rank is on
+        one node, else messages) or ``"messages"``; agreed with the workers (messages if any
+        rank asks for them).
     """
     if duration is None and max_updates is None:
         raise ValueError("serve() needs a stop condition: duration or max_updates")
@@ -176,19 +190,49 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
             return serve(comm, policy, weights, lr, duration=duration, max_updates=max_updates,
                          eval_fn=eval_fn, eval_every=eval_every, progress=progress, timeout=timeout,
                          resume=resume, save=save, save_every=save_every, grad_format=grad_format,
-                         lr_decay=lr_decay, wait=wait)
+                         lr_decay=lr_decay, wait=wait, transport=transport)
         finally:
             comm.Free()
     mode = resolve(wait, comm)  # collective, as in every worker's work()
     n = comm.Get_size() - 1
     if n < 1:
         raise ValueError("the parameter server needs at least 2 ranks (1 server + workers)")
-    coord = Coordinator(policy, n, weights, lr, 0.0, max_updates=max_updates, lr_decay=lr_decay)
-    if resume is not None:
-        coord = resume["coord"]
-        if coord.n_workers != n:
-            raise ValueError(f"the saved run had {coord.n_workers} workers, this one has {n}")
-        policy = coord.policy
+    problem: Exception | None = None
+    try:
+        coord = Coordinator(policy, n, weights, lr, 0.0, max_updates=max_updates, lr_decay=lr_decay)
+        if resume is not None:
+            coord = resume["coord"]
+            if coord.n_workers != n:
+                raise ValueError(f"the saved run had {coord.n_workers} workers, this one has {n}")
+            policy = coord.policy
+    except Exception as exc:  # told to the workers in the collective below, then raised
+        problem = exc
+    held = None if problem is not None else coord.weights
+    shared = open_transport(comm, transport, None if problem is None else str(problem),
+                            0 if held is None else held.size, np.float64 if held is None else held.dtype)
+    if problem is not None:
+        raise problem
+    try:
+        if shared is not None:
+            coord.keep_weights_in(shared.array)
+        result = _serve(comm, coord, policy, shared, mode, duration=duration, eval_fn=eval_fn,
+                        eval_every=eval_every, progress=progress, timeout=timeout, resume=resume,
+                        save=save, save_every=save_every, grad_format=grad_format)
+    finally:
+        if shared is not None:  # the weights leave the window before it goes
+            coord.keep_weights_in(np.empty_like(shared.array))
+            shared.close()
+    result.weights = coord.weights  # type: ignore[assignment]
+    return result
+
+
+def _serve(comm: MPI.Comm, coord: Coordinator, policy: SyncPolicy, shared: SharedWeights | None,
+           mode: str, *, duration: float | None, eval_fn: Callable[[np.ndarray], tuple[float, float]] | None,
+           eval_every: float | None, progress: Callable[[float, RunLog], None] | None, timeout: float,
+           resume: dict[str, Any] | None, save: Callable[[dict[str, Any]], None] | None,
+           save_every: float, grad_format: str | None) -> ServerResult:
+    """The server's loop, on the transport agreed (:func:`serve` checks and sets up)."""
+    n = coord.n_workers
     current = coord.weights  # updated in place, and sent from: never rebound during the run
     assert current is not None
     size = current.size
@@ -201,12 +245,17 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
     head_recv: list[MPI.Request] = [MPI.REQUEST_NULL] * n
     data_recv: list[MPI.Request] = [MPI.REQUEST_NULL] * n
     head_sent: list[MPI.Request] = [MPI.REQUEST_NULL] * n
-    in_flight: list[MPI.Request] = []  # pieces of the weights being sent: they must not change
+    # Pieces of the weights being sent, or (shared window) the workers' acknowledgements still
+    # to come that they copied the weights: until these complete, the weights must not change.
+    in_flight: list[MPI.Request] = []
+    acks = np.zeros((n, 1), dtype=np.int64)
 
     def settle() -> None:
-        """Wait until no piece of the weights is in flight (before they change)."""
+        """Wait until no worker is still receiving or copying the weights (before they change)."""
         _wait_all(in_flight, timeout, "delivery of the weights to the workers", mode)
         in_flight.clear()
+        if shared is not None:
+            shared.sync()  # the workers' loads are done: this rank's next stores come after them
 
     def send_piece(w: int, piece: slice) -> None:
         in_flight.append(comm.Isend(current[piece], dest=w + 1, tag=REPLY_DATA_TAG))
@@ -215,6 +264,11 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
         # The previous reply to w was received before w pushed again, so this wait is immediate.
         _wait(head_sent[w], timeout, f"completion of the reply to worker {w}", mode)
         out_head[w] = (command, coord.version)
+        if shared is not None:  # the weights are in the window: the header says they are ready
+            shared.sync()
+            in_flight.append(comm.Irecv(acks[w], source=w + 1, tag=ACK_TAG))
+            head_sent[w] = comm.Isend(out_head[w], dest=w + 1, tag=REPLY_TAG)
+            return
         head_sent[w] = comm.Isend(out_head[w], dest=w + 1, tag=REPLY_TAG)
         if not streamed:
             for piece in parts:
@@ -285,7 +339,8 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
                                f"but was sent version {coord.pulled_version[w]}")
         was_stopping = coord.stopping
         settle()  # the push may change the weights
-        stream = Stream(parts, lambda piece, w=w: send_piece(w, piece))  # type: ignore[misc]
+        stream = None if shared is not None else \
+            Stream(parts, lambda piece, w=w: send_piece(w, piece))  # type: ignore[misc]
         out = coord.push(w, None if coord.stopping else in_wire.decode(inbox[w]), now - t0, stream)
         if coord.stopping and not was_stopping:
             stopped_at = now  # max_updates reached at this push
@@ -307,7 +362,8 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
 def work(comm: MPI.Comm | None, grad_fn: Callable[[np.ndarray], np.ndarray], n_params: int, *,
          iteration_time: Callable[[float], float] | None = None, timeout: float = 60.0,
          record_versions: bool = False, dtype: Any = np.float64, grad_format: str | None = None,
-         pace: Callable[[float, float], float] | None = None, wait: str | None = None) -> WorkerResult:
+         pace: Callable[[float, float], float] | None = None, wait: str | None = None,
+         transport: str | None = None) -> WorkerResult:
     """Run a worker (rank >= 1 of ``comm``) until the server says stop.
 
     h-relation: per iteration, ``16 + g P`` bytes out (the push: 2 messages) and ``16 + w P``
@@ -340,16 +396,42 @@ def work(comm: MPI.Comm | None, grad_fn: Callable[[np.ndarray], np.ndarray], n_p
         How gradients are sent (:data:`.wire.FORMATS`; None: as ``dtype``); the server's must match.
     wait : str, optional
         The wait mode, as for :func:`serve` (agreed with the server and the other workers).
+    transport : str, optional
+        How the weights arrive, as for :func:`serve` (agreed with the server and the others).
     """
     if comm is None:
         comm = MPI.COMM_WORLD.Dup()
         try:
             return work(comm, grad_fn, n_params, iteration_time=iteration_time, timeout=timeout,
                         record_versions=record_versions, dtype=dtype, grad_format=grad_format,
-                        pace=pace, wait=wait)
+                        pace=pace, wait=wait, transport=transport)
         finally:
             comm.Free()
     mode = resolve(wait, comm)  # collective, as in the server's serve()
+    problem = None
+    try:
+        in_wire = wire_for(dtype)
+        Wire(grad_format or in_wire.format)
+    except ValueError as exc:
+        problem = str(exc)
+    shared = open_transport(comm, transport, problem, n_params, np.dtype(dtype))
+    try:
+        if shared is not None and shared.array.size != n_params:
+            raise ValueError(f"worker {comm.Get_rank() - 1}: the server holds {shared.array.size} "
+                             f"weights, this worker was given n_params={n_params}")
+        return _work(comm, grad_fn, n_params, shared, mode, iteration_time=iteration_time,
+                     timeout=timeout, record_versions=record_versions, dtype=dtype,
+                     grad_format=grad_format, pace=pace)
+    finally:
+        if shared is not None:
+            shared.close()
+
+
+def _work(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray], n_params: int,
+          shared: SharedWeights | None, mode: str, *, iteration_time: Callable[[float], float] | None,
+          timeout: float, record_versions: bool, dtype: Any, grad_format: str | None,
+          pace: Callable[[float, float], float] | None) -> WorkerResult:
+    """A worker's loop, on the transport agreed (:func:`work` checks and sets up)."""
     in_wire = wire_for(dtype)
     out_wire = Wire(grad_format or in_wire.format)
     weights = in_wire.alloc(1, n_params)[0]
@@ -360,13 +442,23 @@ def work(comm: MPI.Comm | None, grad_fn: Callable[[np.ndarray], np.ndarray], n_p
     result = WorkerResult()
     t0 = time.monotonic()
 
+    ack = np.zeros(1, dtype=np.int64)
+
     def post_reply() -> list[MPI.Request]:
+        if shared is not None:  # the header alone: the weights are in the window
+            return [comm.Irecv(reply_head, source=0, tag=REPLY_TAG)]
         return [comm.Irecv(reply_head, source=0, tag=REPLY_TAG)] + \
                [comm.Irecv(weights[piece], source=0, tag=REPLY_DATA_TAG) for piece in parts]
 
     def receive(reqs: list[MPI.Request]) -> None:
         tic = time.monotonic()
         _wait_all(reqs, timeout, "reply from the server", mode)
+        if shared is not None:
+            shared.sync()  # the server's stores before its header, then these loads
+            if reply_head[0] == CONTINUE:
+                np.copyto(weights, shared.array)
+            ack[0] = reply_head[1]
+            _wait(comm.Isend(ack, dest=0, tag=ACK_TAG), timeout, "acknowledgement to the server", mode)
         result.blocked_s += time.monotonic() - tic
         if record_versions:
             result.versions.append(int(reply_head[1]))

@@ -1,0 +1,92 @@
+"""How the parameter server's weights reach the workers: messages, or a shared-memory window.
+
+Where the server and every worker run on one node, the weights live in an MPI shared-memory
+window (``MPI_Win_allocate_shared``) that the server updates in place and each worker copies
+from when a reply's header tells it to: the 4 MiB of a 1 M-parameter float32 model are then
+copied once, by the worker, instead of twice (by the server into MPI's shared cells and by the
+worker out of them), and the server's core only updates.  A worker acknowledges each reply once
+it has copied the weights; the server changes them only when every reply is acknowledged, so no
+worker ever copies a half-updated vector.  Anywhere else (or with ``transport="messages"``) the
+weights travel as messages (:mod:`.server`).
+
+Memory model: every rank holds the window's passive-target lock (``Lock_all``) for the whole
+run, and ``Win.Sync`` orders the shared stores and loads around the messages that announce them
+(the separate-memory model of MPI-3 shared windows, which MPICH implements as unified).
+
+h-relation: none of its own; a reply becomes a 16-byte header, and each worker returns an
+8-byte acknowledgement.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from mpi4py import MPI
+
+__all__ = ["TRANSPORTS", "TRANSPORT_ENV", "SharedWeights", "open_transport"]
+
+TRANSPORTS = ("auto", "messages")
+TRANSPORT_ENV = "HPCBSP_PS_TRANSPORT"
+
+
+class TransportError(RuntimeError):
+    """The ranks could not agree on a transport (a bad choice, or the server failed to start)."""
+
+
+class SharedWeights:
+    """The weights in a shared-memory window of the server's communicator (see the module
+    docstring): ``array`` is rank 0's part, seen by every rank of ``comm``."""
+
+    def __init__(self, win: MPI.Win, array: np.ndarray):
+        self.win = win
+        self.array = array
+
+    def sync(self) -> None:
+        """Order this rank's stores to and loads from the window against its messages."""
+        self.win.Sync()
+
+    def close(self) -> None:
+        """Collective on the server's communicator: release the window."""
+        self.win.Unlock_all()
+        self.win.Free()
+
+
+def _requested(transport: str | None) -> str:
+    return str(transport if transport is not None else (os.environ.get(TRANSPORT_ENV) or "auto")).strip().lower()
+
+
+def open_transport(comm: MPI.Comm, transport: str | None, problem: str | None, count: int,
+                   dtype: np.dtype) -> SharedWeights | None:
+    """Collective on ``comm`` (the server and every worker, at the start of a run): agree on the
+    transport and, for a shared one, make the window of ``count`` values of ``dtype`` on rank 0.
+
+    ``problem`` is this rank's reason not to start (None when it can): every rank then raises
+    :class:`TransportError`, the others naming the rank, instead of one rank leaving the others
+    waiting in a collective call.  Returns the window, or None for messages.
+    """
+    choice = _requested(transport)
+    if problem is None and choice not in TRANSPORTS:
+        problem = (f"transport {choice!r} is not one of {', '.join(TRANSPORTS)} (argument or "
+                   f"${TRANSPORT_ENV})")
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        one_node = node.Get_size() == comm.Get_size()
+    finally:
+        node.Free()
+    me = comm.Get_rank()
+    ok, shared = comm.allreduce((problem is None, choice == "auto" and one_node), op=MPI.MIN) \
+        if comm.Get_size() > 1 else (problem is None, choice == "auto" and one_node)
+    if not ok:
+        first = comm.allreduce(me if problem is not None else comm.Get_size(), op=MPI.MIN)
+        raise TransportError(f"rank {me}: {problem}" if problem is not None else
+                             f"rank {me}: the parameter server run could not start: rank {first} failed")
+    if not shared:
+        return None
+    itemsize = np.dtype(dtype).itemsize
+    win = MPI.Win.Allocate_shared(max(count * itemsize, 1) if me == 0 else 0, itemsize, comm=comm)  # type: ignore[arg-type]
+    buf, _ = win.Shared_query(0)
+    raw = np.frombuffer(buf, dtype=np.uint8)  # type: ignore[call-overload]
+    win.Lock_all()
+    # (A worker given another size than the server's sees another length here: its caller
+    # checks, inside the run that closes the window.)
+    return SharedWeights(win, raw[:raw.size // itemsize * itemsize].view(dtype))
