@@ -156,7 +156,24 @@ def test_a_bad_transport_or_weights_dtype_on_one_rank_stops_every_rank_with_its_
 
 
 @pytest.mark.mpi(min_size=2)
-def test_a_gradient_of_the_wrong_length_is_named_on_the_worker(comm) -> None:
+def test_workers_given_another_model_than_the_server_are_refused_at_the_start(comm) -> None:
+    from hpcbsp.elastic.server import serve, work
+    from hpcbsp.elastic.transport import TransportError
+
+    for transport in ("messages", "auto"):
+        if comm.Get_rank() == 0:
+            with pytest.raises(TransportError, match="different models: 5 to 6 values of 8 to 8 bytes"):
+                serve(comm, make_policy("asp"), np.zeros(5), 0.1, max_updates=3, timeout=TIMEOUT,
+                      transport=transport)
+        else:
+            with pytest.raises(TransportError, match="give every worker the server's n_params and dtype"):
+                work(comm, lambda w: w, 6, timeout=TIMEOUT, transport=transport)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_gradient_of_the_wrong_length_is_named_on_the_worker(comm, capsys) -> None:
+    """On the shared window, the worker's error is also said at once, on stderr, before the
+    window's release waits for the server to give up."""
     from hpcbsp.elastic.server import ServerTimeout, serve, work
 
     if comm.Get_rank() == 0:
@@ -166,6 +183,8 @@ def test_a_gradient_of_the_wrong_length_is_named_on_the_worker(comm) -> None:
         with pytest.raises(ValueError, match=r"worker \d+: the gradient function returned ndarray \(4,\); "
                                              r"the model has 5 parameters"):
             work(comm, lambda w: np.zeros(4), 5, timeout=2.0)
+        err = capsys.readouterr().err
+        assert f"[hpcbsp] rank {comm.Get_rank()}: ValueError: worker" in err and "shared window" in err
 
 
 @pytest.mark.parametrize("n, itemsize", [(0, 4), (1, 8), (262144, 4), (262145, 4), (10**6 + 3, 8)])

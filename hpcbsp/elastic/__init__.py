@@ -6,7 +6,9 @@
 * :mod:`.coordinator` - the server's state machine that applies a policy's decisions.
 * :mod:`.simulator` - virtual-clock runs (1,000 workers in seconds, exact for tests).
 * :mod:`.server` - the same on MPI: rank 0 serves, ranks 1..n work (imports mpi4py).
-* :mod:`.allreduce` - the serverless baseline (gradients summed by ``bsp.allreduce``, as DDP does).
+* :mod:`.transport` - the weights in a shared-memory window where server and workers share a node.
+* :mod:`.allreduce` - the serverless baseline (gradients summed and the update sharded with
+  ``bsp.reduce_scatter`` and ``bsp.allgather_blocks``, as DDP with a ZeRO-1 optimiser does).
 * :mod:`.wire` - message layouts: 16-byte header, float64/float32 values, float16/bfloat16 gradients.
 * :mod:`.evaluator` - the server's test-set evaluations in a background thread.
 * :mod:`.torch` - any PyTorch ``nn.Module`` as a flat-float32 model (needs the ``torch`` extra).
@@ -14,7 +16,8 @@
 * :mod:`.paper` - ``python -m hpcbsp.elastic.paper``: the ElasticBSP paper's experiment, small.
 
 Layering: this package sits beside ``cost`` and ``fabsp`` and uses MPI directly through
-:mod:`.server` only; policies, simulator and ZipLine need no MPI.
+:mod:`.server`, :mod:`.transport` and :mod:`.allreduce` only; policies, simulator and ZipLine
+need no MPI.
 """
 from __future__ import annotations
 

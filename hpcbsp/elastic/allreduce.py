@@ -133,8 +133,9 @@ def allreduce_step(bsp: Any, buf: np.ndarray, w: np.ndarray, nxt: np.ndarray, sc
     alone (one compiled pass, numpy's rounding), and ``bsp.allgather_blocks`` gives every worker
     every updated block.  So each weight is updated once, by one worker, and every worker ends
     with the same bits; the step allocates nothing.  The caller swaps ``w`` and ``nxt`` after a
-    step that returns False; on True (a stop: the vote's block is the last worker's, and it
-    travels with the new weights) ``w`` holds the weights, unchanged by this step.
+    step that returns False; on True (a stop: the vote's sum travels in ``nxt[P]`` with the new
+    weights, from whichever worker's block holds element ``P``) ``w`` holds the weights,
+    unchanged by this step.
 
     h-relation: about ``2 (p-1)/p · buf.nbytes`` out of and into every worker (the ring's
     reduce-scatter and allgather, two supersteps).

@@ -33,7 +33,9 @@ has been acknowledged.
 h-relation per iteration of worker ``w``: the worker sends ``16 + g P`` bytes and receives
 ``16 + w P`` bytes (``w``, ``g``: bytes per weight and per gradient value: 8 for float64, 4 for
 float32, 2 for float16/bfloat16), in 2 messages out and ``1 + ceil(w P / 2^20)`` in; the server
-receives and sends ``n`` such pushes and replies per round of pushes.
+receives and sends ``n`` such pushes and replies per round of pushes.  With the shared window a
+reply is 16 bytes in 1 message, and the worker sends a third message, the 8-byte
+acknowledgement, and copies the ``w P`` bytes out of the window itself.
 
 Both sides take the communicator explicitly; ``None`` means a private duplicate of
 ``MPI.COMM_WORLD`` (made and freed collectively by the server and every worker), so the
@@ -136,7 +138,8 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
 
     h-relation: per push served, ``16 + g P`` bytes in and, when the policy releases or stops
     workers, ``16 + w P`` bytes out to each of them (a header, then the weights in pieces; ``w``,
-    ``g``: bytes per weight and per gradient value, see the module docstring).
+    ``g``: bytes per weight and per gradient value, see the module docstring); with the shared
+    window, 16 bytes out and an 8-byte acknowledgement in per reply.
 
     Parameters
     ----------
@@ -199,6 +202,8 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
         raise ValueError("the parameter server needs at least 2 ranks (1 server + workers)")
     problem: Exception | None = None
     try:
+        if grad_format is not None:
+            Wire(grad_format)  # a bad format is refused here, where every rank hears of it
         coord = Coordinator(policy, n, weights, lr, 0.0, max_updates=max_updates, lr_decay=lr_decay)
         if resume is not None:
             coord = resume["coord"]
@@ -212,16 +217,20 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
                             0 if held is None else held.size, np.float64 if held is None else held.dtype)
     if problem is not None:
         raise problem
+    failure: BaseException | None = None
     try:
         if shared is not None:
             coord.keep_weights_in(shared.array)
         result = _serve(comm, coord, policy, shared, mode, duration=duration, eval_fn=eval_fn,
                         eval_every=eval_every, progress=progress, timeout=timeout, resume=resume,
                         save=save, save_every=save_every, grad_format=grad_format)
+    except BaseException as exc:
+        failure = exc
+        raise
     finally:
         if shared is not None:  # the weights leave the window before it goes
             coord.keep_weights_in(np.empty_like(shared.array))
-            shared.close()
+            shared.close(failure)
     result.weights = coord.weights  # type: ignore[assignment]
     return result
 
@@ -367,7 +376,9 @@ def work(comm: MPI.Comm | None, grad_fn: Callable[[np.ndarray], np.ndarray], n_p
     """Run a worker (rank >= 1 of ``comm``) until the server says stop.
 
     h-relation: per iteration, ``16 + g P`` bytes out (the push: 2 messages) and ``16 + w P``
-    in (the reply: a header, then the weights in pieces; see the module docstring).
+    in (the reply: a header, then the weights in pieces; see the module docstring); with the
+    shared window, the reply is 16 bytes, 8 more go out (the acknowledgement), and the worker
+    copies the ``w P`` bytes of the weights out of the window.
 
     Parameters
     ----------
@@ -415,16 +426,17 @@ def work(comm: MPI.Comm | None, grad_fn: Callable[[np.ndarray], np.ndarray], n_p
     except ValueError as exc:
         problem = str(exc)
     shared = open_transport(comm, transport, problem, n_params, np.dtype(dtype))
+    failure: BaseException | None = None
     try:
-        if shared is not None and shared.array.size != n_params:
-            raise ValueError(f"worker {comm.Get_rank() - 1}: the server holds {shared.array.size} "
-                             f"weights, this worker was given n_params={n_params}")
         return _work(comm, grad_fn, n_params, shared, mode, iteration_time=iteration_time,
                      timeout=timeout, record_versions=record_versions, dtype=dtype,
                      grad_format=grad_format, pace=pace)
+    except BaseException as exc:
+        failure = exc
+        raise
     finally:
         if shared is not None:
-            shared.close()
+            shared.close(failure)
 
 
 def _work(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray], n_params: int,
@@ -457,6 +469,7 @@ def _work(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray], n_params:
             shared.sync()  # the server's stores before its header, then these loads
             if reply_head[0] == CONTINUE:
                 np.copyto(weights, shared.array)
+            shared.sync()  # these loads, then the acknowledgement that lets the server store
             ack[0] = reply_head[1]
             _wait(comm.Isend(ack, dest=0, tag=ACK_TAG), timeout, "acknowledgement to the server", mode)
         result.blocked_s += time.monotonic() - tic

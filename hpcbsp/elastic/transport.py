@@ -19,6 +19,7 @@ h-relation: none of its own; a reply becomes a 16-byte header, and each worker r
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 from mpi4py import MPI
@@ -45,8 +46,17 @@ class SharedWeights:
         """Order this rank's stores to and loads from the window against its messages."""
         self.win.Sync()
 
-    def close(self) -> None:
-        """Collective on the server's communicator: release the window."""
+    def close(self, error: BaseException | None = None) -> None:
+        """Collective on the server's communicator: release the window.
+
+        With ``error`` (the run is ending on this rank because of it), one line naming it goes
+        to stderr first: the release waits for every other rank to end its run, which may take
+        up to their timeout, and the error should not wait with it.
+        """
+        if error is not None:
+            print(f"[hpcbsp] rank {MPI.COMM_WORLD.Get_rank()}: {type(error).__name__}: {error} "
+                  "(releasing the parameter server's shared window, which waits for the other "
+                  "ranks to stop)", file=sys.stderr, flush=True)
         self.win.Unlock_all()
         self.win.Free()
 
@@ -74,15 +84,25 @@ def open_transport(comm: MPI.Comm, transport: str | None, problem: str | None, c
     finally:
         node.Free()
     me = comm.Get_rank()
-    ok, shared = comm.allreduce((problem is None, choice == "auto" and one_node), op=MPI.MIN) \
-        if comm.Get_size() > 1 else (problem is None, choice == "auto" and one_node)
+    itemsize = np.dtype(dtype).itemsize
+    # One Allreduce, element-wise: whether every rank can start and wants a window, and the
+    # least and the greatest number of values and value size given (they must be the same).
+    mine = np.array([problem is None, choice == "auto" and one_node, count, -count, itemsize, -itemsize],
+                    dtype=np.int64)
+    agreed = np.empty_like(mine)
+    comm.Allreduce(mine, agreed, op=MPI.MIN)
+    ok, shared = bool(agreed[0]), bool(agreed[1])
+    if ok and (agreed[2] != -agreed[3] or agreed[4] != -agreed[5]):
+        problem = (f"the server and its workers were given different models: {agreed[2]} to "
+                   f"{-agreed[3]} values of {agreed[4]} to {-agreed[5]} bytes (this rank: {count} of "
+                   f"{itemsize}); give every worker the server's n_params and dtype")
+        raise TransportError(f"rank {me}: {problem}")
     if not ok:
         first = comm.allreduce(me if problem is not None else comm.Get_size(), op=MPI.MIN)
         raise TransportError(f"rank {me}: {problem}" if problem is not None else
                              f"rank {me}: the parameter server run could not start: rank {first} failed")
     if not shared:
         return None
-    itemsize = np.dtype(dtype).itemsize
     win = MPI.Win.Allocate_shared(max(count * itemsize, 1) if me == 0 else 0, itemsize, comm=comm)  # type: ignore[arg-type]
     buf, _ = win.Shared_query(0)
     raw = np.frombuffer(buf, dtype=np.uint8)  # type: ignore[call-overload]
