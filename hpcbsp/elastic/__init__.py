@@ -5,7 +5,8 @@
   by name (``make_policy``).
 * :mod:`.coordinator` - the server's state machine that applies a policy's decisions.
 * :mod:`.simulator` - virtual-clock runs (1,000 workers in seconds, exact for tests).
-* :mod:`.server` - the same on MPI: rank 0 serves, ranks 1..n work (imports mpi4py).
+* :mod:`.server` - the same on MPI: rank 0 serves, ranks 1..n work (:mod:`.worker`), speaking
+  :mod:`.protocol` (imports mpi4py).
 * :mod:`.transport` - the weights in a shared-memory window where server and workers share a node.
 * :mod:`.allreduce` - the serverless baseline (gradients summed and the update sharded with
   ``bsp.reduce_scatter`` and ``bsp.allgather_blocks``, as DDP with a ZeRO-1 optimiser does).
@@ -16,8 +17,8 @@
 * :mod:`.paper` - ``python -m hpcbsp.elastic.paper``: the ElasticBSP paper's experiment, small.
 
 Layering: this package sits beside ``cost`` and ``fabsp`` and uses MPI directly through
-:mod:`.server`, :mod:`.transport` and :mod:`.allreduce` only; policies, simulator and ZipLine
-need no MPI.
+:mod:`.protocol`, :mod:`.server`, :mod:`.worker`, :mod:`.transport` and :mod:`.allreduce`
+only; policies, simulator and ZipLine need no MPI.
 """
 from __future__ import annotations
 

@@ -33,8 +33,8 @@ from mpi4py import MPI
 
 from ..kernels.update import sgd_step
 from ..runtime.distribution import block_range
+from .protocol import ServerResult, ServerTimeout, WorkerResult, poll_until, wait_request
 from .runlog import RunLog
-from .server import ServerResult, ServerTimeout, WorkerResult, poll_until, wait_request
 
 __all__ = ["run_allreduce", "allreduce_step", "HEAD_TAG", "WEIGHTS_TAG"]
 

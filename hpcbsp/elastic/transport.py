@@ -7,7 +7,7 @@ copied once, by the worker, instead of twice (by the server into MPI's shared ce
 worker out of them), and the server's core only updates.  A worker acknowledges each reply once
 it has copied the weights; the server changes them only when every reply is acknowledged, so no
 worker ever copies a half-updated vector.  Anywhere else (or with ``transport="messages"``) the
-weights travel as messages (:mod:`.server`).
+weights travel as messages (:mod:`.protocol`).
 
 Memory model: every rank holds the window's passive-target lock (``Lock_all``) for the whole
 run, and ``Win.Sync`` orders the shared stores and loads around the messages that announce them
@@ -41,6 +41,12 @@ class SharedWeights:
     def __init__(self, win: MPI.Win, array: np.ndarray):
         self.win = win
         self.array = array
+
+    def __enter__(self) -> "SharedWeights":
+        return self
+
+    def __exit__(self, kind: object, error: BaseException | None, trace: object) -> None:
+        self.close(error)
 
     def sync(self) -> None:
         """Order this rank's stores to and loads from the window against its messages."""

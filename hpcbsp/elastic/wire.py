@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Wire", "FORMATS", "HEADER_BYTES", "PIECE_BYTES", "pieces", "wire_for", "bfloat16_bits",
+__all__ = ["Wire", "FORMATS", "HEADER_BYTES", "PIECE_BYTES", "pieces", "wire_for", "wires", "bfloat16_bits",
            "bfloat16_values"]
 
 HEADER_BYTES = 16
@@ -140,3 +140,10 @@ def wire_for(dtype: np.dtype | type) -> Wire:
     if name not in ("float64", "float32"):
         raise ValueError(f"parameters travel as float64 or float32, not {name}")
     return Wire(name)
+
+
+def wires(dtype: np.dtype | type, grad_format: str | None) -> tuple[Wire, Wire]:
+    """The wire of the weights (of ``dtype``) and that of the gradients (``grad_format``, or the
+    weights' own); ValueError for a dtype or format that cannot travel."""
+    weights = wire_for(dtype)
+    return weights, Wire(grad_format or weights.format)

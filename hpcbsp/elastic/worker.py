@@ -1,0 +1,149 @@
+"""A parameter-server worker on MPI: ranks ``1..n`` of the server's communicator (the protocol:
+:mod:`.protocol`; the server: :mod:`.server`)."""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from ..runtime.waiting import resolve
+from .protocol import ACK_TAG, CONTINUE, PUSH_DATA_TAG, PUSH_TAG, REPLY_DATA_TAG, REPLY_TAG, WorkerResult, wait_all, wait_request
+from .transport import SharedWeights, open_transport
+from .wire import Wire, pieces, wires
+
+__all__ = ["work"]
+
+
+def work(comm: MPI.Comm | None, grad_fn: Callable[[np.ndarray], np.ndarray], n_params: int, *,
+         iteration_time: Callable[[float], float] | None = None, timeout: float = 60.0,
+         record_versions: bool = False, dtype: Any = np.float64, grad_format: str | None = None,
+         pace: Callable[[float, float], float] | None = None, wait: str | None = None,
+         transport: str | None = None) -> WorkerResult:
+    """Run a worker (rank >= 1 of ``comm``) until the server says stop.
+
+    h-relation: per iteration, ``16 + g P`` bytes out (the push: 2 messages) and ``16 + w P``
+    in (the reply: a header, then the weights in pieces; see the module docstring); with the
+    shared window, the reply is 16 bytes, 8 more go out (the acknowledgement), and the worker
+    copies the ``w P`` bytes of the weights out of the window.
+
+    Parameters
+    ----------
+    comm : MPI.Comm or None
+        The communicator the server uses (None: a duplicate of COMM_WORLD, as in :func:`serve`).
+    grad_fn : callable
+        ``grad_fn(weights) -> gradient`` (a flat array, ``n_params`` long).  A gradient already
+        in the wire's dtype (1-D, C-contiguous) is sent from the array itself: it may be a
+        buffer that ``grad_fn`` reuses, as it is not read after the next call begins.
+    n_params : int
+        Number of parameters.
+    iteration_time : callable, optional
+        ``iteration_time(start) -> seconds``: the injected iteration time (``start`` is seconds
+        since this worker began); the worker sleeps for whatever the gradient left of it.
+    pace : callable, optional
+        ``pace(start, compute) -> seconds``: the iteration time given the gradient's measured
+        compute time (for example ``compute * slowdown``); the worker sleeps for the rest.
+        Takes the place of ``iteration_time``.
+    timeout : float
+        Longest wait for a reply before :class:`ServerTimeout`.
+    record_versions : bool
+        Keep the version of every weights received (for tests).
+    dtype : numpy dtype
+        The weights' dtype as the server sends them (float64, or float32 for float32 weights).
+    grad_format : str, optional
+        How gradients are sent (:data:`.wire.FORMATS`; None: as ``dtype``); the server's must match.
+    wait : str, optional
+        The wait mode, as for :func:`serve` (agreed with the server and the other workers).
+    transport : str, optional
+        How the weights arrive, as for :func:`serve` (agreed with the server and the others).
+    """
+    if comm is None:
+        comm = MPI.COMM_WORLD.Dup()
+        try:
+            return work(comm, grad_fn, n_params, iteration_time=iteration_time, timeout=timeout,
+                        record_versions=record_versions, dtype=dtype, grad_format=grad_format,
+                        pace=pace, wait=wait, transport=transport)
+        finally:
+            comm.Free()
+    mode = resolve(wait, comm)  # collective, as in the server's serve()
+    problem, wired = None, None
+    try:
+        wired = wires(dtype, grad_format)
+    except ValueError as exc:
+        problem = str(exc)
+    shared = open_transport(comm, transport, problem, n_params, np.dtype(dtype))
+    assert wired is not None  # (else open_transport raised, on every rank)
+    with shared if shared is not None else nullcontext():
+        return _work(comm, grad_fn, n_params, shared, mode, *wired, iteration_time=iteration_time,
+                     timeout=timeout, record_versions=record_versions, pace=pace)
+
+
+def _work(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray], n_params: int,
+          shared: SharedWeights | None, mode: str, in_wire: Wire, out_wire: Wire, *,
+          iteration_time: Callable[[float], float] | None, timeout: float, record_versions: bool,
+          pace: Callable[[float, float], float] | None) -> WorkerResult:
+    """A worker's loop, on the transport agreed (:func:`work` checks and sets up); the weights
+    come in on ``in_wire``, the gradients go out on ``out_wire``."""
+    weights = in_wire.alloc(1, n_params)[0]
+    payload: np.ndarray | None = None  # made at the first gradient that must be encoded first
+    reply_head = np.zeros(2, dtype=np.int64)
+    push_head = np.zeros(2, dtype=np.int64)
+    parts = pieces(n_params, in_wire.storage.itemsize)
+    result = WorkerResult()
+    t0 = time.monotonic()
+
+    ack = np.zeros(1, dtype=np.int64)
+
+    def post_reply() -> list[MPI.Request]:
+        if shared is not None:  # the header alone: the weights are in the window
+            return [comm.Irecv(reply_head, source=0, tag=REPLY_TAG)]
+        return [comm.Irecv(reply_head, source=0, tag=REPLY_TAG)] + \
+               [comm.Irecv(weights[piece], source=0, tag=REPLY_DATA_TAG) for piece in parts]
+
+    def receive(reqs: list[MPI.Request]) -> None:
+        tic = time.monotonic()
+        wait_all(reqs, timeout, "reply from the server", mode)
+        if shared is not None:
+            shared.sync()  # the server's stores before its header, then these loads
+            if reply_head[0] == CONTINUE:
+                np.copyto(weights, shared.array)
+            shared.sync()  # these loads, then the acknowledgement that lets the server store
+            ack[0] = reply_head[1]
+            wait_request(comm.Isend(ack, dest=0, tag=ACK_TAG), timeout, "acknowledgement to the server", mode)
+        result.blocked_s += time.monotonic() - tic
+        if record_versions:
+            result.versions.append(int(reply_head[1]))
+
+    receive(post_reply())
+    while reply_head[0] == CONTINUE:
+        start = time.monotonic()
+        grad = grad_fn(weights)
+        if not isinstance(grad, np.ndarray) or grad.shape != (n_params,):
+            raise ValueError(f"worker {comm.Get_rank() - 1}: the gradient function returned "
+                             f"{type(grad).__name__} {getattr(grad, 'shape', '')}; the model has "
+                             f"{n_params} parameters: return a flat array of that length")
+        values = out_wire.as_payload(grad)
+        if values is None:
+            if payload is None:
+                payload = out_wire.alloc(1, n_params)[0]
+            values = out_wire.encode(grad, payload)
+        compute = time.monotonic() - start
+        target = None
+        if pace is not None:
+            target = pace(start - t0, compute)
+        elif iteration_time is not None:
+            target = iteration_time(start - t0)
+        if target is not None:
+            left = target - (time.monotonic() - start)
+            if left > 0:
+                time.sleep(left)
+        push_head[:] = (reply_head[1], result.iterations)
+        result.iterations += 1
+        reply = post_reply()  # before the push leaves: the server's reply never waits for it
+        sends = [comm.Isend(push_head, dest=0, tag=PUSH_TAG), comm.Isend(values, dest=0, tag=PUSH_DATA_TAG)]
+        wait_all(sends, timeout, "delivery of a push to the server", mode)
+        receive(reply)
+    return result
