@@ -19,6 +19,10 @@ def test_the_sync_bench_runs_on_two_ranks_with_its_fine_grained_rows():
                 "one put_elements call", "the floor of a random scatter", "as one put call each",
                 "wait=yield vs wait=spin"):
         assert row in res.stdout, res.output
+    # 32 768 puts of 12 bytes a round: the arena grows after the first round and carries the rest.
+    assert "the records were packed into the node's shared arena" in res.stdout, res.output
+    res = run_mpi(2, ARGS, timeout=240, env={"HPCBSP_ELEMENTS_TRANSPORT": "messages"})
+    assert res.returncode == 0 and "the records were sent as messages" in res.stdout, res.output
 
 
 @pytest.mark.serial_only

@@ -37,6 +37,67 @@ def test_packing_then_applying_is_the_puts_one_by_one(dtype, p, width):
         assert g.tobytes() == w.tobytes()
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.int32, np.dtype([("k", "i2"), ("c", "S3")])])
+@pytest.mark.parametrize("width", [4, 8])
+def test_puts_all_to_one_rank_are_packed_byte_for_byte(dtype, width):
+    """Every put to one rank takes a path of its own (the offsets narrowed in order, the values
+    copied as one block).  Oracle: the record's bytes built by hand with numpy (offsets, zero
+    padding to 8 bytes, values, zero padding), empty records for the other ranks."""
+    rng = np.random.default_rng(width)
+    sizes = np.array([5, 1000, 3], dtype=np.int64)
+    for n in (1, 3, 1001):
+        offset = rng.integers(0, 1000, n)
+        values = np.frombuffer(rng.bytes(n * np.dtype(dtype).itemsize), dtype=dtype).copy()
+        packed, counts, starts = elements.pack_elements(np.ones(n, dtype=np.int64), offset, values, sizes,
+                                                        width=width)
+        offs = offset.astype(np.uint32 if width == 4 else np.int64).tobytes()
+        vals = values.tobytes()
+        want = offs + bytes(-len(offs) % 8) + vals + bytes(-len(vals) % 8)
+        assert counts.tolist() == [0, n, 0] and starts.tolist() == [0, 0, len(want), len(want)]
+        assert packed.tobytes() == want
+
+
+@pytest.mark.parametrize("width", [4, 8])
+@pytest.mark.parametrize("n", [1, 2, 9, 40])
+def test_a_bad_offset_among_puts_all_to_one_rank_is_found(n, width):
+    """The one-rank path checks the offsets after narrowing them all: the first bad one (too
+    large, or negative, at any position) is still the one named.  Oracle: a scan."""
+    sizes = np.array([2, 50], dtype=np.int64)
+    rng = np.random.default_rng(n)
+    for pos in range(n):
+        for bad in (50, -1, 2**40):
+            offset = rng.integers(0, 50, n)
+            offset[pos] = bad
+            if pos + 1 < n:
+                offset[-1] = -5  # a later bad offset does not hide the first
+            packed, first, _ = elements.pack_elements(np.ones(n, dtype=np.int64), offset, np.zeros(n), sizes,
+                                                      width=width)
+            assert packed is None and first == pos, (pos, bad)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128])
+@pytest.mark.parametrize("width", [4, 8])
+def test_applying_into_a_table_of_more_than_a_mebibyte(dtype, width):
+    """Tables above 1 MiB take the loop that fetches lines into L2 far ahead; the last puts of a
+    record (no line left to fetch) and duplicates are included.  Oracle: the reference replay."""
+    size = (3 << 20) // np.dtype(dtype).itemsize  # 3 MiB
+    rng = np.random.default_rng(width)
+    n = 100_000
+    offset = rng.integers(0, size, n)
+    offset[-50:] = offset[:50]  # the later puts to these elements win
+    values = rng.standard_normal(n).astype(dtype)
+    sizes = np.array([size], dtype=np.int64)
+    packed, counts, _ = elements.pack_elements(np.zeros(n, dtype=np.int64), offset, values, sizes, width=width)
+    got = np.zeros(size, dtype=dtype)
+    assert elements.apply_elements(got, packed, n, width=width) == -1
+    want = [np.zeros(size, dtype=dtype)]
+    reference.element_puts(want, np.zeros(n, dtype=np.int64), offset, values)
+    np.testing.assert_array_equal(got, want[0])
+    smaller = np.zeros(size // 2, dtype=dtype)  # the first put outside it stops the applying
+    first_out = int(np.flatnonzero(offset >= size // 2)[0])
+    assert elements.apply_elements(smaller, packed, n, width=width) == first_out
+
+
 def test_the_first_bad_put_is_named_and_nothing_is_packed():
     sizes = np.array([4, 2], dtype=np.int64)
     for dest, offset, bad in (([0, 1, 1], [3, 1, 2], 2), ([0, 2], [0, 0], 1), ([0, -1], [0, 0], 1),

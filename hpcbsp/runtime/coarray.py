@@ -180,8 +180,9 @@ class Coarray:
 
         Equivalent to ``for i: put(pids[i], [values[i]], offsets[i])`` in that order (so of two
         puts to one element the later wins), but packed by destination and applied by compiled
-        loops: one call for a million scattered words instead of a million calls.  ``values``
-        may be a scalar (the same value everywhere).  h-relation: ``4 + itemsize`` bytes per
+        loops: one call for a million scattered words instead of a million calls (on one node,
+        the packed records are applied from the sender's memory, not copied: :mod:`.arena`).
+        ``values`` may be a scalar (the same value everywhere).  h-relation: ``4 + itemsize`` bytes per
         element (the offset travels with the value; 8 bytes if any part of this coarray has
         more than 2**32 elements), padded to 8 bytes per destination, and one message per destination, out of
         this rank and into each destination.
@@ -202,10 +203,11 @@ class Coarray:
             return
         sizes = np.asarray(self.sizes, dtype=np.int64)
         outbox = self._outbox
-        # Packed into a pooled buffer, which large records are sent from (exchange.py).
+        # Packed into the outbox's buffer (in the node's shared arena where there is one), which
+        # the records are sent or applied from (exchange.py).
         packed, counts, starts = elements.pack_elements(dest.astype(np.int64, copy=False),
                                                         offs.astype(np.int64, copy=False), vals, sizes,
-                                                        outbox.pool.take, self._width)
+                                                        outbox.element_buffer, self._width)
         if packed is None:
             i = int(counts)  # the index of the first bad put
             if not 0 <= dest[i] < self._bsp.nprocs:
@@ -216,7 +218,6 @@ class Coarray:
         counts, starts = cast(np.ndarray, counts), cast(np.ndarray, starts)
         for d in np.flatnonzero(counts).tolist():
             outbox.add_elements(d, self._id, int(counts[d]), packed[starts[d]:starts[d + 1]])
-        outbox.keep_until_sent(packed)
 
     def get(self, pid: int, offset: int = 0, count: int | None = None) -> GetFuture:
         """Ask for ``pid``'s ``local[offset:offset+count]`` as it is at the next sync, before puts land.

@@ -21,7 +21,7 @@ from typing import Any, Callable, NoReturn
 import numpy as np
 from mpi4py import MPI
 
-from . import collectives, deathwatch, waiting
+from . import arena, collectives, deathwatch, waiting
 from .coarray import Coarray
 from .control import Kind, signature
 from .errors import BSPError, UsageError, env_number
@@ -71,13 +71,14 @@ class BSP(Supersteps):
         deathwatch.start(MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size())  # names a silent death
         base = MPI.COMM_WORLD if comm is None else comm
         env_timeout = env_number("HPCBSP_SYNC_TIMEOUT", float, 0.0)  # before anything is made
+        shared_elements = arena.wanted()
         comm_ = base.Dup()
         try:
             mode = waiting.resolve(wait, comm_)
         except BSPError:
             comm_.Free()  # every rank raises here: nothing else uses the copy
             raise
-        super().__init__(comm_, timeout if timeout is not None else env_timeout, mode)
+        super().__init__(comm_, timeout if timeout is not None else env_timeout, mode, shared_elements)
         self._created = _perf()
         #: The interface for extensions of the runtime (FA-BSP mailboxes, checkpoints).
         self.extension = Extension(self)
@@ -108,6 +109,7 @@ class BSP(Supersteps):
                           "leaving the BSP block", stacklevel=2)
         try:
             self._agree(Kind.EXIT, 0, lambda: "left the BSP block (or returned from the BSP function)")
+            self._release_arena()  # every rank is here: its collective free is matched
         finally:
             life.release()
 

@@ -10,7 +10,11 @@ talks only to ranks it has data for), and a second, count-free round returns the
 Large puts (at least ``LARGE_PUT_BYTES``), and large packed batches of element puts
 (``put_elements``), travel as messages of their own, after their header; a batch is sent from
 the buffer it was packed into and received into a pooled buffer (no copy through the outbox);
-a large batch for this rank itself is applied from the buffer it was packed into.  For puts,
+a large batch for this rank itself is applied from the buffer it was packed into.  Where every
+rank is on one node, batches are packed into a shared-memory window instead (:mod:`.arena`),
+and a destination is sent only a header with the batch's place there: it applies the batch
+from the sender's memory, and the bytes are not copied at all.  The count exchange carries each
+rank's vote on the window's size, and the window grows at the end of an exchange.  For puts,
 the receiver posts the receive straight into the target array, so the payload is copied once on
 each side, as in a hand-written ``Alltoallv``.  That is done only when no other put of the
 superstep overlaps the same elements; otherwise it is received into a temporary and applied in
@@ -41,13 +45,15 @@ import numpy as np
 from mpi4py import MPI
 
 from ..util.waiting import poll, yield_core
+from .arena import NEVER, Arena
 from .ledger import Traffic
 
 if TYPE_CHECKING:
     from .coarray import GetFuture
 
-PUT, GET, SEND, PUT_LARGE, PUT_ELEMENTS, PUT_ELEMENTS_LARGE = 1, 2, 3, 4, 5, 6
+PUT, GET, SEND, PUT_LARGE, PUT_ELEMENTS, PUT_ELEMENTS_LARGE, PUT_ELEMENTS_SHARED = 1, 2, 3, 4, 5, 6, 7
 HEADER = struct.Struct("<4q")  # code, object id, offset (a queue record: its tag), element count
+PLACE = struct.Struct("<q")  # after a PUT_ELEMENTS_SHARED header: where the record lies in the arena
 LARGE_PUT_BYTES = int(os.environ.get("HPCBSP_LARGE_PUT_BYTES", 64 * 1024))
 _TAG_DATA = 101
 _TAG_REPLY = 102
@@ -162,6 +168,8 @@ class Outbox:
     large: list[list[np.ndarray]] = field(init=False)
     pooled: list[np.ndarray] = field(init=False)
     pool: BufferPool = field(init=False, default_factory=BufferPool)
+    #: The shared-memory window for packed element puts (None: they travel as messages).
+    arena: Arena | None = None
 
     def __post_init__(self) -> None:
         self.pooled = []
@@ -170,6 +178,8 @@ class Outbox:
     def reset(self) -> None:
         self.pool.give(self.pooled)  # the copies made for buffered large puts; never user arrays
         self.pooled = []
+        if self.arena is not None:
+            self.arena.end_superstep()
         self.bufs = [bytearray() for _ in range(self.nprocs)]
         self.gets = [[] for _ in range(self.nprocs)]
         self.traffic = Traffic()
@@ -211,19 +221,33 @@ class Outbox:
             self.traffic.msgs_out += 1
         self.nrecords += 1
 
+    def element_buffer(self, nbytes: int) -> np.ndarray:
+        """A buffer of ``nbytes`` to pack element puts into, kept until the exchange is done:
+        from the arena where they fit there, else from :attr:`pool`."""
+        buf = self.arena.take(nbytes) if self.arena is not None else None
+        if buf is None:
+            buf = self.pool.take(nbytes)
+            self.pooled.append(buf)
+        return buf
+
     def add_elements(self, dest: int, obj_id: int, count: int, record: np.ndarray) -> None:
         """Append a packed batch of ``count`` element puts to ``dest`` (``record``: the offsets,
         then the values, each padded to 8 bytes; see :mod:`hpcbsp.kernels.elements`).  The
         header's offset field carries the record's length, so the exchange needs no knowledge of
         its layout.
 
-        A large record travels as a message of its own, sent from ``record`` itself (for this
-        rank, applied from it: no copy into the outbox): the caller hands it over (a view of a
-        buffer from :attr:`pool`, given to :meth:`keep_until_sent`) and must not change it until
-        the sync."""
+        ``record`` is a view of a buffer from :meth:`element_buffer`, which the caller must not
+        change until the sync.  For another rank, a record in the arena is announced by its
+        place there; a large one travels as a message of its own, sent from ``record`` itself;
+        a small one is copied into the outbox.  For this rank, a large record is applied from
+        ``record`` itself."""
         if record.nbytes % 8:  # the receiver steps over it by its length: headers stay aligned
             raise ValueError(f"add_elements: a record of {record.nbytes} bytes is not padded to 8 bytes")
-        if record.nbytes >= LARGE_PUT_BYTES:  # for this rank too: applied from ``record`` itself
+        place = self.arena.announce(record) if self.arena is not None and dest != self.me else None
+        if place is not None:
+            self.bufs[dest] += HEADER.pack(PUT_ELEMENTS_SHARED, obj_id, record.nbytes, count)
+            self.bufs[dest] += PLACE.pack(place)
+        elif record.nbytes >= LARGE_PUT_BYTES:  # for this rank too: applied from ``record`` itself
             self.bufs[dest] += HEADER.pack(PUT_ELEMENTS_LARGE, obj_id, record.nbytes, count)
             self.large[dest].append(record)
         else:
@@ -268,16 +292,18 @@ def _complete(reqs: list[MPI.Request], peers: list[int], deadline: float | None)
 
 def _exchange_counts(comm: MPI.Comm, send_counts: np.ndarray, recv_counts: np.ndarray,
                      deadline: float | None) -> None:
-    """Every rank learns how many bytes each other rank sends it: one ``Alltoall``, or with a
-    ``deadline`` the same by ``p - 1`` point-to-point messages each way, bounded."""
+    """Every rank learns what each other rank sends it: row ``q`` of ``send_counts`` (p rows of
+    int64, the same number of columns on every rank) goes to rank ``q``, and row ``s`` of
+    ``recv_counts`` comes from rank ``s``.  One ``Alltoall``, or with a ``deadline`` the same by
+    ``p - 1`` point-to-point messages each way, bounded."""
     if deadline is None:
         comm.Alltoall(send_counts, recv_counts)
         return
     me, p = comm.Get_rank(), comm.Get_size()
     recv_counts[me] = send_counts[me]
     others = [q for q in range(p) if q != me]
-    reqs = [comm.Irecv([recv_counts[q:q + 1], MPI.INT64_T], q, _TAG_COUNT) for q in others]
-    reqs += [comm.Isend([send_counts[q:q + 1], MPI.INT64_T], q, _TAG_COUNT) for q in others]
+    reqs = [comm.Irecv([recv_counts[q], MPI.INT64_T], q, _TAG_COUNT) for q in others]
+    reqs += [comm.Isend([send_counts[q], MPI.INT64_T], q, _TAG_COUNT) for q in others]
     _complete(reqs, others + others, deadline)
 
 
@@ -295,15 +321,22 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any
     p, me = outbox.nprocs, outbox.me
     traffic = outbox.traffic
     traffic.records = outbox.nrecords
+    arena = outbox.arena
+    votes = None
     # The bookkeeping is in Python ints: a small superstep's cost is mostly this function's own.
     if local:
         recv = [0] * p
     else:
-        send_counts = np.fromiter((len(b) if d != me else 0 for d, b in enumerate(outbox.bufs)),
-                                  dtype=np.int64, count=p)
-        recv_counts = np.empty(p, dtype=np.int64)
+        # Column 0: the bytes for each rank; column 1: this rank's vote on the arena (.arena).
+        send_counts = np.empty((p, 2), dtype=np.int64)
+        send_counts[:, 0] = [len(b) if d != me else 0 for d, b in enumerate(outbox.bufs)]
+        send_counts[:, 1] = NEVER if arena is None or deadline is not None else arena.vote()
+        recv_counts = np.empty((p, 2), dtype=np.int64)
         _exchange_counts(comm, send_counts, recv_counts, deadline)
-        recv = recv_counts.tolist()
+        recv = recv_counts[:, 0].tolist()
+        votes = recv_counts[:, 1]
+        if arena is not None:
+            arena.sync()  # this rank's records in the arena are written before their headers go
     displs = list(accumulate(recv, initial=0))
     recvbuf = np.empty(displs[-1], dtype=np.uint8)
     sources = [s for s in range(p) if recv[s]]
@@ -319,6 +352,8 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any
     if reqs:
         _complete(reqs, sources + dests, deadline)
     del reqs
+    if arena is not None and not local:
+        arena.sync()  # and the senders' records are read after their headers came
 
     # Parse every source's records, in ascending source order (this rank's own among them).
     gets: list[tuple[int, int, int, int]] = []
@@ -350,6 +385,12 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any
                 data.append((src, code, obj, cnt, off))
                 traffic.bytes_in += off
                 large_headers = True
+                continue
+            if code == PUT_ELEMENTS_SHARED:  # offset field: the record's bytes; then its place
+                (place,) = PLACE.unpack_from(buf, pos)  # type: ignore[arg-type]  # numpy buffer
+                pos += PLACE.size
+                data.append((src, PUT_ELEMENTS, obj, cnt, cast(Arena, arena).record(src, place, off)))
+                traffic.bytes_in += off
                 continue
             if code == PUT_ELEMENTS:  # offset field: the record's bytes (offsets and values, padded)
                 data.append((src, code, obj, cnt, buf[pos:pos + off]))
@@ -422,6 +463,8 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any
 
     if any_gets:
         _return_gets(comm, outbox, replies, traffic, deadline)
+    if arena is not None and votes is not None:
+        arena.settle(votes, collective=deadline is None)
     return traffic
 
 

@@ -25,12 +25,13 @@ from typing import Any, Callable, NamedTuple, Protocol
 import numpy as np
 from mpi4py import MPI
 
+from .arena import Arena
 from .coarray import Coarray
 from .control import ControlStep, Kind
 from .errors import BSPError, SyncTimeout, UsageError
 from .exchange import ExchangeTimeout, Outbox, exchange
 from .ledger import Ledger, Traffic
-from .lifecycle import Lifecycle
+from .lifecycle import Lifecycle, abort_grace
 from .queue import Queue
 
 _SYNC = int(Kind.SYNC)
@@ -71,9 +72,11 @@ class Supersteps:
     sync hooks, control step, ledger, and the one path that ends a superstep.
 
     ``wait`` is the agreed wait mode, ``"spin"`` or ``"yield"`` (:mod:`.waiting`).
+    ``shared_elements``: packed element puts may use the node's shared arena (:mod:`.arena`;
+    never in a context with a timeout, whose exchanges are bounded).
     """
 
-    def __init__(self, comm: MPI.Comm, timeout: float | None, wait: str = "spin"):
+    def __init__(self, comm: MPI.Comm, timeout: float | None, wait: str = "spin", shared_elements: bool = True):
         self.comm: MPI.Comm = comm
         self.pid: int = comm.Get_rank()
         self.nprocs: int = comm.Get_size()
@@ -94,6 +97,8 @@ class Supersteps:
         self._control.nonblocking = timeout is not None or wait == "yield"
         self._control.track_arrivals = timeout is not None
         self._outbox = Outbox(self.nprocs, self.pid)
+        if self.nprocs > 1:
+            self._outbox.arena = Arena(comm, allowed=shared_elements and timeout is None)
         self._objects: list[Coarray | Queue] = []
         self._queues: list[Queue] = []
         self._hooks: list[SyncHook] = []
@@ -102,6 +107,21 @@ class Supersteps:
         self._plain = timeout is None
         self._life = Lifecycle(self.pid, comm, self._control, self._progress, lambda: self.superstep,
                                self._leave_plain)
+        if self._outbox.arena is not None:  # (freed by _release_arena when the ranks leave together)
+            self._life.add_close_hook(self._outbox.arena.close)
+
+    @property
+    def elements_transport(self) -> str:
+        """How ``put_elements`` records reach other ranks now: ``"arena"`` (the node's shared
+        window, :mod:`.arena`) or ``"messages"``."""
+        arena = self._outbox.arena
+        return "arena" if arena is not None and arena.half_bytes > 0 else "messages"
+
+    def _release_arena(self) -> None:
+        """Free the shared arena (collective, bounded by the abort grace: call it only once
+        every rank agreed to leave)."""
+        if self._outbox.arena is not None:
+            self._outbox.arena.close(grace=abort_grace())
 
     def _leave_plain(self) -> None:
         self._plain = False
