@@ -143,20 +143,20 @@ class Arena:
         self._half ^= 1
         self._used = self._asked = 0
 
-    def settle(self, votes: np.ndarray, collective: bool = True) -> None:
+    def settle(self, votes: list[int], collective: bool = True) -> None:
         """After an exchange with messages: every rank passes the same ``votes`` (every rank's
         :meth:`vote` of the superstep) and takes the same decision.  Collective, unless not
         ``collective`` (a bounded exchange, which votes :data:`NEVER`): then it only stops
         using the arena, and the window waits for :meth:`close`."""
         if self._state == "off":
             return
-        if int(votes.min()) < 0:
+        if min(votes) < 0:
             self._state = "off"
             if collective and self._win is not None:
                 self._comm.Barrier()  # every record in the window has been applied
                 self._free()
             return
-        need = int(votes.max())
+        need = max(votes)
         if not collective or need <= self._half_bytes or need <= self._refused:
             return
         if self._state == "unknown":

@@ -327,14 +327,15 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any
     if local:
         recv = [0] * p
     else:
-        # Column 0: the bytes for each rank; column 1: this rank's vote on the arena (.arena).
-        send_counts = np.empty((p, 2), dtype=np.int64)
-        send_counts[:, 0] = [len(b) if d != me else 0 for d, b in enumerate(outbox.bufs)]
-        send_counts[:, 1] = NEVER if arena is None or deadline is not None else arena.vote()
+        # Two int64 per rank: the bytes for it, and this rank's vote on the arena (.arena).
+        vote = NEVER if arena is None or deadline is not None else arena.vote()
+        pairs = [vote] * (2 * p)
+        pairs[0::2] = [len(b) if d != me else 0 for d, b in enumerate(outbox.bufs)]
+        send_counts = np.array(pairs, dtype=np.int64).reshape(p, 2)
         recv_counts = np.empty((p, 2), dtype=np.int64)
         _exchange_counts(comm, send_counts, recv_counts, deadline)
-        recv = recv_counts[:, 0].tolist()
-        votes = recv_counts[:, 1]
+        pairs = recv_counts.ravel().tolist()
+        recv, votes = pairs[0::2], pairs[1::2]
         if arena is not None:
             arena.sync()  # this rank's records in the arena are written before their headers go
     displs = list(accumulate(recv, initial=0))
