@@ -13,8 +13,11 @@ each superstep with data carries every rank's *vote*, the bytes its records aske
 in that superstep (or -1: "never", for ``messages`` or a bounded exchange).  Every rank sees the
 same votes, so every rank takes the same decision: when the largest vote exceeds the segment,
 after the exchange (every record applied, a ``Barrier``), the window is replaced by one 1.25x
-the largest vote (rounded up to 1 MiB), if ``/dev/shm`` has room for it; until then, records
-that do not fit travel as messages.  A ``-1`` switches the arena off for good.
+the largest vote (rounded up to 1 MiB), if ``/dev/shm`` has twice the new windows' size free
+(a vote refused for want of room is tried again only when a larger one comes); until then,
+records that do not fit travel as messages.  A ``-1`` switches the arena off for good.  The
+window is freed when the ranks leave the context together (``BSP.close``, bounded by the abort
+grace); after a failure it is left to the end of the process.
 
 Reuse: each rank's segment has two halves, and packing alternates between them at the end of
 each of its exchanges.  The half written in one superstep is read during that superstep's
