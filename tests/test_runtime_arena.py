@@ -14,7 +14,6 @@ import time
 
 import numpy as np
 import pytest
-from mpi4py import MPI
 from mpi_helpers import run_mpi
 
 import hpcbsp
@@ -53,11 +52,7 @@ def _arena_expected(bsp) -> bool:
     """Collective: whether the arena must carry these tests' records here: every rank on one
     node, and ``/dev/shm`` with room for their windows (under 64 MiB in all) twice over, which
     the arena checks before it grows (a container may give it less)."""
-    node = bsp.comm.Split_type(MPI.COMM_TYPE_SHARED)
-    try:
-        one_node = node.Get_size() == bsp.nprocs
-    finally:
-        node.Free()
+    one_node = arena_mod.on_one_node(bsp.comm)
     st = os.statvfs("/dev/shm")
     return one_node and st.f_bavail * st.f_frsize >= 128 << 20
 

@@ -24,6 +24,8 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
+from ..runtime.arena import on_one_node
+
 __all__ = ["TRANSPORTS", "TRANSPORT_ENV", "SharedWeights", "open_transport"]
 
 TRANSPORTS = ("auto", "messages")
@@ -84,11 +86,7 @@ def open_transport(comm: MPI.Comm, transport: str | None, problem: str | None, c
     if problem is None and choice not in TRANSPORTS:
         problem = (f"transport {choice!r} is not one of {', '.join(TRANSPORTS)} (argument or "
                    f"${TRANSPORT_ENV})")
-    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    try:
-        one_node = node.Get_size() == comm.Get_size()
-    finally:
-        node.Free()
+    one_node = on_one_node(comm)
     me = comm.Get_rank()
     itemsize = np.dtype(dtype).itemsize
     # One Allreduce, element-wise: whether every rank can start and wants a window, and the

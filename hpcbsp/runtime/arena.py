@@ -44,7 +44,7 @@ from mpi4py import MPI
 from ..util.waiting import poll, yield_core
 from .errors import BadInput
 
-__all__ = ["ARENA_ENV", "Arena", "NEVER"]
+__all__ = ["ARENA_ENV", "Arena", "NEVER", "on_one_node"]
 
 ARENA_ENV = "HPCBSP_ELEMENTS_TRANSPORT"
 _CHOICES = ("auto", "messages")
@@ -64,6 +64,16 @@ def wanted() -> bool:
     return choice == "auto"
 
 
+def on_one_node(comm: MPI.Comm) -> bool:
+    """Collective: whether every rank of ``comm`` shares one node's memory (MPI's
+    ``COMM_TYPE_SHARED`` split puts them all in one group), as a shared window needs."""
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        return node.Get_size() == comm.Get_size()
+    finally:
+        node.Free()
+
+
 def _aligned(nbytes: int) -> int:
     return -(-nbytes // 8) * 8
 
@@ -77,7 +87,7 @@ class Arena:
         self._comm = comm
         self._me = comm.Get_rank()
         self._allowed = allowed
-        self._state = "unknown"  # -> "node" (all on one node), "on" (a window), or "off" for good
+        self._state = "unknown"  # -> "node" (all on one node: a window may exist) or "off" for good
         self._win: MPI.Win | None = None
         self._segments: list[np.ndarray] = []  # every rank's segment, as uint8
         self._half_bytes = 0
@@ -112,20 +122,16 @@ class Arena:
         self._used += _aligned(nbytes)
         return self._segments[self._me][start:start + nbytes]
 
-    def offset_of(self, record: np.ndarray) -> int | None:
-        """Where ``record`` starts in this rank's segment, or None if it is not in it."""
+    def announce(self, record: np.ndarray) -> int | None:
+        """Where ``record`` starts in this rank's segment, counted as announced; None if it is
+        not in the arena (it then travels as a message)."""
         if self._win is None or not record.size:
             return None
         seg = self._segments[self._me]
         at = record.ctypes.data - seg.ctypes.data
-        return at if 0 <= at and at + record.nbytes <= seg.nbytes else None
-
-    def announce(self, record: np.ndarray) -> int | None:
-        """Where ``record`` starts in this rank's segment, counted as announced; None if it is
-        not in the arena (it then travels as a message)."""
-        at = self.offset_of(record)
-        if at is not None:
-            self.announced += 1
+        if not 0 <= at <= seg.nbytes - record.nbytes:
+            return None
+        self.announced += 1
         return at
 
     def record(self, rank: int, offset: int, nbytes: int) -> np.ndarray:
@@ -163,13 +169,8 @@ class Arena:
         if not collective or need <= self._half_bytes or need <= self._refused:
             return
         if self._state == "unknown":
-            node = self._comm.Split_type(MPI.COMM_TYPE_SHARED)
-            try:
-                one_node = node.Get_size() == self._comm.Get_size()
-            finally:
-                node.Free()
-            self._state = "node" if one_node else "off"
-            if not one_node:
+            self._state = "node" if on_one_node(self._comm) else "off"
+            if self._state == "off":
                 return
         half = -(-(need + need // 4) // _CHUNK) * _CHUNK
         total = 2 * half * self._comm.Get_size()  # every rank's segment, all on this node
@@ -183,12 +184,11 @@ class Arena:
             return
         self._comm.Barrier()  # every record in the old window has been applied
         self._free()
-        self._state = "node"  # (until the new window exists)
         win = MPI.Win.Allocate_shared(2 * half, 1, comm=self._comm)  # type: ignore[arg-type]
         win.Lock_all()
         self._segments = [np.frombuffer(win.Shared_query(r)[0], dtype=np.uint8)  # type: ignore[call-overload]
                           for r in range(self._comm.Get_size())]
-        self._win, self._half_bytes, self._state = win, half, "on"
+        self._win, self._half_bytes = win, half
 
     def close(self, grace: float | None = None) -> None:
         """Stop using the arena and release its window.  With ``grace`` (seconds; when the
