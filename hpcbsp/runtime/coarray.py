@@ -19,7 +19,7 @@ from numpy.typing import ArrayLike
 
 from ..kernels import elements
 from .errors import UsageError
-from .exchange import PUT, Outbox
+from .outbox import PUT, Outbox
 from .records import as_records, check_pid
 
 if TYPE_CHECKING:
@@ -204,7 +204,7 @@ class Coarray:
         sizes = np.asarray(self.sizes, dtype=np.int64)
         outbox = self._outbox
         # Packed into the outbox's buffer (in the node's shared arena where there is one), which
-        # the records are sent or applied from (exchange.py).
+        # the records are sent or applied from (outbox.py, exchange.py).
         packed, counts, starts = elements.pack_elements(dest.astype(np.int64, copy=False),
                                                         offs.astype(np.int64, copy=False), vals, sizes,
                                                         outbox.element_buffer, self._width)

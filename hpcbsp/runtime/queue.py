@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .errors import UsageError
-from .exchange import SEND, Outbox
+from .outbox import SEND, Outbox
 from .records import as_records, check_pid, split_by_destination
 
 if TYPE_CHECKING:

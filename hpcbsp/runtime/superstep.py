@@ -29,9 +29,10 @@ from .arena import Arena
 from .coarray import Coarray
 from .control import ControlStep, Kind
 from .errors import BSPError, SyncTimeout, UsageError
-from .exchange import ExchangeTimeout, Outbox, exchange
+from .exchange import ExchangeTimeout, exchange
 from .ledger import Ledger, Traffic
 from .lifecycle import Lifecycle, abort_grace
+from .outbox import Outbox
 from .queue import Queue
 
 _SYNC = int(Kind.SYNC)

@@ -1,0 +1,203 @@
+"""The outbox: a superstep's puts, get requests and queue records, staged per destination
+until the exchange at ``sync`` delivers them (:mod:`.exchange`).
+
+Every put, get request and queue record is appended, as a 32-byte header (:data:`HEADER`) and an
+8-byte-aligned payload, to a byte buffer per destination rank.  The copy into the outbox is the
+only copy on the sending side (BSPlib's buffered put: the source may change right after the
+call).  Large puts (at least :data:`LARGE_PUT_BYTES`) and large packed batches of element puts
+are kept aside, to travel as messages of their own; their copies and the buffers element puts
+are packed into come from a :class:`BufferPool` kept between supersteps, or, for element puts
+where every rank is on one node, from the shared arena (:mod:`.arena`), whose records are
+announced by a header and their place (:data:`PLACE`) and never copied.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .arena import Arena
+from .ledger import Traffic
+
+if TYPE_CHECKING:
+    from .coarray import GetFuture
+
+PUT, GET, SEND, PUT_LARGE, PUT_ELEMENTS, PUT_ELEMENTS_LARGE, PUT_ELEMENTS_SHARED = 1, 2, 3, 4, 5, 6, 7
+HEADER = struct.Struct("<4q")  # code, object id, offset (a queue record: its tag), element count
+PLACE = struct.Struct("<q")  # after a PUT_ELEMENTS_SHARED header: where the record lies in the arena
+LARGE_PUT_BYTES = int(os.environ.get("HPCBSP_LARGE_PUT_BYTES", 64 * 1024))
+
+
+class BufferPool:
+    """Byte buffers kept between supersteps: the send copies of large puts, packed element puts,
+    and the receive buffers of large element records.
+
+    Iterative programs move the same sizes every superstep; reusing the buffers avoids the page
+    faults of fresh 8 MiB allocations, which otherwise cost as much as the copy itself.  Sizes
+    from ``CHUNK`` up are rounded up to a multiple of it, so that buffers whose size varies a
+    little between supersteps (element puts to random ranks) are reused too.
+    """
+
+    CHUNK = 1 << 20
+
+    def __init__(self, keep: int = 64):
+        self._free: dict[int, list[np.ndarray]] = {}
+        self._keep = keep
+        self._peak = 0  # the most bytes one superstep gave back
+
+    def take(self, nbytes: int) -> np.ndarray:
+        """A uint8 array of exactly ``nbytes`` (a view of a pooled buffer, or a new one)."""
+        cap = nbytes if nbytes < self.CHUNK else -(-nbytes // self.CHUNK) * self.CHUNK
+        stack = self._free.get(cap)
+        buf = stack.pop() if stack else np.empty(cap, dtype=np.uint8)
+        return buf[:nbytes] if cap != nbytes else buf
+
+    def give(self, bufs: list[np.ndarray]) -> None:
+        """Return the buffers one superstep took (or views of them), at its end.
+
+        The pool keeps them (at most ``keep``) and, of the buffers it held before, as many bytes
+        as the largest superstep so far took: its memory stays within twice that peak, and
+        programs that alternate supersteps of different sizes reuse the buffers of each.
+        """
+        older, self._free = self._free, {}
+        kept = now = 0
+        for buf in bufs:
+            if isinstance(buf.base, np.ndarray):
+                buf = buf.base
+            if kept < self._keep:
+                self._free.setdefault(buf.size, []).append(buf)
+                kept += 1
+                now += buf.size
+        self._peak = max(self._peak, now)
+        budget = self._peak
+        for size, stack in older.items():
+            for buf in stack:
+                if kept >= self._keep or buf.size > budget:
+                    break
+                self._free.setdefault(size, []).append(buf)
+                kept += 1
+                budget -= buf.size
+
+
+@dataclass
+class Outbox:
+    """This superstep's outgoing records, one byte buffer per destination rank."""
+
+    nprocs: int
+    me: int
+    bufs: list[bytearray] = field(init=False)
+    gets: list[list["GetFuture"]] = field(init=False)
+    traffic: Traffic = field(init=False)
+    nrecords: int = field(init=False)
+    gets_count: int = field(init=False)
+    large: list[list[np.ndarray]] = field(init=False)
+    pooled: list[np.ndarray] = field(init=False)
+    pool: BufferPool = field(init=False, default_factory=BufferPool)
+    #: The shared-memory window for packed element puts (None: they travel as messages).
+    arena: Arena | None = None
+
+    def __post_init__(self) -> None:
+        self.pooled = []
+        self.reset()
+
+    def reset(self) -> None:
+        self.pool.give(self.pooled)  # the copies made for buffered large puts; never user arrays
+        self.pooled = []
+        if self.arena is not None:
+            self.arena.end_superstep()
+        self.bufs = [bytearray() for _ in range(self.nprocs)]
+        self.gets = [[] for _ in range(self.nprocs)]
+        self.traffic = Traffic()
+        self.nrecords = 0
+        self.gets_count = 0
+        self.large = [[] for _ in range(self.nprocs)]
+
+    def add(self, dest: int, code: int, obj_id: int, offset: int, count: int,
+            payload: np.ndarray | None, borrow: bool = False) -> None:
+        """Append one record; ``payload`` must be C-contiguous.
+
+        The payload is copied here, unless ``borrow`` (``hpput``) and it is large: then it is sent
+        from the caller's memory at the sync, which must leave it unchanged until then.
+        """
+        buf = self.bufs[dest]
+        if code == PUT and dest != self.me and payload is not None and payload.nbytes >= LARGE_PUT_BYTES:
+            buf += HEADER.pack(PUT_LARGE, obj_id, offset, count)
+            raw = payload.reshape(-1).view(np.uint8)
+            if not borrow:
+                copy = self.pool.take(raw.size)
+                copy[:] = raw
+                self.pooled.append(copy)
+                raw = copy
+            self.large[dest].append(raw)
+            self.traffic.bytes_out += payload.nbytes
+            self.traffic.msgs_out += 1
+            self.nrecords += 1
+            return
+        buf += HEADER.pack(code, obj_id, offset, count)
+        if payload is not None and payload.size:
+            raw = payload.reshape(-1).view(np.uint8)
+            buf += raw.data
+            pad = -raw.size % 8
+            if pad:
+                buf += bytes(pad)
+            if dest != self.me:
+                self.traffic.bytes_out += raw.size
+        if dest != self.me:
+            self.traffic.msgs_out += 1
+        self.nrecords += 1
+
+    def element_buffer(self, nbytes: int) -> np.ndarray:
+        """A buffer of ``nbytes`` to pack element puts into, kept until the exchange is done:
+        from the arena where they fit there, else from :attr:`pool`."""
+        buf = self.arena.take(nbytes) if self.arena is not None else None
+        if buf is None:
+            buf = self.pool.take(nbytes)
+            self.keep_until_sent(buf)
+        return buf
+
+    def add_elements(self, dest: int, obj_id: int, count: int, record: np.ndarray) -> None:
+        """Append a packed batch of ``count`` element puts to ``dest`` (``record``: the offsets,
+        then the values, each padded to 8 bytes; see :mod:`hpcbsp.kernels.elements`).  The
+        header's offset field carries the record's length, so the exchange needs no knowledge of
+        its layout.
+
+        ``record`` is a view of a buffer from :meth:`element_buffer`, which the caller must not
+        change until the sync.  For another rank, a record in the arena is announced by its
+        place there; a large one travels as a message of its own, sent from ``record`` itself;
+        a small one is copied into the outbox.  For this rank, a large record is applied from
+        ``record`` itself."""
+        if record.nbytes % 8:  # the receiver steps over it by its length: headers stay aligned
+            raise ValueError(f"add_elements: a record of {record.nbytes} bytes is not padded to 8 bytes")
+        place = self.arena.announce(record) if self.arena is not None and dest != self.me else None
+        if place is not None:
+            self.bufs[dest] += HEADER.pack(PUT_ELEMENTS_SHARED, obj_id, record.nbytes, count)
+            self.bufs[dest] += PLACE.pack(place)
+        elif record.nbytes >= LARGE_PUT_BYTES:  # for this rank too: applied from ``record`` itself
+            self.bufs[dest] += HEADER.pack(PUT_ELEMENTS_LARGE, obj_id, record.nbytes, count)
+            self.large[dest].append(record)
+        else:
+            self.bufs[dest] += HEADER.pack(PUT_ELEMENTS, obj_id, record.nbytes, count)
+            self.bufs[dest] += record.data
+        if dest != self.me:
+            self.traffic.bytes_out += record.nbytes
+            self.traffic.msgs_out += 1
+        self.nrecords += 1
+
+    @property
+    def remote(self) -> int:
+        """Records for other ranks so far (each is one request counted in ``traffic.msgs_out``):
+        what the control step reports; with none anywhere, every rank applies its own records
+        without any message."""
+        return self.traffic.msgs_out
+
+    def keep_until_sent(self, buf: np.ndarray) -> None:
+        """Give ``buf`` (from :attr:`pool`) back to the pool once this superstep's exchange is done."""
+        self.pooled.append(buf)
+
+    def add_get(self, dest: int, obj_id: int, offset: int, count: int, future: "GetFuture") -> None:
+        self.add(dest, GET, obj_id, offset, count, None)
+        self.gets[dest].append(future)
+        self.gets_count += 1
