@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpcbsp.cost.bsf import BSFModel, BSFParams, plateau_starts
 from hpcbsp.cost.errors import CostInputError
+from hpcbsp.farm.model import BSFModel, BSFParams, plateau_starts
 
 
 def t_by_hand(p: BSFParams, k: int, comm: str, gran: str) -> float:

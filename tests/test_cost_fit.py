@@ -4,11 +4,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hpcbsp.cost.bsf import BSFModel, BSFParams, basis
 from hpcbsp.cost.errors import CostInputError
 from hpcbsp.cost.fit import fit_coefficients, fit_runs
 from hpcbsp.cost.modelfile import load_model, save_model
 from hpcbsp.cost.runs import Runs
+from hpcbsp.farm.model import BSFModel, BSFParams, basis
 
 
 def runs_of(model: BSFModel, workers, noise: float = 0.0, seed: int = 0) -> Runs:

@@ -24,7 +24,7 @@ from hpcbsp.apps.bsf.system import diagonally_dominant_system
 from hpcbsp.cost.farmmodel import format_farm_parameters, model_from_farm
 from hpcbsp.farm import FarmEmulation, parse_emulation, run_farm
 from hpcbsp.farm.emulation import emulation_from_env, measure_map, wait_split
-from hpcbsp.farm.timings import exchanges
+from hpcbsp.farm.model import exchange_count
 
 mpi = pytest.mark.mpi(min_size=2)
 PROGRAM = os.path.join(os.path.dirname(__file__), "programs", "farm_tree_vs_linear.py")
@@ -75,7 +75,7 @@ def test_tree_equals_linear_on_more_ranks_oversubscribed(nprocs):
 
 
 def test_exchange_count_of_the_model():
-    assert exchanges(8, "linear") == 8 and exchanges(8, "tree") == 4.0  # 1 + log2 8
+    assert exchange_count(8.0, "linear") == 8 and exchange_count(8.0, "tree") == 4.0  # 1 + log2 8
 
 
 @mpi

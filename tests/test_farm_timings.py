@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hpcbsp.cost.bsf import BSFModel, BSFParams
 from hpcbsp.cost.errors import CostInputError
 from hpcbsp.cost.farmmodel import model_from_farm
+from hpcbsp.farm.model import BSFModel, BSFParams
 from hpcbsp.farm.timings import per_iteration_params, summarise
 
 

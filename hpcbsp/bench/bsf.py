@@ -103,7 +103,8 @@ def measure(args: argparse.Namespace) -> int:
         problem = _problem(app, args.n)
         for exchange in args.exchanges:
             emulation = FarmEmulation(args.t_map, 0.0) if args.t_map is not None else FarmEmulation()
-            calibration, sweep = [], []
+            calibration: list[dict[str, Any]] = []
+            sweep: list[dict[str, Any]] = []
             plan = [("calibration", k) for k in args.calibrate for _ in range(args.repeats)] + \
                    [("sweep", k) for k in args.workers for _ in range(args.sweep_repeats)]
             for what, k in plan:

@@ -22,9 +22,9 @@ import os
 import sys
 from typing import Any, Sequence
 
-from hpcbsp.cost.bsf import COMM_FORMS, GRANULARITIES, BSFModel, BSFParams
 from hpcbsp.cost.errors import CostInputError
 from hpcbsp.cost.klist import parse_workers
+from hpcbsp.farm.model import COMM_FORMS, GRANULARITIES, BSFModel, BSFParams
 from hpcbsp.util.args import (
     OneLineParser,
     add_alias,

@@ -51,7 +51,7 @@ def check_records(records: Iterable[Mapping[str, Any]], source: str = "<memory>"
     out = []
     for n, rec in enumerate(records, 1):
         try:
-            row = {k: (float(rec[k]) if k.endswith("_s") else int(float(rec[k]))) for k in LEDGER_FIELDS}
+            row: dict[str, Any] = {k: (float(rec[k]) if k.endswith("_s") else int(float(rec[k]))) for k in LEDGER_FIELDS}
         except KeyError as exc:
             raise CostInputError(f"{source}: record {n} lacks {exc.args[0]!r}") from None
         except (TypeError, ValueError):

@@ -29,11 +29,13 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from typing import Any, Sequence, TextIO
 
 import numpy as np
 
 from ..farm.emulation import EMULATE_ENV, NOTICE, FarmEmulation, parse_emulation
+from ..farm.model import PARAM_NAMES
 from ..farm.skeleton import EXCHANGE_ENV, EXCHANGES
 from ..farm.timings import REPORT_ENV, SAMPLE_FIELDS
 from ..runtime.launch import find_mpiexec
@@ -45,7 +47,7 @@ from .modelfile import CalibratedModel, save_model
 from .runs import Runs, write_runs
 from .validate import validation
 
-RUN_COLUMNS = ("workers", "seconds", "repeat", "list_length", "iterations", "latency", "t_c", "t_map", "t_a", "t_p")
+RUN_COLUMNS = ("workers", "seconds", "repeat", "list_length", "iterations", *PARAM_NAMES[:-1])
 
 
 def _command(command: Sequence[str]) -> list[str]:
@@ -128,7 +130,7 @@ def model_from_reports(by_k: dict[int, list[dict[str, Any]]], runs: Runs, length
     components = model_from_farm(merge_reports(by_k[smallest]), n_boot=n_boot)
     if length != components.model.params.list_length:
         components.model = components.model.with_params(
-            type(components.model.params)(**{**components.model.params.as_dict(), "list_length": length}))
+            replace(components.model.params, list_length=length))
     comm = components.model.comm  # the farm's exchange
     if runs.distinct_workers().size >= MIN_DISTINCT_WORKERS and len(runs) >= n_parameters(length):
         model: CalibratedModel = fit_runs(runs, list_length=length, n_boot=n_boot, comms=(comm,))
@@ -164,7 +166,8 @@ def calibrate(command: Sequence[str], *, workers: Sequence[int] = (1, 2, 3), rep
     if not mpiexec:
         raise CostInputError("no mpiexec found beside this Python or on PATH; give --mpiexec")
     os.makedirs(out_dir, exist_ok=True)
-    rows, by_k = [], {}
+    rows: list[dict[str, Any]] = []
+    by_k: dict[int, list[dict[str, Any]]] = {}
     cpus = os.cpu_count() or 1
     for k in sorted(set(int(w) for w in workers)):
         for rep in range(repeats):
@@ -177,10 +180,11 @@ def calibrate(command: Sequence[str], *, workers: Sequence[int] = (1, 2, 3), rep
                                      "real compute); it must call hpcbsp.farm.run_farm without emulate=")
             if emulation is not None and emulation.measured:
                 # The first run measured the Map; every later run waits exactly that long.
-                emulation = FarmEmulation(report["emulated"]["t_map"], report["emulated"]["t_a"])
+                t_map = float(report["emulated"]["t_map"])
+                emulation = FarmEmulation(t_map, report["emulated"]["t_a"])
                 farm_env[EMULATE_ENV] = emulation.spec()
                 if progress is not None:
-                    progress.write(f"calibrate: {NOTICE}; t_Map = {1e3 * emulation.t_map:.3f} ms measured "
+                    progress.write(f"calibrate: {NOTICE}; t_Map = {1e3 * t_map:.3f} ms measured "
                                    "by the first run, used by every run\n")
             by_k.setdefault(k, []).append(report)
             rows.append({"workers": k, "seconds": report["seconds_per_iteration"], "repeat": rep,

@@ -1,9 +1,8 @@
-"""The one error type of the cost models: input that cannot be used (the CLI exits 2 on it)."""
+"""The one error type of the cost models: input that cannot be used (the CLI exits 2 on it).
 
+Defined with the BSF model in :mod:`hpcbsp.farm.model` (the farm, a layer below, raises it too);
+this is its name for the cost package.
+"""
+from ..farm.model import CostInputError
 
-class CostInputError(ValueError):
-    """Bad input to a cost model: a malformed file, a missing column, an impossible parameter.
-
-    The message is one line meant for the user; the command line prints it and exits with
-    status 2, without a traceback.
-    """
+__all__ = ["CostInputError"]

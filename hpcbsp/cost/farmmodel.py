@@ -13,8 +13,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..farm.emulation import NOTICE, describe
+from ..farm.model import BSFModel, BSFParams
 from ..farm.timings import SAMPLE_FIELDS, per_iteration_params
-from .bsf import BSFModel, BSFParams
 from .errors import CostInputError
 from .modelfile import CalibratedModel, provenance
 
@@ -57,11 +57,14 @@ def model_from_farm(report: Mapping[str, Any], *, n_boot: int = 200, seed: int =
     if not report.get("exchange_measured", True) or report.get("nprocs") == 1:
         raise CostInputError(ONE_RANK)
     try:
-        params = BSFParams(latency=float(report["latency"]), t_c=float(report["t_c"]),
-                           t_map=float(report["t_map"]), t_a=float(report["t_a"]),
-                           t_p=float(report["t_p"]), list_length=int(report["list_length"]))
+        params = BSFParams.from_dict({"list_length": None, **report})
+        if params.list_length is None:
+            raise KeyError("list_length")
+        length = params.list_length
         workers = int(report["workers"])
         samples = {k: np.asarray(report["samples"][k], dtype=float) for k in SAMPLE_FIELDS}
+    except CostInputError as exc:
+        raise CostInputError(f"not a farm report: {exc}") from None
     except (KeyError, TypeError, ValueError) as exc:
         raise CostInputError(f"not a farm report: missing or malformed {exc}") from None
     comm = str(report.get("exchange") or "linear")
@@ -72,18 +75,18 @@ def model_from_farm(report: Mapping[str, Any], *, n_boot: int = 200, seed: int =
     n_iter = samples["seconds"].size
     if n_boot > 0 and n_iter >= 2:
         rng = np.random.default_rng(seed)
-        reps = []
+        reps: list[list[float]] = []
         if spread:
-            per = per_iteration_params(samples, workers, params.list_length, params.latency, comm)
+            per = per_iteration_params(samples, workers, length, params.latency, comm)
             pick = rng.integers(0, n_iter, size=(n_boot, 4))
             reps = np.column_stack([2.0 * params.latency + per["t_c"][pick[:, 0]], per["t_map"][pick[:, 1]],
-                                    per["t_a"][pick[:, 2]], per["t_p"][pick[:, 3]]])
+                                    per["t_a"][pick[:, 2]], per["t_p"][pick[:, 3]]]).tolist()
         for _ in range(0 if spread else n_boot):
             pick = rng.integers(0, n_iter, size=n_iter)
             per = per_iteration_params({k: v[pick] for k, v in samples.items()}, workers,
-                                       params.list_length, params.latency, comm)
-            reps.append([2.0 * params.latency + np.median(per["t_c"]), np.median(per["t_map"]), np.median(per["t_a"]),
-                         np.median(per["t_p"])])
+                                       length, params.latency, comm)
+            reps.append([2.0 * params.latency + float(np.median(per["t_c"])), float(np.median(per["t_map"])),
+                         float(np.median(per["t_a"])), float(np.median(per["t_p"]))])
         boot = np.maximum(np.array(reps), 0.0)
     fit = {
         "source": "farm run",
@@ -95,7 +98,7 @@ def model_from_farm(report: Mapping[str, Any], *, n_boot: int = 200, seed: int =
     }
     if report.get("emulated"):
         fit["emulated_compute"] = dict(report["emulated"])
-        fit["method"] += "; " + NOTICE
+        fit["method"] = f"{fit['method']}; {NOTICE}"
     kind = None if boot is None else ("single iterations (spread)" if spread else "iterations")
     return CalibratedModel(model, boot, kind, fit,
                            provenance(source="farm", nprocs=report.get("nprocs")))

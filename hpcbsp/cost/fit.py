@@ -2,7 +2,7 @@
 bootstrap intervals.
 
 The model is linear in its coefficients, ``T(K) = basis(K) @ [2L + t_c, t_Map, t_a, t_p]``
-(:func:`hpcbsp.cost.bsf.basis`), so calibration is a least-squares problem with every
+(:func:`hpcbsp.farm.model.basis`), so calibration is a least-squares problem with every
 coefficient >= 0.  Times span orders of magnitude across K, so the residual minimised is the
 relative one, ``(T̂ − T)/T``: each row of the system is divided by its measured time.
 
@@ -23,7 +23,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .bsf import COMM_FORMS, GRANULARITIES, BSFModel, BSFParams, basis
+from ..farm.model import COMM_FORMS, GRANULARITIES, BSFModel, BSFParams, basis
 from .errors import CostInputError
 from .modelfile import CalibratedModel, provenance
 from .nnls import nnls

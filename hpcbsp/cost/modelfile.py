@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .bsf import BSFModel, BSFParams
+from ..farm.model import BSFModel, BSFParams
 from .errors import CostInputError
 
 FORMAT = "hpcbsp-bsf-model/1"
@@ -37,7 +37,7 @@ class CalibratedModel:
     model : BSFModel
         The point estimate.
     boot_coefficients : (n, 4) array or None
-        Bootstrap replicates of the coefficient vector (see :func:`hpcbsp.cost.bsf.basis`);
+        Bootstrap replicates of the coefficient vector (see :func:`hpcbsp.farm.model.basis`);
         they give the intervals of K_max and the band of the speedup curve.
     fit : dict
         How the model was obtained (source, rows, worker counts used, cross-validation scores).

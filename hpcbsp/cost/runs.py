@@ -109,7 +109,9 @@ def read_runs(path: str | os.PathLike) -> Runs:
     if not data:
         raise CostInputError(f"{source} has a header but no data rows")
     col = {name: header.index(name) for name in header}
-    workers, seconds, lines = [], [], []
+    workers: list[float] = []
+    seconds: list[float] = []
+    lines: list[int] = []
     extra: dict[str, list[str]] = {name: [] for name in header if name not in REQUIRED}
     for line, row in data:
         if len(row) < len(header):

@@ -5,7 +5,7 @@
 >>> result.x, result.timings.params()                                               # doctest: +SKIP
 
 The run measures its own BSF cost parameters (L, t_c, t_Map, t_a, t_p, l), so one run at a small
-K parameterises the model of :mod:`hpcbsp.cost.bsf` (see ``hpcbsp-cost calibrate``).  The
+K parameterises the model of :mod:`hpcbsp.farm.model` (see ``hpcbsp-cost calibrate``).  The
 exchange is linear (one by one) or a tree; the workers' compute can be emulated (waits of its
 measured time: a simulation of compute, :mod:`hpcbsp.farm.emulation`).
 """

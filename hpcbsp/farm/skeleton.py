@@ -126,7 +126,8 @@ def run_farm(bsp: BSP, problem: BSFProblem, x0: Any, *, max_iter: int = 1000, re
         except ValueError as exc:
             raise BSPError(f"rank {bsp.pid}: ${emu.EMULATE_ENV}: {exc}") from None
     workers = max(1, bsp.nprocs - 1)
-    length = int(problem.list_length)
+    assert problem.list_length is not None, "set by BSFProblem"
+    length = problem.list_length
     if workers > length:
         raise BSPError(f"rank {bsp.pid}: the farm has {workers} workers but the map list only {length} "
                        f"element(s); run with at most {length + 1} ranks")
@@ -176,6 +177,7 @@ def run_farm(bsp: BSP, problem: BSFProblem, x0: Any, *, max_iter: int = 1000, re
         if master:
             finish = done or iterations >= max_iter
             message = np.append(x, 1.0 if finish else 0.0)
+        got: np.ndarray | None
         if tree:
             got = _tree_order(bsp, order, message if master else None)
         else:
@@ -188,6 +190,7 @@ def run_farm(bsp: BSP, problem: BSFProblem, x0: Any, *, max_iter: int = 1000, re
             if finish:
                 break
         else:
+            assert got is not None
             x = got[:n].copy()
             if got[n] != 0.0:
                 break
@@ -199,6 +202,7 @@ def run_farm(bsp: BSP, problem: BSFProblem, x0: Any, *, max_iter: int = 1000, re
                 map_s, fold_s = t1 - t0, time.perf_counter() - t1
             else:
                 map_s, fold_s = emu.wait_split(times["t_map"] * share / length, times["t_a"] * (share - 1))
+                assert partial is not None
                 s = partial
             row = np.concatenate([s, [map_s, fold_s]])
             if tree:
@@ -292,7 +296,8 @@ def _emulation_times(bsp: BSP, problem: BSFProblem, x: np.ndarray,
         if emulate.measured:
             t_map, t_a = emu.measure_map(problem, x)
         else:
-            t_map, t_a = float(emulate.t_map), float(emulate.t_a or 0.0)
+            assert emulate.t_map is not None, "not measured: given"
+            t_map, t_a = emulate.t_map, float(emulate.t_a or 0.0)
         times = {"t_map": t_map, "t_a": t_a, "measured": emulate.measured}
     times, x = bsp.broadcast((times, x) if bsp.pid == 0 else None)
     return times, np.array(x, dtype=np.float64)
@@ -324,7 +329,8 @@ def _run_alone(bsp: BSP, problem: BSFProblem, x: np.ndarray, r_shape: tuple[int,
                iterations: int, converged: bool, times: dict[str, Any] | None,
                progress: Callable[[int], None] | None = None) -> FarmResult:
     """One rank: the master is its own only worker (K = 1, no exchange, L = 0)."""
-    length = int(problem.list_length)
+    assert problem.list_length is not None, "set by BSFProblem"
+    length = problem.list_length
     sub = problem.sublist(0, length)
     partial = None if times is None else emu.real_partial(problem, x, 0, length)
     samples: dict[str, list[float]] = {k: [] for k in SAMPLE_FIELDS}
@@ -338,6 +344,7 @@ def _run_alone(bsp: BSP, problem: BSFProblem, x: np.ndarray, r_shape: tuple[int,
         else:
             map_s, _ = emu.wait_split(times["t_map"], times["t_a"] * (length - 1))
             t1 = t0 + map_s
+            assert partial is not None
             s = partial
         t2 = time.perf_counter()
         x_next = np.asarray(problem.compute(x, s.reshape(r_shape)), dtype=np.float64).reshape(-1)

@@ -5,7 +5,8 @@ workers' Map times (summed: t_Map is the Map of the *whole* list on one worker),
 (workers' local Reduce plus the master's fold of the K partial results: l − 1 ⊕ in all), and its
 compute + stop time t_p.  What remains of T after the model's own work terms at this K is the
 master-worker exchange: ``c(K)·(2L + t_c)`` with c(K) = K for the farm's one-by-one (linear)
-exchange and c(K) = 1 + log2 K for its tree exchange, as in :mod:`hpcbsp.cost.bsf`.
+exchange and c(K) = 1 + log2 K for its tree exchange: the model of :mod:`hpcbsp.farm.model`, whose
+:func:`~hpcbsp.farm.model.basis` gives every term here.
 L is measured separately (one-byte put and sync), so t_c = exchange − 2L.
 
 Taking the model's terms (rather than, say, the slowest worker's clock) means the calibrated
@@ -14,12 +15,13 @@ model reproduces the measured T at the measured K; the test of the model is at o
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 import numpy as np
+
+from .model import BSFParams, basis
 
 #: Environment variable naming a file to which the master appends one JSON line per farm run.
 REPORT_ENV = "HPCBSP_FARM_REPORT"
@@ -50,37 +52,34 @@ class FarmTimings:
     #: With emulated compute, the waits' times ``{"t_map", "t_a", "measured"}``; None when real.
     emulated: Optional[dict[str, Any]] = None
 
-    def params(self) -> dict[str, float | int]:
-        """The BSF parameters as a mapping (the keys of :class:`hpcbsp.cost.bsf.BSFParams`)."""
-        return {"latency": self.latency, "t_c": self.t_c, "t_map": self.t_map, "t_a": self.t_a,
-                "t_p": self.t_p, "list_length": self.list_length}
+    def model_params(self) -> BSFParams:
+        """The measured BSF parameters (:class:`hpcbsp.farm.model.BSFParams`)."""
+        return BSFParams.from_dict(self.as_dict())
+
+    def params(self) -> dict[str, float | int | None]:
+        """The BSF parameters as a mapping (the keys of :data:`hpcbsp.farm.model.PARAM_NAMES`)."""
+        return self.model_params().as_dict()
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def exchanges(workers: int, exchange: str = "linear") -> float:
-    """c(K): K exchanges for the one-by-one (linear) exchange, 1 + log2 K for the tree."""
-    if exchange == "tree":
-        return 1.0 + math.log2(workers)
-    return float(workers)
 
 
 def per_iteration_params(samples: dict[str, np.ndarray], workers: int, list_length: int,
                          latency: float, exchange: str = "linear") -> dict[str, np.ndarray]:
     """BSF parameters from each iteration's measurements (arrays, one value per iteration).
 
-    With g = ⌈l/K⌉/l the slowest worker's share, the model's work at K is
-    ``t_Map·g + (l·g − 1)·t_a + (K − 1)·t_a + t_p``; the rest of T, divided by c(K), is 2L + t_c.
+    The model's own work terms at K (the ``t_map``, ``t_a`` and ``t_p`` columns of
+    :func:`hpcbsp.farm.model.basis`, ceil granularity: the farm's split) are taken off T; what
+    remains, divided by the exchange column c(K), is one exchange 2L + t_c.
     """
     t = samples["seconds"]
     t_map = samples["map_s"]
     folds = max(list_length - 1, 1)
     t_a = (samples["fold_s"] + samples["master_fold_s"]) / folds if list_length > 1 else np.zeros_like(t)
     t_p = samples["compute_s"]
-    g = math.ceil(list_length / workers) / list_length
-    work = t_map * g + (list_length * g - 1.0) * t_a + (workers - 1.0) * t_a + t_p
-    per_exchange = np.maximum(t - work, 0.0) / exchanges(workers, exchange)
+    c_k, g, fold_count, _ = basis([workers], exchange, "ceil", list_length)[0]
+    work = t_map * g + fold_count * t_a + t_p
+    per_exchange = np.maximum(t - work, 0.0) / c_k
     t_c = np.maximum(per_exchange - 2.0 * latency, 0.0)
     return {"t_map": t_map, "t_a": t_a, "t_p": t_p, "t_c": t_c, "exchange": per_exchange}
 

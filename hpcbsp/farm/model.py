@@ -58,10 +58,21 @@ from typing import Iterable
 
 import numpy as np
 
-from .errors import CostInputError
+
+class CostInputError(ValueError):
+    """Bad input to a cost model: a malformed file, a missing column, an impossible parameter.
+
+    The one error type of the cost models (:mod:`hpcbsp.cost` re-exports it).  It lives here, with
+    the model, because the farm (below ``cost`` in the layers) checks parameters with it too.  The
+    message is one line meant for the user; the command lines print it and exit with status 2,
+    without a traceback.
+    """
+
 
 COMM_FORMS: tuple[str, ...] = ("linear", "tree")
 GRANULARITIES: tuple[str, ...] = ("continuous", "ceil")
+#: The parameter set, in the order of :class:`BSFParams` (reports, RUNS.csv and MODEL.json use these keys).
+PARAM_NAMES: tuple[str, ...] = ("latency", "t_c", "t_map", "t_a", "t_p", "list_length")
 #: Names of the coefficients multiplying the columns of :func:`basis`, in order.
 COEFFICIENTS: tuple[str, ...] = ("exchange", "t_map", "t_a", "t_p")
 #: Largest K the numeric argmax searches when the list length does not bound it.
@@ -147,7 +158,12 @@ def share(workers: np.ndarray, granularity: str, list_length: int | None) -> np.
     return 1.0 / workers
 
 
-def basis(workers: Iterable[int] | np.ndarray, comm: str, granularity: str,
+def exchange_count(workers: np.ndarray, comm: str) -> np.ndarray:
+    """c(K): K exchanges for the one-by-one (linear) exchange, 1 + log2 K for the tree."""
+    return workers if comm == "linear" else 1.0 + np.log2(workers)
+
+
+def basis(workers: Iterable[int] | int | np.ndarray, comm: str, granularity: str,
           list_length: int | None) -> np.ndarray:
     """Design matrix of T(K): one row per K, columns matching :data:`COEFFICIENTS`.
 
@@ -156,7 +172,7 @@ def basis(workers: Iterable[int] | np.ndarray, comm: str, granularity: str,
     """
     check_form(comm, granularity, list_length)
     k = as_workers(workers)
-    exchanges = k if comm == "linear" else 1.0 + np.log2(k)
+    exchanges = exchange_count(k, comm)
     g = share(k, granularity, list_length)
     if list_length:
         folds = (list_length * g - 1.0) + (k - 1.0)  # worker folds its share, master folds K results
@@ -278,6 +294,7 @@ class BSFModel:
         if limit == 1:
             return 1
         if self.granularity == "ceil":
+            assert self.params.list_length, "checked by check_form"
             k = plateau_starts(int(self.params.list_length), limit).astype(float)
         else:
             k = np.arange(1, limit + 1, dtype=float)
