@@ -2,17 +2,19 @@
 # Submit a BSF scaling sweep: a job array over worker counts, then a dependent fit job.
 #
 #   slurm/sweep.sh [--workers 1,2,4,8] [--reps N] [--throttle N] [--time HH:MM:SS] [--wait]
-#                  [-- PYTHON-ARGS...]
+#                  [--one-per-node] [-- PYTHON-ARGS...]
 #
 # Run it from the directory the jobs should work in (the submit directory, which holds .venv
 # unless HPCBSP_VENV says otherwise). Array task K runs `python PYTHON-ARGS` (default:
 # -m hpcbsp.apps.bsf.jacobi) on K + 1 tasks (sweep-point.sbatch); when all succeed, sweep-fit.sbatch
 # writes RUNS.csv, MODEL.json, validate.txt and speedup.png to runs/sweep-<array job id>/.
+# --one-per-node places one task on each node (K + 1 nodes per point), as a scalability
+# prediction calibrated across nodes assumes; without it Slurm packs the tasks onto few nodes.
 # Other sbatch options (account, partition, constraint) go in SBATCH_* variables, e.g.
 # SBATCH_PARTITION=short slurm/sweep.sh ...
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
 bad() { echo "sweep.sh: $*" >&2; exit 2; }
 
 workers=1,2,4,8
@@ -20,6 +22,7 @@ reps=1
 throttle=""
 time_limit=""
 wait=0
+per_node=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     -h|--help) usage; exit 0 ;;
@@ -28,6 +31,7 @@ while [[ $# -gt 0 ]]; do
     --throttle) [[ $# -ge 2 ]] || bad "--throttle needs a number"; throttle=$2; shift 2 ;;
     --time) [[ $# -ge 2 ]] || bad "--time needs a limit such as 00:20:00"; time_limit=$2; shift 2 ;;
     --wait) wait=1; shift ;;
+    --one-per-node) per_node=1; shift ;;
     --) shift; break ;;
     *) bad "unknown option '$1' (see --help)" ;;
   esac
@@ -41,6 +45,7 @@ max=$(tr ',' '\n' <<<"$workers" | sort -n | tail -n 1)
 array=$workers${throttle:+%$throttle}
 extra=()
 [[ -n $time_limit ]] && extra+=(--time="$time_limit")
+((per_node)) && extra+=(--nodes=$((max + 1)) --ntasks-per-node=1)
 
 export SWEEP_REPS=$reps
 unset SWEEP_DIR  # each array task names the directory after its array job id
@@ -48,7 +53,7 @@ array_id=$(sbatch --parsable --array="$array" --ntasks=$((max + 1)) "${extra[@]}
   "$here/sweep-point.sbatch" "$@")
 array_id=${array_id%%;*}
 dir=$PWD/runs/sweep-$array_id
-echo "sweep.sh: array job $array_id: K = $workers, $reps run(s) each, up to $((max + 1)) tasks"
+echo "sweep.sh: array job $array_id: K = $workers, $reps run(s) each, up to $((max + 1)) tasks$( ((per_node)) && echo ", one per node")"
 export SWEEP_DIR=$dir  # sbatch passes the environment on (its default --export=ALL)
 fit=(sbatch --dependency=afterok:"$array_id" --kill-on-invalid-dep=yes)
 if [[ $wait -eq 0 ]]; then

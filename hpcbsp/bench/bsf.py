@@ -2,10 +2,14 @@
 
     python -m hpcbsp.bench bsf [--workers 1-32] [--calibrate 1,2,3] [--apps jacobi,cimmino]
                                [--exchanges linear,tree] [--n 1000] [--iters 20] [--quick]
+                               [--hosts FILE | --launch srun]
 
 Run it **without** mpiexec: it launches one job of max(K) + 1 ranks itself (``HPCBSP_WAIT=yield``
-and ``MPIR_CVAR_ENABLE_HEAVY_YIELD=1``, so that waiting ranks give their cores away), and in it,
-for every app (BSF Jacobi, BSF Cimmino) and exchange (linear, tree):
+and ``MPIR_CVAR_ENABLE_HEAVY_YIELD=1``, so that waiting ranks give their cores away): on this
+machine, or with ``--hosts FILE`` one rank on each host of FILE (``mpiexec -f FILE -ppn 1``;
+through the emulated cluster's launcher when FILE is its host file), or with ``--launch srun``
+one task per node of the Slurm allocation (:mod:`hpcbsp.util.jobcommand`).  In that job, for
+every app (BSF Jacobi, BSF Cimmino) and exchange (linear, tree):
 
 1. calibration: farm runs at K in ``--calibrate`` (``--repeats`` each) on the first K + 1 ranks,
    the others asleep; the first run measures the Map of the whole list on the master, every
@@ -28,12 +32,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
 from typing import Any
 
 import numpy as np
+
+from hpcbsp.util.jobcommand import LAUNCHES, JobCommandError, job_command
 
 APPS = ("jacobi", "cimmino")
 EXCHANGE_FORMS = ("linear", "tree")
@@ -120,9 +127,11 @@ def measure(args: argparse.Namespace) -> int:
                            "emulated": calibration[0]["emulated"], "calibration": calibration, "sweep": sweep})
             world.Barrier()
         del problem
+    hosts = world.gather(socket.gethostname(), root=0)
     if me == 0:
         with open(os.path.join(args.out_dir, "measurements.json"), "w") as fh:
-            json.dump({"series": series, "ranks": world.Get_size(), "cpus": os.cpu_count()}, fh)
+            json.dump({"series": series, "ranks": world.Get_size(), "cpus": os.cpu_count(),
+                       "hosts": len(set(hosts or []))}, fh)
     return 0
 
 
@@ -192,7 +201,8 @@ def report(args: argparse.Namespace) -> int:
         doc = json.load(fh)
     lines, rows = analyse(doc, args.out_dir, plot=not args.no_plot)
     how = "measured on the master" if doc["series"][0]["emulated"]["measured"] else "given by --t-map"
-    print(f"{NOTICE} (each series' t_Map {how}); {doc['ranks']} ranks on {doc['cpus']} CPUs, waiting ranks yield")
+    where = (f"one on each of {doc['hosts']} hosts" if doc.get("hosts", 1) > 1 else f"on {doc['cpus']} CPUs of one host")
+    print(f"{NOTICE} (each series' t_Map {how}); {doc['ranks']} ranks, {where}, waiting ranks yield")
     for line in lines:
         print(line)
     write_runs(os.path.join(args.out_dir, "validation.csv"), rows,
@@ -240,6 +250,11 @@ def parser() -> argparse.ArgumentParser:
                    help="emulate a Map of S seconds for the whole list instead of measuring the app's")
     p.add_argument("--out-dir", default=os.path.join("runs", "bench-bsf"), metavar="DIR",
                    help="outputs (default runs/bench-bsf)")
+    p.add_argument("--hosts", metavar="FILE", default=None,
+                   help="one rank on each host of FILE (MPICH host file; the local cluster's: "
+                        "/run/hpcbsp-slurm/hosts); default: every rank on this machine")
+    p.add_argument("--launch", choices=LAUNCHES, default="mpiexec",
+                   help="start the job with mpiexec (default) or srun (one task per node of the allocation)")
     p.add_argument("--timeout", type=float, default=1800.0, metavar="S", help="limit for the MPI job (default 1800 s)")
     p.add_argument("--no-plot", action="store_true", help="skip the plots")
     p.add_argument("--quick", action="store_true", help="a check that it runs: K = 1-4, n = 200, 5 iterations")
@@ -267,15 +282,21 @@ def main(argv: list[str]) -> int:
     if detect_launch().launcher != "singleton":
         ps.error("run it without mpiexec or srun: it launches its own MPI job of max K + 1 ranks")
     mpiexec = find_mpiexec()
-    if not mpiexec:
+    if not mpiexec and args.launch == "mpiexec":
         ps.error("no mpiexec found beside this Python or on PATH")
-    os.makedirs(args.out_dir, exist_ok=True)
     ranks = max(args.workers + args.calibrate) + 1
+    try:
+        launch = job_command(mpiexec or "mpiexec", ranks, hosts=args.hosts, launch=args.launch)
+    except JobCommandError as exc:
+        ps.error(str(exc))
+    os.makedirs(args.out_dir, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "OMPI_"))}
     env.update({"HPCBSP_WAIT": "yield", "MPIR_CVAR_ENABLE_HEAVY_YIELD": "1",
                 "MPIEXEC_TIMEOUT": str(int(args.timeout)), "PYTHONUNBUFFERED": "1"})
-    cmd = [mpiexec, "-n", str(ranks), sys.executable, "-m", "hpcbsp.bench", "bsf", "--inner", *argv]
-    print(f"bench bsf: one MPI job of {ranks} ranks on {os.cpu_count()} CPUs "
+    cmd = [*launch, sys.executable, "-m", "hpcbsp.bench", "bsf", "--inner", *argv]
+    where = (f"one rank on each of {ranks} hosts of {args.hosts}" if args.hosts else
+             f"{ranks} tasks on {ranks} nodes by srun" if args.launch == "srun" else f"on {os.cpu_count()} CPUs here")
+    print(f"bench bsf: one MPI job of {ranks} ranks, {where} "
           f"({len(args.apps) * len(args.exchanges)} series); progress on stderr", flush=True)
     try:
         proc = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, timeout=args.timeout + 30)

@@ -35,6 +35,7 @@ from hpcbsp.util.args import (
     seconds,
     seed,
 )
+from hpcbsp.util.jobcommand import LAUNCHES
 from hpcbsp.util.launcher import launcher_rank
 from hpcbsp.util.outputs import OutputError, prepare_output
 
@@ -202,7 +203,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     doc = calibrate(command, workers=args.workers, repeats=args.repeats, out_dir=args.out_dir,
                     timeout=args.timeout, mpiexec=args.mpiexec, list_length=args.list_length,
                     n_boot=args.bootstrap, progress=None if args.json else sys.stderr,
-                    exchange=args.exchange, emulate=args.emulate_compute)
+                    exchange=args.exchange, emulate=args.emulate_compute, hosts=args.hosts, launch=args.launch)
     _emit(args, doc, format_calibration(doc))
     return 0
 
@@ -308,6 +309,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=positive_seconds, default=300.0, metavar="S",
                    help="limit per run in seconds, fractions allowed (default 300)")
     p.add_argument("--mpiexec", metavar="PATH", help="mpiexec to use (default: the one beside this Python)")
+    p.add_argument("--hosts", metavar="FILE",
+                   help="one rank on each host of FILE (mpiexec -f FILE -ppn 1; the local cluster's "
+                        "/run/hpcbsp-slurm/hosts goes through its launcher); default: all ranks here")
+    p.add_argument("--launch", choices=LAUNCHES, default="mpiexec",
+                   help="start each run with mpiexec (default) or srun (one task per node of the Slurm allocation)")
     p.add_argument("--exchange", choices=("linear", "tree"),
                    help="the farm's exchange in every run (default: the program's own, linear unless it says)")
     p.add_argument("--emulate-compute", nargs="?", const="measure", metavar="t_map=S[,t_a=S]",

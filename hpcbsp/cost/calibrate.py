@@ -40,6 +40,7 @@ from ..farm.skeleton import EXCHANGE_ENV, EXCHANGES
 from ..farm.timings import REPORT_ENV, SAMPLE_FIELDS
 from ..runtime.launch import find_mpiexec
 from ..util.args import plural
+from ..util.jobcommand import JobCommandError, job_command
 from .errors import CostInputError
 from .farmmodel import model_from_farm
 from .fit import MIN_DISTINCT_WORKERS, fit_runs, n_parameters
@@ -67,16 +68,21 @@ def _clean_env(report: str, timeout: float, farm_env: dict[str, str] | None = No
 
 
 def run_once(command: Sequence[str], workers: int, repeat: int, out_dir: str, *, timeout: float,
-             mpiexec: str, farm_env: dict[str, str] | None = None) -> dict[str, Any]:
+             mpiexec: str, farm_env: dict[str, str] | None = None, hosts: str | None = None,
+             launch: str = "mpiexec") -> dict[str, Any]:
     """One run at K workers; returns the last farm report it wrote.
 
-    ``farm_env``: extra environment of the run (the farm's exchange and emulation settings).
+    ``farm_env``: extra environment of the run (the farm's exchange and emulation settings);
+    ``hosts``, ``launch``: where the K + 1 ranks run (:func:`hpcbsp.util.jobcommand.job_command`).
     """
     report = os.path.join(out_dir, f"report-K{workers}-r{repeat}.jsonl")
     log = os.path.join(out_dir, f"run-K{workers}-r{repeat}.log")
     if os.path.exists(report):
         os.remove(report)
-    cmd = [mpiexec, "-n", str(workers + 1), *_command(command)]
+    try:
+        cmd = [*job_command(mpiexec, workers + 1, hosts=hosts, launch=launch), *_command(command)]
+    except JobCommandError as exc:
+        raise CostInputError(str(exc)) from None
     limit = max(1, math.ceil(timeout))
     t0 = time.monotonic()
     try:
@@ -148,8 +154,12 @@ def calibrate(command: Sequence[str], *, workers: Sequence[int] = (1, 2, 3), rep
               out_dir: str = "runs/calibrate", timeout: float = 300.0, mpiexec: str | None = None,
               list_length: int | None = None, n_boot: int = 200,
               progress: TextIO | None = None, exchange: str | None = None,
-              emulate: str | None = None) -> dict[str, Any]:
-    """Run, record and model; returns a summary document (the ``--json`` output)."""
+              emulate: str | None = None, hosts: str | None = None, launch: str = "mpiexec") -> dict[str, Any]:
+    """Run, record and model; returns a summary document (the ``--json`` output).
+
+    ``hosts``: a host file, one rank per host (the emulated cluster's launcher when it is that
+    cluster's); ``launch="srun"``: one task per node of the Slurm allocation.
+    """
     farm_env: dict[str, str] = {}
     if exchange is not None:
         if exchange not in EXCHANGES:
@@ -163,18 +173,27 @@ def calibrate(command: Sequence[str], *, workers: Sequence[int] = (1, 2, 3), rep
             raise CostInputError(str(exc)) from None
         farm_env[EMULATE_ENV] = emulation.spec()
     mpiexec = mpiexec or find_mpiexec()
-    if not mpiexec:
+    if not mpiexec and launch == "mpiexec":
         raise CostInputError("no mpiexec found beside this Python or on PATH; give --mpiexec")
+    mpiexec = mpiexec or "mpiexec"
+    try:  # a bad host file is found before any run
+        job_command(mpiexec, max(int(w) for w in workers) + 1, hosts=hosts, launch=launch)
+    except JobCommandError as exc:
+        raise CostInputError(str(exc)) from None
+    where = ", one per host of " + hosts if hosts else ", by srun" if launch == "srun" else ""
     os.makedirs(out_dir, exist_ok=True)
     rows: list[dict[str, Any]] = []
     by_k: dict[int, list[dict[str, Any]]] = {}
     cpus = os.cpu_count() or 1
+    # Ranks spread over hosts (or nodes) share no cores with each other; on this machine they do.
+    oversubscribed_k = set() if hosts or launch == "srun" else {int(w) for w in workers if int(w) + 1 > cpus}
     for k in sorted(set(int(w) for w in workers)):
         for rep in range(repeats):
             if progress is not None:
-                progress.write(f"calibrate: running K = {k} (mpiexec -n {k + 1}), repeat {rep + 1}/{repeats} ...\n")
+                progress.write(f"calibrate: running K = {k} ({k + 1} ranks{where}), repeat {rep + 1}/{repeats} ...\n")
                 progress.flush()
-            report = run_once(command, k, rep, out_dir, timeout=timeout, mpiexec=mpiexec, farm_env=farm_env)
+            report = run_once(command, k, rep, out_dir, timeout=timeout, mpiexec=mpiexec, farm_env=farm_env,
+                              hosts=hosts, launch=launch)
             if emulation is not None and not report.get("emulated"):
                 raise CostInputError(f"the program ignored ${EMULATE_ENV} (its farm report at K = {k} is of "
                                      "real compute); it must call hpcbsp.farm.run_farm without emulate=")
@@ -190,7 +209,7 @@ def calibrate(command: Sequence[str], *, workers: Sequence[int] = (1, 2, 3), rep
             rows.append({"workers": k, "seconds": report["seconds_per_iteration"], "repeat": rep,
                          **{c: report[c] for c in RUN_COLUMNS[3:]}})
             if progress is not None:
-                note = " (oversubscribed)" if k + 1 > cpus else ""
+                note = " (oversubscribed)" if k in oversubscribed_k else ""
                 progress.write(f"calibrate: K = {k} repeat {rep + 1}/{repeats}: "
                                f"{1e3 * report['seconds_per_iteration']:.3f} ms per iteration, "
                                f"{report['iterations']} iterations{note}\n")
@@ -208,7 +227,7 @@ def calibrate(command: Sequence[str], *, workers: Sequence[int] = (1, 2, 3), rep
     save_model(model_path, model)
     check = validation(components, runs)
     lo, hi = model.k_max_interval()
-    oversubscribed = [k for k in by_k if k + 1 > cpus]
+    oversubscribed = sorted(oversubscribed_k)
     return {
         "runs_csv": runs_path, "model_json": model_path, "method": method,
         "workers": sorted(by_k), "repeats": repeats, "list_length": length,

@@ -1,0 +1,84 @@
+"""The command line that starts an MPI job of N ranks, one per host where hosts are given.
+
+Programs that launch jobs of their own (``hpcbsp-cost calibrate``, ``python -m hpcbsp.bench
+bsf``) start them in one of three ways:
+
+* ``mpiexec -n N`` on this machine (no host file);
+* ``mpiexec -f FILE -ppn 1 -n N``: one rank on each of the first N hosts listed in FILE (MPICH
+  hydra's host file: one host a line, ``host`` or ``host:slots``, ``#`` comments).  When FILE is
+  the host file of the local emulated cluster (``slurm/local-cluster.sh``, which writes an
+  ``rsh`` launcher beside it), the job goes through that launcher
+  (``-launcher rsh -launcher-exec DIR/rsh``), so that each rank runs inside its node;
+* ``srun -N N -n N --mpi=pmi2``: one task per node of the Slurm allocation (``--mpi=pmi2`` is
+  what MPICH needs; ``srun --mpi=list`` shows what a site's Slurm offers).
+
+Bad input (an unreadable or empty host file, fewer hosts than ranks) raises :class:`JobCommandError`
+with one line that names the file and what to do; callers print it and exit 2 before any job
+starts.  Nothing here imports hpcbsp or MPI.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+#: How a job is started: on this machine, across the hosts of a host file, or by Slurm's srun.
+LAUNCHES: tuple[str, ...] = ("mpiexec", "srun")
+#: The first line of the launcher slurm/local-cluster.sh writes beside its host file.
+LOCAL_CLUSTER_MARK = "hpcbsp slurm/local-cluster.sh"
+
+
+class JobCommandError(ValueError):
+    """A host file or launch choice that cannot start the job (one line for the user)."""
+
+
+def read_hosts(path: str | os.PathLike) -> list[str]:
+    """The distinct hosts of a host file, in order (``host`` or ``host:slots`` lines, ``#`` comments)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise JobCommandError(f"host file {path}: cannot read it ({exc.strerror or exc}); "
+                              "give a file with one host a line") from None
+    hosts: list[str] = []
+    for line in text.splitlines():
+        host = line.split("#", 1)[0].strip().split(":", 1)[0].strip()
+        if host and host not in hosts:
+            hosts.append(host)
+    if not hosts:
+        raise JobCommandError(f"host file {path}: lists no host; give a file with one host a line")
+    return hosts
+
+
+def local_cluster_launcher(hostfile: str | os.PathLike) -> str | None:
+    """The local cluster's ``rsh`` launcher when ``hostfile`` is that cluster's, else None."""
+    rsh = Path(hostfile).resolve().parent / "rsh"
+    try:
+        with open(rsh) as fh:
+            head = fh.read(512)
+    except OSError:
+        return None
+    return str(rsh) if LOCAL_CLUSTER_MARK in head and os.access(rsh, os.X_OK) else None
+
+
+def job_command(mpiexec: str, ranks: int, *, hosts: str | None = None, launch: str = "mpiexec") -> list[str]:
+    """argv prefix that starts ``ranks`` ranks (append the program and its arguments).
+
+    ``hosts``: a host file, one rank per host (needs ``launch="mpiexec"``); ``launch="srun"``:
+    one task per node of the Slurm allocation.
+    """
+    if launch not in LAUNCHES:
+        raise JobCommandError(f"unknown launch {launch!r}: choose from {', '.join(LAUNCHES)}")
+    if launch == "srun":
+        if hosts is not None:
+            raise JobCommandError("a host file is for mpiexec; srun places the tasks on the allocation's nodes")
+        return ["srun", "-N", str(ranks), "-n", str(ranks), "--mpi=pmi2"]
+    if hosts is None:
+        return [mpiexec, "-n", str(ranks)]
+    listed = read_hosts(hosts)
+    if len(listed) < ranks:
+        raise JobCommandError(f"host file {hosts}: lists {len(listed)} host(s), but {ranks} ranks need one "
+                              f"host each; list more hosts or run fewer workers")
+    cmd = [mpiexec, "-f", str(hosts), "-ppn", "1"]
+    rsh = local_cluster_launcher(hosts)
+    if rsh is not None:
+        cmd += ["-launcher", "rsh", "-launcher-exec", rsh]
+    return cmd + ["-n", str(ranks)]

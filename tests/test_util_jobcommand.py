@@ -1,0 +1,81 @@
+"""The job command line: host files read as MPICH hydra reads them, checked before any job starts.
+
+Oracles: hand-written host files and the exact argv each must give.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from mpi_helpers import clean_env
+
+from hpcbsp.util.jobcommand import LOCAL_CLUSTER_MARK, JobCommandError, job_command, local_cluster_launcher, read_hosts
+
+
+def write(path, text, mode=0o644):
+    path.write_text(text)
+    os.chmod(path, mode)
+    return str(path)
+
+
+def test_hosts_in_order_without_slots_comments_or_repeats(tmp_path):
+    f = write(tmp_path / "hosts", "# the nodes\nnode3:4\nnode1\n\n  node2 # a comment\nnode1:2\n")
+    assert read_hosts(f) == ["node3", "node1", "node2"]
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n\n"])
+def test_a_file_without_hosts_is_refused(tmp_path, text):
+    with pytest.raises(JobCommandError, match="lists no host"):
+        read_hosts(write(tmp_path / "hosts", text))
+
+
+def test_an_unreadable_file_is_refused_with_its_name(tmp_path):
+    with pytest.raises(JobCommandError, match=f"host file {tmp_path}/missing: cannot read it"):
+        read_hosts(tmp_path / "missing")
+
+
+def test_plain_mpiexec_and_one_rank_per_host(tmp_path):
+    assert job_command("mpiexec", 3) == ["mpiexec", "-n", "3"]
+    f = write(tmp_path / "hosts", "a\nb\nc\nd\n")
+    assert job_command("/x/mpiexec", 4, hosts=f) == ["/x/mpiexec", "-f", f, "-ppn", "1", "-n", "4"]
+
+
+def test_fewer_hosts_than_ranks_is_refused(tmp_path):
+    f = write(tmp_path / "hosts", "a\nb\n")
+    with pytest.raises(JobCommandError, match="lists 2 host\\(s\\), but 3 ranks need one host each"):
+        job_command("mpiexec", 3, hosts=f)
+
+
+def test_the_local_clusters_launcher_is_used_for_its_host_file(tmp_path):
+    f = write(tmp_path / "hosts", "n1\nn2\n")
+    assert local_cluster_launcher(f) is None  # no launcher beside it
+    rsh = write(tmp_path / "rsh", f"#!/bin/sh\n# Written by {LOCAL_CLUSTER_MARK}: MPICH hydra's rsh launcher\n", 0o755)
+    assert local_cluster_launcher(f) == rsh
+    assert job_command("mpiexec", 2, hosts=f) == ["mpiexec", "-f", f, "-ppn", "1", "-launcher", "rsh",
+                                                  "-launcher-exec", rsh, "-n", "2"]
+    write(tmp_path / "rsh", "#!/bin/sh\nexec ssh \"$@\"\n", 0o755)  # someone else's rsh: not ours
+    assert local_cluster_launcher(f) is None
+
+
+def test_srun_one_task_per_node_and_bad_combinations(tmp_path):
+    assert job_command("mpiexec", 5, launch="srun") == ["srun", "-N", "5", "-n", "5", "--mpi=pmi2"]
+    with pytest.raises(JobCommandError, match="a host file is for mpiexec"):
+        job_command("mpiexec", 2, hosts=write(tmp_path / "hosts", "a\nb\n"), launch="srun")
+    with pytest.raises(JobCommandError, match="unknown launch 'ssh'"):
+        job_command("mpiexec", 2, launch="ssh")
+
+
+@pytest.mark.parametrize("argv", [
+    [sys.executable, "-m", "hpcbsp.bench", "bsf", "--hosts", "HOSTS", "--workers", "1-4", "--no-plot"],
+    [sys.executable, "-m", "hpcbsp.cli.cost", "calibrate", "--hosts", "HOSTS", "--workers", "1,2,3",
+     "--", "python", "-m", "hpcbsp.apps.bsf.jacobi"],
+])
+def test_the_commands_refuse_a_short_host_file_before_any_run(tmp_path, argv):
+    hosts = write(tmp_path / "hosts", "a\nb\n")
+    out = subprocess.run([a.replace("HOSTS", hosts) for a in argv], capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path, env=clean_env())
+    assert out.returncode == 2, out.stderr
+    assert "lists 2 host(s), but" in out.stderr and "Traceback" not in out.stderr
+    assert not [f for f in (tmp_path / "runs").rglob("*") if f.is_file()]  # no run started, nothing written
