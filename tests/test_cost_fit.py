@@ -108,3 +108,51 @@ def test_model_file_round_trip(tmp_path):
     (tmp_path / "bad.json").write_text('{"format": "something else"}')
     with pytest.raises(CostInputError, match="not an hpcbsp BSF model"):
         load_model(tmp_path / "bad.json")
+
+
+# -- forward validation: terms the K range cannot identify are refused ------------------------------
+# Oracle: the model the data were drawn from.  The failure: short runs (under 2 s at
+# K = 100), K = 10..100, no communication term worth the name, a few per cent of noise; a
+# K-linear term fitted to that noise made the extrapolation to 3x the measured K over-predict.
+
+SHORT = BSFModel(BSFParams(latency=0.0, t_c=2e-5, t_map=60.0, t_a=0.0, t_p=0.15, list_length=None))
+KS = np.repeat(np.arange(10, 101, 10), 3)
+
+
+def _short_runs(seed: int, model: BSFModel = SHORT, noise: float = 0.02) -> Runs:
+    rng = np.random.default_rng(seed)
+    return Runs(workers=KS.astype(np.int64), seconds=model.time(KS) * (1 + noise * rng.standard_normal(KS.size)))
+
+
+def _error_at(cm, model: BSFModel, k: int = 300) -> float:
+    return abs(float(cm.model.time([k])[0] / model.time([k])[0]) - 1.0)
+
+
+def test_forward_validation_extrapolates_short_runs_where_cross_validation_does_not(monkeypatch):
+    import hpcbsp.cost.fit as fit
+
+    within = {}
+    for selection, min_forward in (("forward", fit.MIN_FORWARD_WORKERS), ("cross", 10 ** 9)):
+        monkeypatch.setattr(fit, "MIN_FORWARD_WORKERS", min_forward)
+        errors = [_error_at(fit_runs(_short_runs(seed), comms=["linear"], n_boot=0), SHORT) for seed in range(40)]
+        within[selection] = np.mean(np.array(errors) <= 0.05)
+    assert within["forward"] >= 0.9, within   # measured: 95 % of 100 seeds
+    assert within["cross"] <= 0.75, within    # measured: 67 %: the failure
+
+
+def test_a_refused_term_is_reported_with_both_scores():
+    cm = fit_runs(_short_runs(1), comms=["linear"], n_boot=0)
+    assert cm.fit["selection"].startswith("forward validation")
+    (refused,) = [r for r in cm.fit["refused_terms"] if r["term"] == "2L + t_c"]
+    assert cm.model.params.t_c == 0.0 and cm.model.k_max() is None  # no term, no turnover claimed
+    assert "K = 10..100 cannot tell it from noise" in refused["why"]
+    assert refused["error_with"] > 0 and refused["error_without"] > 0
+
+
+def test_a_communication_term_the_range_identifies_is_kept():
+    strong = BSFModel(BSFParams(latency=0.0, t_c=5e-3, t_map=60.0, t_a=0.0, t_p=0.15, list_length=None))
+    for seed in range(5):
+        cm = fit_runs(_short_runs(seed, strong, noise=0.01), comms=["linear"], n_boot=0)
+        assert not cm.fit["refused_terms"], cm.fit["refused_terms"]
+        assert cm.model.params.t_c == pytest.approx(5e-3, rel=0.15)
+        assert abs(cm.model.k_max() - strong.k_max()) <= 0.15 * strong.k_max()

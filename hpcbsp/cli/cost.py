@@ -133,9 +133,12 @@ def cmd_fit(args: argparse.Namespace) -> int:
     doc = cm.as_dict()
     summary = prediction(cm, [1])
     p = cm.model.params
-    lines = [f"fitted {len(runs)} runs at K = {', '.join(map(str, cm.fit['workers']))}; chosen form {cm.fit['chosen']}",
-             "cross-validation (mean held-out relative error): " + ", ".join(
-                 f"{k} {'n/a' if v is None else f'{100 * v:.2f} %'}" for k, v in cm.fit["cv_mean_relative_error"].items()),
+    scores = cm.fit["forward_mean_relative_error"] or cm.fit["cv_mean_relative_error"]
+    lines = [f"fitted {len(runs)} runs at K = {', '.join(map(str, cm.fit['workers']))}; chosen form {cm.fit['chosen']} "
+             f"by {cm.fit['selection']}",
+             "mean held-out relative error: " + ", ".join(
+                 f"{k} {'n/a' if v is None else f'{100 * v:.2f} %'}" for k, v in scores.items()),
+             *(f"refused term {r['term']}: {r['why']}" for r in cm.fit["refused_terms"]),
              f"parameters: 2L+t_c = {p.t_c:.4g} s, t_Map = {p.t_map:.4g} s, t_a = {p.t_a:.4g} s, t_p = {p.t_p:.4g} s, "
              f"l = {p.list_length if p.list_length else 'unknown'}",
              f"training MAPE {cm.fit['train_mape']:.2f} %",

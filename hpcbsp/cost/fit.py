@@ -12,11 +12,12 @@ how well they extrapolate, which is what a prediction does:
 * **forward validation** when the runs cover at least :data:`MIN_FORWARD_WORKERS` distinct worker
   counts: fit on the lowest m counts, score on all higher ones, for every m from half the counts
   up (rolling origin), averaged.  The candidates are every form with and without each term
-  that the K range may not identify (the exchange 2L + t_c, which grows with K, and t_a); among
-  the candidates that score within :data:`PARSIMONY` of the best, the one with the fewest terms
-  is taken, and the terms it leaves out are *refused*: reported with both scores, never fitted
-  from noise.  (A K-linear term fitted to the noise of short runs, under 2 s at K = 100, made
-  the extrapolation to 3x the measured K over-predict by up to 18 % on cluster runs.)
+  that the K range may not identify (the exchange 2L + t_c, which grows with K, and t_a); a
+  candidate may keep such a term only when the whole range identifies it (at least
+  :data:`SIGNIFICANCE` standard errors, or a clear forward gain), and the terms the chosen one
+  leaves out are *refused*: reported with both scores, never fitted from noise.  (A K-linear
+  term fitted to the noise of short runs, under 2 s at K = 100, made the extrapolation to 3x
+  the measured K over-predict by up to 18 % on cluster runs.)
 * **cross-validation** otherwise: leave one worker count out when enough distinct counts remain
   to fit the rest, otherwise leave one row out (which needs repeats), every term kept.
 
@@ -44,8 +45,8 @@ from .runs import Runs
 MIN_DISTINCT_WORKERS = 3
 #: Distinct worker counts from which forms and terms are chosen by forward validation.
 MIN_FORWARD_WORKERS = 6
-#: A candidate with fewer terms is preferred when its forward score is at most this much worse
-#: (relative, plus 0.2 % absolute): the data cannot tell the extra term from noise.
+#: Candidates whose forward errors are within this (relative) of the best one's count as equal;
+#: the first in preference order is taken.
 PARSIMONY = 0.03
 #: A kept optional term's coefficient must be at least this many standard errors above zero ...
 SIGNIFICANCE = 2.0
@@ -161,41 +162,44 @@ def term_subsets(comm: str, granularity: str, list_length: int | None) -> list[t
 
 def choose_forward(runs: Runs, forms: list[tuple[str, str]], list_length: int | None
                    ) -> tuple[str, str, tuple[int, ...], dict[str, float], list[dict[str, object]]]:
-    """Form and refused terms by forward validation: ``(comm, granularity, without, scores, refused)``."""
+    """Form and refused terms by forward validation: ``(comm, granularity, without, scores, refused)``.
+
+    A candidate is admissible when every optional term it keeps is identified by the range: its
+    coefficient is at least :data:`SIGNIFICANCE` standard errors above zero on all the runs, or
+    leaving it out makes the forward error :data:`CLEAR_GAIN` times larger.  Of the admissible
+    candidates, the first (in preference order: every term kept, linear before tree, continuous
+    before ceil) whose forward error is within :data:`PARSIMONY` of the best is taken.
+    """
     candidates = [(c, g, w) for c, g in forms for w in term_subsets(c, g, list_length)]
-    errors = {k: forward_errors(runs, k[0], k[1], list_length, k[2]) for k in candidates}
-    scores = {k: float(np.mean(e)) if e.size else float("nan") for k, e in errors.items()}
-    finite = [k for k in candidates if np.isfinite(scores[k])]
+    scores = {k: float(np.mean(e)) if (e := forward_errors(runs, k[0], k[1], list_length, k[2])).size else float("nan")
+              for k in candidates}
+
+    def admissible(k: tuple[str, str, tuple[int, ...]]) -> bool:
+        comm, gran, without = k
+        coef, stderr = coefficient_errors(runs, comm, gran, list_length, without)
+        for index, _ in OPTIONAL_TERMS:
+            reduced = (comm, gran, tuple(sorted((*without, index))))
+            if index in without or reduced not in scores or coef[index] >= SIGNIFICANCE * stderr[index]:
+                continue
+            if not scores[reduced] >= CLEAR_GAIN * scores[k]:
+                return False
+        return True
+
+    finite = [k for k in candidates if np.isfinite(scores[k]) and admissible(k)]
     if not finite:
         c, g = forms[0]
         return c, g, (), {}, []
-    # Candidates that extrapolate equally well (within PARSIMONY of the best): the one with the
-    # fewest terms is taken.
     best = min(scores[k] for k in finite)
-    good = [k for k in finite if scores[k] <= best * (1.0 + PARSIMONY)]
-    comm, gran, without = min(good, key=lambda k: (-len(k[2]), candidates.index(k)))  # fewest terms, then order
-    # A term kept for a modest forward gain must also be told apart from zero by the whole range:
-    # its coefficient at least SIGNIFICANCE standard errors (the relative least squares' own, from
-    # its residuals).  A term fitted from the noise of short runs passes forward validation now
-    # and then, by a small margin; it does not pass this.
-    for index, _ in OPTIONAL_TERMS:
-        reduced = (comm, gran, tuple(sorted((*without, index))))
-        if index in without or reduced not in scores or not np.isfinite(scores[reduced]):
-            continue
-        if scores[reduced] >= CLEAR_GAIN * scores[(comm, gran, without)]:
-            continue  # extrapolates clearly better with the term: the range identifies it
-        coef, stderr = coefficient_errors(runs, comm, gran, list_length, without)
-        if coef[index] < SIGNIFICANCE * stderr[index]:
-            without = reduced[2]
+    comm, gran, without = next(k for k in finite if scores[k] <= best * (1.0 + PARSIMONY))
     lo, hi = int(runs.workers.min()), int(runs.workers.max())
-    refused = []
+    refused: list[dict[str, object]] = []
     for index, name in OPTIONAL_TERMS:
         if index in without:
             kept = tuple(i for i in without if i != index)
             refused.append({"term": name, "error_with": scores[(comm, gran, kept)], "error_without": scores[(comm, gran, without)],
-                            "why": f"K = {lo}..{hi} cannot tell it from noise: forward-validation error "
-                                   f"{100 * scores[(comm, gran, kept)]:.2f} % with it, "
-                                   f"{100 * scores[(comm, gran, without)]:.2f} % without"})
+                            "why": f"K = {lo}..{hi} cannot tell it from noise (under {SIGNIFICANCE:g} standard errors; "
+                                   f"forward-validation error {100 * scores[(comm, gran, kept)]:.2f} % with it, "
+                                   f"{100 * scores[(comm, gran, without)]:.2f} % without)"})
     named = {f"{c}/{g}" + "".join(f" -{dict(OPTIONAL_TERMS)[i]}" for i in w): v for (c, g, w), v in scores.items()}
     return comm, gran, without, named, refused
 
