@@ -195,7 +195,8 @@ def test_command_line_checks_itself_and_refuses_bad_input(tmp_path):
     assert "OK" in res.stdout and "lu:pivot-search" in res.stdout
     records = json.loads(ledger.read_text())["records"]
     assert {r["rank"] for r in records} == {0, 1, 2}
-    for args, words in ((["--n", "0"], "argument --n: '0' is not a positive integer"), (["--grid", "2x2"], "must equal the number of ranks"),
+    for args, words in ((["--n", "0"], "argument --n: '0' is not a positive integer"),
+                        (["--grid", "2x2"], "must equal the number of ranks"),
                         (["--grid", "two"], "write it as MxN"), (["--ledger", "x.txt"], ".json or .csv")):
         bad = run_mpi(1, ["-m", "hpcbsp.apps.lu", *args], timeout=60)
         assert bad.returncode == 2 and "Traceback" not in bad.output, bad.output
