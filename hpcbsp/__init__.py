@@ -14,8 +14,12 @@ from . import kernels as _kernels  # noqa: F401  (raises a clear error if the bu
 from .runtime.errors import BadInput, BSPError, Divergence, PeerFailed, SyncTimeout, UsageError
 
 __version__ = "0.1.0"
+#: The partitionings (:mod:`hpcbsp.runtime.partition`), also here where programs look for them:
+#: ``bsp.coarray(layout=hpcbsp.Block(n, bsp.nprocs))``.
+PARTITIONINGS = ("Block", "BlockCyclic", "Cyclic", "Explicit", "Grid", "Partitioning", "dims_create", "grid")
+
 __all__ = ["BSP", "BSPError", "BadInput", "Divergence", "PeerFailed", "SyncTimeout", "UsageError", "run",
-           "__version__"]
+           *PARTITIONINGS, "__version__"]
 
 
 def __getattr__(name: str) -> Any:
@@ -23,4 +27,8 @@ def __getattr__(name: str) -> Any:
         from . import runtime
 
         return getattr(runtime, name)
+    if name in PARTITIONINGS:
+        from .runtime import partition
+
+        return getattr(partition, name)
     raise AttributeError(f"module 'hpcbsp' has no attribute {name!r}")

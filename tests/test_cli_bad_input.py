@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
+import json
 import subprocess
 import sys
 
@@ -136,10 +137,30 @@ def test_unwritable_output_is_refused_before_any_work(module, argv):
     assert code == 2 and "cannot" in err and "/proc/no" in err and "Traceback" not in err, err
 
 
+MODEL_ARGS = {"latency": 1e-5, "t_c": 1e-4, "t_map": 1.0, "t_a": 1e-6, "t_p": 1e-3, "list_length": 100}
+
+
 def test_missing_output_folders_are_created(tmp_path):
+    """An output path in folders that do not exist yet: the folders are made, the file in them is
+    the whole result (the model of the parameters given), and nothing else is left there (the
+    write check's probe file is removed).  Oracle: the command line's own values."""
     out = tmp_path / "new" / "deeper" / "model.json"
-    code, err = call("hpcbsp.cli.cost bsf", ["--latency", "1e-5", "--t-c", "1e-4", "--t-map", "1",
-                                             "--t-a", "1e-6", "--t-p", "1e-3", "--list-length", "100",
-                                             "-o", str(out)])
+    argv = [a for key, value in MODEL_ARGS.items() for a in (f"--{key.replace('_', '-')}", str(value))]
+    code, err = call("hpcbsp.cli.cost bsf", argv + ["-o", str(out)])
     assert code == 0, err
-    assert out.exists()
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["deeper", "model.json", "new"]
+    model = json.loads(out.read_text())
+    assert model["format"] == "hpcbsp-bsf-model/1" and model["params"] == MODEL_ARGS
+
+
+def test_missing_ledger_folders_are_created_by_an_app(tmp_path):
+    """The same for an app's --ledger (checked and made before the run by hpcbsp.util.args):
+    the ledger holds this run's supersteps (the labels of classic.py's three syncs, then its two
+    error allreduces), and the new folder holds nothing else."""
+    ledger = tmp_path / "runs" / "a" / "ledger.json"
+    code, err = call("hpcbsp.apps.classic", ["--n", "12", "--ledger", str(ledger)])
+    assert code == 0, err
+    assert sorted(p.name for p in ledger.parent.iterdir()) == ["ledger.json"]
+    records = json.loads(ledger.read_text())["records"]
+    assert [(r["rank"], r["label"]) for r in records] == [
+        (0, "inprod"), (0, "prefix"), (0, "fan-out x"), (0, "allreduce:max"), (0, "allreduce:max")]

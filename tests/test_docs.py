@@ -272,6 +272,38 @@ def test_doc_slurm_blocks_run_as_written(doc: Path, tmp_path: Path):
                 tmp_path)
 
 
+def test_the_python_names_the_docs_use_exist():
+    """Every ``hpcbsp.NAME`` the README and docs/*.md show in code is importable as written:
+    an attribute of the package (``hpcbsp.Block``, ``hpcbsp.run``) or a module
+    (``hpcbsp.apps.heat``).  Oracle: importlib, on the names read from the Markdown."""
+    import importlib
+    import types
+
+    import hpcbsp
+
+    placeholders = {".x"}  # docs/architecture.md: "as any `import hpcbsp.x` does"
+    missing = []
+    for doc in DOCS:
+        names = set(re.findall(r"\bhpcbsp((?:\.[A-Za-z_]\w*)+)", "\n".join(
+            re.findall(r"`([^`\n]+)`", doc.read_text()))))
+        for dotted in sorted(names - placeholders):
+            parts = dotted.lstrip(".").split(".")
+            obj: object = hpcbsp
+            for i, part in enumerate(parts):
+                if part.isupper():  # a placeholder: hpcbsp.apps.NAME
+                    break
+                if hasattr(obj, part):
+                    obj = getattr(obj, part)
+                    continue
+                try:
+                    obj = importlib.import_module("hpcbsp." + ".".join(parts[: i + 1]))
+                except ImportError:
+                    if isinstance(obj, types.ModuleType):  # neither a name nor a module of it
+                        missing.append(f"{_doc_id(doc)}: hpcbsp{dotted}")
+                    break
+    assert not missing, "names the docs show that hpcbsp does not have:\n" + "\n".join(missing)
+
+
 # ------------------------------------------------------------------------ environment variables
 
 _PY_READS = [

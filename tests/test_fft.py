@@ -97,7 +97,7 @@ def test_ledger_hand_computed_and_cost_model(tmp_path):
     """n = 16 on 2 ranks: rank s keeps Z_s[k1] for k1 = s (mod 2) and puts the other 4 values
     (64 bytes, one message) to the other rank, in each of the 3 transforms."""
     ledger = tmp_path / "fft.json"
-    res = run_mpi(2, ["-m", "hpcbsp.apps.fft", "--n", "16", "--repeat", "3", "--ledger", str(ledger)],
+    res = run_mpi(2, ["-m", "hpcbsp.apps.fft", "--n", "16", "--repeats", "3", "--ledger", str(ledger)],
                   timeout=120)
     assert res.returncode == 0, res.output
     assert "fft: n = 16 on 2 rank(s), 3 transform(s)" in res.stdout and "OK" in res.stdout
@@ -113,8 +113,24 @@ def test_command_line_three_and_four_ranks_and_bad_input():
     res = run_mpi(4, ["-m", "hpcbsp.apps.fft"], timeout=180)
     assert res.returncode == 0, res.output
     assert "fft: n = 1024 on 4 rank(s)" in res.stdout and "OK" in res.stdout
-    for args, words in ((["--n", "12"], "--n must be a power of two >= 2"), (["--repeat", "0"], "--repeat must be >= 1"),
+    for args, words in ((["--n", "12"], "--n must be a power of two >= 2"),
+                        (["--repeats", "0"], "argument --repeats: '0' is not a positive integer"),
+                        (["--repeat", "0"], "argument --repeat: '0' is not a positive integer"),  # the old spelling
                         (["--ledger", "out.txt"], ".json or .csv")):
         bad = run_mpi(1, ["-m", "hpcbsp.apps.fft", *args], timeout=60)
         assert bad.returncode == 2 and "Traceback" not in bad.output, bad.output
         assert words in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_json_is_the_only_output_and_matches_the_run():
+    """--json --quiet: stdout is one JSON object, and what it says is the run's (3 ranks: the FFT
+    runs on the largest power of two p with p^2 <= n, 2; the old spelling --repeat still works)."""
+    res = run_mpi(3, ["-m", "hpcbsp.apps.fft", "--n", "32", "--repeat", "2", "--json", "--quiet"], timeout=120)
+    assert res.returncode == 0, res.output
+    assert len(res.stdout.strip().splitlines()) == 1, res.stdout
+    out = json.loads(res.stdout)
+    assert (out["n"], out["ranks"], out["ranks_used"], out["transforms"], out["ok"]) == (32, 3, 2, 2, True)
+    rng = np.random.default_rng(0)                       # the app's signal for --seed 0, drawn here
+    x = rng.standard_normal(32) + 1j * rng.standard_normal(32)
+    assert out["max_abs"] == pytest.approx(float(np.max(np.abs(np.fft.fft(x)))), rel=1e-12)
+    assert 0 <= out["max_error"] <= 1e-12 * out["max_abs"] * 5

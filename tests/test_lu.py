@@ -195,7 +195,8 @@ def test_command_line_checks_itself_and_refuses_bad_input(tmp_path):
     assert "OK" in res.stdout and "lu:pivot-search" in res.stdout
     records = json.loads(ledger.read_text())["records"]
     assert {r["rank"] for r in records} == {0, 1, 2}
-    for args, words in ((["--n", "0"], "--n must be >= 1"), (["--grid", "2x2"], "must equal the number of ranks"),
+    for args, words in ((["--n", "0"], "argument --n: '0' is not a positive integer"),
+                        (["--grid", "2x2"], "must equal the number of ranks"),
                         (["--grid", "two"], "write it as MxN"), (["--ledger", "x.txt"], ".json or .csv")):
         bad = run_mpi(1, ["-m", "hpcbsp.apps.lu", *args], timeout=60)
         assert bad.returncode == 2 and "Traceback" not in bad.output, bad.output
@@ -206,3 +207,13 @@ def test_four_ranks_on_a_2x2_grid():
     res = run_mpi(4, ["-m", "hpcbsp.apps.lu", "--n", "19"], timeout=240)
     assert res.returncode == 0, res.output
     assert "on a 2x2 cyclic grid (4 rank(s)); pivots equal" in res.stdout and "OK" in res.stdout
+
+
+def test_json_is_the_only_output_and_matches_the_run():
+    """--json --quiet: stdout is one JSON object describing this run (3 ranks: a 3x1 grid)."""
+    res = run_mpi(3, ["-m", "hpcbsp.apps.lu", "--n", "17", "--seed", "4", "--json", "--quiet"], timeout=180)
+    assert res.returncode == 0, res.output
+    assert len(res.stdout.strip().splitlines()) == 1, res.stdout
+    out = json.loads(res.stdout)
+    assert (out["n"], out["grid"], out["ranks"], out["pivots_equal"], out["ok"]) == (17, [3, 1], 3, True, True)
+    assert 0 <= out["max_error"] <= 1e-8 * 17 and 0 <= out["residual"] <= 1e-12 * 17

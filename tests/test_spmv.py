@@ -159,7 +159,7 @@ def test_ledger_hand_computed_two_ranks(dims, want):
 
 def test_command_line_with_cost_model_and_bad_input(tmp_path):
     ledger = tmp_path / "spmv.json"
-    res = run_mpi(4, ["-m", "hpcbsp.apps.spmv", "--repeat", "2", "--partition", "cyclic",
+    res = run_mpi(4, ["-m", "hpcbsp.apps.spmv", "--repeats", "2", "--partition", "cyclic",
                       "--ledger", str(ledger)], timeout=240)
     assert res.returncode == 0, res.output
     assert "cyclic on a 2x2 grid (4 rank(s)), 2 product(s)" in res.stdout and "OK" in res.stdout
@@ -173,8 +173,25 @@ def test_command_line_with_cost_model_and_bad_input(tmp_path):
                    timeout=60)
     assert cost.returncode == 0, cost.output
     assert "spmv:fan-out" in cost.stdout and "BSP model w + g·h + l over 5 supersteps on 4 rank(s)" in cost.stdout
-    for args, words in ((["--rows", "0"], "--rows and --cols must be >= 1"), (["--density", "2"], "--density must be in (0, 1]"),
-                        (["--grid", "3x1"], "must equal the number of ranks"), (["--repeat", "0"], "--repeat must be >= 1")):
+    for args, words in ((["--n", "0"], "argument --n: '0' is not a positive integer"),
+                        (["--rows", "0"], "argument --rows: '0' is not a positive integer"),  # the old spelling
+                        (["--cols", "0"], "argument --cols: '0' is not a positive integer"),
+                        (["--density", "2"], "'2' must lie in [0, 1]"), (["--density", "0"], "--density must be in (0, 1]"),
+                        (["--grid", "3x1"], "must equal the number of ranks"),
+                        (["--repeats", "0"], "argument --repeats: '0' is not a positive integer"),
+                        (["--ledger", "y.txt"], ".json or .csv")):
         bad = run_mpi(1, ["-m", "hpcbsp.apps.spmv", *args], timeout=60)
         assert bad.returncode == 2 and "Traceback" not in bad.output, bad.output
         assert words in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_json_is_the_only_output_and_matches_the_run():
+    """--json --quiet: stdout is one JSON object describing this run; --n is the number of rows
+    (the nonzeros are round(density * rows * cols), drawn without repetition)."""
+    res = run_mpi(2, ["-m", "hpcbsp.apps.spmv", "--n", "40", "--cols", "30", "--density", "0.1",
+                      "--repeats", "3", "--json", "--quiet"], timeout=120)
+    assert res.returncode == 0, res.output
+    assert len(res.stdout.strip().splitlines()) == 1, res.stdout
+    out = json.loads(res.stdout)
+    assert (out["rows"], out["cols"], out["nonzeros"], out["products"], out["grid"], out["ok"]) == \
+        (40, 30, 120, 3, [2, 1], True)

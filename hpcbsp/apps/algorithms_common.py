@@ -1,27 +1,10 @@
-"""Command-line pieces shared by the classic BSP algorithm apps (``lu``, ``fft``, ``spmv``):
-the ``--ledger`` and ``--grid`` options, checked before any work starts."""
+"""Command-line pieces shared by the classic BSP algorithm apps (``lu``, ``spmv``): the ``--grid``
+option, checked before any work starts.  (The options every app has come from
+:mod:`hpcbsp.util.args`.)"""
 from __future__ import annotations
 
 from ..runtime.partition import dims_create
 from ..util.args import OneLineParser
-from ..util.outputs import OutputError, prepare_output
-
-
-def add_ledger_option(parser: OneLineParser) -> None:
-    parser.add_argument("--ledger", metavar="PATH", help="save the superstep ledger (.json or .csv) "
-                                                         "for hpcbsp-cost ledger")
-
-
-def check_ledger(parser: OneLineParser, path: str | None) -> None:
-    """A usage error (one line, exit 2) unless ``path`` is None or a writable .json/.csv file."""
-    if not path:
-        return
-    if not path.endswith((".json", ".csv")):
-        parser.error(f"--ledger {path!r}: use a .json or .csv extension")
-    try:
-        prepare_output(path, "ledger")
-    except OutputError as exc:
-        parser.error(str(exc))
 
 
 def add_grid_option(parser: OneLineParser) -> None:

@@ -16,8 +16,7 @@ import numpy as np
 from .. import kernels
 from ..runtime import BSP
 from ..runtime.distribution import block_range
-from ..util.args import (LEDGER_SUFFIXES, OneLineParser, add_common_options, check_memory, check_outputs, plural,
-                         positive_int)
+from ..util.args import (OneLineParser, add_common_options, add_n, check_memory, check_outputs, ledger_output, plural)
 
 
 def inner_product(bsp: BSP, x_block: np.ndarray, y_block: np.ndarray) -> float:
@@ -94,12 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="mpiexec -n P python -m hpcbsp.apps.classic",
                            description="Inner product, prefix sum and matvec as BSP programs on random "
                                        "block-distributed data, each checked against numpy.")
-    parser.add_argument("--n", type=positive_int, default=1000, help="vector length in total (default 1000)")
-    add_common_options(parser, quiet=False)
+    add_n(parser, "vector length", per="in total", default=1000)
+    add_common_options(parser, quiet=False, seed_help="seed of the random data")
     args = parser.parse_args(argv)
     check_memory(parser, 3 * 8.0 * args.n * args.n, f"--n {args.n} (the matvec's dense {args.n} x {args.n} matrix)",
                  "use a smaller --n")
-    check_outputs(parser, [(args.ledger, "--ledger file", LEDGER_SUFFIXES)])
+    check_outputs(parser, [ledger_output(args.ledger)])
     tolerance = 1e-9 * max(1, args.n)
     with BSP() as bsp:
         errors = check_all(bsp, args.n, args.seed)

@@ -22,8 +22,8 @@ from typing import Any
 import hpcbsp
 from hpcbsp.apps.bsf.system import solve
 from hpcbsp.apps.bsf.jacobi import build as jacobi
-from hpcbsp.util.args import (LEDGER_SUFFIXES, OneLineParser, add_common_options, check_memory, check_out_dir,
-                              check_outputs, plural, positive_int)
+from hpcbsp.util.args import (OneLineParser, add_common_options, add_n, check_memory, check_out_dir, check_outputs,
+                              ledger_output, plural)
 from hpcbsp.runtime.ledger import summarize
 
 
@@ -76,7 +76,7 @@ def report(out: dict[str, Any], records: list[dict[str, object]], nprocs: int, o
 
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="mpiexec -n 2 python -m hpcbsp.apps.demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n", type=positive_int, default=2000, help="order of the linear system (default 2000)")
+    add_n(parser, "order of the linear system", per="in total", default=2000)
     parser.add_argument("--out-dir", default=os.path.join("runs", "demo"),
                         help="where the model and the plot go (default runs/demo)")
     add_common_options(parser, seed_help="seed of the random system")
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     check_out_dir(parser, args.out_dir, "--out-dir")
     check_memory(parser, 3 * 8.0 * args.n * args.n, f"--n {args.n} (a dense {args.n} x {args.n} system)",
                  "use a smaller --n")
-    check_outputs(parser, [(args.ledger, "--ledger file", LEDGER_SUFFIXES)])
+    check_outputs(parser, [ledger_output(args.ledger)])
     from mpi4py import MPI
 
     size = MPI.COMM_WORLD.Get_size()

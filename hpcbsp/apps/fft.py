@@ -1,7 +1,8 @@
 """Parallel radix-2 FFT of length n = 2^m in the cyclic distribution (Bisseling, *Parallel
 Scientific Computation*, ch. 3; new code, the book is the reference for the algorithm only).
 
-    mpiexec -n P python -m hpcbsp.apps.fft [--n N] [--repeat R] [--seed S] [--ledger PATH]
+    mpiexec -n P python -m hpcbsp.apps.fft [--n N] [--repeats R] [--seed S] [--ledger PATH]
+                                           [--json] [--quiet]
 
 Input and output are distributed cyclically over p ranks (:class:`~hpcbsp.runtime.partition.Cyclic`):
 rank s holds ``x[s::p]`` and ends with ``y[s::p]``, ``y = DFT(x)``.  With ``n/p = m'``:
@@ -23,12 +24,15 @@ rank s holds ``x[s::p]`` and ends with ``y[s::p]``, ``y = DFT(x)``.  With ``n/p 
 So p must be a power of two with p^2 <= n (one redistribution superstep; Bisseling's
 group-cyclic scheme, which lifts p^2 <= n with more supersteps, is not implemented).  On any
 other number of ranks the program runs on the largest such p (a ``split`` sub-computer) and says
-so; the other ranks hold no data.  The oracle is ``numpy.fft.fft``; ``--repeat R`` runs R
+so; the other ranks hold no data.  The oracle is ``numpy.fft.fft``; ``--repeats R`` runs R
 transforms (R redistribution supersteps) for the cost model: ``--ledger run.json``, then
-``hpcbsp-cost ledger run.json --profile PROFILE.json``.
+``hpcbsp-cost ledger run.json --profile PROFILE.json``.  ``--json`` prints one JSON object
+(``n``, ``ranks``, ``ranks_used``, ``transforms``, ``max_error``, ``max_abs``, ``ok``) instead
+of the ledger and the check; a long run prints progress lines on stderr (``--quiet``: none).
 """
 from __future__ import annotations
 
+import json
 import sys
 
 import numpy as np
@@ -36,8 +40,9 @@ import numpy as np
 from ..runtime import BSP
 from ..runtime.ledger import summarize
 from ..runtime.partition import Cyclic
-from ..util.args import OneLineParser
-from .algorithms_common import add_ledger_option, check_ledger
+from ..util.args import (OneLineParser, add_common_options, add_n, add_repeats, check_memory, check_outputs,
+                         ledger_output)
+from ..util.progress import Progress
 
 
 def is_power_of_two(n: int) -> bool:
@@ -137,20 +142,19 @@ def main(argv: list[str] | None = None) -> int:
                            description="Parallel radix-2 FFT in the cyclic distribution, one "
                                        "redistribution superstep; checks against numpy.fft.fft and "
                                        "prints the superstep ledger.")
-    parser.add_argument("--n", type=int, default=1024, help="transform length, a power of two (default 1024)")
-    parser.add_argument("--repeat", type=int, default=1, help="transforms to run (default 1)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    add_ledger_option(parser)
+    add_n(parser, "transform length, a power of two >= 2", per="in total", default=1024)
+    add_repeats(parser, "transforms to run, one redistribution superstep each", default=1, old=("--repeat",))
+    add_common_options(parser, seed_help="seed of the random signal")
     args = parser.parse_args(argv)
     if args.n < 2 or not is_power_of_two(args.n):
         parser.error(f"--n must be a power of two >= 2, got {args.n}")
-    if args.repeat < 1:
-        parser.error(f"--repeat must be >= 1, got {args.repeat}")
-    check_ledger(parser, args.ledger)
+    check_outputs(parser, [ledger_output(args.ledger)])
+    # Every rank draws the whole signal; the check transforms it once more (complex128).
+    check_memory(parser, 4 * 16.0 * args.n, f"--n {args.n}", "use a smaller --n")
     ok = True
     with BSP() as world:
         p = usable_ranks(args.n, world.nprocs)
-        if world.pid == 0 and p < world.nprocs:
+        if world.pid == 0 and p < world.nprocs and not args.json:
             idle = f"rank {p} holds" if p == world.nprocs - 1 else f"ranks {p}..{world.nprocs - 1} hold"
             print(f"fft: running on {p} of {world.nprocs} ranks (the radix-2 FFT needs a power of two "
                   f"p with p^2 <= n = {args.n}); {idle} no data")
@@ -160,18 +164,23 @@ def main(argv: list[str] | None = None) -> int:
             part = Cyclic(args.n, p)
             mine = part.global_indices(bsp.pid)
             transform = ParallelFFT(bsp, args.n)
-            for _ in range(args.repeat):
+            show = Progress("fft", args.repeats, enabled=not args.quiet and bsp.pid == 0, unit="transform")
+            for done in range(args.repeats):
                 y = transform(x[mine])
+                show(done + 1)
             records = bsp.ledger.gather(root=0)
             if args.ledger:
                 bsp.ledger.save(args.ledger)
             expect = np.fft.fft(x)
             scale = float(np.max(np.abs(expect)))
             err = float(bsp.allreduce(float(np.max(np.abs(y - expect[mine]), initial=0.0)), op="max"))
-            ok = err <= 1e-12 * scale * max(np.log2(args.n), 1)
-            if bsp.pid == 0:
+            ok = bool(err <= 1e-12 * scale * max(np.log2(args.n), 1))
+            if bsp.pid == 0 and args.json:
+                print(json.dumps({"n": args.n, "ranks": world.nprocs, "ranks_used": p, "transforms": args.repeats,
+                                  "max_error": err, "max_abs": scale, "ok": ok, "ledger": args.ledger}))
+            elif bsp.pid == 0:
                 print(summarize(records or []))
-                print(f"fft: n = {args.n} on {p} rank(s), {args.repeat} transform(s); max |y - numpy.fft.fft| "
+                print(f"fft: n = {args.n} on {p} rank(s), {args.repeats} transform(s); max |y - numpy.fft.fft| "
                       f"= {err:.2e} (max |y| = {scale:.3g})  {'OK' if ok else 'FAILED'}")
             if bsp is not world:
                 bsp.close()

@@ -26,8 +26,8 @@ from hpcbsp.runtime.checkpoint import check_target, exists as checkpoint_exists
 from hpcbsp.runtime.distribution import block_range
 from hpcbsp.runtime.partition import Block
 from hpcbsp.runtime.ledger import summarize
-from hpcbsp.util.args import (LEDGER_SUFFIXES, OneLineParser, add_common_options, check_memory, check_outputs,
-                              nonnegative_int, plural, positive_float, positive_int)
+from hpcbsp.util.args import (OneLineParser, add_checkpoint, add_common_options, add_n, check_checkpoint,
+                              check_memory, check_outputs, ledger_output, nonnegative_int, plural, positive_float)
 from hpcbsp.util.progress import Progress
 
 PROGRAM = "hpcbsp.apps.heat"
@@ -102,12 +102,10 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.split("\n\n")[0],
                                      epilog="Fault-tolerance demo: run with --checkpoint DIR --every 20 "
                                             "--die-at 50, then again with --restart.")
-    parser.add_argument("--n", type=positive_int, default=10_000, help="points on the rod in total (default 10000)")
+    add_n(parser, "points on the rod", per="in total", default=10_000)
     parser.add_argument("--steps", type=nonnegative_int, default=200, help="time steps (default 200)")
     parser.add_argument("--alpha", type=positive_float, default=0.25, help="diffusion number, at most 0.5 (default 0.25)")
-    parser.add_argument("--checkpoint", metavar="DIR", help="checkpoint directory")
-    parser.add_argument("--every", type=nonnegative_int, default=0, metavar="K", help="checkpoint every K steps")
-    parser.add_argument("--restart", action="store_true", help="resume from --checkpoint if it exists")
+    add_checkpoint(parser, "steps")
     parser.add_argument("--out", metavar="FILE.npy", help="write the final temperatures here")
     parser.add_argument("--check", action="store_true", help="compare with the serial numpy run")
     add_common_options(parser, with_seed=False)
@@ -117,15 +115,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--n must be at least 3")
     if not args.alpha <= 0.5:
         parser.error("--alpha must be in (0, 0.5] for a stable explicit scheme")
-    if (args.every or args.restart) and not args.checkpoint:
-        parser.error("--every and --restart need --checkpoint DIR")
-    if args.checkpoint:
-        try:
-            check_target(args.checkpoint, PROGRAM)  # never over a folder that is not a checkpoint
-        except hpcbsp.BSPError as exc:
-            parser.error(str(exc))
+    # never over a folder that is not a checkpoint of this program
+    check_checkpoint(parser, args, lambda path: check_target(path, PROGRAM), (hpcbsp.BSPError,))
     check_memory(parser, 8.0 * 4 * args.n, f"--n {args.n}", "use a smaller --n")
-    check_outputs(parser, [(args.out, "--out file", (".npy",)), (args.ledger, "--ledger file", LEDGER_SUFFIXES)])
+    check_outputs(parser, [(args.out, "--out file", (".npy",)), ledger_output(args.ledger)])
 
     def prog(bsp: "hpcbsp.BSP") -> int:
         show = Progress("heat", args.steps, enabled=not args.quiet and bsp.pid == 0, unit="step")

@@ -2,6 +2,7 @@
 Scientific Computation*, ch. 2; new code, the book is the reference for the algorithm only).
 
     mpiexec -n P python -m hpcbsp.apps.lu [--n N] [--grid MxN] [--seed S] [--ledger PATH]
+                                          [--json] [--quiet]
 
 The n x n matrix is distributed M x N cyclically (:func:`hpcbsp.runtime.partition.grid`): element
 ``(i, j)`` lives on the rank at grid coordinates ``(i mod M, j mod N)``, rank ``s*N + t``.  The
@@ -32,21 +33,26 @@ Stage k (k = 0..n-1) is at most four supersteps; ``t_k = k mod N``, ``s_k = k mo
     and one row or column part into each other rank.
 
 With the replicated pivot vector every rank knows r and whether the swap superstep is needed.
-The run prints the ledger (``hpcbsp.runtime.ledger.summarize``); ``--ledger run.json`` saves it
-for ``hpcbsp-cost ledger run.json --profile PROFILE.json``.
+The run prints the ledger (``hpcbsp.runtime.ledger.summarize``) and the check, or with ``--json``
+one JSON object (``n``, ``grid``, ``ranks``, ``pivots_equal``, ``max_error``, ``residual``,
+``ok``); a long run prints a progress line per two seconds on stderr (``--quiet``: none).
+``--ledger run.json`` saves the ledger for ``hpcbsp-cost ledger run.json --profile PROFILE.json``.
 """
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
 from ..runtime import BSP
 from ..runtime.ledger import summarize
 from ..runtime.partition import Grid, dims_create, grid
-from ..util.args import OneLineParser
-from .algorithms_common import add_grid_option, add_ledger_option, check_ledger, grid_dims
+from ..util.args import OneLineParser, add_common_options, add_n, check_memory, check_outputs, ledger_output
+from ..util.progress import Progress
+from .algorithms_common import add_grid_option, grid_dims
 
 #: A pivot candidate: the signed value and its global row (-1: this rank has no row >= k).
 CANDIDATE = np.dtype([("value", np.float64), ("row", np.int64)])
@@ -78,7 +84,7 @@ def _from(part_rows: np.ndarray, k: int) -> int:
     return int(np.searchsorted(part_rows, k, side="left"))
 
 
-def lu(bsp: BSP, local: np.ndarray, layout: Grid) -> LUResult:
+def lu(bsp: BSP, local: np.ndarray, layout: Grid, progress: Callable[[int], object] | None = None) -> LUResult:
     """Factorise ``P A = L U`` in place; ``local`` is this rank's part of A under ``layout``.
 
     Parameters
@@ -90,6 +96,9 @@ def lu(bsp: BSP, local: np.ndarray, layout: Grid) -> LUResult:
     layout : Grid
         A 2-D cyclic grid partitioning of an n x n matrix over ``bsp.nprocs`` ranks
         (:func:`cyclic_grid`).
+    progress : callable, optional
+        Called with the number of finished stages after each stage (a
+        :class:`~hpcbsp.util.progress.Progress`).
 
     Returns
     -------
@@ -185,6 +194,8 @@ def lu(bsp: BSP, local: np.ndarray, layout: Grid) -> LUResult:
                 urow.put(q, local[k // big_m, c1:], offset=c1)
         bsp.sync("lu:broadcast")
         pending = (r1, c1)
+        if progress is not None:
+            progress(k + 1)
     singular = bool(bsp.allreduce(int(singular), op="max")) if bsp.nprocs > 1 else singular
     return LUResult(local, rows, cols, piv, singular)
 
@@ -244,15 +255,15 @@ def main(argv: list[str] | None = None) -> int:
                       description="LU decomposition with partial pivoting of a random matrix on a 2-D "
                                   "cyclic distribution; checks P A = L U and the pivots against "
                                   "scipy.linalg.lu_factor and prints the superstep ledger.")
-    p.add_argument("--n", type=int, default=60, help="order of the matrix (default 60)")
+    add_n(p, "order of the matrix", per="in total", default=60)
     add_grid_option(p)
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    add_ledger_option(p)
+    add_common_options(p, seed_help="seed of the random matrix")
     args = p.parse_args(argv)
-    if args.n < 1:
-        p.error(f"--n must be >= 1, got {args.n}")
-    check_ledger(p, args.ledger)
+    check_outputs(p, [ledger_output(args.ledger)])
     dims = grid_dims(p, args.grid)
+    # Every rank draws the whole matrix; the check holds scipy's factors and the gathered ones.
+    check_memory(p, 4 * 8.0 * args.n * args.n, f"--n {args.n} (a dense {args.n} x {args.n} matrix)",
+                 "use a smaller --n")
     try:
         import scipy.linalg  # noqa: F401
     except ImportError:
@@ -261,13 +272,17 @@ def main(argv: list[str] | None = None) -> int:
         layout = cyclic_grid(args.n, bsp.nprocs, dims)
         a = random_matrix(args.n, args.seed)
         rows, cols = layout.global_indices(bsp.pid)
-        res = lu(bsp, a[np.ix_(rows, cols)].copy(), layout)
+        show = Progress("lu", args.n, enabled=not args.quiet and bsp.pid == 0, unit="stage")
+        res = lu(bsp, a[np.ix_(rows, cols)].copy(), layout, progress=show)
         records = bsp.ledger.gather(root=0)
         if args.ledger:
             bsp.ledger.save(args.ledger)
         err, resid, same_piv = check(bsp, a, res, layout)
         ok = same_piv and err <= 1e-8 * args.n and resid <= 1e-12 * args.n
-        if bsp.pid == 0:
+        if bsp.pid == 0 and args.json:
+            print(json.dumps({"n": args.n, "grid": list(dims), "ranks": bsp.nprocs, "pivots_equal": same_piv,
+                              "max_error": err, "residual": resid, "ok": ok, "ledger": args.ledger}))
+        elif bsp.pid == 0:
             print(summarize(records or []))
             print(f"lu: n = {args.n} on a {dims[0]}x{dims[1]} cyclic grid ({bsp.nprocs} rank(s)); "
                   f"pivots {'equal' if same_piv else 'DIFFER from'} scipy.linalg.lu_factor's; "

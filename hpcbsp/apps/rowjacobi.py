@@ -29,7 +29,7 @@ from .. import kernels
 from ..kernels.reference import csr_to_dense
 from ..runtime import BSP
 from ..runtime.distribution import block_range
-from ..util.args import (LEDGER_SUFFIXES, OneLineParser, add_common_options, check_memory, check_outputs,
+from ..util.args import (OneLineParser, add_common_options, add_n, check_memory, check_outputs, ledger_output,
                          nonnegative_int, plural, positive_float, positive_int)
 from ..util.progress import Progress
 
@@ -179,20 +179,20 @@ def main(argv: list[str] | None = None) -> int:
     p = OneLineParser(prog="python -m hpcbsp.apps.rowjacobi",
                       description="Jacobi on block rows of a random diagonally dominant system, one "
                                   "BSP superstep per sweep; checks the answer against numpy.")
-    p.add_argument("--n", type=positive_int, default=2000, help="order of the system in total (default 2000)")
+    add_n(p, "order of the system", per="in total", default=2000)
     p.add_argument("--format", choices=("dense", "csr"), default="csr",
                    help="how the rows are stored (default csr)")
     p.add_argument("--per-row", type=nonnegative_int, default=5,
                    help="off-diagonal entries per row for csr, at most n - 1 (default 5)")
     p.add_argument("--eps", type=positive_float, default=1e-10, help="stop when ||x' - x|| < eps (default 1e-10)")
     p.add_argument("--max-iter", type=positive_int, default=1000, help="at most this many sweeps (default 1000)")
-    add_common_options(p)
+    add_common_options(p, seed_help="seed of the random system")
     args = p.parse_args(argv)
     # Every rank builds the whole system; the oracle (n <= CHECK_LIMIT) a dense copy of it.
     dense_bytes = 8.0 * args.n * args.n if args.format == "dense" or args.n <= CHECK_LIMIT else 0.0
     check_memory(p, 2 * dense_bytes + 32.0 * args.n * (args.per_row + 1), f"--n {args.n} --format {args.format}",
                  "use a smaller --n (or --format csr)")
-    check_outputs(p, [(args.ledger, "--ledger file", LEDGER_SUFFIXES)])
+    check_outputs(p, [ledger_output(args.ledger)])
     with BSP() as bsp:
         show = Progress("rowjacobi", args.max_iter, enabled=not args.quiet and bsp.pid == 0, unit="sweep",
                         limit=True)

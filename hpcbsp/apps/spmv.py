@@ -1,9 +1,10 @@
 """Sparse matrix-vector product y = A x with a 2-D partitioning (Bisseling, *Parallel Scientific
 Computation*, ch. 4; new code, the book is the reference for the algorithm only).
 
-    mpiexec -n P python -m hpcbsp.apps.spmv [--rows M] [--cols N] [--density D]
+    mpiexec -n P python -m hpcbsp.apps.spmv [--n ROWS] [--cols COLS] [--density D]
                                             [--partition block|cyclic] [--grid MxN]
-                                            [--repeat R] [--seed S] [--ledger PATH]
+                                            [--repeats R] [--seed S] [--ledger PATH]
+                                            [--json] [--quiet]
 
 Distribution (a Cartesian 2-D partitioning, :func:`hpcbsp.runtime.partition.grid`): the nonzero
 a_ij lives on the rank at grid coordinates ``(phi_r(i), phi_c(j))`` of an M x N processor grid,
@@ -31,11 +32,15 @@ Supersteps:
     nonzeros on a rank other than the owner of y_i.
 
 A rank with no nonzeros takes part in every superstep with nothing to move.  The oracle is
-``scipy.sparse`` (A @ x).  ``--repeat R`` runs R products after one setup, for the cost model:
-``--ledger run.json``, then ``hpcbsp-cost ledger run.json --profile PROFILE.json``.
+``scipy.sparse`` (A @ x).  ``--repeats R`` runs R products after one setup, for the cost model:
+``--ledger run.json``, then ``hpcbsp-cost ledger run.json --profile PROFILE.json``.  ``--json``
+prints one JSON object (``rows``, ``cols``, ``nonzeros``, ``partition``, ``grid``, ``ranks``,
+``products``, ``max_error``, ``ok``) instead of the ledger and the check; a long run prints
+progress lines on stderr (``--quiet``: none).
 """
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass
 
@@ -45,8 +50,10 @@ from .. import kernels
 from ..runtime import BSP
 from ..runtime.ledger import summarize
 from ..runtime.partition import Explicit, Grid, dims_create, grid
-from ..util.args import OneLineParser
-from .algorithms_common import add_grid_option, add_ledger_option, check_ledger, grid_dims
+from ..util.args import (OneLineParser, add_common_options, add_n, add_repeats, check_memory, check_outputs,
+                         fraction, ledger_output, positive_int)
+from ..util.progress import Progress
+from .algorithms_common import add_grid_option, grid_dims
 
 #: A request for x_j: the owner's local index, the slot in the requester's buffer, the requester.
 REQUEST = np.dtype([("local", np.int64), ("slot", np.int64), ("src", np.int64)])
@@ -163,29 +170,27 @@ def main(argv: list[str] | None = None) -> int:
                       description="Sparse matrix-vector product with a 2-D (Cartesian) partitioning: "
                                   "fan-out of x, local product, fan-in of partial sums; checks against "
                                   "scipy.sparse and prints the superstep ledger.")
-    p.add_argument("--rows", type=int, default=600, help="rows of A (default 600)")
-    p.add_argument("--cols", type=int, default=451, help="columns of A (default 451)")
-    p.add_argument("--density", type=float, default=0.01, help="fraction of nonzeros (default 0.01)")
+    add_n(p, "rows of A", per="in total", default=600, old=("--rows",))
+    p.add_argument("--cols", type=positive_int, default=451, help="columns of A (default 451)")
+    p.add_argument("--density", type=fraction, default=0.01, help="fraction of nonzeros, in (0, 1] (default 0.01)")
     p.add_argument("--partition", choices=("block", "cyclic"), default="block",
                    help="how rows and columns are split over the grid (default block)")
     add_grid_option(p)
-    p.add_argument("--repeat", type=int, default=1, help="products after the setup (default 1)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    add_ledger_option(p)
+    add_repeats(p, "products after the setup", default=1, old=("--repeat",))
+    add_common_options(p, seed_help="seed of the random matrix and vector")
     args = p.parse_args(argv)
-    if args.rows < 1 or args.cols < 1:
-        p.error(f"--rows and --cols must be >= 1, got {args.rows} and {args.cols}")
-    if not 0 < args.density <= 1:
-        p.error(f"--density must be in (0, 1], got {args.density}")
-    if args.repeat < 1:
-        p.error(f"--repeat must be >= 1, got {args.repeat}")
-    check_ledger(p, args.ledger)
+    if args.density == 0:
+        p.error("--density must be in (0, 1], got 0")
+    check_outputs(p, [ledger_output(args.ledger)])
     dims = grid_dims(p, args.grid)
+    # Every rank draws the whole matrix: the positions (a choice among n x cols) and the values.
+    check_memory(p, 8.0 * args.n * args.cols + 40.0 * args.density * args.n * args.cols,
+                 f"--n {args.n} --cols {args.cols} --density {args.density}", "use a smaller --n or --cols")
     try:
         import scipy.sparse as sparse
     except ImportError:
         p.error("the check needs scipy (pip install scipy)")
-    shape = (args.rows, args.cols)
+    shape = (args.n, args.cols)
     with BSP() as bsp:
         layout = cartesian_layout(shape, bsp.nprocs, args.partition, dims)
         rows, cols, vals = random_sparse(shape, args.density, args.seed)
@@ -193,8 +198,10 @@ def main(argv: list[str] | None = None) -> int:
         product = SpMV(bsp, layout, rows[mine], cols[mine], vals[mine])
         x = np.random.default_rng(args.seed + 1).uniform(-1.0, 1.0, args.cols)
         x_local = x[layout.x.global_indices(bsp.pid)]
-        for _ in range(args.repeat):
+        show = Progress("spmv", args.repeats, enabled=not args.quiet and bsp.pid == 0, unit="product")
+        for done in range(args.repeats):
             y_local = product(x_local)
+            show(done + 1)
         records = bsp.ledger.gather(root=0)
         if args.ledger:
             bsp.ledger.save(args.ledger)
@@ -202,10 +209,14 @@ def main(argv: list[str] | None = None) -> int:
         err = float(np.max(np.abs(y_local - expect[layout.y.global_indices(bsp.pid)]), initial=0.0))
         err = float(bsp.allreduce(err, op="max"))
         ok = err <= 1e-12 * max(1.0, float(np.max(np.abs(expect), initial=0.0)))
-        if bsp.pid == 0:
+        if bsp.pid == 0 and args.json:
+            print(json.dumps({"rows": args.n, "cols": args.cols, "nonzeros": int(rows.size),
+                              "partition": args.partition, "grid": list(dims), "ranks": bsp.nprocs,
+                              "products": args.repeats, "max_error": err, "ok": ok, "ledger": args.ledger}))
+        elif bsp.pid == 0:
             print(summarize(records or []))
-            print(f"spmv: {args.rows} x {args.cols}, {rows.size:,} nonzeros, {args.partition} on a "
-                  f"{dims[0]}x{dims[1]} grid ({bsp.nprocs} rank(s)), {args.repeat} product(s); "
+            print(f"spmv: {args.n} x {args.cols}, {rows.size:,} nonzeros, {args.partition} on a "
+                  f"{dims[0]}x{dims[1]} grid ({bsp.nprocs} rank(s)), {args.repeats} product(s); "
                   f"max |y - scipy.sparse A @ x| = {err:.2e}  {'OK' if ok else 'FAILED'}")
     return 0 if ok else 1
 

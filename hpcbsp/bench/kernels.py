@@ -35,7 +35,7 @@ import numpy as np
 
 from hpcbsp import kernels
 from hpcbsp.kernels._extensions import MODULES
-from hpcbsp.util.args import OneLineParser, add_alias, positive_int, seed
+from hpcbsp.util.args import OneLineParser, add_n, add_repeats, add_seed, positive_int
 
 
 @dataclass
@@ -168,12 +168,10 @@ def _report(row: Row, n: int, repeat: int, number: int, copy_bw: float, read_bw:
 
 def main(argv: list[str]) -> int:
     p = OneLineParser(prog="python -m hpcbsp.bench kernels", description=__doc__.split("\n\n")[0])
-    p.add_argument("--n", type=positive_int, default=None,
-                   help="elements per array (default 10,000,000; --quick 1,000,000)")
+    add_n(p, "elements per array", per="in total", default=None, shown_default="10,000,000; --quick 1,000,000")
     p.add_argument("--quick", action="store_true", help="a short run: 1,000,000 elements, 3 repeats")
-    p.add_argument("--repeats", dest="repeat", type=positive_int, default=None,
-                   help="timings per kernel, best kept (default 5; --quick 3)")
-    add_alias(p, "--repeat", dest="repeat", type=positive_int)  # the old spelling
+    add_repeats(p, "timings per kernel, best kept", default=None, shown_default="5; --quick 3", dest="repeat",
+                old=("--repeat",))
     p.add_argument("--nprocs", type=positive_int, default=64, help="ranks to group by (default 64)")
     p.add_argument("--table", type=positive_int, default=4096,
                    help="table size for scatter-add and gather (default 4096)")
@@ -181,7 +179,7 @@ def main(argv: list[str]) -> int:
                    help="comma-separated kernel names to run (default: all)")
     p.add_argument("--fsum", action="store_true",
                    help="also time exact_sum against math.fsum (slow)")
-    p.add_argument("--seed", type=seed, default=0, metavar="S", help="random seed (default 0)")
+    add_seed(p, "seed of the random arrays")
     args = p.parse_args(argv)
     n = args.n if args.n is not None else (1_000_000 if args.quick else 10_000_000)
     repeat = args.repeat if args.repeat is not None else (3 if args.quick else 5)

@@ -19,7 +19,6 @@ machine's cores with all the others.
 """
 from __future__ import annotations
 
-import argparse
 import socket
 import statistics
 import sys
@@ -33,6 +32,7 @@ from mpi4py import MPI
 import hpcbsp
 from hpcbsp.cost.probe import fit_line, probe
 from hpcbsp.runtime.launch import machine_id, transport_advice, transport_settings
+from hpcbsp.util.args import OneLineParser, add_repeats, positive_float
 
 from .sync import bench as sync_bench
 
@@ -89,9 +89,9 @@ def measure(bsp: "hpcbsp.BSP", mib: float, rounds: int, quick: bool) -> dict[str
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hpcbsp.bench nodes", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mib", type=float, default=8.0, help="MiB put by each rank (default 8)")
-    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds of put/Alltoallv (default 5)")
+    parser = OneLineParser(prog="python -m hpcbsp.bench nodes", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mib", type=positive_float, default=8.0, help="MiB put by each rank (default 8)")
+    add_repeats(parser, "alternating rounds of put/Alltoallv", default=5, dest="rounds", old=("--rounds",))
     parser.add_argument("--quick", action="store_true", help="a short run (fewer sizes and repeats)")
     args = parser.parse_args(argv)
     if MPI.COMM_WORLD.Get_size() < 2:

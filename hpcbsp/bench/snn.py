@@ -24,7 +24,7 @@ import hpcbsp
 from hpcbsp.apps.snn.async_mode import simulate_async
 from hpcbsp.apps.snn.bsp_mode import simulate_bsp
 from hpcbsp.apps.snn.network import NetworkSpec, distribute
-from hpcbsp.util.args import OneLineParser, add_alias, nonnegative_int, positive_float, positive_int
+from hpcbsp.util.args import OneLineParser, add_json, add_n, add_repeats, nonnegative_int, positive_float, positive_int
 
 #: (name, how) of the runs compared; the baselines first, async last (the ratios' denominator).
 RUNS = (("bsp global d_min", "global"), ("bsp cross-rank d_min", "cross"), ("async lookahead", "async"))
@@ -103,16 +103,13 @@ def print_table(out: dict[str, Any]) -> None:
 def main(argv: list[str]) -> int:
     parser = OneLineParser(prog="mpiexec -n 2 python -m hpcbsp.bench snn", description=__doc__.split("\n\n")[0])
     d = NetworkSpec()
-    parser.add_argument("--n", dest="neurons", type=positive_int, default=d.neurons, help=f"neurons (default {d.neurons})")
-    add_alias(parser, "--neurons", dest="neurons", type=positive_int)  # the old spelling
+    add_n(parser, "neurons", per="in total", default=d.neurons, dest="neurons", old=("--neurons",))
     parser.add_argument("--fanout", type=nonnegative_int, default=d.fanout, help=f"synapses per neuron (default {d.fanout})")
     parser.add_argument("--areas", type=positive_int, default=d.areas, help=f"areas (default {d.areas})")
     parser.add_argument("--time-ms", type=positive_float, default=2000.0, help="simulated ms per run (default 2000)")
-    parser.add_argument("--repeats", dest="rounds", type=positive_int, default=3,
-                        help="alternating rounds, medians reported (default 3)")
-    add_alias(parser, "--rounds", dest="rounds", type=positive_int)  # the old spelling
+    add_repeats(parser, "alternating rounds, medians reported", default=3, dest="rounds", old=("--rounds",))
     parser.add_argument("--quick", action="store_true", help="a short run: 2000 neurons, 200 ms, 1 round")
-    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    add_json(parser)
     args = parser.parse_args(argv)
     if args.quick:
         args.neurons, args.time_ms, args.rounds = 2000, 200.0, 1

@@ -33,7 +33,7 @@ from mpi4py import MPI
 
 import hpcbsp
 from hpcbsp.kernels import elements
-from hpcbsp.util.args import OneLineParser, add_alias, positive_float, positive_int
+from hpcbsp.util.args import OneLineParser, add_iters, add_repeats, positive_float
 
 
 def _time(fn, iters: int, comm: MPI.Comm) -> float:
@@ -255,11 +255,9 @@ def bench(bsp: "hpcbsp.BSP", iters: int, mib: float, rounds: int) -> dict[str, f
 
 def main(argv: list[str]) -> int:
     parser = OneLineParser(prog="python -m hpcbsp.bench sync", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--iters", type=positive_int, default=2000, help="empty syncs per round (default 2000)")
+    add_iters(parser, "empty syncs per round", default=2000)
     parser.add_argument("--mib", type=positive_float, default=8.0, help="MiB sent per rank (default 8)")
-    parser.add_argument("--repeats", dest="rounds", type=positive_int, default=7,
-                        help="alternating rounds, medians reported (default 7)")
-    add_alias(parser, "--rounds", dest="rounds", type=positive_int)  # the old spelling
+    add_repeats(parser, "alternating rounds, medians reported", default=7, dest="rounds", old=("--rounds",))
     parser.add_argument("--nap-ms", type=positive_float, default=20.0,
                         help="how late the last rank arrives in the wait-mode row (default 20 ms)")
     parser.add_argument("--quick", action="store_true", help="a short run (200 iterations, 3 rounds)")

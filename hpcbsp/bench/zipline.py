@@ -22,7 +22,7 @@ import numpy as np
 
 from hpcbsp.elastic.zipline import SyncSet, predict_end_times, zipline
 from hpcbsp.elastic.zipline_reference import heap_smallest_range
-from hpcbsp.util.args import OneLineParser, positive_int
+from hpcbsp.util.args import OneLineParser, add_alias, add_repeats
 
 TARGET_S = 0.02
 PAPER_S = 0.56
@@ -56,18 +56,20 @@ def _time(fn: Callable[[np.ndarray], SyncSet], m: np.ndarray, repeats: int) -> t
 def main(argv: list[str]) -> int:
     p = OneLineParser(prog="python -m hpcbsp.bench zipline", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="n in {100, 1000} only, 3 repeats")
-    p.add_argument("--repeats", type=positive_int, default=None, help="timed calls per size (default 7, quick 3)")
-    p.add_argument("--n", default=None, help="comma-separated worker counts (default 10,100,250,500,1000,2000,4000)")
+    add_repeats(p, "timed calls per size, median reported", default=None, shown_default="7; --quick 3")
+    p.add_argument("--workers", default=None, metavar="K,K,...",
+                   help="comma-separated worker counts (default 10,100,250,500,1000,2000,4000)")
+    add_alias(p, "--n", dest="workers")  # the old spelling: --n is a single size everywhere else
     p.add_argument("--R", default="15,150", help="comma-separated lookaheads (default 15,150)")
     p.add_argument("--no-baseline", action="store_true", help="skip the pure-Python heap baseline")
     args = p.parse_args(argv)
     try:
-        ns = [int(x) for x in (args.n or ("100,1000" if args.quick else "10,100,250,500,1000,2000,4000")).split(",")]
+        ns = [int(x) for x in (args.workers or ("100,1000" if args.quick else "10,100,250,500,1000,2000,4000")).split(",")]
         Rs = [int(x) for x in args.R.split(",")]
     except ValueError:
-        p.error("--n and --R take comma-separated integers")
+        p.error("--workers and --R take comma-separated integers")
     if min(ns) < 1 or min(Rs) < 1:
-        p.error("n and R must be at least 1")
+        p.error("worker counts and R must be at least 1")
     repeats = args.repeats or (3 if args.quick else 7)
     if repeats < 1:
         p.error("--repeats must be at least 1")

@@ -1,13 +1,22 @@
-"""Block distribution of n items over p ranks (the first n mod p ranks get one more)."""
+"""The block split of n items over p ranks: rank r gets ``n // p`` items, plus one if
+``r < n mod p``, in rank order.
+
+This module is the one home of that arithmetic: the runtime's ring collectives, checkpoints and
+the block-row apps call :func:`block_range` directly (a pair of ints, no objects), and the
+partitioning :class:`hpcbsp.runtime.partition.Block`, which adds owners, local indices and
+redistribution, takes its sizes from :func:`block_sizes`.
+"""
 from __future__ import annotations
 
 import numpy as np
 
 
 def block_sizes(n: int, p: int) -> np.ndarray:
-    """Number of items on each of the p ranks."""
+    """Number of items on each of the p ranks, an int64 array of length p."""
     base, extra = divmod(n, p)
-    return np.array([base + (1 if r < extra else 0) for r in range(p)], dtype=np.int64)
+    sizes = np.full(p, base, dtype=np.int64)
+    sizes[:extra] += 1
+    return sizes
 
 
 def block_range(n: int, p: int, rank: int) -> tuple[int, int]:

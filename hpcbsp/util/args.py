@@ -9,8 +9,15 @@ way everywhere (docs/cli.md lists the vocabulary):
 * The argument types (:func:`positive_int`, :func:`nonnegative_int`, :func:`integer`,
   :func:`positive_float`, :func:`nonnegative_float`, :func:`seconds`, :func:`fraction`, :func:`seed`) reject
   NaN, infinities, non-ASCII digits and out-of-range values with a message naming the value.
-* :func:`add_common_options` adds ``--seed``, ``--ledger``, ``--json`` and ``--quiet`` with one
-  meaning everywhere; :func:`add_alias` keeps an old spelling as a hidden, deprecated alias.
+* :data:`VOCABULARY` is the one list of the shared options (``--n``, ``--iters``, ``--repeats``,
+  ``--seed``, ``--ledger``, ``--json``, ``--quiet``, ``--checkpoint``, ``--every``,
+  ``--restart``): spelling, value name, type and meaning.  A program adds them with
+  :func:`add_n`, :func:`add_iters`, :func:`add_repeats`, :func:`add_seed`, :func:`add_ledger`,
+  :func:`add_json`, :func:`add_quiet`, :func:`add_checkpoint` (or :func:`add_common_options` for
+  the four every app has), so that each help starts with the same meaning and each value gets the
+  same check; :func:`check_outputs` with :func:`ledger_output` and :func:`check_checkpoint`
+  check them before the work.  :func:`add_alias` keeps an old spelling as a hidden, deprecated
+  alias.  (A Perfetto trace is ``--ledger RUN.trace.json``: there is no second option for it.)
 """
 from __future__ import annotations
 
@@ -18,6 +25,7 @@ import argparse
 import math
 import os
 import sys
+from dataclasses import dataclass
 from typing import Any, Callable, NoReturn
 
 from .launcher import launcher_rank
@@ -163,28 +171,156 @@ def add_alias(parser: argparse.ArgumentParser | Any, *names: str, dest: str,
     parser.add_argument(*names, **kw)
 
 
-def add_common_options(parser: argparse.ArgumentParser | Any, *, with_seed: bool = True, ledger: bool = True,
-                       json: bool = True, quiet: bool = True, seed_help: str = "random seed") -> None:
-    """The options every app has, spelt and defaulted the same everywhere.
+@dataclass(frozen=True)
+class SharedOption:
+    """One option of the shared vocabulary: its spelling, value name, type and meaning.
 
-    ``--seed S`` (default 0), ``--ledger PATH`` (.json or .csv, checked before the run),
-    ``--json`` (rank 0 prints one JSON object instead of the text report) and ``--quiet`` (no
-    progress lines on stderr).
+    ``meaning`` is the wording of docs/cli.md's table; every program's help for the option starts
+    with it (a colon and the program's own detail may follow), and tests/test_cli_options.py
+    holds the programs and the table to it.
     """
+
+    option: str
+    metavar: str | None           #: None: a flag
+    meaning: str
+    type: Callable[[str], Any] | None = None
+
+
+#: The shared options, by spelling (docs/cli.md, "The shared options").
+VOCABULARY: dict[str, SharedOption] = {o.option: o for o in (
+    SharedOption("--n", "N", "the problem size", positive_int),
+    SharedOption("--iters", "K", "iterations of the measured loop", positive_int),
+    SharedOption("--repeats", "R", "repetitions of a measurement", positive_int),
+    SharedOption("--seed", "S", "random seed, an integer from 0 to 2**63 - 1", seed),
+    SharedOption("--ledger", "PATH", "save the superstep ledger of every rank, .json or .csv "
+                                     "(Perfetto: .trace.json); checked before the run"),
+    SharedOption("--json", None, "rank 0 prints one JSON object instead of the text report"),
+    SharedOption("--quiet", None, "no progress lines on stderr"),
+    SharedOption("--checkpoint", "DIR", "checkpoint directory; refused before the run unless it is "
+                                        "new or holds this program's checkpoint"),
+    SharedOption("--every", "K", "write a checkpoint every K steps or iterations (0: never)", nonnegative_int),
+    SharedOption("--restart", None, "resume from --checkpoint DIR if it holds a checkpoint"),
+)}
+
+
+def _help(option: str, detail: str | None = None, default: Any = None) -> str:
+    """The help of a shared option: its meaning, then ``: detail`` and ``(default ...)``."""
+    text = VOCABULARY[option].meaning
+    if detail:
+        text += f": {detail}"
+    if default is not None:
+        text += f" (default {default:,})" if isinstance(default, int) else f" (default {default})"
+    return text
+
+
+def _add(parser: argparse.ArgumentParser | Any, option: str, detail: str | None = None, *,
+         default: Any = None, shown_default: Any = None, dest: str | None = None) -> None:
+    spec = VOCABULARY[option]
+    kw: dict[str, Any] = {"help": _help(option, detail, default if shown_default is None else shown_default)}
+    if dest is not None:
+        kw["dest"] = dest
+    if spec.metavar is None:
+        kw["action"] = "store_true"
+    else:
+        kw.update(metavar=spec.metavar, default=default)
+        if spec.type is not None:
+            kw["type"] = spec.type
+    parser.add_argument(option, **kw)
+
+
+def add_n(parser: argparse.ArgumentParser | Any, what: str, *, per: str, default: int | None,
+          shown_default: str | None = None, dest: str = "n", old: tuple[str, ...] = ()) -> None:
+    """``--n N``: the problem size; ``what`` it counts, ``per`` ``"in total"`` or ``"per rank"``.
+
+    ``shown_default`` is the default's wording where it is computed later (``default=None``);
+    ``old`` are hidden, deprecated spellings.
+    """
+    if per not in ("in total", "per rank"):
+        raise ValueError(f"add_n: per must be 'in total' or 'per rank', got {per!r}")
+    _add(parser, "--n", f"{what}, {per}", default=default, shown_default=shown_default, dest=dest)
+    if old:
+        add_alias(parser, *old, dest=dest, type=positive_int)
+
+
+def add_iters(parser: argparse.ArgumentParser | Any, what: str, *, default: int | None,
+              shown_default: str | None = None, dest: str = "iters") -> None:
+    """``--iters K``: how many times the measured loop runs (``what`` says what one is)."""
+    _add(parser, "--iters", what, default=default, shown_default=shown_default, dest=dest)
+
+
+def add_repeats(parser: argparse.ArgumentParser | Any, what: str, *, default: int | None,
+                shown_default: str | None = None, dest: str = "repeats", old: tuple[str, ...] = ()) -> None:
+    """``--repeats R``: repetitions of a measurement; ``old`` are hidden, deprecated spellings
+    (``--repeat``, ``--rounds``)."""
+    _add(parser, "--repeats", what, default=default, shown_default=shown_default, dest=dest)
+    if old:
+        add_alias(parser, *old, dest=dest, type=positive_int)
+
+
+def add_seed(parser: argparse.ArgumentParser | Any, what: str | None = None) -> None:
+    """``--seed S``, default 0 everywhere; ``what`` says what it seeds."""
+    _add(parser, "--seed", what, default=0)
+
+
+def add_ledger(parser: argparse.ArgumentParser | Any) -> None:
+    """``--ledger PATH``; check it before the run with :func:`check_outputs` and
+    :func:`ledger_output`."""
+    _add(parser, "--ledger")
+
+
+def add_json(parser: argparse.ArgumentParser | Any) -> None:
+    """``--json``: rank 0 prints one JSON object instead of the text report."""
+    _add(parser, "--json")
+
+
+def add_quiet(parser: argparse.ArgumentParser | Any) -> None:
+    """``--quiet``: no progress lines on stderr (stdout carries only the result anyway)."""
+    _add(parser, "--quiet")
+
+
+def add_checkpoint(parser: argparse.ArgumentParser | Any, unit: str) -> None:
+    """``--checkpoint DIR``, ``--every K`` (``unit``: what K counts, e.g. ``"steps"``) and
+    ``--restart``; check them with :func:`check_checkpoint`."""
+    _add(parser, "--checkpoint")
+    _add(parser, "--every", f"K counts {unit}", default=0)
+    _add(parser, "--restart")
+
+
+def check_checkpoint(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                     check_target: Callable[[str], Any], errors: tuple[type[Exception], ...]) -> None:
+    """The checks of :func:`add_checkpoint`'s options, before any work: ``--every`` and
+    ``--restart`` need ``--checkpoint``, and ``check_target(path)`` (raising one of ``errors``,
+    whose text says why) refuses a folder that is not this program's checkpoint."""
+    if (args.every or args.restart) and not args.checkpoint:
+        parser.error("--every and --restart need --checkpoint DIR")
+    if args.checkpoint:
+        try:
+            check_target(args.checkpoint)
+        except errors as exc:
+            parser.error(str(exc))
+
+
+def add_common_options(parser: argparse.ArgumentParser | Any, *, with_seed: bool = True, ledger: bool = True,
+                       json: bool = True, quiet: bool = True, seed_help: str | None = None) -> None:
+    """``--seed`` (``seed_help`` says what it seeds), ``--ledger``, ``--json`` and ``--quiet``:
+    the options every app has."""
     if with_seed:
-        parser.add_argument("--seed", type=seed, default=0, metavar="S",
-                            help=f"{seed_help}, an integer >= 0 (default 0)")
+        add_seed(parser, seed_help)
     if ledger:
-        parser.add_argument("--ledger", metavar="PATH",
-                            help="save the superstep ledger of every rank (.json or .csv; checked before the run)")
+        add_ledger(parser)
     if json:
-        parser.add_argument("--json", action="store_true", help="print rank 0's result as one JSON object")
+        add_json(parser)
     if quiet:
-        parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+        add_quiet(parser)
 
 
 #: File name endings the ledger can be saved as (``bsp.ledger.save``).
 LEDGER_SUFFIXES = (".json", ".csv")
+
+
+def ledger_output(path: str | None) -> tuple[str | None, str, tuple[str, ...]]:
+    """``--ledger PATH`` as an entry of :func:`check_outputs`'s list."""
+    return path, "--ledger file", LEDGER_SUFFIXES
 
 
 def check_outputs(parser: argparse.ArgumentParser, outputs: list[tuple[str | None, str, tuple[str, ...]]]) -> None:

@@ -16,9 +16,8 @@ import numpy as np
 import hpcbsp
 from hpcbsp import kernels
 from hpcbsp.farm import BSFProblem, FarmCheckpoint, parse_emulation, run_farm
-from hpcbsp.util.args import (LEDGER_SUFFIXES, OneLineParser, add_common_options, check_memory, check_outputs,
-                              nonnegative_int,
-                              plural, positive_float, positive_int)
+from hpcbsp.util.args import (OneLineParser, add_checkpoint, add_common_options, add_n, check_checkpoint,
+                              check_memory, check_outputs, ledger_output, plural, positive_float, positive_int)
 from hpcbsp.util.progress import Progress
 
 ProblemBuilder = Callable[[np.ndarray, np.ndarray, argparse.Namespace], BSFProblem]
@@ -116,16 +115,12 @@ def report(out: dict[str, Any], tolerance: float, name: str, argv: list[str] | N
 def app_parser(module: str, description: str, n: int, max_iter: int) -> OneLineParser:
     """The options every linear-system app has (the shared vocabulary of docs/cli.md)."""
     parser = OneLineParser(prog=f"mpiexec -n P python -m hpcbsp.apps.bsf.{module}", description=description)
-    parser.add_argument("--n", type=positive_int, default=n,
-                        help=f"system order in total, also the list length l (default {n})")
+    add_n(parser, "order of the system, also the list length l", per="in total", default=n)
     parser.add_argument("--eps", type=positive_float, default=1e-10, help="stop when ||x' - x||_2 < eps (default 1e-10)")
     parser.add_argument("--max-iter", type=positive_int, default=max_iter, help=f"iteration limit (default {max_iter})")
     add_common_options(parser, seed_help="seed of the random system")
     parser.add_argument("--out", metavar="X.npy", help="write the solution x (rank 0)")
-    parser.add_argument("--checkpoint", metavar="DIR", help="checkpoint directory (x and the iteration count)")
-    parser.add_argument("--every", type=nonnegative_int, default=0, metavar="K", help="checkpoint every K iterations")
-    parser.add_argument("--restart", action="store_true",
-                        help="resume from --checkpoint if it holds a checkpoint (any number of ranks)")
+    add_checkpoint(parser, "iterations (x and the iteration count are saved; a restart may use any number of ranks)")
     parser.add_argument("--exchange", choices=("linear", "tree"),
                         help="master-worker exchange: one by one or a binomial tree (default $HPCBSP_FARM_EXCHANGE "
                              "or linear); both give the same bits")
@@ -139,13 +134,8 @@ def app_main(parser: OneLineParser, argv: list[str] | None, name: str, build: Pr
              dominance: float, tolerance_factor: float) -> int:
     """Parse and check the options, run the app on MPI.COMM_WORLD, report on rank 0."""
     args = parser.parse_args(argv)
-    if (args.every or args.restart) and not args.checkpoint:
-        parser.error("--every and --restart need --checkpoint DIR")
-    if args.checkpoint:
-        try:
-            FarmCheckpoint(args.checkpoint).check()  # never over a folder that is not a checkpoint
-        except hpcbsp.BSPError as exc:
-            parser.error(str(exc))
+    # never over a folder that is not a farm checkpoint
+    check_checkpoint(parser, args, lambda path: FarmCheckpoint(path).check(), (hpcbsp.BSPError,))
     if args.emulate_compute:
         try:
             parse_emulation(args.emulate_compute)
@@ -154,7 +144,7 @@ def app_main(parser: OneLineParser, argv: list[str] | None, name: str, build: Pr
     # Every rank holds the dense system A (n x n float64) and the oracle copies it once more.
     check_memory(parser, 3 * 8.0 * args.n * args.n, f"--n {args.n} (a dense {args.n} x {args.n} system)",
                  "use a smaller --n")
-    check_outputs(parser, [(args.out, "--out file", (".npy",)), (args.ledger, "--ledger file", LEDGER_SUFFIXES)])
+    check_outputs(parser, [(args.out, "--out file", (".npy",)), ledger_output(args.ledger)])
     from mpi4py import MPI
 
     size = MPI.COMM_WORLD.Get_size()

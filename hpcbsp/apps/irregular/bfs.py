@@ -29,7 +29,7 @@ from mpi4py import MPI
 
 import hpcbsp
 from ...runtime import BSP
-from ...util.args import check_memory, nonnegative_int, positive_float, positive_int
+from ...util.args import add_n, check_memory, nonnegative_int, positive_float
 from .cli import app_parser, check_app_outputs, mailbox_options
 from .naive import naive_exchange, timed_naive
 from .report import Outcome, report, timed
@@ -162,9 +162,8 @@ def _app(bsp: BSP, args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = app_parser("bfs", __doc__)
-    parser.add_argument("--n", type=positive_int, default=None,
-                        help="vertices in total (default 20,000 times the number of ranks; 200 times "
-                             "with --mode naive)")
+    add_n(parser, "vertices", per="in total", default=None,
+          shown_default="20,000 times the number of ranks; 200 times with --mode naive")
     parser.add_argument("--degree", type=positive_float, default=8.0, help="average degree (default 8)")
     parser.add_argument("--source", type=nonnegative_int, default=0, help="start vertex (default 0)")
     args = parser.parse_args(argv)

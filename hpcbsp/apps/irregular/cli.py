@@ -11,7 +11,8 @@ from typing import Callable
 from ...fabsp.routing import ROUTINGS
 from ...runtime import BSP
 from ...runtime import run as run_bsp
-from ...util.args import (LEDGER_SUFFIXES, OneLineParser, add_alias, add_common_options, check_memory, check_outputs, positive_int)
+from ...util.args import (OneLineParser, add_common_options, add_n, check_memory, check_outputs, ledger_output,
+                          positive_int)
 from ...util.launcher import launcher_size
 from .report import Outcome, report
 
@@ -52,7 +53,7 @@ def app_parser(prog: str, doc: str, modes: tuple[str, ...] = MODES) -> argparse.
 
 def check_app_outputs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """The output paths every irregular app has, checked before the run."""
-    check_outputs(parser, [(args.ledger, "--ledger file", LEDGER_SUFFIXES)])
+    check_outputs(parser, [ledger_output(args.ledger)])
 
 
 def mailbox_options(args: argparse.Namespace) -> dict[str, int | str]:
@@ -78,9 +79,8 @@ def table_app_main(argv: list[str] | None, app: str, doc: str, unit: str,
     """
     n_default, n_naive, table_default = defaults
     parser = app_parser(app, doc, TABLE_MODES)
-    parser.add_argument("--n", dest="n", metavar="N", type=positive_int, default=None,
-                        help=f"{unit} per rank (default {n_default:,}; {n_naive:,} with --mode naive or rma)")
-    add_alias(parser, "-n", f"--{unit}", dest="n", type=positive_int)  # the old spellings
+    add_n(parser, unit, per="per rank", default=None,
+          shown_default=f"{n_default:,}; {n_naive:,} with --mode naive or rma", old=("-n", f"--{unit}"))
     parser.add_argument("-T", "--table", type=positive_int, default=table_default,
                         help=f"table entries per rank (default {table_default:,})")
     extra_kw = extra(parser) if extra is not None else (lambda args: {})

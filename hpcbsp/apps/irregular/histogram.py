@@ -36,7 +36,7 @@ from mpi4py import MPI
 from ...kernels import scatter_add
 from ...runtime import BSP, BadInput, BSPError
 from ...runtime.checkpoint import check_target, exists as checkpoint_exists
-from ...util.args import nonnegative_int, positive_int
+from ...util.args import add_checkpoint, check_checkpoint, positive_int
 from .rma import histogram_rma
 from .cli import table_app_main
 from .layout import cyclic_owner
@@ -212,23 +212,16 @@ def run_histogram_rounds(bsp: BSP, mode: str, n: int, table: int, seed: int = 1,
 def _restart_options(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], dict]:
     parser.add_argument("--rounds", type=positive_int, default=1, metavar="R",
                         help="apply the updates in R supersteps (default 1)")
-    parser.add_argument("--checkpoint", metavar="DIR", help="checkpoint directory for the counters")
-    parser.add_argument("--every", type=nonnegative_int, default=0, metavar="K", help="checkpoint every K rounds")
-    parser.add_argument("--restart", action="store_true", help="resume from --checkpoint if it exists")
+    add_checkpoint(parser, "rounds (the counters are saved)")
     parser.add_argument("--die-at", type=int, metavar="ROUND", help=argparse.SUPPRESS)
 
     def kwargs(args: argparse.Namespace) -> dict:
         if args.rounds < 1 or args.every < 0:
             parser.error("--rounds must be >= 1 and --every >= 0")
-        if (args.every or args.restart) and not args.checkpoint:
-            parser.error("--every and --restart need --checkpoint DIR")
         if (args.rounds > 1 or args.checkpoint) and args.mode in ("naive", "rma"):
             parser.error("--rounds and --checkpoint work with --mode fabsp or bsp")
-        if args.checkpoint:
-            try:
-                check_target(args.checkpoint, PROGRAM)  # never over a folder that is not a checkpoint
-            except BSPError as exc:
-                parser.error(str(exc))
+        # never over a folder that is not a checkpoint of this program
+        check_checkpoint(parser, args, lambda path: check_target(path, PROGRAM), (BSPError,))
         if args.rounds == 1 and not args.checkpoint:
             return {}
         return {"rounds": args.rounds, "checkpoint": args.checkpoint, "every": args.every,

@@ -38,7 +38,7 @@ import numpy as np
 
 import hpcbsp
 from ...runtime import BSP
-from ...util.args import check_memory, positive_float, positive_int
+from ...util.args import add_n, check_memory, positive_float
 from ...util.launcher import launcher_size
 from .cli import app_parser, check_app_outputs, mailbox_options
 from .graphs import ragged_arange
@@ -285,8 +285,8 @@ def _app(bsp: BSP, args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = app_parser("toposort", __doc__, MODES)
-    parser.add_argument("--n", type=positive_int, default=None,
-                        help="rows (and columns) in total (default 20,000 times the number of ranks)")
+    add_n(parser, "rows (and columns)", per="in total", default=None,
+          shown_default="20,000 times the number of ranks")
     parser.add_argument("--degree", type=positive_float, default=8.0,
                         help="nonzeros per row above the diagonal, times two (default 8)")
     args = parser.parse_args(argv)

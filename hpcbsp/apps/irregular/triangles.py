@@ -28,7 +28,7 @@ from mpi4py import MPI
 
 import hpcbsp
 from ...runtime import BSP
-from ...util.args import check_memory, positive_float, positive_int
+from ...util.args import add_n, check_memory, positive_float, positive_int
 from .cli import app_parser, check_app_outputs, mailbox_options
 from .naive import naive_exchange, timed_naive
 from .report import Outcome, report, timed
@@ -168,9 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = app_parser("triangles", __doc__)
     parser.add_argument("--graph", choices=("er", "rmat"), default="er",
                         help="er: Erdős–Rényi (flat); rmat: R-MAT, skewed degrees (default er)")
-    parser.add_argument("--n", type=positive_int, default=None,
-                        help="er: vertices in total (default 10,000 times the number of ranks; "
-                             "300 times with --mode naive)")
+    add_n(parser, "er: vertices (rmat: --scale)", per="in total", default=None,
+          shown_default="10,000 times the number of ranks; 300 times with --mode naive")
     parser.add_argument("--degree", type=positive_float, default=20.0, help="er: average degree (default 20)")
     parser.add_argument("--scale", type=positive_int, default=14,
                         help="rmat: 2**SCALE vertices in total (default 14)")

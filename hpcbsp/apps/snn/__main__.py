@@ -14,9 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from hpcbsp.util.args import (LEDGER_SUFFIXES, OneLineParser, add_alias, add_common_options, check_memory,
-                              check_outputs, fraction,
-                              nonnegative_int, plural, positive_float, positive_int)
+from hpcbsp.util.args import (LEDGER_SUFFIXES, OneLineParser, add_common_options, add_n, check_memory, check_outputs,
+                              fraction, nonnegative_int, plural, positive_float, positive_int)
 
 from .bsp_mode import DEFAULT_WINDOW_CAP, SUPERSTEP_RULES
 from .lif import LIFParams
@@ -42,9 +41,7 @@ def build_parser() -> OneLineParser:
                              "messages with time stamps, no global barrier; serial: one-process numpy "
                              "reference (default bsp)")
     net = parser.add_argument_group("network")
-    net.add_argument("--n", dest="neurons", type=positive_int, metavar="N", default=d.neurons,
-                     help=f"number of neurons in total (default {d.neurons})")
-    add_alias(net, "--neurons", dest="neurons", type=positive_int)  # the old spelling
+    add_n(net, "neurons", per="in total", default=d.neurons, dest="neurons", old=("--neurons",))
     net.add_argument("--fanout", type=nonnegative_int, metavar="K", default=d.fanout,
                      help=f"outgoing synapses per neuron (default {d.fanout})")
     net.add_argument("--areas", type=positive_int, metavar="A", default=d.areas,

@@ -10,8 +10,9 @@ its coarrays (``bsp.coarray(part.local_size(bsp.pid))``) and to address puts and
 
 1-D partitionings
     :class:`Block`
-        contiguous blocks, the first ``n mod p`` ranks one element longer (the runtime's own
-        :func:`~hpcbsp.runtime.distribution.block_range`);
+        contiguous blocks, the first ``n mod p`` ranks one element longer (its sizes from
+        :mod:`hpcbsp.runtime.distribution`, the home of the block split, whose
+        :func:`~hpcbsp.runtime.distribution.block_range` the runtime uses directly);
     :class:`Cyclic`
         ``g`` on rank ``g mod p`` at local index ``g // p``;
     :class:`BlockCyclic`

@@ -5,6 +5,7 @@ from typing import Any
 
 import numpy as np
 
+from ..distribution import block_sizes
 from ..errors import BSPError
 from ._checks import IndexLike, as_index, check_int, result
 
@@ -179,8 +180,9 @@ class Cyclic(BlockCyclic):
 class Block(Partitioning):
     """Contiguous blocks: rank r holds ``n // p`` indices, plus one if ``r < n mod p``.
 
-    The same split as :func:`hpcbsp.runtime.distribution.block_range`, which the runtime's
-    checkpoints and the block-row apps use.
+    Rank r's block is ``range(*block_range(n, p, r))``: the sizes come from
+    :mod:`hpcbsp.runtime.distribution`, the one home of the block split, which the runtime's
+    collectives and the block-row apps use without a partitioning object.
 
     Parameters
     ----------
@@ -195,10 +197,8 @@ class Block(Partitioning):
         self.n = check_int(n, "n", 0, where)
         self.p = check_int(p, "p", 1, where)
         self._base, self._extra = divmod(self.n, self.p)
-        sizes = np.full(self.p, self._base, dtype=np.int64)
-        sizes[: self._extra] += 1
-        self._sizes = sizes
-        self._starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        self._sizes = block_sizes(self.n, self.p)
+        self._starts = np.concatenate([[0], np.cumsum(self._sizes)[:-1]]).astype(np.int64)
 
     def __repr__(self) -> str:
         return f"Block(n={self.n}, p={self.p})"
