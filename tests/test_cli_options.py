@@ -40,7 +40,6 @@ PROGRAMS.update({f"bench.{name}": f"hpcbsp.bench.{name}" for name in available_b
 #: Known drift, in command lines another change of issue 32 is rewriting.  Strict: when one of
 #: them keeps to the vocabulary its test passes, which fails here until its line is removed.
 NOT_YET = {
-    "bench.bsf": "--n, --iters, --repeats: plain int (0 accepted) and their own help wording",
     "bench.elastic": "--iters help wording; --rounds shown where the benchmarks say --repeats",
     "bench.fabsp": "--repeats and --seed help wording; --updates shown where the apps say --n",
 }

@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from hpcbsp.util.args import OneLineParser, add_iters, add_n, add_repeats, positive_int
 from hpcbsp.util.jobcommand import LAUNCHES, JobCommandError, job_command
 
 APPS = ("jacobi", "cimmino")
@@ -234,18 +235,18 @@ def _workers(text: str) -> list[int]:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m hpcbsp.bench bsf", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="python -m hpcbsp.bench bsf", description=__doc__.split("\n\n")[0])
     p.add_argument("--workers", type=_workers, default=list(range(1, 33)), metavar="LIST",
                    help="worker counts K measured (default 1-32; the job has max K + 1 ranks)")
     p.add_argument("--calibrate", type=_workers, default=[1, 2, 3], metavar="LIST",
                    help="worker counts the model is calibrated from (default 1,2,3)")
-    p.add_argument("--repeats", type=int, default=2, help="calibration runs per K (default 2)")
-    p.add_argument("--sweep-repeats", type=int, default=1, help="measured runs per K (default 1)")
+    add_repeats(p, "calibration runs per K", default=2)
+    p.add_argument("--sweep-repeats", type=positive_int, default=1, help="measured runs per K (default 1)")
     p.add_argument("--apps", type=_list(APPS), default=list(APPS), metavar="LIST", help="jacobi,cimmino (default both)")
     p.add_argument("--exchanges", type=_list(EXCHANGE_FORMS), default=list(EXCHANGE_FORMS), metavar="LIST",
                    help="linear,tree (default both)")
-    p.add_argument("--n", type=int, default=1000, help="system order = list length l (default 1000)")
-    p.add_argument("--iters", type=int, default=12, help="iterations per run (default 12)")
+    add_n(p, "system order = list length l", per="in total", default=1000)
+    add_iters(p, "farm iterations per run", default=12)
     p.add_argument("--t-map", type=float, default=None, metavar="S",
                    help="emulate a Map of S seconds for the whole list instead of measuring the app's")
     p.add_argument("--out-dir", default=os.path.join("runs", "bench-bsf"), metavar="DIR",
