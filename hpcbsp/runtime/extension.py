@@ -11,6 +11,7 @@ and on the context's public attributes (``comm``, ``pid``, ``nprocs``, ``superst
     ext.add_close_hook(engine.close)                    # runs when the context is released
     ext.state                                           # "open", "closed" or "failed"
     ext.compiled_sync                                   # the empty sync's control step is compiled
+    ext.pending                                         # requests waiting for the next sync
     ext.coarrays()                                      # the registered coarrays, in order
     ext.check_pid(pid, "box.send")                      # an int rank, or a UsageError
 
@@ -97,6 +98,11 @@ class Extension:
         """True when this context's blocking control step (an empty sync) runs as one compiled
         call (:mod:`.native`), False where it goes through mpi4py's Python calls."""
         return self._bsp._control.blocking_step is not None
+
+    @property
+    def pending(self) -> int:
+        """The number of this rank's put, get and send requests waiting for the next sync."""
+        return self._bsp._outbox.nrecords
 
     def coarrays(self) -> "list[Coarray]":
         """The registered coarrays in registration order (including scratch ones)."""
