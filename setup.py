@@ -36,7 +36,8 @@ extensions = [
     Extension(
         f"hpcbsp.kernels.{os.path.splitext(os.path.basename(src))[0]}",
         [src],
-        depends=sorted(glob.glob("kernels/*.h")),  # rebuilt when a header changes; in the sdist
+        # rebuilt when a header or an included .pxi changes; in the sdist
+        depends=sorted(glob.glob("kernels/*.h") + glob.glob("kernels/*.pxi")),
         include_dirs=[numpy.get_include(), "kernels"],
         extra_compile_args=["-O3", *FP_FLAGS] + ([] if debug else ["-DNDEBUG"]),
         extra_link_args=LINK_FP_FLAGS,

@@ -1,7 +1,11 @@
 """``python -m hpcbsp.bench sync`` runs on one rank and on two and prints every row it promises
-(its figures are for a quiet machine and are not asserted here).  Oracle: the rows' text."""
+(its figures are for a quiet machine: their sizes are not asserted here, only that they were
+measured and that each ratio is the quotient of the figures beside it).  Oracles: the rows' text
+and the division done in the test."""
 from __future__ import annotations
 
+import math
+import re
 import subprocess
 import sys
 
@@ -11,16 +15,49 @@ from mpi_helpers import run_mpi
 ARGS = ["-m", "hpcbsp.bench", "sync", "--quick", "--mib", "0.25"]
 
 
+NUM = r"(-?[0-9.]+|nan|inf)"
+
+
+def figures(pattern: str, text: str) -> list[float]:
+    """The numbers of the one row that matches ``pattern`` (a regex with NUM groups)."""
+    found = re.findall(pattern, text)
+    assert len(found) == 1, (pattern, text)
+    values = [float(v) for v in (found[0] if isinstance(found[0], tuple) else (found[0],))]
+    assert all(math.isfinite(v) and v > 0 for v in values), (pattern, values)  # measured, not nan or 0
+    return values
+
+
+def ratio_of(printed: float, num: float, den: float, step: float) -> bool:
+    """Whether ``printed`` (to 2 decimals) is num / den for figures printed to ``step``."""
+    low = (num - step / 2) / (den + step / 2)
+    high = (num + step / 2) / max(den - step / 2, 1e-12)
+    return low - 0.006 <= printed <= high + 0.006
+
+
 @pytest.mark.serial_only
 def test_the_sync_bench_runs_on_two_ranks_with_its_fine_grained_rows():
+    """Every row is there with measured figures (finite, above zero), and each ratio is the
+    quotient of the figures printed beside it (the oracle: the division done here)."""
     res = run_mpi(2, ARGS, timeout=240)
     assert res.returncode == 0 and not res.timed_out, res.output
-    for row in ("sync/Barrier =", "throughput ratio =", "32,768 single-word puts to random ranks and offsets, "
-                "one put_elements call", "the floor of a random scatter", "as one put call each",
-                "wait=yield vs wait=spin"):
-        assert row in res.stdout, res.output
+    out = res.stdout
+    sync, barrier, ratio = figures(rf"empty sync +{NUM} us +Barrier +{NUM} us +sync/Barrier = {NUM}x", out)
+    assert ratio_of(ratio, sync, barrier, 0.01), (sync, barrier, ratio)
+    put, a2a, ratio = figures(rf"MiB/rank +{NUM} ms \(.*?\) +pack\+Alltoallv +{NUM} ms \(.*?\) +"
+                              rf"throughput ratio = {NUM}x", out)
+    assert ratio_of(ratio, a2a, put, 0.01), (put, a2a, ratio)
+    # 0.25 MiB of 8-byte words, as single-element puts: the median over the rounds lies in their range
+    elements, median, low, high = figures(
+        rf"32,768 single-word puts to random ranks and offsets, one put_elements call +{NUM} ms = "
+        rf"{NUM}x the same words as vectorised puts \({NUM}-{NUM} over the rounds\)", out)
+    assert low <= median <= high, (low, median, high)
+    for row in ("the floor of a random scatter", "as one put call each"):
+        assert row in out, res.output
+    yield_us, spin_us, ratio = figures(rf"wait=yield vs wait=spin .*?: empty sync +{NUM} us vs +{NUM} us = "
+                                       rf"{NUM}x latency", out)
+    assert ratio_of(ratio, yield_us, spin_us, 0.01), (yield_us, spin_us, ratio)
     # 32 768 puts of 12 bytes a round: the arena grows after the first round and carries the rest.
-    assert "the records were packed into the node's shared arena" in res.stdout, res.output
+    assert "the records were packed into the node's shared arena" in out, res.output
     res = run_mpi(2, ARGS, timeout=240, env={"HPCBSP_ELEMENTS_TRANSPORT": "messages"})
     assert res.returncode == 0 and "the records were sent as messages" in res.stdout, res.output
 

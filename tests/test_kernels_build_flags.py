@@ -30,7 +30,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from hpcbsp.kernels._extensions import MODULES
+from hpcbsp.kernels import exact_sum_fastpath
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KERNELS = os.path.join(ROOT, "kernels")
@@ -108,13 +108,14 @@ def test_without_the_setup_flags_fast_math_still_compiles_the_path_out(tmp_path)
 def test_the_installed_build_has_the_fast_path_compiled_in():
     # On x86-64 with a GCC-compatible compiler (what make and CI use), never compiled out: a
     # compiled-out path would make the fast-path tests skip instead of fail.
-    xs = MODULES["_exactsum"]
-    assert xs.XS_COMPILED_IN
-    assert xs._extraction_self_test_passed()
+    assert exact_sum_fastpath.COMPILED_IN
+    assert exact_sum_fastpath.self_test_passed()
 
 
 # -- The same sources rebuilt with a user's CFLAGS -----------------------------------------------
 
+# The child loads the extensions of one build folder by hand and calls them directly: the hooks of
+# hpcbsp.kernels.exact_sum_fastpath wrap the installed build only.
 CHILD = textwrap.dedent("""
     import importlib.machinery, importlib.util, json, sys
     import numpy as np
@@ -134,12 +135,12 @@ CHILD = textwrap.dedent("""
     folder, data = sys.argv[1], sys.argv[2]
     xs, red = load("_exactsum", folder), load("_reductions", folder)
     arrays = np.load(data)
-    out = {"compiled_in": bool(xs.XS_COMPILED_IN), "self_test": bool(xs._extraction_self_test_passed()),
-           "ready": bool(xs._extraction_ready()), "blocks": [], "sums": []}
+    out = {"compiled_in": bool(xs.XS_COMPILED_IN), "self_test": bool(xs.extraction_self_test_passed()),
+           "ready": bool(xs.extraction_ready()), "blocks": [], "sums": []}
     for key in sorted(arrays.files, key=lambda k: int(k[1:])):
         a = np.ascontiguousarray(arrays[key])
         if key.startswith("b"):
-            out["blocks"].append(xs._extract_block(a))
+            out["blocks"].append(xs.extract_block(a))
         else:
             state = np.zeros(xs.STATE_LENGTH, dtype=np.int64)
             xs.accumulate(a, state)
@@ -157,7 +158,7 @@ def _build(tmp_path, name: str, cflags: str) -> str:
     (src / "kernels").mkdir(parents=True)
     shutil.copy(os.path.join(ROOT, "setup.py"), src)
     for f in os.listdir(KERNELS):
-        if f.endswith(".h") or f in ("_exactsum.pyx", "_reductions.pyx"):
+        if f.endswith((".h", ".pxi")) or f in ("_exactsum.pyx", "_reductions.pyx"):
             shutil.copy(os.path.join(KERNELS, f), src / "kernels")
     env = {k: v for k, v in os.environ.items() if k not in ("CFLAGS", "CPPFLAGS")}
     env["CFLAGS"] = cflags
@@ -177,7 +178,7 @@ def _results(folder: str, data: str) -> dict:
 
 def _data(path) -> tuple[str, list[np.ndarray]]:
     rng = np.random.default_rng(2026)
-    block = MODULES["_exactsum"].XS_BLOCK_VALUES
+    block = exact_sum_fastpath.BLOCK_VALUES
     arrays: dict[str, np.ndarray] = {}
     blocks = []
     for i in range(60):
@@ -202,7 +203,7 @@ def test_native_and_fast_math_builds_give_the_default_builds_bits(tmp_path):
     from test_kernels_exact_sum_fastpath import may_extract  # the independent acceptance rule
 
     data, blocks = _data(tmp_path)
-    default = _results(os.path.dirname(MODULES["_exactsum"].__file__), data)
+    default = _results(os.path.dirname(exact_sum_fastpath.__file__), data)  # the extensions sit beside it
     assert default["compiled_in"] and default["self_test"] and default["ready"]
     accepted = [b is not None for b in default["blocks"]]
     assert accepted == [may_extract(b) for b in blocks]

@@ -24,17 +24,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpcbsp import kernels
+from hpcbsp.kernels import exact_sum_fastpath as XS  # the fast path's testing hooks
 from hpcbsp.kernels import reference
-from hpcbsp.kernels._extensions import MODULES
 
-XS = MODULES["_exactsum"]
-BLOCK = XS.XS_BLOCK_VALUES
-SHIFT = XS.XS_SHIFT
+BLOCK = XS.BLOCK_VALUES
+SHIFT = XS.LEVEL_SHIFT
 
-# Not on XS._extraction_ready(): that includes the known-answer test, whose failure must fail
-# the test below rather than skip the whole module.
+# Not on XS.ready(): that includes the known-answer test, whose failure must fail the test
+# below rather than skip the whole module.
 pytestmark = pytest.mark.skipif(
-    not XS.XS_COMPILED_IN or not XS._fp_env_ready(),
+    not XS.COMPILED_IN or not XS.fp_env_ready(),
     reason="the fast path is compiled out (not a GCC-compatible compiler, or fast-math flags) or "
            "the floating-point environment at start-up is not round-to-nearest without FTZ/DAZ")
 
@@ -79,7 +78,7 @@ def block_values(top: int, spread: int, n: int) -> st.SearchStrategy[list[float]
     lambda top: st.integers(1, 70).flatmap(lambda spread: block_values(top, spread, 200))))
 def test_a_block_is_exact_or_refused_exactly_when_it_should_be(values):
     x = np.array(values)
-    out = XS._extract_block(x)
+    out = XS.extract_block(x)
     assert (out is not None) == may_extract(x)
     if out is not None:
         assert block_value(out) == sum(Fraction(v) for v in values)
@@ -109,7 +108,7 @@ def test_edge_blocks(case):
         "nan": np.array([1.0, math.nan]),
         "zeros": np.array([0.0, -0.0, 0.0]),
     }[case]
-    out = XS._extract_block(x)
+    out = XS.extract_block(x)
     assert (out is not None) == may_extract(x)
     if out is not None:
         assert block_value(out) == sum(Fraction(float(v)) for v in x)
@@ -124,7 +123,7 @@ def test_a_straggler_is_caught_in_every_lane_and_in_the_tail(n):
     for pos in list(range(min(n, 80))) + [n - 1]:
         y = x.copy()
         y[pos] = math.ldexp(1 + 2**-52, -70)  # its last bit lies below the second level's unit
-        assert XS._extract_block(y) is None, pos
+        assert XS.extract_block(y) is None, pos
         assert same(kernels.exact_sum(y), math.fsum(y))
 
 
@@ -133,7 +132,7 @@ def test_typical_data_takes_the_fast_path_and_stays_exact():
     for x in (rng.standard_normal(5 * BLOCK + 17), rng.random(3 * BLOCK),
               rng.standard_normal(2 * BLOCK) * 1e250, rng.standard_normal(2 * BLOCK) * 1e-250):
         blocks = [x[i:i + BLOCK] for i in range(0, x.size, BLOCK)]
-        assert all(XS._extract_block(b) is not None for b in blocks)  # the path these sums take
+        assert all(XS.extract_block(b) is not None for b in blocks)  # the path these sums take
         assert same(kernels.exact_sum(x), math.fsum(x))
         for cut in (1, BLOCK - 1, BLOCK, x.size // 3):
             total = kernels.exact_sum_state(x[:cut]) + kernels.exact_sum_state(x[cut:])
@@ -146,7 +145,7 @@ def test_refused_blocks_mixed_with_fast_ones():
     x[3 * BLOCK + 5] = 1e-30                 # block 3: below the reach of two levels
     x[7 * BLOCK:9 * BLOCK] *= np.exp2(rng.integers(-300, 300, 2 * BLOCK))  # blocks 7, 8: wide
     x[12 * BLOCK + 1] = 5e-324              # block 12: a subnormal
-    refused = [i for i in range(20) if XS._extract_block(x[i * BLOCK:(i + 1) * BLOCK]) is None]
+    refused = [i for i in range(20) if XS.extract_block(x[i * BLOCK:(i + 1) * BLOCK]) is None]
     assert refused == [3, 7, 8, 12]
     assert same(kernels.exact_sum(x), math.fsum(x))
     assert same(kernels.exact_sum(x[::3]), math.fsum(x[::3]))     # strided: gathered blocks
@@ -180,9 +179,9 @@ def test_other_rounding_modes_give_the_same_bits(mode):
              np.array([-1.0, -(2.0**-53) * 3]), np.array([5e-324, 5e-324, -1e-323, 5e-324])]
     expect = [reference.exact_sum(x) for x in cases]  # in the default mode, to nearest
     with rounding(mode):
-        assert not XS._extraction_ready()
+        assert not XS.ready()
         got = [kernels.exact_sum(x) for x in cases]
-    assert XS._extraction_ready()
+    assert XS.ready()
     assert all(same(g, e) for g, e in zip(got, expect)), (got, expect)
 
 
@@ -198,15 +197,15 @@ def test_rounding_set_in_the_sse_register_alone_is_seen(mode):
     rng = np.random.default_rng(13)
     cases = [x, rng.standard_normal(3 * BLOCK + 5), np.array([1.0, 2.0**-53, 2.0**-1074])]
     expect = [math.fsum(c) for c in cases]
-    token = XS._set_ftz_daz(False, False)
+    token = XS.set_ftz_daz(False, False)
     if token is None:
         pytest.skip("no SSE control register on this CPU")
     try:
-        XS._restore_fp_flags((token & ~0x6000) | SSE_ROUNDING[mode])
-        ready = XS._extraction_ready()
+        XS.restore_fp_flags((token & ~0x6000) | SSE_ROUNDING[mode])
+        ready = XS.ready()
         got = [kernels.exact_sum(c) for c in cases]
     finally:
-        XS._restore_fp_flags(token)
+        XS.restore_fp_flags(token)
     assert not ready
     assert all(same(g, e) for g, e in zip(got, expect)), (got, expect)
 
@@ -214,7 +213,7 @@ def test_rounding_set_in_the_sse_register_alone_is_seen(mode):
 def test_the_known_answer_test_passes_in_this_build():
     # It compares the fast path with the integer bins on a block that needs every bit of both
     # extraction levels; a build whose arithmetic was reassociated would fail it and stay slow.
-    assert XS._extraction_self_test_passed()
+    assert XS.self_test_passed()
 
 
 @pytest.mark.parametrize("ftz, daz", [(True, False), (False, True), (True, True)])
@@ -225,14 +224,14 @@ def test_flush_to_zero_and_denormals_are_zero_do_not_lose_subnormals(ftz, daz):
     x[100] = 5e-324
     cases = [np.array([tiny, -tiny, 5e-324]), x, np.array([5e-324] * 3)]
     expect = [math.fsum(c) for c in cases]
-    token = XS._set_ftz_daz(ftz, daz)
+    token = XS.set_ftz_daz(ftz, daz)
     if token is None:
         pytest.skip("no SSE control register on this CPU")
     try:
-        ready = XS._extraction_ready() or kernels.exact_sum_fast_path_enabled()
+        ready = XS.ready() or kernels.exact_sum_fast_path_enabled()
         got = [kernels.exact_sum(c) for c in cases]
     finally:
-        XS._restore_fp_flags(token)
+        XS.restore_fp_flags(token)
     assert not ready
     assert all(same(g, e) for g, e in zip(got, expect)), (got, expect)
 
@@ -307,7 +306,7 @@ def test_baseline_and_vector_builds_give_the_same_integers(tmp_path):
     for b, line in zip(blocks, lines):
         ok, hi, lo, pos = map(int, line.split())
         assert bool(ok) == may_extract(b)
-        assert (XS._extract_block(b) is not None) == bool(ok)
+        assert (XS.extract_block(b) is not None) == bool(ok)
         if ok:
             accepted += 1
             assert block_value((hi, lo, pos)) == sum(Fraction(float(v)) for v in b)

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from hpcbsp import kernels
 from hpcbsp.kernels import reference
-from hpcbsp.kernels._arrays import as_index_array
+from hpcbsp.kernels._arrays import as_index_array  # private on purpose: its no-copy rule is tested
 
 INT_DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
 

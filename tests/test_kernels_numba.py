@@ -32,6 +32,7 @@ def random_csr(rng, nrows, ncols, density=0.3, duplicates=True):
 
 
 def test_kernels_are_compiled_unless_jit_is_disabled():
+    # (private on purpose: whether the jitted kernel behind csr_matvec is a Numba dispatcher)
     is_dispatcher = isinstance(linear._csr_matvec_kernel, numba.core.dispatcher.Dispatcher)
     assert is_dispatcher != JIT_DISABLED
     assert kernels.compiled_status()["numba"] != JIT_DISABLED
@@ -219,5 +220,6 @@ def test_every_numba_kernel_caches_its_compilation():
     dispatchers = {f"{mod.__name__}.{name}": v for mod in (linear, learning, models)
                    for name, v in vars(mod).items() if isinstance(v, Dispatcher)}
     assert len(dispatchers) >= 10, sorted(dispatchers)
+    # (private on purpose: Numba says whether cache=True is on only through the dispatcher's _cache)
     assert {name: type(d._cache).__name__ for name, d in dispatchers.items()} == \
         {name: "FunctionCache" for name in dispatchers}

@@ -61,7 +61,7 @@ def _arena_expected(bsp) -> bool:
 def test_records_go_through_the_arena_once_it_has_grown(bsp):
     """On one node; across nodes (the emulated cluster's runs) the arena stays off and the same
     supersteps give the oracle's parts through messages (so does a /dev/shm without room)."""
-    arena = bsp._outbox.arena  # white box: which path the records took
+    arena = bsp.extension.arena  # which path the records took
     assert arena is not None and arena.half_bytes == 0
     expected = _arena_expected(bsp)
     _run(bsp, [60_000])  # 60 000 puts of 12 bytes: ~720 KB, sent as messages; the arena grows
@@ -83,7 +83,7 @@ def test_the_messages_transport_gives_the_same_parts(bsp, monkeypatch):
     monkeypatch.setenv(arena_mod.ARENA_ENV, "messages")
     with hpcbsp.BSP(bsp.comm) as other:
         again, _ = _run(other, [80_000, 80_000])
-        assert other._outbox.arena.announced == 0 and other._outbox.arena.half_bytes == 0
+        assert other.extension.arena.announced == 0 and other.extension.arena.half_bytes == 0
     np.testing.assert_array_equal(got, again)
 
 
@@ -95,14 +95,14 @@ def test_without_room_in_dev_shm_records_stay_messages(bsp, monkeypatch):
     monkeypatch.setattr(arena_mod.os, "statvfs", lambda path: Full())
     with hpcbsp.BSP(bsp.comm) as other:
         _run(other, [70_000, 70_000, 70_000])
-        assert other._outbox.arena.half_bytes == 0 and other._outbox.arena.announced == 0
+        assert other.extension.arena.half_bytes == 0 and other.extension.arena.announced == 0
 
 
 @mpi
 def test_a_context_with_a_timeout_keeps_messages(bsp):
     with hpcbsp.BSP(bsp.comm, timeout=60) as bounded:
         _run(bounded, [70_000, 70_000])
-        assert bounded._outbox.arena.half_bytes == 0 and bounded._outbox.arena.announced == 0
+        assert bounded.extension.arena.half_bytes == 0 and bounded.extension.arena.announced == 0
 
 
 @mpi
@@ -113,15 +113,15 @@ def test_a_bounded_sync_switches_the_arena_off_on_every_rank(bsp):
     p, me = bsp.nprocs, bsp.pid
     with hpcbsp.BSP(bsp.comm) as ctx:
         _run(ctx, [70_000, 70_000])
-        assert (ctx._outbox.arena.announced > 0) == _arena_expected(ctx)
+        assert (ctx.extension.arena.announced > 0) == _arena_expected(ctx)
         c = ctx.coarray(p, name="bounded")
         c.put_elements(np.arange(p), np.full(p, me), np.full(p, float(me)))
         ctx.sync(timeout=60)
         np.testing.assert_array_equal(c.local[:p], np.arange(p, dtype=float))
-        assert not ctx._outbox.arena.active
-        before = ctx._outbox.arena.announced
+        assert not ctx.extension.arena.active
+        before = ctx.extension.arena.announced
         _run(ctx, [70_000])
-        assert ctx._outbox.arena.announced == before
+        assert ctx.extension.arena.announced == before
 
 
 @mpi
@@ -134,7 +134,7 @@ def test_a_half_is_not_rewritten_while_a_slow_rank_still_reads_it(bsp, monkeypat
     me = bsp.pid
     with hpcbsp.BSP(bsp.comm) as ctx:
         c = ctx.coarray(100_000, name="slow-reader")
-        if me == 1:
+        if me == 1:  # private on purpose: slowing the destination's apply is this test's subject
             apply = Coarray._write_elements
 
             def slow(self, record, count):
@@ -152,7 +152,7 @@ def test_a_half_is_not_rewritten_while_a_slow_rank_still_reads_it(bsp, monkeypat
                 np.testing.assert_array_equal(c.local, np.full(n, float(step)))
         expected = _arena_expected(ctx)  # (collective)
         if me == 0 and expected:
-            assert ctx._outbox.arena.announced == 4
+            assert ctx.extension.arena.announced == 4
         monkeypatch.undo()
 
 

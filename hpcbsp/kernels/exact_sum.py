@@ -114,7 +114,7 @@ def exact_sum_fast_path_enabled() -> bool:
     round-to-nearest with subnormals honoured (a library built with ``-ffast-math`` may set
     flush-to-zero process-wide).
     """
-    return bool(MODULES["_exactsum"]._extraction_ready())
+    return bool(MODULES["_exactsum"].extraction_ready())
 
 
 def exact_sum(x: Any) -> float:

@@ -44,12 +44,13 @@ import os
 import re
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from .coarray import Coarray
-from .errors import BadInput, BSPError
+from .control import Kind
+from .errors import BadInput, BSPError, UsageError
 from .partition import Grid, Partitioning, from_description
 
 if TYPE_CHECKING:
@@ -202,7 +203,14 @@ def _agree_or_raise(bsp: "BSP", error: str | None, what: str) -> None:
 
 
 def save(bsp: "BSP", path: str, program: str | None, state: dict[str, Any]) -> str:
-    """Write a checkpoint (collective).  See the module docstring for the format."""
+    """``bsp.checkpoint``: write a checkpoint (collective, between supersteps: a control step
+    in which the ranks agree on the state's names first).  See the module docstring for the
+    format."""
+    ext = bsp.extension
+    if ext.pending:
+        raise UsageError(f"rank {bsp.pid}: checkpoint between supersteps only: {ext.pending} "
+                         "request(s) are pending; call sync() first")
+    ext.agree(Kind.CHECKPOINT, f"checkpoint {sorted(state)}", lambda: f"checkpoint(state={sorted(state)})")
     path = os.path.abspath(os.fspath(path))
     program = program or default_program()
     arrays = {name: np.asarray(value) for name, value in state.items()}
@@ -236,7 +244,7 @@ def save(bsp: "BSP", path: str, program: str | None, state: dict[str, Any]) -> s
         if bsp.pid == 0:
             payload.update({f"state:{name}": arr for name, arr in arrays.items()})
         with open(os.path.join(tmp, fname), "wb") as fh:
-            np.savez(fh, **payload)
+            np.savez(fh, **cast("dict[str, Any]", payload))  # (numpy's stub types **kwds as allow_pickle's bool)
             fh.flush()
             os.fsync(fh.fileno())
         digest = _digest(os.path.join(tmp, fname))
@@ -247,9 +255,10 @@ def save(bsp: "BSP", path: str, program: str | None, state: dict[str, Any]) -> s
         for name, arr in sorted(arrays.items())), digest_size=16).hexdigest()
     reports = bsp.comm.gather((error, digest, state_digest), root=0)
 
-    # 3. Rank 0 checks everything, writes meta.json last, and swaps the directories.
+    # 3. Rank 0 (the gather's root, which has the reports) checks everything, writes meta.json
+    #    last, and swaps the directories.
     error = None
-    if bsp.pid == 0:
+    if reports is not None:
         errs = [(r, e) for r, (e, _, _) in enumerate(reports) if e]
         differ = [r for r, (_, _, sd) in enumerate(reports) if sd != reports[0][2]]
         if errs:
@@ -336,7 +345,10 @@ def _load(path: str, fname: str, meta: dict[str, Any]) -> dict[str, np.ndarray]:
 
 
 def restore(bsp: "BSP", path: str, program: str | None = None) -> Checkpoint:
-    """Read a checkpoint into the registered coarrays (collective); return its state."""
+    """``bsp.restore``: read a checkpoint into the registered coarrays (collective, after a
+    control step); the context's superstep counter continues from the saved one.  Returns the
+    checkpoint's superstep and state."""
+    bsp.extension.agree(Kind.CHECKPOINT, "restore", lambda: f"restore({path!r})")
     path = os.path.abspath(os.fspath(path))
     coarrays = {c.name: c for c in bsp.extension.coarrays() if not c.scratch and c.registered}
     error, result = None, None
@@ -377,7 +389,8 @@ def restore(bsp: "BSP", path: str, program: str | None = None) -> Checkpoint:
     except (KeyError, TypeError, ValueError) as exc:
         error = f"checkpoint {path} is damaged: unexpected content ({type(exc).__name__}: {exc})"
     _agree_or_raise(bsp, error, "restore")
-    assert result is not None
+    assert result is not None  # (_agree_or_raise raised on every rank if any rank has no result)
+    bsp.superstep = result.superstep
     return result
 
 
@@ -424,11 +437,13 @@ def _redistribute(c: Coarray, pid: int, layouts: tuple[Partitioning | Grid, Part
     """Fill this rank's part with the global elements its layout gives it, each read from the
     saved part (and local index) that the saved layout had it in."""
     saved, here = layouts
-    if isinstance(here, Grid):
+    if isinstance(saved, Grid) and isinstance(here, Grid):
         mesh = np.meshgrid(*here.global_indices(pid), indexing="ij")  # row-major local order
         owners, local = saved.locate([m.reshape(-1) for m in mesh])
-    else:
-        owners, local = saved.locate(here.global_indices(pid))  # type: ignore[union-attr]
+    elif isinstance(saved, Partitioning) and isinstance(here, Partitioning):
+        owners, local = saved.locate(here.global_indices(pid))
+    else:  # _layouts refuses a pair of different kinds
+        raise AssertionError(f"layouts of different kinds: {saved!r}, {here!r}")
     owners, local = np.asarray(owners).reshape(-1), np.asarray(local).reshape(-1)
     for r in np.unique(owners):
         mine = owners == r

@@ -9,7 +9,7 @@ the calls.
 from __future__ import annotations
 
 import pickle
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import numpy as np
 from mpi4py import MPI
@@ -18,10 +18,15 @@ from .control import Kind, signature
 from .distribution import block_range
 from .errors import UsageError
 from .ledger import Traffic
+from .records import check_pid
 from .superstep import Step
 
 if TYPE_CHECKING:
     from .superstep import Supersteps
+
+C = TypeVar("C")  # the context type split makes
+#: ``foldl``'s default ``initial``: fold from the first rank's value.
+NO_INITIAL: Any = object()
 
 _TAG_RING = 111  # the ring collectives' point-to-point messages (exchange: 101-104)
 
@@ -176,6 +181,7 @@ def allgather_blocks(bsp: "Supersteps", buf: Any) -> np.ndarray:
 
 def broadcast(bsp: "Supersteps", x: Any, root: int) -> Any:
     """See :meth:`hpcbsp.runtime.context.BSP.broadcast`."""
+    root = check_pid(root, bsp.nprocs, bsp.pid, "broadcast")
     desc = f"broadcast(root={root})"
     is_root = bsp.pid == root
     result: list[Any] = []
@@ -237,10 +243,12 @@ def gather_all(bsp: "Supersteps", x: Any) -> list[Any]:
     return result[0]
 
 
-def foldl(bsp: "Supersteps", x: Any, fn: Callable[[Any, Any], Any], initial: Any, has_initial: bool) -> Any:
-    """See :meth:`hpcbsp.runtime.context.BSP.foldl`."""
+def foldl(bsp: "Supersteps", x: Any, fn: Callable[[Any, Any], Any], initial: Any) -> Any:
+    """See :meth:`hpcbsp.runtime.context.BSP.foldl` (``initial`` is :data:`NO_INITIAL` where the
+    caller gave none)."""
     if not callable(fn):
         raise UsageError(f"rank {bsp.pid}: foldl(fn={fn!r}): fn must be a function of two values")
+    has_initial = initial is not NO_INITIAL
     values = gather_all(bsp, x)
     acc = initial if has_initial else values[0]
     for v in values if has_initial else values[1:]:
@@ -248,9 +256,10 @@ def foldl(bsp: "Supersteps", x: Any, fn: Callable[[Any, Any], Any], initial: Any
     return acc
 
 
-def split(bsp: "Supersteps", color: int | None, key: int | None) -> MPI.Comm:
-    """The communicator of ``bsp.split`` (collective; a superstep).  ``MPI.COMM_NULL`` on ranks
-    that pass ``None``; the caller frees it."""
+def split(bsp: "Supersteps", color: int | None, key: int | None,
+          make: Callable[[MPI.Comm], C]) -> C | None:
+    """``bsp.split`` (collective; a superstep): ``make(comm)`` on the ranks' new communicator,
+    which is freed after (``make`` duplicates it); None on ranks that pass ``None``."""
     comms: list[MPI.Comm] = []
 
     def run(traffic: Traffic) -> None:
@@ -258,4 +267,10 @@ def split(bsp: "Supersteps", color: int | None, key: int | None) -> MPI.Comm:
                                     bsp.pid if key is None else int(key)))
 
     bsp.sync("split", _step=Step(Kind.SPLIT, 0, lambda: f"split(color={color})", run))
-    return comms[0]
+    sub = comms[0]
+    if sub == MPI.COMM_NULL:
+        return None
+    try:
+        return make(sub)
+    finally:
+        sub.Free()

@@ -11,6 +11,8 @@ and on the context's public attributes (``comm``, ``pid``, ``nprocs``, ``superst
     ext.add_close_hook(engine.close)                    # runs when the context is released
     ext.state                                           # "open", "closed" or "failed"
     ext.compiled_sync                                   # the empty sync's control step is compiled
+    ext.pending                                         # requests waiting for the next sync
+    ext.arena                                           # the shared arena of element puts (diagnostics)
     ext.coarrays()                                      # the registered coarrays, in order
     ext.check_pid(pid, "box.send")                      # an int rank, or a UsageError
 
@@ -27,6 +29,7 @@ from .errors import UsageError
 from .records import check_pid
 
 if TYPE_CHECKING:
+    from .arena import Arena
     from .coarray import Coarray
     from .context import BSP
     from .superstep import SyncHook
@@ -97,6 +100,18 @@ class Extension:
         """True when this context's blocking control step (an empty sync) runs as one compiled
         call (:mod:`.native`), False where it goes through mpi4py's Python calls."""
         return self._bsp._control.blocking_step is not None
+
+    @property
+    def pending(self) -> int:
+        """The number of this rank's put, get and send requests waiting for the next sync."""
+        return self._bsp._outbox.nrecords
+
+    @property
+    def arena(self) -> "Arena | None":
+        """The node's shared arena that packed element puts travel through (:mod:`.arena`; None
+        with one rank), for diagnostics and tests: its ``half_bytes`` (0 while records go as
+        messages), ``announced`` (records this rank placed in it) and ``active``."""
+        return self._bsp._outbox.arena
 
     def coarrays(self) -> "list[Coarray]":
         """The registered coarrays in registration order (including scratch ones)."""

@@ -1,4 +1,7 @@
-"""The life of a BSP context: open, then closed or failed, and what a failure does.
+"""The life of a BSP context: how it opens, then closed or failed, and what a failure does.
+
+:func:`start` is what opening a context does before its state is made (process-wide guards,
+settings from the environment, the context's own communicator and the agreed wait mode).
 
 One :class:`Lifecycle` per context owns its state (like LPF's single FATAL state)::
 
@@ -27,8 +30,10 @@ from typing import Callable, Sequence
 
 from mpi4py import MPI
 
+from . import arena, deathwatch, waiting
 from .control import ControlStep, Kind
 from .errors import BSPError, UsageError, env_number
+from .launch import check_world
 from .report import abort_job, format_failure
 
 #: The open contexts' lifecycles in this process (an uncaught failure tells their peers).
@@ -40,6 +45,34 @@ def abort_grace() -> float:
     (``$HPCBSP_ABORT_GRACE``, default 10)."""
     grace = env_number("HPCBSP_ABORT_GRACE", float, 0.0)
     return 10.0 if grace is None else float(grace)
+
+
+def start(comm: MPI.Comm | None, timeout: float | None,
+          wait: str | None) -> tuple[MPI.Comm, float | None, str, bool]:
+    """Open a context on ``comm`` (default ``MPI.COMM_WORLD``; collective over it).
+
+    Installs the process-wide guards (one report per rank for an uncaught error, the world-size
+    check, the watch that names a rank that died without a word), reads the environment before
+    anything is made (``$HPCBSP_SYNC_TIMEOUT`` where ``timeout`` is None, the arena's setting),
+    duplicates ``comm`` and agrees on the wait mode on the copy (:func:`.waiting.resolve`).
+    Returns ``(the copy, timeout, wait mode, shared_elements)``, the arguments of
+    :class:`~.superstep.Supersteps`.
+    """
+    from .runner import install_excepthook  # (runner imports the context, which imports this)
+
+    install_excepthook()
+    check_world(MPI.COMM_WORLD.Get_size())
+    deathwatch.start(MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size())
+    base = MPI.COMM_WORLD if comm is None else comm
+    env_timeout = env_number("HPCBSP_SYNC_TIMEOUT", float, 0.0)
+    shared_elements = arena.wanted()
+    copy = base.Dup()
+    try:
+        mode = waiting.resolve(wait, copy)
+    except BSPError:
+        copy.Free()  # every rank raises here: nothing else uses the copy
+        raise
+    return copy, timeout if timeout is not None else env_timeout, mode, shared_elements
 
 
 def _nap() -> None:

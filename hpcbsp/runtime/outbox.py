@@ -48,6 +48,11 @@ class BufferPool:
         self._keep = keep
         self._peak = 0  # the most bytes one superstep gave back
 
+    @property
+    def held(self) -> int:
+        """Bytes of the free buffers the pool holds now."""
+        return sum(buf.size for stack in self._free.values() for buf in stack)
+
     def take(self, nbytes: int) -> np.ndarray:
         """A uint8 array of exactly ``nbytes`` (a view of a pooled buffer, or a new one)."""
         cap = nbytes if nbytes < self.CHUNK else -(-nbytes // self.CHUNK) * self.CHUNK

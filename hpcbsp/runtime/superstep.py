@@ -16,10 +16,14 @@ The plain case (an open context without sync hooks or timeout, a ``sync`` with n
 is one control step, a persistent ``Allreduce`` started and waited for in one compiled call
 (:mod:`.native`), plus a few hundred nanoseconds of Python; it is written out inline in ``sync``
 so that it makes no Python call besides the control step and the two clock reads.
+
+Leaving a context together (``BSP.close``) is one more control step of this path's kind
+(:meth:`Supersteps._leave`), after which the shared arena is freed and the context released.
 """
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any, Callable, NamedTuple, Protocol
 
 import numpy as np
@@ -108,7 +112,7 @@ class Supersteps:
         self._plain = timeout is None
         self._life = Lifecycle(self.pid, comm, self._control, self._progress, lambda: self.superstep,
                                self._leave_plain)
-        if self._outbox.arena is not None:  # (freed by _release_arena when the ranks leave together)
+        if self._outbox.arena is not None:  # (freed by _leave when the ranks leave together)
             self._life.add_close_hook(self._outbox.arena.close)
 
     @property
@@ -118,11 +122,24 @@ class Supersteps:
         arena = self._outbox.arena
         return "arena" if arena is not None and arena.half_bytes > 0 else "messages"
 
-    def _release_arena(self) -> None:
-        """Free the shared arena (collective, bounded by the abort grace: call it only once
-        every rank agreed to leave)."""
-        if self._outbox.arena is not None:
-            self._outbox.arena.close(grace=abort_grace())
+    def _leave(self) -> None:
+        """Leave the context with the other ranks (collective; ``BSP.close``): warn of requests
+        never delivered, agree on the exit, free the shared arena (bounded by the abort grace;
+        matched, since every rank agreed to leave) and release the context."""
+        life = self._life
+        if not life.is_open:
+            life.release_after_failure()
+            return
+        if self._outbox.nrecords:
+            warnings.warn(f"rank {self.pid}: {self._outbox.nrecords} put/get/send request(s) of "
+                          f"superstep {self.superstep} were never delivered: call sync() before "
+                          "leaving the BSP block", stacklevel=3)
+        try:
+            self._agree(Kind.EXIT, 0, lambda: "left the BSP block (or returned from the BSP function)")
+            if self._outbox.arena is not None:
+                self._outbox.arena.close(grace=abort_grace())
+        finally:
+            life.release()
 
     def _leave_plain(self) -> None:
         self._plain = False
