@@ -306,8 +306,8 @@ def _checkpoint_plan(args: argparse.Namespace) -> CheckpointPlan | None:
 
 
 def _check_checkpoint_dir(args: argparse.Namespace) -> None:
-    if args.checkpoint.exists() and not args.checkpoint.is_dir():
-        raise ValueError(f"--checkpoint {args.checkpoint} exists and is not a directory")
+    """--checkpoint DIR can be written (OutputError) and, without --restart, holds nothing."""
+    prepare_dir(args.checkpoint, "--checkpoint")
     if args.checkpoint.is_dir() and any(args.checkpoint.iterdir()) and not args.restart:
         raise ValueError(f"--checkpoint {args.checkpoint} is not empty: add --restart to resume "
                          "from the checkpoints in it, or choose an empty or new directory")
@@ -376,7 +376,7 @@ def _train_world(world: World, args: argparse.Namespace, policies: list[str], da
         try:
             _check_checkpoint_dir(args)
             plan.check("mpi", policies, args.repeats)
-        except (ValueError, CheckpointError) as exc:
+        except (ValueError, CheckpointError, OutputError) as exc:
             error = str(exc)
     error = world.bsp.broadcast(error)
     if error is not None:
