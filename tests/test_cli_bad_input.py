@@ -25,7 +25,7 @@ CLIS = {
                                "--chunk"], ["--restart", "--no-check"]),
     "hpcbsp.apps.snn.__main__": (["--mode", "--neurons", "--fanout", "--delay-min", "--time-ms", "--dt",
                                   "--seed", "--superstep", "--window"], ["--json", "--quiet"]),
-    "hpcbsp.elastic.train": (["--policy", "--R", "--s", "--s-lower", "--s-upper", "--slowdown",
+    "hpcbsp.apps.elastic.train": (["--policy", "--R", "--s", "--s-lower", "--s-upper", "--slowdown",
                               "--workers", "--backup", "--checkpoint", "--checkpoint-every"],
                              ["--simulate", "--restart"]),
     "hpcbsp.cli.cost bsf": (["--latency", "--t-c", "--t-map", "--t-a", "--t-p", "--list-length",
@@ -103,7 +103,7 @@ def test_histogram_restart_option_errors(argv, needle):
     (["--simulate", "--checkpoint", "ck", "--checkpoint-every", "nan"], "--checkpoint-every must be positive"),
 ])
 def test_elastic_semantic_errors(argv, needle):
-    code, err = call("hpcbsp.elastic.train", argv)
+    code, err = call("hpcbsp.apps.elastic.train", argv)
     assert code == 2 and needle in err and "Traceback" not in err, err
 
 

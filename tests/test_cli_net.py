@@ -1,6 +1,6 @@
 """A net under every command line: generated arguments, boundary values, files and folders.
 
-Each command (every app, ``hpcbsp``, every ``hpcbsp-cost`` subcommand, ``hpcbsp.elastic.train``,
+Each command (every app, ``hpcbsp``, every ``hpcbsp-cost`` subcommand, ``hpcbsp.apps.elastic.train``,
 the benchmarks' argument parsing) is driven with arguments drawn by hypothesis from its own
 options, mixing sensible values with boundaries (0, 1, negative, huge, NaN, text, a missing
 file, an existing file or folder where the other is wanted).  The oracle is the project's
@@ -115,7 +115,7 @@ PROGRAMS: dict[str, tuple[list[str], list[str], dict[str, st.SearchStrategy], st
              "--delay-max": st.sampled_from(["30", "0", "-1", "1e9", "abc"]), "--time-ms": REAL, "--dt": REAL,
              "--superstep": st.sampled_from(["global", "cross", "x"]), "--window": COUNT,
              "--raster": out_file(".png", ".svg"), "--spikes": out_file(".npz", ".csv")}, None),
-    "elastic.train": (["-m", "hpcbsp.elastic.train"],
+    "elastic.train": (["-m", "hpcbsp.apps.elastic.train"],
                       ["--simulate", "--dataset", "generated", "--duration", "0.3", "--no-plot", "--policy", "bsp"],
                       {"--policy": st.sampled_from(["bsp", "asp,ssp", "all", "nosuch", ""]), "--R": COUNT,
                        "--s": COUNT, "--backup": COUNT, "--workers": COUNT, "--base-delay": REAL,
@@ -249,7 +249,7 @@ REPORTED = [
     (["-m", "hpcbsp.apps.bsf.jacobi", "--n", "30", "--ledger", "x.txt"], 2, ".json or .csv"),
     (["-m", "hpcbsp.apps.snn", "--mode", "serial", "--n", "100", "--raster", "r.txt"], 2, ".png"),
     (["-m", "hpcbsp.apps.demo", "--n", "30", "--out-dir", "existing.txt"], 2, "not a folder"),
-    (["-m", "hpcbsp.elastic.train", "--simulate", "--dataset", "generated", "--out", "existing.txt"], 2,
+    (["-m", "hpcbsp.apps.elastic.train", "--simulate", "--dataset", "generated", "--out", "existing.txt"], 2,
      "not a folder"),
     (["-m", "hpcbsp.apps.irregular.triangles", "--graph", "rmat", "--scale", "40"], 2, "memory"),
     (["-m", "hpcbsp", "run", "existing_dir"], 2, "folder"),
@@ -260,11 +260,11 @@ REPORTED = [
      "not a seed"),
     (["-m", "hpcbsp.apps.irregular.bfs", "--n", "50", "--seed", "-1"], 2, "not a seed"),
     (["-m", "hpcbsp.apps.bsf.system"], 2, "hpcbsp.apps.bsf.jacobi"),
-    (["-m", "hpcbsp.elastic.train", "--simulate", "--dataset", "generated", "--duration", "1",
+    (["-m", "hpcbsp.apps.elastic.train", "--simulate", "--dataset", "generated", "--duration", "1",
       "--base-delay", "0"], 2, "--base-delay"),
     # found by this net: a virtual clock with (near) zero-length iterations never ends
-    (["-m", "hpcbsp.elastic.train", "--simulate", "--dataset", "generated", "--jitter", "1e300"], 2, "--jitter"),
-    (["-m", "hpcbsp.elastic.train", "--simulate", "--dataset", "generated", "--change-at", "0.1",
+    (["-m", "hpcbsp.apps.elastic.train", "--simulate", "--dataset", "generated", "--jitter", "1e300"], 2, "--jitter"),
+    (["-m", "hpcbsp.apps.elastic.train", "--simulate", "--dataset", "generated", "--change-at", "0.1",
       "--change-factor", "1e-300"], 2, "--change-factor"),
 ]
 

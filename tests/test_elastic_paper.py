@@ -1,4 +1,4 @@
-"""The paper-experiment driver's statistics and report (hpcbsp.elastic.paper).
+"""The paper-experiment driver's statistics and report (hpcbsp.apps.elastic.paper).
 
 Oracles: scipy's Student t interval, and hand-made curves whose times to target are known.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hpcbsp.elastic.paper import _compute_mode, main, summarise, t_interval
+from hpcbsp.apps.elastic.paper import _compute_mode, main, summarise, t_interval
 
 
 @pytest.mark.parametrize("n", [2, 3, 5, 12, 31, 40])
@@ -61,13 +61,13 @@ def test_bad_input_is_one_line_and_status_2(tmp_path: Path) -> None:
                           (["run", "--paced", "0"], "--paced must be a positive number of seconds"),
                           (["run", "--paced", "0.02", "--extra", "--base-delay 1"],
                            "--paced sets train.py's --compute and --base-delay")):
-        proc = subprocess.run([sys.executable, "-m", "hpcbsp.elastic.paper", *args],
+        proc = subprocess.run([sys.executable, "-m", "hpcbsp.apps.elastic.paper", *args],
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_paced_runs_pass_the_pacing_to_train_and_the_report_says_so(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "hpcbsp.elastic.paper", "run", "--paced", "0.02", "--dry-run",
+    proc = subprocess.run([sys.executable, "-m", "hpcbsp.apps.elastic.paper", "run", "--paced", "0.02", "--dry-run",
                            "--seeds", "2", "--out", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.rstrip().endswith("--compute sleep --base-delay 0.02") and "--repeats 2" in proc.stdout

@@ -17,18 +17,18 @@ import numpy as np
 import pytest
 from mpi_helpers import run_mpi
 
+from hpcbsp.apps.elastic.experiment import TrainConfig, run_simulated
+from hpcbsp.apps.elastic.resume import CheckpointError, CheckpointPlan
 from hpcbsp.elastic.data import load_dataset
-from hpcbsp.elastic.experiment import TrainConfig, run_simulated
 from hpcbsp.elastic.models import make_model
 from hpcbsp.elastic.policies import REGISTRY, PolicyOptions, make_policy
-from hpcbsp.elastic.resume import CheckpointError, CheckpointPlan
 from hpcbsp.elastic.simulator import Simulation
 from hpcbsp.elastic.snapshot import SnapshotError, decode, encode
 from hpcbsp.elastic.timing import TimingModel
 
 pytestmark = pytest.mark.serial_only
 
-TRAIN = [sys.executable, "-m", "hpcbsp.elastic.train"]
+TRAIN = [sys.executable, "-m", "hpcbsp.apps.elastic.train"]
 SIM = ["--simulate", "--policy", "all", "--dataset", "generated", "--duration", "2",
        "--stall-prob", "0.05", "--change-at", "0.8", "--no-plot"]
 
@@ -230,7 +230,7 @@ def test_restart_refuses_other_settings_and_damaged_checkpoints(tmp_path: Path) 
 
 def test_mpi_training_killed_and_restarted_goes_on_from_the_saved_server_state(tmp_path: Path) -> None:
     out, ck = tmp_path / "out", tmp_path / "ck"
-    args = ["-m", "hpcbsp.elastic.train", "--policy", "ssp", "--dataset", "generated",
+    args = ["-m", "hpcbsp.apps.elastic.train", "--policy", "ssp", "--dataset", "generated",
             "--duration", "3", "--eval-every", "0.1", "--no-plot", "--out", str(out),
             "--checkpoint", str(ck), "--checkpoint-every", "0.4"]
     dead = run_mpi(3, [*args, "--die-after-saves", "3"], timeout=60)

@@ -30,7 +30,7 @@ from hpcbsp.elastic.torch import TorchModel, TorchModelError, build_net, make_to
 
 pytestmark = pytest.mark.serial_only  # serial tests and their own MPI jobs: run in the serial pass
 
-TRAIN = [sys.executable, "-m", "hpcbsp.elastic.train"]
+TRAIN = [sys.executable, "-m", "hpcbsp.apps.elastic.train"]
 
 
 def _net(name: str = "cnn", seed: int = 0) -> tuple[nn.Module, tuple[int, ...]]:
@@ -299,7 +299,7 @@ def test_mpi_torch_run_writes_every_policy_and_the_allreduce_baseline(tmp_path: 
     from mpi_helpers import run_mpi
 
     out = tmp_path / "out"
-    res = run_mpi(3, ["-m", "hpcbsp.elastic.train", "--model", "student", "--dataset", "teacher",
+    res = run_mpi(3, ["-m", "hpcbsp.apps.elastic.train", "--model", "student", "--dataset", "teacher",
                       "--teacher-dim", "16", "--teacher-samples", "400", "--policy", "bsp,allreduce",
                       "--duration", "1", "--eval-every", "0.2", "--slowdown", "1,2", "--no-plot",
                       "--out", str(out)], timeout=120)
@@ -317,10 +317,10 @@ def test_mpi_torch_run_writes_every_policy_and_the_allreduce_baseline(tmp_path: 
 def test_mpi_torch_run_killed_and_restarted_goes_on_from_the_saved_server_state(tmp_path: Path) -> None:
     from mpi_helpers import run_mpi
 
-    from hpcbsp.elastic.resume import CheckpointPlan
+    from hpcbsp.apps.elastic.resume import CheckpointPlan
 
     out, ck = tmp_path / "out", tmp_path / "ck"
-    args = ["-m", "hpcbsp.elastic.train", "--model", "cnn", "--dataset", "teacher", "--teacher-dim", "16",
+    args = ["-m", "hpcbsp.apps.elastic.train", "--model", "cnn", "--dataset", "teacher", "--teacher-dim", "16",
             "--teacher-samples", "400", "--policy", "ssp", "--duration", "3", "--eval-every", "0.1",
             "--no-plot", "--out", str(out), "--checkpoint", str(ck), "--checkpoint-every", "0.4"]
     dead = run_mpi(3, [*args, "--die-after-saves", "3"], timeout=90)

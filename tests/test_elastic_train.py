@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from mpi_helpers import run_mpi
 
-from hpcbsp.elastic.train import main
+from hpcbsp.apps.elastic.train import main
 
 pytestmark = pytest.mark.serial_only
 
@@ -56,11 +56,11 @@ def test_help_shows_the_mpi_example(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         main(["--help"])
     assert info.value.code == 0
-    assert "mpiexec -n 5 python -m hpcbsp.elastic.train" in capsys.readouterr().out
+    assert "mpiexec -n 5 python -m hpcbsp.apps.elastic.train" in capsys.readouterr().out
 
 
 def test_real_run_without_mpiexec_explains_what_to_do() -> None:
-    proc = subprocess.run([sys.executable, "-m", "hpcbsp.elastic.train", "--dataset", "generated"],
+    proc = subprocess.run([sys.executable, "-m", "hpcbsp.apps.elastic.train", "--dataset", "generated"],
                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert proc.returncode == 2
     assert "needs at least 2 ranks" in proc.stderr and "--simulate" in proc.stderr
@@ -123,7 +123,7 @@ def test_plot_is_skipped_with_a_message_without_matplotlib(tmp_path: Path, monke
 
 
 def test_mpi_run_with_wrong_slowdown_length_fails_cleanly() -> None:
-    res = run_mpi(3, ["-m", "hpcbsp.elastic.train", "--dataset", "generated", "--slowdown", "1,1,2"],
+    res = run_mpi(3, ["-m", "hpcbsp.apps.elastic.train", "--dataset", "generated", "--slowdown", "1,1,2"],
                   timeout=60)
     assert not res.timed_out and res.returncode == 2
     lines = [ln for ln in res.stderr.splitlines() if "error" in ln]
@@ -132,7 +132,7 @@ def test_mpi_run_with_wrong_slowdown_length_fails_cleanly() -> None:
 
 def test_five_rank_mpi_run_trains_and_writes_outputs(tmp_path: Path) -> None:
     out = tmp_path / "mpi"
-    res = run_mpi(5, ["-m", "hpcbsp.elastic.train", "--policy", "elastic,bsp", "--R", "20",
+    res = run_mpi(5, ["-m", "hpcbsp.apps.elastic.train", "--policy", "elastic,bsp", "--R", "20",
                       "--slowdown", "1,1,1.5,3", *QUICK, "--duration", "1", "--out", str(out)],
                   timeout=150)
     assert not res.timed_out, res.output[-2000:]
@@ -178,7 +178,7 @@ def test_mlp_trains_on_generated_data(tmp_path: Path) -> None:
 ])
 def test_timing_that_would_never_end_is_refused_at_once(args: list[str], message: str,
                                                         tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "hpcbsp.elastic.train", "--simulate", "--dataset", "generated",
+    cmd = [sys.executable, "-m", "hpcbsp.apps.elastic.train", "--simulate", "--dataset", "generated",
            "--duration", "1", "--no-plot", "--out", str(tmp_path / "out"), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)  # was: never ended
     assert proc.returncode == 2, proc.stderr

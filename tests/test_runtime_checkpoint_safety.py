@@ -198,7 +198,7 @@ APPS = {
     "cimmino": ["-m", "hpcbsp.apps.bsf.cimmino", "--n", "40", "--every", "5"],
     "histogram": ["-m", "hpcbsp.apps.irregular.histogram", "-n", "2000", "-T", "50", "--rounds", "2",
                   "--every", "1"],
-    "elastic": ["-m", "hpcbsp.elastic.train", "--simulate", "--policy", "asp", "--dataset",
+    "elastic": ["-m", "hpcbsp.apps.elastic.train", "--simulate", "--policy", "asp", "--dataset",
                 "generated", "--duration", "0.5", "--no-plot", "--restart"],
 }
 

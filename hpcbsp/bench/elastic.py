@@ -33,15 +33,16 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-import hpcbsp
 from hpcbsp.elastic.allreduce import allreduce_step
 from hpcbsp.elastic.policies import make_policy
 from hpcbsp.elastic.server import serve, work
 from hpcbsp.elastic.wire import HEADER_BYTES
+from hpcbsp.elastic.world import World, launch_world
 from hpcbsp.util.args import OneLineParser, positive_int
 
 
-def _server_round(comm: MPI.Comm, grad: np.ndarray, w0: np.ndarray, iters: int) -> float | None:
+def _server_round(comm: MPI.Comm, grad: np.ndarray, w0: np.ndarray, iters: int,
+                  timeout: float) -> float | None:
     """Seconds per push+pull through the server, as worker 1 sees it (None on other ranks)."""
     rank = comm.Get_rank()
     pair = comm.Split(0 if rank < 2 else MPI.UNDEFINED, rank)
@@ -49,14 +50,14 @@ def _server_round(comm: MPI.Comm, grad: np.ndarray, w0: np.ndarray, iters: int) 
         return None
     try:
         if rank == 0:
-            serve(pair, make_policy("asp"), w0, 1e-6, max_updates=iters + 1, timeout=120.0)
+            serve(pair, make_policy("asp"), w0, 1e-6, max_updates=iters + 1, timeout=timeout)
             return None
         calls: list[float] = []
 
         def grad_fn(weights: np.ndarray) -> np.ndarray:
             calls.append(time.perf_counter())  # the first after the first reply, the last after
             return grad                        # the iters-th: iters round trips in between
-        work(pair, grad_fn, grad.size, dtype=np.float32, timeout=120.0)
+        work(pair, grad_fn, grad.size, dtype=np.float32, timeout=timeout)
         return (calls[-1] - calls[0]) / iters
     finally:
         pair.Free()
@@ -84,8 +85,8 @@ def _max(comm: MPI.Comm, value: float | None) -> float:
     return comm.allreduce(value if value is not None else 0.0, op=MPI.MAX)
 
 
-def bench(bsp: "hpcbsp.BSP", params: int, iters: int, rounds: int) -> dict[str, Any]:
-    comm = bsp.comm.Dup()  # the baselines' and the server's own communicator
+def bench(world: World, params: int, iters: int, rounds: int) -> dict[str, Any]:
+    bsp, comm = world.bsp, world.comm  # (comm: the baselines' and the server's own communicator)
     rng = np.random.default_rng(bsp.pid)
     grad = rng.standard_normal(params).astype(np.float32)
     w0 = np.zeros(params, dtype=np.float32)
@@ -100,7 +101,7 @@ def bench(bsp: "hpcbsp.BSP", params: int, iters: int, rounds: int) -> dict[str, 
     for _ in range(rounds):
         if bsp.nprocs > 1:
             comm.Barrier()
-            server.append(_max(comm, _server_round(comm, grad, w0, iters)))
+            server.append(_max(comm, _server_round(comm, grad, w0, iters, world.timeout)))
             comm.Barrier()
             raw.append(_max(comm, _raw_round(comm, nbytes, iters)))
         comm.Barrier()
@@ -119,7 +120,6 @@ def bench(bsp: "hpcbsp.BSP", params: int, iters: int, rounds: int) -> dict[str, 
         for _ in range(iters):
             bsp.allreduce(buf, out=total)
         reduce_only.append(_max(comm, (time.perf_counter() - tic) / iters))
-    comm.Free()
     return {"server_s": server, "raw_s": raw, "step_s": step, "bare_s": bare, "reduce_s": reduce_only,
             "bytes": nbytes}
 
@@ -141,7 +141,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.iters, args.rounds = 10, 2
-    r = hpcbsp.run(bench, args.params, args.iters, args.rounds)
+    # (one rank measures the allreduce step alone; a second adds the server)
+    r = launch_world(bench, args.params, args.iters, args.rounds, min_ranks=1)
     if MPI.COMM_WORLD.Get_rank() == 0:
         p = MPI.COMM_WORLD.Get_size()
         mib = r["bytes"] / 2**20

@@ -60,6 +60,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from ..runtime.errors import SyncTimeout
 from ..runtime.waiting import Naps
 from ..util.waiting import poll
 from .runlog import RunLog
@@ -76,8 +77,11 @@ CONTINUE = 0
 STOP = 1
 
 
-class ServerTimeout(TimeoutError):
-    """A wait of the parameter server or a worker exceeded its bound."""
+class ServerTimeout(SyncTimeout, TimeoutError):
+    """A wait of the parameter server, a worker or the allreduce baseline exceeded its bound.
+
+    A :class:`hpcbsp.SyncTimeout`: uncaught, it is reported as one line naming the rank and ends
+    the job, as a collective's timeout does (:mod:`hpcbsp.runtime.runner`)."""
 
 
 @dataclass

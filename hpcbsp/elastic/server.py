@@ -133,7 +133,8 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
         problem = exc
     held = coord.weights if wired is not None else None
     shared = open_transport(comm, transport, None if problem is None else str(problem),
-                            0 if held is None else held.size, np.float64 if held is None else held.dtype)
+                            0 if held is None else held.size,
+                            np.dtype(np.float64) if held is None else held.dtype)
     if problem is not None:
         raise problem
     assert wired is not None
@@ -247,7 +248,7 @@ def _serve(comm: MPI.Comm, coord: Coordinator, policy: SyncPolicy, shared: Share
         if evaluator is not None:
             collect(evaluator.results())
             if now >= next_eval and not coord.stopping:
-                evaluator.submit(now - t0, coord.weights, coord.version)  # (skipped while busy)
+                evaluator.submit(now - t0, current, coord.version)  # (skipped while busy)
                 while next_eval <= now:
                     next_eval += eval_every  # type: ignore[operator]
         until = np.inf if coord.stopping else min(next_eval, stop_at, next_save)

@@ -107,8 +107,8 @@ class Simulation:
         self.coord = Coordinator(policy, n, weights if self.train else None, lr, 0.0,
                                  max_updates=max_updates, lr_decay=lr_decay)
         self.streams = [timing.worker(i) for i in range(n)]
-        self.pulled: list[np.ndarray | None] = [self.coord.weights.copy() if self.train else None
-                                                for _ in range(n)]
+        w0 = self.coord.weights  # (None unless training)
+        self.pulled: list[np.ndarray | None] = [None if w0 is None else w0.copy() for _ in range(n)]
         self.events = [(latency_s + self.streams[i].next(0.0), i) for i in range(n)]
         heapq.heapify(self.events)
         self.evals = 0  # evaluation k happens at k * eval_every (no drift from repeated addition)
@@ -137,9 +137,11 @@ class Simulation:
         t, w = heapq.heappop(self.events)
         self.now = t
         while not coord.stopping and self.next_eval <= min(t, self.duration):
-            coord.log.record_eval(self.next_eval, *self.eval_fn(coord.weights))  # type: ignore[misc]
+            # (next_eval is finite only when training with eval_fn and eval_every)
+            assert self.eval_fn is not None and self.eval_every and coord.weights is not None
+            coord.log.record_eval(self.next_eval, *self.eval_fn(coord.weights))
             self.evals += 1
-            self.next_eval = self.evals * self.eval_every  # type: ignore[operator]
+            self.next_eval = self.evals * self.eval_every
         if not coord.stopping and t >= self.duration:
             coord.stop(self.duration)
         grad = (self.grad_fn(w, self.pulled[w])  # type: ignore[misc, arg-type]

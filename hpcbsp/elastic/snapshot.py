@@ -241,7 +241,7 @@ def _decode(d: Any) -> Any:
         cls = _classes().get(d["__object__"])
         if cls is None:
             raise SnapshotError(f"class {d['__object__']!r} is not allowed in a snapshot")
-        obj = cls.__new__(cls)
+        obj: Any = object.__new__(cls)  # (plain classes, see _allowed: no constructor runs)
         obj.__dict__.update({k: _decode(v) for k, v in d["attrs"].items()})
         return obj
     raise SnapshotError(f"untagged object with keys {sorted(d)[:5]} in a snapshot")

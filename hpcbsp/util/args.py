@@ -1,6 +1,6 @@
 """Shared command-line plumbing: one parser class, one set of argument types, one vocabulary.
 
-Every hpcbsp command line (the apps, ``hpcbsp``, ``hpcbsp-cost``, ``hpcbsp.elastic.train``, the
+Every hpcbsp command line (the apps, ``hpcbsp``, ``hpcbsp-cost``, ``hpcbsp.apps.elastic.train``, the
 benchmarks) builds its parser from here, so that the same thing is spelt and checked the same
 way everywhere (docs/cli.md lists the vocabulary):
 

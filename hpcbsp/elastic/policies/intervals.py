@@ -9,6 +9,8 @@ one rare stall does not inflate the next predictions, which a mean or the latest
 """
 from __future__ import annotations
 
+from typing import overload
+
 import numpy as np
 
 __all__ = ["IntervalTracker"]
@@ -37,6 +39,12 @@ class IntervalTracker:
     def known(self, worker: int) -> bool:
         """Whether at least one interval of ``worker`` has been observed."""
         return bool(self._seen[worker] > 0)
+
+    @overload
+    def estimate(self, worker: None = None) -> np.ndarray: ...
+
+    @overload
+    def estimate(self, worker: int) -> float: ...
 
     def estimate(self, worker: int | None = None) -> np.ndarray | float:
         """Median of the last ``window`` intervals (NaN where none was seen); all workers if None."""

@@ -106,9 +106,11 @@ class TorchModel(Model):
                                       "(running statistics?): the parameter server does not "
                                       "synchronise buffers; use GroupNorm/LayerNorm or "
                                       "track_running_stats=False")
-        if input_shape is None and n_features is None:
-            raise TorchModelError("TorchModel needs input_shape or n_features")
-        self.input_shape = tuple(int(s) for s in (input_shape or (n_features,)))
+        if not input_shape:
+            if n_features is None:
+                raise TorchModelError("TorchModel needs input_shape or n_features")
+            input_shape = (n_features,)
+        self.input_shape = tuple(int(s) for s in input_shape)
         self.n_features = int(np.prod(self.input_shape)) if n_features is None else int(n_features)
         if int(np.prod(self.input_shape)) != self.n_features:
             raise TorchModelError(f"input_shape {self.input_shape} holds {int(np.prod(self.input_shape))} "
@@ -207,6 +209,7 @@ class TorchModel(Model):
         The result shares memory with :attr:`flat_grad` on the CPU: valid until the next call.
         """
         xt, yt = self._batch(X, y)
+        assert yt is not None  # (labels given)
         self.set_weights(w)
         self.module.train()
         self.flat_grad.zero_()

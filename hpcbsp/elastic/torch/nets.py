@@ -1,4 +1,4 @@
-"""The networks ``python -m hpcbsp.elastic.train --model NAME`` builds (all float32, no buffers).
+"""The networks ``python -m hpcbsp.apps.elastic.train --model NAME`` builds (all float32, no buffers).
 
 * ``cnn`` - two 3x3 convolutions (16 and 32 channels, ReLU), 2x2 max-pooling, a 64-unit hidden
   layer: about 40 k parameters on 8x8 digits.

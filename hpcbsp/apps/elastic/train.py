@@ -2,16 +2,16 @@
 
 Real run (rank 0 serves, ranks 1..n are workers)::
 
-    mpiexec -n 5 python -m hpcbsp.elastic.train --policy elastic --R 20 --slowdown 1,1,1.5,3
+    mpiexec -n 5 python -m hpcbsp.apps.elastic.train --policy elastic --R 20 --slowdown 1,1,1.5,3
 
 Virtual-clock run of the same thing (no MPI; any number of workers)::
 
-    python -m hpcbsp.elastic.train --simulate --policy all --slowdown 1,1,1.5,3
+    python -m hpcbsp.apps.elastic.train --simulate --policy all --slowdown 1,1,1.5,3
 
 A PyTorch CNN on the digits with real compute times, every policy and the allreduce baseline
 (needs the ``torch`` extra)::
 
-    mpiexec -n 5 python -m hpcbsp.elastic.train --model cnn --dataset digits --policy all
+    mpiexec -n 5 python -m hpcbsp.apps.elastic.train --model cnn --dataset digits --policy all
 
 Each policy trains for ``--duration`` seconds; the output directory receives ``curves.csv``
 (accuracy vs time per policy), ``workers.csv`` (waiting time per worker), ``pushes.csv`` (every
@@ -20,7 +20,7 @@ accuracy, the configuration) and ``accuracy.png``.
 
 A long run saves itself with ``--checkpoint DIR`` and, after a kill, resumes with the same
 command plus ``--restart``; a simulated run then ends with exactly the bits an uninterrupted one
-gives, a real run goes on from the server's last saved state (see ``hpcbsp.elastic.resume``).
+gives, a real run goes on from the server's last saved state (see ``hpcbsp.apps.elastic.resume``).
 """
 from __future__ import annotations
 
@@ -29,9 +29,9 @@ import math
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..util.args import (
+from hpcbsp.util.args import (
     OneLineParser,
     add_alias,
     fraction,
@@ -43,24 +43,27 @@ from ..util.args import (
     positive_seconds,
     seed,
 )
-from ..util.launcher import launcher_rank, launcher_size
-from ..util.outputs import OutputError, prepare_dir
-from ..util.progress import Progress
-from .data import DATASETS, DatasetUnavailable, load_dataset
+from hpcbsp.util.launcher import launcher_rank, launcher_size
+from hpcbsp.util.outputs import OutputError, prepare_dir
+from hpcbsp.util.progress import Progress
+from hpcbsp.elastic.data import DATASETS, DatasetUnavailable, load_dataset
 from .experiment import PolicyRun, TrainConfig, build_model, model_info, model_report, run_mpi, run_simulated, warm_up
-from .models import MODELS, TorchUnavailable
-from .policies import REGISTRY, PolicyError, PolicyOptions
+from hpcbsp.elastic.models import MODELS, TorchUnavailable
+from hpcbsp.elastic.policies import REGISTRY, PolicyError, PolicyOptions
 from .report import compare, format_table, write_outputs
 from .resume import CheckpointError, CheckpointPlan
-from .timing import TimingModel
-from .wire import FORMATS
+from hpcbsp.elastic.timing import TimingModel
+from hpcbsp.elastic.wire import FORMATS
+
+if TYPE_CHECKING:
+    from hpcbsp.elastic.world import World
 
 __all__ = ["main", "build_parser"]
 
 DEFAULT_SLOWDOWN = (1.0, 1.0, 1.5, 3.0)
 #: Largest --jitter (lognormal sigma of iteration times) accepted.
 MAX_JITTER = 3.0
-PROG = "python -m hpcbsp.elastic.train"
+PROG = "python -m hpcbsp.apps.elastic.train"
 #: Bounds that keep a run finite: a simulated run handles every iteration as an event (about
 #: 30-100 us each with training, so 2 million take minutes), and every evaluation runs the model
 #: over the test set.
@@ -71,7 +74,7 @@ MAX_EVALUATIONS = 100_000
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0],
                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                epilog="Example: mpiexec -n 5 python -m hpcbsp.elastic.train --policy all --duration 8")
+                epilog="Example: mpiexec -n 5 python -m hpcbsp.apps.elastic.train --policy all --duration 8")
     g = p.add_argument_group("policies")
     g.add_argument("--policy", default="all",
                    help=f"comma-separated policies or 'all' ({', '.join(REGISTRY)}); default all")
@@ -134,8 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_alias(g, "--out", dest="out", type=Path)  # the old spelling
     g.add_argument("--no-plot", action="store_true", help="do not write accuracy.png")
     g.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    g.add_argument("--timeout", type=positive_seconds, default=60.0,
-                   help="longest single wait in an MPI run before failing (default 60 s)")
+    g.add_argument("--timeout", type=positive_seconds, default=None,
+                   help="longest single wait in an MPI run before failing (default: "
+                        "$HPCBSP_SYNC_TIMEOUT, else 60 s)")
     g = p.add_argument_group("checkpoint and restart")
     g.add_argument("--checkpoint", type=Path, default=None, metavar="DIR",
                    help="save each policy run under DIR (one subdirectory per policy and repeat)")
@@ -175,8 +179,10 @@ def _slowdown(text: str | None, n_workers: int | None) -> tuple[float, ...]:
     return values
 
 
-def make_config(args: argparse.Namespace, n_workers: int | None) -> TrainConfig:
-    """Validate the options into a :class:`TrainConfig` (ValueError/PolicyError on bad input)."""
+def make_config(args: argparse.Namespace, n_workers: int | None,
+                timeout: float | None = None) -> TrainConfig:
+    """Validate the options into a :class:`TrainConfig` (ValueError/PolicyError on bad input);
+    ``timeout``: the training world's (else ``--timeout``, else the config's default)."""
     if n_workers is not None and n_workers < 1:
         raise ValueError("needs at least one worker")
     for name in ("duration", "eval_every", "base_delay", "jitter", "change_at", "change_factor",
@@ -191,7 +197,9 @@ def make_config(args: argparse.Namespace, n_workers: int | None) -> TrainConfig:
         raise ValueError(f"--eval-every {args.eval_every:g} would evaluate the model "
                          f"{args.duration / args.eval_every:.3g} times in --duration "
                          f"{args.duration:g} s (at most {MAX_EVALUATIONS:,}): give a larger --eval-every")
-    if args.lr <= 0 or args.batch < 1 or args.repeats < 1 or args.hidden < 1 or args.timeout <= 0:
+    if timeout is None:
+        timeout = args.timeout if args.timeout is not None else TrainConfig.timeout
+    if args.lr <= 0 or args.batch < 1 or args.repeats < 1 or args.hidden < 1 or not timeout > 0:
         raise ValueError("--lr and --timeout must be positive; --batch, --repeats and --hidden at least 1")
     if not args.lr_decay >= 0:
         raise ValueError(f"--lr-decay must be at least 0, got {args.lr_decay}")
@@ -213,7 +221,7 @@ def make_config(args: argparse.Namespace, n_workers: int | None) -> TrainConfig:
         _check_simulable(timing, args.duration, len(slowdown))
     return TrainConfig(timing=timing, options=options, model=args.model, hidden=args.hidden, lr=args.lr,
                        batch=args.batch, duration=args.duration, eval_every=args.eval_every,
-                       seed=args.seed, timeout=args.timeout, depth=args.depth, device=args.device,
+                       seed=args.seed, timeout=timeout, depth=args.depth, device=args.device,
                        threads=args.threads, compute=args.compute, grad_format=args.grad_dtype,
                        teacher_dim=args.teacher_dim, teacher_samples=args.teacher_samples,
                        lr_decay=args.lr_decay)
@@ -298,8 +306,8 @@ def _checkpoint_plan(args: argparse.Namespace) -> CheckpointPlan | None:
 
 
 def _check_checkpoint_dir(args: argparse.Namespace) -> None:
-    if args.checkpoint.exists() and not args.checkpoint.is_dir():
-        raise ValueError(f"--checkpoint {args.checkpoint} exists and is not a directory")
+    """--checkpoint DIR can be written (OutputError) and, without --restart, holds nothing."""
+    prepare_dir(args.checkpoint, "--checkpoint")
     if args.checkpoint.is_dir() and any(args.checkpoint.iterdir()) and not args.restart:
         raise ValueError(f"--checkpoint {args.checkpoint} is not empty: add --restart to resume "
                          "from the checkpoints in it, or choose an empty or new directory")
@@ -325,65 +333,74 @@ def _resumed(run: PolicyRun, unit: str) -> str:
     return f" (resumed from its checkpoint at {run.resumed_at:.3f} {unit})"
 
 
+class _Trained(NamedTuple):
+    """What a training world hands back to rank 0's report."""
+
+    config: TrainConfig
+    runs: list[PolicyRun]
+    model: Any
+
+
 def _main_mpi(args: argparse.Namespace, policies: list[str], data: Any,
               plan: CheckpointPlan | None) -> int:
+    """A real run: every policy in turn on one training world, then rank 0 writes the outputs."""
     from mpi4py import MPI
 
-    from hpcbsp.runtime import deathwatch
-    from hpcbsp.runtime.launch import check_world
-    from hpcbsp.runtime.report import abort_job
+    from hpcbsp.elastic.world import WorldTooSmall, launch_world  # (MPI only for a real run)
 
-    world = MPI.COMM_WORLD
-    rank = world.Get_rank()
+    rank = MPI.COMM_WORLD.Get_rank()
     try:
-        check_world(world.Get_size())
-        if world.Get_size() < 2:
-            raise ValueError("a real run needs at least 2 ranks (1 server + workers): "
-                             "mpiexec -n 5 python -m hpcbsp.elastic.train ..., or use --simulate")
-        config = make_config(args, world.Get_size() - 1)
+        outcome = launch_world(_train_world, args, policies, data, plan, timeout=args.timeout)
+    except WorldTooSmall as exc:
+        return _fail(f"a real run needs at least 2 ranks (1 server + workers), this job has "
+                     f"{exc.size}: mpiexec -n 5 {PROG} ..., or use --simulate", rank)
+    if isinstance(outcome, str):
+        return _fail(outcome, rank)
+    return _finish(args, *outcome) if rank == 0 else 0
+
+
+def _train_world(world: World, args: argparse.Namespace, policies: list[str], data: Any,
+                 plan: CheckpointPlan | None) -> _Trained | str:
+    """Train every policy on ``world``.  Returns the runs (on rank 0; empty elsewhere), or the
+    usage error that every rank found alike (the options, the model, the checkpoints).  Anything
+    else raised on one rank ends the job as in every hpcbsp program (:mod:`hpcbsp.elastic.world`)."""
+    try:
+        config = make_config(args, world.n_workers, timeout=world.timeout)
         model = build_model(config, data)  # (a model that cannot be built stops every rank here)
     except (ValueError, RuntimeError) as exc:
-        return _fail(str(exc), rank)
-    if rank == 0:
+        return str(exc)
+    if world.is_server:
         print(model_report(config, model), flush=True)
     error = None
-    if rank == 0 and plan is not None:  # the checkpoints live where rank 0 (the server) writes
+    if world.is_server and plan is not None:  # the checkpoints live where rank 0 (the server) writes
         try:
             _check_checkpoint_dir(args)
             plan.check("mpi", policies, args.repeats)
-        except (ValueError, CheckpointError) as exc:
+        except (ValueError, CheckpointError, OutputError) as exc:
             error = str(exc)
-    error = world.bcast(error, root=0)
+    error = world.bsp.broadcast(error)
     if error is not None:
-        return _fail(error, rank)
-    deathwatch.start(rank, world.Get_size())  # a rank that dies silently is named
-    comm = world.Dup()
+        return error
+    warm_up(model, data)
+    world.bsp.sync()
+    runs = []
     try:
-        warm_up(model, data)
-        comm.Barrier()
-        runs = []
         for rep in range(args.repeats):
             for name in policies:
-                if rank == 0:
+                if world.is_server:
                     print(f"[mpi] {name}: {config.n_workers} workers, {config.duration:g} s "
                           f"(repeat {rep})", flush=True)
-                run = run_mpi(comm, config, name, data, rep,
+                run = run_mpi(world.comm, config, name, data, rep,
                               progress=None if args.quiet else _progress(config.duration),
                               checkpoint=plan)
                 if run is not None:
                     runs.append(run)
                     if run.resumed_at is not None:
                         print(f"  [{run.label}]{_resumed(run, 's')}", flush=True)
-                comm.Barrier()
-        status = _finish(args, config, runs, model) if rank == 0 else 0
+                world.bsp.sync()
     except CheckpointError as exc:  # raised on every rank alike: a usage error, not a crash
-        comm.Free()
-        return _fail(str(exc), rank)
-    except Exception as exc:  # one rank failing must not leave the others waiting forever
-        abort_job(f"{PROG}: rank {rank}: {type(exc).__name__}: {exc}\n")
-        return 1  # (not reached: abort_job ends the job)
-    comm.Free()
-    return status
+        return str(exc)
+    return _Trained(config, runs, model)
 
 
 def _progress(duration: float):

@@ -22,15 +22,16 @@ from typing import Any
 
 import numpy as np
 
-from .data import Dataset, MinibatchGradient, shard
-from .models import TORCH_MODELS, Model, make_model
-from .policies import PolicyOptions, make_policy
+from hpcbsp.elastic.data import Dataset, MinibatchGradient, shard
+from hpcbsp.elastic.models import TORCH_MODELS, Model, make_model
+from hpcbsp.elastic.policies import PolicyOptions, make_policy
+from hpcbsp.elastic.protocol import ServerResult
 from .resume import CheckpointError, CheckpointPlan
-from .runlog import RunLog
-from .simulator import Simulation
-from .timing import TimingModel
-from .wire import Wire
-from .zipline import zipline
+from hpcbsp.elastic.runlog import RunLog
+from hpcbsp.elastic.simulator import Simulation
+from hpcbsp.elastic.timing import TimingModel
+from hpcbsp.elastic.wire import Wire
+from hpcbsp.elastic.zipline import zipline
 
 __all__ = ["TrainConfig", "PolicyRun", "run_simulated", "run_mpi", "warm_up", "build_model",
            "model_info", "model_report"]
@@ -38,7 +39,7 @@ __all__ = ["TrainConfig", "PolicyRun", "run_simulated", "run_mpi", "warm_up", "b
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Everything a run needs besides the policy name (see ``python -m hpcbsp.elastic.train --help``)."""
+    """Everything a run needs besides the policy name (see ``python -m hpcbsp.apps.elastic.train --help``)."""
 
     timing: TimingModel
     options: PolicyOptions = field(default_factory=PolicyOptions)
@@ -198,32 +199,21 @@ def run_mpi(comm: Any, config: TrainConfig, name: str, data: Dataset, repeat: in
     ``name == "allreduce"`` runs the serverless baseline (:mod:`.allreduce`) on the same workers;
     its checkpoint is written once, when it finished (a killed allreduce run starts again).
     """
-    from .allreduce import run_allreduce
-    from .server import serve, work  # MPI only when a real run is asked for
+    from hpcbsp.elastic.allreduce import run_allreduce
+    from hpcbsp.elastic.server import serve, work  # MPI only when a real run is asked for
 
     model = build_model(config, data)
     if comm.Get_rank() == 0:
-        path, settings, state, error = None, {}, None, None
-        if checkpoint is not None:
-            path, settings = checkpoint.for_run(config, "mpi", name, repeat, data.name)
-            try:
-                state = checkpoint.load(path, settings) if checkpoint.restart else None
-            except CheckpointError as exc:
-                error = str(exc)
-        restarts = 0 if state is None else state["restarts"] + 1
-        done = state is not None and state["done"]
-        elapsed = 0.0 if state is None or done else state["elapsed"]
-        comm.bcast((restarts, done, error, elapsed), root=0)
-        if error is not None:
-            raise CheckpointError(error)
-        if done:
+        saved = _SavedRun(checkpoint, config, name, repeat, data.name)
+        comm.bcast((saved.restarts, saved.done, saved.error, saved.elapsed), root=0)
+        if saved.error is not None:
+            raise CheckpointError(saved.error)
+        state = saved.state
+        if saved.done:
+            assert state is not None
             return PolicyRun(name, state["label"], "mpi", repeat, state["log"], state["stats"],
                              state["blocked"], resumed_at=state["log"].duration_s,
                              finished_before=True)
-
-        def save(server_state: dict[str, Any]) -> None:
-            checkpoint.save(path, settings, {"done": False, "restarts": restarts, **server_state})  # type: ignore[union-attr]
-
         policy = make_policy(name, config.options)
         label = policy.describe()
         show = None if progress is None else (lambda t, log: progress(label, t, log))
@@ -233,28 +223,21 @@ def run_mpi(comm: Any, config: TrainConfig, name: str, data: Dataset, repeat: in
                                 eval_fn=lambda weights: model.evaluate(weights, data.X_test, data.y_test),
                                 eval_every=config.eval_every, progress=show, timeout=config.timeout,
                                 lr_decay=config.lr_decay)
-            run = PolicyRun(name, res.policy, "mpi", repeat, res.log, res.policy_stats,  # type: ignore[union-attr]
-                            [float(x) for x in res.log.wait_s])  # type: ignore[union-attr]
-            if checkpoint is not None:
-                checkpoint.save(path, settings, {"done": True, "restarts": restarts,  # type: ignore[arg-type]
-                                                 "label": run.label, "log": run.log,
-                                                 "stats": run.policy_stats,
-                                                 "blocked": run.worker_blocked_s})
-            return run
-        res = serve(comm, policy, model.init(config.seed), config.lr, duration=config.duration,
-                    eval_fn=lambda weights: model.evaluate(weights, data.X_test, data.y_test),
-                    eval_every=config.eval_every, timeout=config.timeout,
-                    progress=show, resume=None if state is None else state,
-                    save=None if checkpoint is None else save,
-                    save_every=np.inf if checkpoint is None else checkpoint.every,
-                    grad_format=config.grad_format, lr_decay=config.lr_decay)
-        blocked = comm.gather(None, root=0)[1:]
-        run = PolicyRun(name, res.policy, "mpi", repeat, res.log, res.policy_stats, blocked,
-                        resumed_at=None if state is None else state["elapsed"])
-        if checkpoint is not None:
-            checkpoint.save(path, settings, {"done": True, "restarts": restarts, "label": run.label,  # type: ignore[arg-type]
-                                             "log": run.log, "stats": run.policy_stats,
-                                             "blocked": blocked})
+            assert isinstance(res, ServerResult)  # (rank 0's)
+            run = PolicyRun(name, res.policy, "mpi", repeat, res.log, res.policy_stats,
+                            [float(x) for x in res.log.wait_s])
+        else:
+            served = serve(comm, policy, model.init(config.seed), config.lr, duration=config.duration,
+                           eval_fn=lambda weights: model.evaluate(weights, data.X_test, data.y_test),
+                           eval_every=config.eval_every, timeout=config.timeout,
+                           progress=show, resume=state,
+                           save=None if checkpoint is None else saved.save_progress,
+                           save_every=np.inf if checkpoint is None else checkpoint.every,
+                           grad_format=config.grad_format, lr_decay=config.lr_decay)
+            blocked = comm.gather(None, root=0)[1:]
+            run = PolicyRun(name, served.policy, "mpi", repeat, served.log, served.policy_stats, blocked,
+                            resumed_at=None if state is None else state["elapsed"])
+        saved.save_finished(run)
         return run
     restarts, done, error, elapsed = comm.bcast(None, root=0)
     if error is not None:
@@ -284,3 +267,37 @@ def run_mpi(comm: Any, config: TrainConfig, name: str, data: Dataset, repeat: in
                  dtype=model.dtype, grad_format=config.grad_format)
     comm.gather(res_w.blocked_s, root=0)
     return None
+
+
+class _SavedRun:
+    """Rank 0's side of one MPI run's checkpoint (``plan`` None: none is kept): the state read
+    back for a restart, and the saves while and once it runs."""
+
+    def __init__(self, plan: CheckpointPlan | None, config: TrainConfig, name: str, repeat: int,
+                 dataset: str):
+        self.plan = plan
+        self.state: dict[str, Any] | None = None
+        self.error: str | None = None
+        if plan is not None:
+            self.path, self.settings = plan.for_run(config, "mpi", name, repeat, dataset)
+            try:
+                self.state = plan.load(self.path, self.settings) if plan.restart else None
+            except CheckpointError as exc:
+                self.error = str(exc)
+        state = self.state
+        self.restarts = 0 if state is None else state["restarts"] + 1
+        self.done = state is not None and bool(state["done"])
+        self.elapsed = 0.0 if state is None or self.done else float(state["elapsed"])
+
+    def save_progress(self, server_state: dict[str, Any]) -> None:
+        """The server's state during the run (``serve(save=...)``)."""
+        self._save({"done": False, "restarts": self.restarts, **server_state})
+
+    def save_finished(self, run: PolicyRun) -> None:
+        """The finished run, complete: a restart reads it instead of running it again."""
+        self._save({"done": True, "restarts": self.restarts, "label": run.label, "log": run.log,
+                    "stats": run.policy_stats, "blocked": run.worker_blocked_s})
+
+    def _save(self, content: dict[str, Any]) -> None:
+        if self.plan is not None:
+            self.plan.save(self.path, self.settings, content)

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from .snapshot import SnapshotError, decode, encode
+from hpcbsp.elastic.snapshot import SnapshotError, decode, encode
 
 __all__ = ["CheckpointPlan", "CheckpointError", "PROGRAM", "settings_of"]
 

@@ -1,9 +1,9 @@
 """The ElasticBSP paper's experiment at small scale: every policy plus allreduce, unequal workers.
 
-    python -m hpcbsp.elastic.paper run    [--workers 4] [--slowdown 1,1,1.5,3] [--seeds 5] ...
-    python -m hpcbsp.elastic.paper report RUN_DIR [--target 0.95]
+    python -m hpcbsp.apps.elastic.paper run    [--workers 4] [--slowdown 1,1,1.5,3] [--seeds 5] ...
+    python -m hpcbsp.apps.elastic.paper report RUN_DIR [--target 0.95]
 
-``run`` starts one MPI job (``mpiexec -n workers+1 python -m hpcbsp.elastic.train``) that trains
+``run`` starts one MPI job (``mpiexec -n workers+1 python -m hpcbsp.apps.elastic.train``) that trains
 the PyTorch CNN on scikit-learn's digits under BSP, ASP, SSP, DSSP, ElasticBSP, backup workers
 and the allreduce baseline, ``--seeds`` times each (``--repeats``: other mini-batches and timing
 noise per repeat), with real compute times and the workers slowed by ``--slowdown``; then it
@@ -41,7 +41,7 @@ from .report import time_to_reach
 
 __all__ = ["main", "summarise", "t_interval"]
 
-PROG = "python -m hpcbsp.elastic.paper"
+PROG = "python -m hpcbsp.apps.elastic.paper"
 
 # Two-sided 95 % Student t quantiles for 1..30 degrees of freedom (then the normal's 1.96).
 _T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
@@ -115,7 +115,7 @@ def _compute_mode(extra: list[str], model: str) -> str:
         elif a.startswith("--compute="):
             mode = a.split("=", 1)[1]
     if mode == "auto":
-        from .models import TORCH_MODELS
+        from hpcbsp.elastic.models import TORCH_MODELS
 
         mode = "real" if model in TORCH_MODELS else "sleep"
     return mode
@@ -136,7 +136,8 @@ def write_report(run_dir: Path, target: float) -> list[Path]:
              "|---|---|---|---|---|---|"]
     for r in rows:
         vs = f"{r['vs_bsp']:.2f}x" if np.isfinite(r["vs_bsp"]) else "-"
-        lines.append(f"| {r['policy']} | {r['seeds']} | {_fmt(*r['final'])} | {_fmt(*r['reach'], digits=2)} "
+        reach_mean, reach_half = r["reach"]
+        lines.append(f"| {r['policy']} | {r['seeds']} | {_fmt(*r['final'])} | {_fmt(reach_mean, reach_half, digits=2)} "
                      f"| {r['reached']}/{r['seeds']} | {vs} |")
     lines += ["", "Time to target is reported only when every seed reached it; 'vs BSP' is BSP's "
               "mean time over the policy's."]
@@ -249,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     mpiexec = args.mpiexec or find_mpiexec()
     if mpiexec is None:
         return _fail("no mpiexec found: install the 'mpich' extra or pass --mpiexec")
-    cmd = [mpiexec, "-n", str(args.workers + 1), sys.executable, "-m", "hpcbsp.elastic.train",
+    cmd = [mpiexec, "-n", str(args.workers + 1), sys.executable, "-m", "hpcbsp.apps.elastic.train",
            "--model", args.model, "--dataset", args.dataset, "--policy", "all",
            "--slowdown", ",".join(slowdown), "--repeats", str(args.seeds), "--duration", str(args.duration),
            "--lr", str(args.lr), "--eval-every", "0.25", "--out", str(args.out), *extra]
