@@ -37,9 +37,14 @@ def _app_module(name: str) -> str:
 PROGRAMS = {f"apps.{name}": _app_module(name) for name, _ in list_apps()}
 PROGRAMS.update({f"bench.{name}": f"hpcbsp.bench.{name}" for name in available_benchmarks()})
 
+#: Programs whose options live in a subcommand: the subcommand checked.
+SUBCOMMAND = {"apps.elastic.paper": "run"}
+
 #: Known drift, in command lines another change of issue 32 is rewriting.  Strict: when one of
 #: them keeps to the vocabulary its test passes, which fails here until its line is removed.
 NOT_YET = {
+    "apps.elastic.train": "--repeats, --seed, --checkpoint, --restart with their own help; no --n, --ledger, --json",
+    "apps.elastic.paper": "no --n, --ledger, --json",
     "bench.elastic": "--iters help wording; --rounds shown where the benchmarks say --repeats",
     "bench.fabsp": "--repeats and --seed help wording; --updates shown where the apps say --n",
 }
@@ -112,6 +117,9 @@ def test_programs_are_discovered():
 @pytest.mark.parametrize("program", _cases())
 def test_shared_options_mean_and_parse_the_same(program, monkeypatch, capsys):
     parser = parser_of(PROGRAMS[program], monkeypatch)
+    if program in SUBCOMMAND:  # argparse keeps its subparsers in a private action (argparse's, not ours)
+        subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = subs.choices[SUBCOMMAND[program]]
     text = flat_help(parser)
     table = shared_table()
     base = parse(parser, [])
