@@ -143,12 +143,12 @@ def test_envelopes_keep_order_and_origin():
     assert relay.peers.tolist() == [0, 3]
     assert fmt.wire.names == ("to", "from", "rec") and fmt.unit == 10
     dests = np.array([2, 3, 1, 2, 3, 2])
-    _, env, owned = fmt.outgoing(dests, np.arange(6), None, 4, 1, "here", "call")
+    _, _, env, owned = fmt.outgoing(dests, np.arange(6), None, 4, 1, "here", "call")
     hops = relay.outgoing(fmt, env, dests)
     assert owned and env["rec"].tolist() == [0, 1, 2, 3, 4, 5] and env["to"].tolist() == dests.tolist()
     assert hops.tolist() == [0, 3, 1, 0, 3, 0], "2 via 0 (along the row), 3 straight down, 1 is here"
     assert (env["from"] == 1).all()
-    _, env, _ = fmt.outgoing(2, np.arange(2), None, 4, 1, "here", "call")
+    _, _, env, _ = fmt.outgoing(2, np.arange(2), None, 4, 1, "here", "call")
     assert relay.outgoing(fmt, env, 2) == 0 and env["to"].tolist() == [2, 2]
     # On rank 0 (the relay for 1 -> 2), a batch mixing records for 0 and for 2 and 1:
     at0 = Grid2D(4).relay(0, with_source=True)
@@ -176,8 +176,8 @@ def test_direct_records_travel_bare():
     fmt = Fixed(np.dtype(np.int64), relay.fields)
     assert fmt.wire == np.dtype(np.int64)
     dests = np.array([0, 2, 2])
-    _, recs, owned = fmt.outgoing(dests, np.array([5, 6, 7]), None, 3, 1, "here", "call")
-    assert not owned, "the caller's records are copied into the buffers"
+    n, _, recs, owned = fmt.outgoing(dests, np.array([5, 6, 7]), None, 3, 1, "here", "call")
+    assert n == 3 and not owned, "the caller's records are copied into the buffers"
     assert relay.outgoing(fmt, recs, dests) is dests
     deliveries, transit, _ = relay.arrived(fmt, recs, source=2)
     assert transit is None and [(b.tolist(), s) for b, s in deliveries] == [([5, 6, 7], 2)]
@@ -195,7 +195,7 @@ def test_ragged_envelopes_split_on_arrival_whole():
     records = [[1, 2], [], [3, 4, 5], [6], [7, 8]]
     to, origin = [2, 0, 0, 1, 0], [1, 3, 2, 2, 3]
     values = np.concatenate([np.array(r, dtype=np.int32) for r in records])
-    _, (heads, values), _ = fmt.outgoing(np.array(to), values, [len(r) for r in records], 4, 0, "here", "call")
+    _, _, (heads, values), _ = fmt.outgoing(np.array(to), values, [len(r) for r in records], 4, 0, "here", "call")
     heads["to"], heads["from"] = to, origin
     deliveries, (pheads, pvalues), hops = at0.arrived(fmt, (heads, values), source=1)
     got = []

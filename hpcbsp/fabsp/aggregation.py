@@ -75,7 +75,8 @@ class Aggregator:
         :meth:`append`); ``(dest, message)`` for every buffer that becomes full, to be shipped
         as it comes (before later records are appended)."""
         if isinstance(dests, int):
-            return [(dests, msg) for msg in self.add(dests, recs, owned)]
+            full = self.add(dests, recs, owned)
+            return [(dests, msg) for msg in full] if full else ()
         return self.append(dests, recs)
 
     def add(self, dest: int, recs: np.ndarray, owned: bool) -> list[np.ndarray]:

@@ -43,10 +43,10 @@ class RecordFormat(Protocol):
         """Per-destination buffers of ``buffer`` units for ``nprocs`` ranks."""
 
     def outgoing(self, pid: int | np.ndarray, records: object, lengths: object, nprocs: int, me: int,
-                 where: str, call: str) -> tuple[int | np.ndarray, Any, bool]:
+                 where: str, call: str) -> tuple[int, int | np.ndarray, Any, bool]:
         """A ``send``'s arguments checked (:class:`UsageError` naming ``where``, ``call`` for a
-        pid): ``(dests, batch, owned)``, the batch in wire layout with its address fields still
-        to fill, ``owned`` if it is a fresh array the buffers may keep."""
+        pid): ``(n, dests, batch, owned)``, the batch of ``n`` records in wire layout with its
+        address fields still to fill, ``owned`` if it is a fresh array the buffers may keep."""
 
     def size(self, batch: Any) -> int:
         """Records in a batch."""
@@ -86,16 +86,17 @@ class Fixed:
         return Aggregator(nprocs, self.wire, buffer)
 
     def outgoing(self, pid: int | np.ndarray, records: object, lengths: object, nprocs: int, me: int,
-                 where: str, call: str) -> tuple[int | np.ndarray, np.ndarray, bool]:
+                 where: str, call: str) -> tuple[int, int | np.ndarray, np.ndarray, bool]:
         recs = as_records(records, self.dtype, where)
         if lengths is not None:
             raise UsageError(f"{where}: lengths= is for ragged mailboxes (bsp.mailbox(..., ragged=True))")
-        dests = check_pids(pid, nprocs, recs.size, me, call)
+        n = recs.shape[0]
+        dests = check_pids(pid, nprocs, n, me, call)
         if self._bare:
-            return dests, recs, False
-        env = np.empty(recs.shape[0], dtype=self.wire)
+            return n, dests, recs, False
+        env = np.empty(n, dtype=self.wire)
         env["rec"] = recs
-        return dests, env, True
+        return n, dests, env, True
 
     def size(self, batch: np.ndarray) -> int:
         return batch.shape[0]
@@ -142,7 +143,7 @@ class Ragged:
         return RaggedAggregator(nprocs, self.head, self.dtype, buffer * self.dtype.itemsize)
 
     def outgoing(self, pid: int | np.ndarray, records: object, lengths: object, nprocs: int, me: int,
-                 where: str, call: str) -> tuple[int | np.ndarray, tuple[np.ndarray, np.ndarray], bool]:
+                 where: str, call: str) -> tuple[int, int | np.ndarray, tuple[np.ndarray, np.ndarray], bool]:
         values = as_records(records, self.dtype, where)
         if lengths is None and np.ndim(pid) != 0:
             raise UsageError(f"{where}: without lengths= the array is one record, for one pid; "
@@ -151,7 +152,7 @@ class Ragged:
         dests = check_pids(pid, nprocs, lens.size, me, call)
         heads = np.zeros(lens.size, dtype=self.head)  # (zeros: no stray bytes in the padding)
         heads["len"] = lens
-        return dests, (heads, values), False
+        return lens.size, dests, (heads, values), False
 
     def size(self, batch: tuple[np.ndarray, np.ndarray]) -> int:
         return batch[0].size

@@ -220,9 +220,8 @@ class Mailbox:
         if self.finished and engine.handlers.current is not self:
             raise UsageError(f"{where}: the mailbox is done for this superstep (done() was called "
                              "on this rank); only its own handlers may send to it until the sync")
-        dests, batch, owned = self.format.outgoing(pid, records, lengths, self._bsp.nprocs, self._bsp.pid,
-                                                   where, f"{self.name}.send")
-        n = self.format.size(batch)
+        n, dests, batch, owned = self.format.outgoing(pid, records, lengths, self._bsp.nprocs, self._bsp.pid,
+                                                      where, f"{self.name}.send")
         if not n or not accepting:
             return
         engine.count_sent(self, n)
