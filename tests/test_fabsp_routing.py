@@ -136,6 +136,27 @@ def test_the_routings_are_the_grid_routes(name, p):
     assert isinstance(routing.relay(0, True), Straight if name == "direct" else Relay)
 
 
+def test_a_routing_whose_next_hops_are_not_ranks_is_refused():
+    class Loopy(Routing):
+        name = "loopy"
+
+        def next_hops(self, me):
+            return (np.arange(self.nprocs) + 1) % self.nprocs   # not itself for itself
+
+    class Outside(Routing):
+        name = "outside"
+
+        def next_hops(self, me):
+            hops = np.arange(self.nprocs)
+            hops[-1] = self.nprocs
+            return hops
+
+    with pytest.raises(UsageError, match=r"rank 1: routing loopy: next_hops\(1\) must give a rank for each of the 3 ranks"):
+        Loopy(3).relay(1, False)
+    with pytest.raises(UsageError, match="routing outside"):
+        Outside(3).relay(0, False)
+
+
 def test_envelopes_keep_order_and_origin():
     """Rank 1 of a 2 x 2 grid: records for 2 go through 0 (row first), for 3 straight down."""
     relay = Grid2D(4).relay(1, with_source=True)

@@ -66,7 +66,7 @@ from .aggregation import SPARES
 from .backpressure import SendWindow
 from .engine import Engine, default_buffer
 from .formats import Fixed, Ragged, RecordFormat
-from .routing import ROUTINGS, Routing, resolve_routing
+from .routing import Routing, resolve_routing
 
 if TYPE_CHECKING:
     from ..runtime.context import BSP
@@ -126,9 +126,6 @@ class Mailbox:
         if dt.hasobject or dt.itemsize == 0:
             raise UsageError(f"{where}: records must be plain data; dtype {dt} holds Python objects "
                              "or nothing")
-        if routing is not None and not isinstance(routing, (str, Routing)):
-            raise UsageError(f"{where}: routing must be one of auto, {', '.join(ROUTINGS)} "
-                             f"(or a Routing); got {routing!r}")
         self.ragged = bool(ragged)
         #: The routing strategy, and what moves this mailbox's records on this rank.
         self.route = resolve_routing(routing, bsp.nprocs, where)
@@ -205,8 +202,8 @@ class Mailbox:
 
         Ragged mailbox: ``records`` are the records' values concatenated and ``lengths`` the
         length of each; without ``lengths`` the whole array is one record (for one ``pid``).  A
-        record larger than a message can hold (``buffer`` values, less 16 bytes, less 32
-        routed) is refused.
+        record larger than a message can hold (``buffer`` values, less 16 bytes; 24 routed) is
+        refused.
 
         h-relation: ``itemsize`` bytes and one message per record out of this rank and into its
         destination (records to this rank itself are not counted); the ``ceil(n / buffer)``

@@ -49,11 +49,10 @@ class Addressed(Protocol):
 class Straight:
     """Direct routing on rank ``me`` of ``nprocs``: records go bare to their destinations."""
 
-    fields: list[tuple[str, Any]] = []
-
     def __init__(self, me: int, nprocs: int):
         self.me = me
         self.nprocs = nprocs
+        self.fields: list[tuple[str, Any]] = []  # records travel bare
 
     @property
     def peers(self) -> np.ndarray:

@@ -82,8 +82,14 @@ class Routing:
 
     def relay(self, me: int, with_source: bool) -> Straight | Relay:
         """What moves a mailbox's records on rank ``me`` (:mod:`.relay`): envelopes through the
-        next hops; ``with_source``: they also name their origin, for the handler."""
-        return Relay(self.next_hops(me), me, with_source)
+        next hops; ``with_source``: they also name their origin, for the handler.  Next hops
+        that are not one rank per rank, ``me`` for itself, raise :class:`UsageError`."""
+        hops = np.asarray(self.next_hops(me))
+        if hops.shape != (self.nprocs,) or hops.dtype.kind not in "iu" or int(hops[me]) != me \
+                or int(hops.min()) < 0 or int(hops.max()) >= self.nprocs:
+            raise UsageError(f"rank {me}: routing {self.name}: next_hops({me}) must give a rank for "
+                             f"each of the {self.nprocs} ranks, and {me} for {me} itself")
+        return Relay(hops.astype(np.int64), me, with_source)
 
     def neighbour_counts(self) -> np.ndarray:
         """For every rank, how many other ranks it sends to (its most buffers per mailbox).
