@@ -15,7 +15,7 @@ import hpcbsp
 from hpcbsp import Divergence, UsageError
 from hpcbsp.fabsp.aggregation import SPARES
 from hpcbsp.fabsp.engine import Engine
-from hpcbsp.fabsp.routing import grid_dims
+from hpcbsp.fabsp.routing import Routing, grid_dims
 
 mpi = pytest.mark.mpi(min_size=2)
 
@@ -62,7 +62,7 @@ def test_routed_records_arrive_once_in_order_per_source_counting_every_hop(bsp, 
     batches: list[tuple[int, np.ndarray]] = []
     box = bsp.mailbox(lambda recs, src: batches.append((src, recs.copy())), np.int64,
                       buffer=5, max_pending=2, with_source=True, routing=routing)
-    assert box.routing == routing and box.wire_dtype.itemsize == 16
+    assert box.routing == routing and box.format.unit == 16
     dests, values = _records_from(me, p, n)
     for start in range(0, n, 90):
         box.send(dests[start:start + 90], values[start:start + 90])
@@ -421,9 +421,13 @@ def _ragged_from(src: int, p: int, n: int) -> tuple[np.ndarray, np.ndarray, list
 
 
 @mpi
-def test_ragged_records_arrive_whole_once_in_order_per_source(bsp):
-    """Variable-size records through 64-value buffers (so messages are cut between records).
-    Oracle: every rank regenerates every rank's records and compares them one by one."""
+@pytest.mark.parametrize("routing", ["direct", "2d", "3d"])
+def test_ragged_records_arrive_whole_once_in_order_per_source(bsp, routing):
+    """Variable-size records through 64-value buffers (so messages are cut between records),
+    directly or through a grid (at 3 ranks 1 -> 2 and 2 -> 1 pass through 0).  Oracle: every
+    rank regenerates every rank's records and compares them one by one; the ledger counts each
+    hop (one per grid coordinate in which source and destination differ, by
+    ``np.unravel_index``) with its values and head (8 bytes direct, 16 routed)."""
     p, me, n = bsp.nprocs, bsp.pid, 300
     got: dict[int, list[list[int]]] = {s: [] for s in range(p)}
 
@@ -432,7 +436,9 @@ def test_ragged_records_arrive_whole_once_in_order_per_source(bsp):
         for part in np.split(values, np.cumsum(lengths)[:-1]):
             got[src].append(part.tolist())
 
-    box = bsp.mailbox(handler, np.int64, ragged=True, buffer=64, max_pending=2, with_source=True)
+    box = bsp.mailbox(handler, np.int64, ragged=True, buffer=64, max_pending=2, with_source=True,
+                      routing=routing)
+    assert box.routing == routing
     dests, lens, recs = _ragged_from(me, p, n)
     for lo in range(0, n, 70):   # several sends, each of many records
         box.send(dests[lo:lo + 70], np.concatenate(recs[lo:lo + 70]), lengths=lens[lo:lo + 70])
@@ -445,9 +451,131 @@ def test_ragged_records_arrive_whole_once_in_order_per_source(bsp):
             want.append([-5, -6, -7])
         assert got[src] == want, f"records from rank {src}"
     rec = bsp.ledger[-1]
-    remote = [k for dest, k in zip(dests, lens) if dest != me] + ([3] if p > 1 else [])
-    assert rec.msgs_out == len(remote)
-    assert rec.bytes_out >= sum(8 + 8 * int(k) for k in remote)   # plus 8 per message
+    dims, head = grid_dims(p, routing), 8 if routing == "direct" else 16
+    hops = values = 0   # over every rank: records times hops, their values times hops
+    for src in range(p):
+        d, k, _ = _ragged_from(src, p, n)
+        d, k = np.append(d, (src + 1) % p), np.append(k, 3)
+        diff = (np.stack(np.unravel_index(d, dims)) != np.array(np.unravel_index(src, dims))[:, None]).sum(axis=0)
+        hops += int(diff.sum())
+        values += int((diff * k).sum())
+    out = np.array([rec.msgs_out, rec.bytes_out])
+    total_msgs, total_bytes = (int(x) for x in bsp.allreduce(out))
+    assert total_msgs == bsp.allreduce(rec.msgs_in) == hops
+    assert total_bytes == bsp.allreduce(rec.bytes_in)
+    # plus 8 bytes per message: at least one per hop's worth of 64 values, at most one per record
+    assert head * hops + 8 * values + 8 * -(-(head * hops + 8 * values) // 512) <= total_bytes
+    assert total_bytes <= (head + 8) * hops + 8 * values
+
+
+def _chains_from(src: int, p: int) -> list[tuple[int, np.ndarray]]:
+    """Rank ``src``'s chain starts: (destination, record); a record is ``[hops left, origin,
+    ...]``, 2 to 6 values."""
+    rng = np.random.default_rng([31, src])
+    return [(int(rng.integers(0, p)), np.concatenate([[rng.integers(0, 4), src], rng.integers(0, 99, rng.integers(0, 5))]))
+            for _ in range(40)]
+
+
+def _chain_step(at: int, rec: list[int], p: int) -> tuple[int, list[int]] | None:
+    """Where a chain record handled at rank ``at`` goes on, and as what (None: it ends)."""
+    if rec[0] == 0:
+        return None
+    return (at + rec[0] + len(rec)) % p, [rec[0] - 1] + rec[1:] + [at]
+
+
+@mpi
+@pytest.mark.parametrize("routing", ["direct", "2d", "3d"])
+def test_ragged_records_sent_by_handlers_at_any_depth_routed(bsp, routing):
+    """Chains of ragged records: a handler that gets ``[h, origin, ...]`` with h > 0 sends
+    ``[h - 1, origin, ..., itself]`` on (one value longer, to a rank that depends on it); at h = 0
+    it replies its record to the chain's origin through a second ragged mailbox.  Small buffers
+    and one message in flight make handlers wait for send slots.  Oracle: the chains simulated
+    in plain Python; each rank compares the multiset of (source, record) it handled."""
+    p, me = bsp.nprocs, bsp.pid
+    got: list[tuple[int, tuple[int, ...]]] = []
+    replies: list[tuple[int, tuple[int, ...]]] = []
+
+    def chain(values, lengths, src):
+        for rec in np.split(values, np.cumsum(lengths)[:-1]):
+            got.append((src, tuple(rec.tolist())))
+            step = _chain_step(me, rec.tolist(), p)
+            if step is None:
+                reply.send(int(rec[1]), rec)
+            else:
+                box.send(step[0], np.array(step[1]))
+
+    def answered(values, lengths, src):
+        replies.extend((src, tuple(r.tolist())) for r in np.split(values, np.cumsum(lengths)[:-1]))
+
+    box = bsp.mailbox(chain, np.int64, ragged=True, buffer=12, max_pending=1, with_source=True,
+                      routing=routing)
+    reply = bsp.mailbox(answered, np.int64, ragged=True, buffer=12, max_pending=1, with_source=True,
+                        routing=routing)
+    starts = _chains_from(me, p)
+    box.send(np.array([d for d, _ in starts]), np.concatenate([r for _, r in starts]),
+             lengths=[r.size for _, r in starts])
+    bsp.sync()
+    want: list[tuple[int, tuple[int, ...]]] = []
+    want_replies: list[tuple[int, tuple[int, ...]]] = []
+    for src in range(p):
+        for dest, rec in _chains_from(src, p):
+            at, from_, record = dest, src, rec.tolist()
+            while True:
+                if at == me:
+                    want.append((from_, tuple(record)))
+                step = _chain_step(at, record, p)
+                if step is None:
+                    if record[1] == me:
+                        want_replies.append((at, tuple(record)))
+                    break
+                from_, (at, record) = at, step
+    assert sorted(got) == sorted(want)
+    assert sorted(replies) == sorted(want_replies)
+    assert Engine.of(bsp).last_waves >= 2
+
+
+class _ViaNodeLeader(Routing):
+    """A node-aware routing in miniature: ranks in "nodes" of two; a record for another node
+    goes to this node's leader (its first rank), then to the destination node's leader, then to
+    the destination (a leader skips the hops it is)."""
+
+    name = "node-leader"
+
+    def next_hops(self, me: int) -> np.ndarray:
+        dest = np.arange(self.nprocs)
+        leader, my_leader = dest - dest % 2, me - me % 2
+        same_node = leader == my_leader
+        hops = np.where(same_node, dest, my_leader)
+        if me == my_leader:
+            hops = np.where(same_node, dest, leader)
+        return hops
+
+
+@mpi
+def test_a_routing_object_through_node_leaders_fixed_and_ragged(bsp):
+    """The mailbox takes any :class:`Routing`: one through node leaders (at 3 ranks, 1 -> 2 passes
+    through 0).  Oracle: regenerated records, all of them once, in order per source, fixed-size
+    and ragged."""
+    p, me, n = bsp.nprocs, bsp.pid, 300
+    fixed: dict[int, list[int]] = {s: [] for s in range(p)}
+    ragged: dict[int, list[list[int]]] = {s: [] for s in range(p)}
+    box = bsp.mailbox(lambda recs, src: fixed[src].extend(recs.tolist()), np.int64, with_source=True,
+                      buffer=5, max_pending=2, routing=_ViaNodeLeader(p))
+    rbox = bsp.mailbox(lambda v, k, src: ragged[src].extend(r.tolist() for r in np.split(v, np.cumsum(k)[:-1])),
+                       np.int64, ragged=True, with_source=True, buffer=50, max_pending=2,
+                       routing=_ViaNodeLeader(p))
+    assert box.routing == rbox.routing == "node-leader"
+    assert box.peers == len(set(_ViaNodeLeader(p).next_hops(me).tolist()) - {me})
+    dests, values = _records_from(me, p, n)
+    box.send(dests, values)
+    rdests, lens, recs = _ragged_from(me, p, n)
+    rbox.send(rdests, np.concatenate(recs), lengths=lens)
+    bsp.sync()
+    for src in range(p):
+        d, v = _records_from(src, p, n)
+        assert fixed[src] == v[d == me].tolist(), f"fixed-size records from rank {src}"
+        d, _, r = _ragged_from(src, p, n)
+        assert ragged[src] == [rec.tolist() for dest, rec in zip(d, r) if dest == me], f"ragged from {src}"
 
 
 @mpi
@@ -466,20 +594,19 @@ def test_ragged_bad_input_is_refused_at_the_call(bsp):
     fixed = bsp.mailbox(lambda r: None, np.int64, name="fixed")
     with pytest.raises(UsageError, match="lengths= is for ragged mailboxes"):
         fixed.send(0, [1, 2], lengths=[2])
-    with pytest.raises(UsageError, match="a ragged mailbox routes its records directly"):
-        bsp.mailbox(lambda v, k: None, np.int64, ragged=True, routing="2d")
     bsp.sync()
     assert bsp.ledger[-1].msgs_out == 0, "refused sends send nothing"
 
 
 @mpi
-def test_ragged_mailbox_done_before_the_sync(bsp):
+@pytest.mark.parametrize("routing", ["direct", "2d"])
+def test_ragged_mailbox_done_before_the_sync(bsp, routing):
     """``done()`` on a ragged mailbox: every record is in before the sync.  Oracle: the
     regenerated records of every rank."""
     p, me, n = bsp.nprocs, bsp.pid, 120
     got: list[list[int]] = []
     box = bsp.mailbox(lambda v, k: got.extend(x.tolist() for x in np.split(v, np.cumsum(k)[:-1])),
-                      np.int64, ragged=True, buffer=50)
+                      np.int64, ragged=True, buffer=50, routing=routing)
     dests, lens, recs = _ragged_from(me, p, n)
     box.send(dests, np.concatenate(recs), lengths=lens)
     box.done()

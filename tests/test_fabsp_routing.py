@@ -1,5 +1,5 @@
-"""Multi-hop routing of FA-BSP mailboxes, without MPI: the grid, the routes, the buffer sizes,
-the envelopes.
+"""Multi-hop routing of FA-BSP mailboxes, without MPI: the routings, the grid, the routes, the
+buffer sizes, the envelopes of fixed-size and ragged records.
 
 Oracles: routes are walked hop by hop for every (source, destination) pair of small grids and
 checked against the grid coordinates computed independently (``np.unravel_index``): a route
@@ -14,12 +14,17 @@ import numpy as np
 import pytest
 
 from hpcbsp import UsageError
-from hpcbsp.fabsp.relay import Relay, envelope_dtype
+from hpcbsp.fabsp.formats import Fixed, Ragged
+from hpcbsp.fabsp.relay import Relay, Straight
 from hpcbsp.fabsp.routing import (
     DIRECT_UP_TO,
     ROUTINGS,
     TWO_D_UP_TO,
+    Direct,
     Grid,
+    Grid2D,
+    Grid3D,
+    Routing,
     buffers_per_rank,
     default_routing,
     grid_dims,
@@ -27,7 +32,7 @@ from hpcbsp.fabsp.routing import (
 )
 
 SMALL = list(range(1, 31)) + [36, 37, 49, 64, 65]
-ROUTINGS_NAME = {k: name for name, k in ROUTINGS.items()}
+ROUTINGS_NAME = {1: "direct", 2: "2d", 3: "3d"}
 
 
 def _ceil_root(p: int, k: int) -> int:
@@ -97,43 +102,137 @@ def test_routing_choice_and_bad_values(monkeypatch):
     monkeypatch.delenv("HPCBSP_ROUTING", raising=False)
     assert default_routing(DIRECT_UP_TO) == "direct" and default_routing(DIRECT_UP_TO + 1) == "2d"
     assert default_routing(TWO_D_UP_TO) == "2d" and default_routing(TWO_D_UP_TO + 1) == "3d"
-    assert resolve_routing(None, 4, "here") == "direct"
-    assert resolve_routing("3d", 4, "here") == "3d"
+    assert type(resolve_routing(None, 4, "here")) is Direct
+    assert type(resolve_routing("auto", DIRECT_UP_TO + 1, "here")) is Grid2D
+    three = resolve_routing("3d", 4, "here")
+    assert type(three) is Grid3D and three.name == "3d" and three.nprocs == 4
     monkeypatch.setenv("HPCBSP_ROUTING", "2d")
-    assert resolve_routing(None, 4, "here") == "2d"
-    assert resolve_routing("direct", 4, "here") == "direct", "the mailbox's choice wins"
-    with pytest.raises(UsageError, match=r"here: routing must be one of auto, direct, 2d, 3d; got '4d'"):
+    assert resolve_routing(None, 4, "here").name == "2d"
+    assert resolve_routing("direct", 4, "here").name == "direct", "the mailbox's choice wins"
+    given = Grid2D(4)
+    assert resolve_routing(given, 4, "here") is given, "a Routing object is used as it is"
+    with pytest.raises(UsageError, match=r"here: routing Grid2D\(4, dims=\(2, 2\)\) is for 4 ranks, this program has 5"):
+        resolve_routing(given, 5, "here")
+    with pytest.raises(UsageError, match=r"here: routing must be one of auto, direct, 2d, 3d \(or a Routing\); got '4d'"):
         resolve_routing("4d", 4, "here")
     monkeypatch.setenv("HPCBSP_ROUTING", "grid")
     with pytest.raises(UsageError, match=r"\$HPCBSP_ROUTING must be one of"):
         resolve_routing(None, 4, "here")
 
 
+@pytest.mark.parametrize("p", [1, 2, 5, 13, 30])
+@pytest.mark.parametrize("name", ["direct", "2d", "3d"])
+def test_the_routings_are_the_grid_routes(name, p):
+    """Each named routing is its grid's routes (direct: a grid of one line, every next hop the
+    destination), and the generic neighbour count (a pass over every rank's hops) agrees with
+    the vectorised one."""
+    routing = ROUTINGS[name](p)
+    k = {"direct": 1, "2d": 2, "3d": 3}[name]
+    grid = Grid(p, k)
+    assert routing.dims == grid.dims == grid_dims(p, name)
+    for me in range(p):
+        assert routing.next_hops(me).tolist() == grid.next_hops(me).tolist()
+    assert Routing.neighbour_counts(routing).tolist() == routing.neighbour_counts().tolist()
+    assert isinstance(routing.relay(0, True), Straight if name == "direct" else Relay)
+
+
+def test_a_routing_whose_next_hops_are_not_ranks_is_refused():
+    class Loopy(Routing):
+        name = "loopy"
+
+        def next_hops(self, me):
+            return (np.arange(self.nprocs) + 1) % self.nprocs   # not itself for itself
+
+    class Outside(Routing):
+        name = "outside"
+
+        def next_hops(self, me):
+            hops = np.arange(self.nprocs)
+            hops[-1] = self.nprocs
+            return hops
+
+    with pytest.raises(UsageError, match=r"rank 1: routing loopy: next_hops\(1\) must give a rank for each of the 3 ranks"):
+        Loopy(3).relay(1, False)
+    with pytest.raises(UsageError, match="routing outside"):
+        Outside(3).relay(0, False)
+
+
 def test_envelopes_keep_order_and_origin():
     """Rank 1 of a 2 x 2 grid: records for 2 go through 0 (row first), for 3 straight down."""
-    grid = Grid(4, 2)
-    relay = Relay(grid, 1, np.dtype(np.int16), with_source=True)
+    relay = Grid2D(4).relay(1, with_source=True)
+    fmt = Fixed(np.dtype(np.int16), relay.fields)
     assert relay.peers.tolist() == [0, 3]
-    assert relay.wire == envelope_dtype(np.dtype(np.int16), True) and relay.wire.itemsize == 10
+    assert fmt.wire.names == ("to", "from", "rec") and fmt.unit == 10
     dests = np.array([2, 3, 1, 2, 3, 2])
-    env, hops = relay.outgoing(dests, np.arange(6, dtype=np.int16))
-    assert env["rec"].tolist() == [0, 1, 2, 3, 4, 5] and env["to"].tolist() == dests.tolist()
+    _, _, env, owned = fmt.outgoing(dests, np.arange(6), None, 4, 1, "here", "call")
+    hops = relay.outgoing(fmt, env, dests)
+    assert owned and env["rec"].tolist() == [0, 1, 2, 3, 4, 5] and env["to"].tolist() == dests.tolist()
     assert hops.tolist() == [0, 3, 1, 0, 3, 0], "2 via 0 (along the row), 3 straight down, 1 is here"
     assert (env["from"] == 1).all()
-    env, hop = relay.outgoing(2, np.arange(2, dtype=np.int16))
-    assert hop == 0 and env["to"].tolist() == [2, 2]
+    _, _, env, _ = fmt.outgoing(2, np.arange(2), None, 4, 1, "here", "call")
+    assert relay.outgoing(fmt, env, 2) == 0 and env["to"].tolist() == [2, 2]
     # On rank 0 (the relay for 1 -> 2), a batch mixing records for 0 and for 2 and 1:
-    at0 = Relay(grid, 0, np.dtype(np.int16), with_source=True)
-    batch = np.zeros(5, dtype=at0.wire)
+    at0 = Grid2D(4).relay(0, with_source=True)
+    batch = np.zeros(5, dtype=fmt.wire)
     batch["to"], batch["from"], batch["rec"] = [2, 0, 2, 0, 1], [1, 3, 1, 2, 2], [7, 8, 9, 10, 11]
-    mine, transit, thops = at0.arrived(batch)
-    assert mine["rec"].tolist() == [8, 10]
+    deliveries, transit, thops = at0.arrived(fmt, batch, source=1)
     assert transit["rec"].tolist() == [7, 9, 11] and thops.tolist() == [2, 2, 1], "arrival order kept"
-    assert [(r.tolist(), s) for r, s in at0.deliveries(mine)] == [([10], 2), ([8], 3)]
+    assert [(fmt.handler_args(b)[0].tolist(), s) for b, s in deliveries] == [([10], 2), ([8], 3)]
     # Without the source: one batch, the envelope has no origin field.
-    plain = Relay(grid, 0, np.dtype(np.int16), with_source=False)
-    assert plain.wire.names == ("to", "rec") and plain.wire.itemsize == 6
-    b = np.zeros(2, dtype=plain.wire)
+    plain = Grid2D(4).relay(0, with_source=False)
+    pfmt = Fixed(np.dtype(np.int16), plain.fields)
+    assert pfmt.wire.names == ("to", "rec") and pfmt.unit == 6
+    b = np.zeros(2, dtype=pfmt.wire)
     b["to"], b["rec"] = 0, [4, 5]
-    ((recs, origin),) = plain.deliveries(b)
-    assert recs.tolist() == [4, 5] and origin == -1 and recs.flags.c_contiguous
+    ((recs, origin),), transit, _ = plain.arrived(pfmt, b, source=3)
+    (arr,) = pfmt.handler_args(recs)
+    assert arr.tolist() == [4, 5] and origin == -1 and arr.flags.c_contiguous and transit is None
+
+
+def test_direct_records_travel_bare():
+    """Direct routing: no address fields, the wire record is the record, all that arrives is
+    for this rank from the MPI source; a ragged head is its length only."""
+    relay = Direct(3).relay(1, with_source=True)
+    assert relay.fields == [] and relay.peers.tolist() == [0, 2]
+    fmt = Fixed(np.dtype(np.int64), relay.fields)
+    assert fmt.wire == np.dtype(np.int64)
+    dests = np.array([0, 2, 2])
+    n, _, recs, owned = fmt.outgoing(dests, np.array([5, 6, 7]), None, 3, 1, "here", "call")
+    assert n == 3 and not owned, "the caller's records are copied into the buffers"
+    assert relay.outgoing(fmt, recs, dests) is dests
+    deliveries, transit, _ = relay.arrived(fmt, recs, source=2)
+    assert transit is None and [(b.tolist(), s) for b, s in deliveries] == [([5, 6, 7], 2)]
+    assert Ragged(np.dtype(np.int64), relay.fields).head.itemsize == 8
+
+
+def test_ragged_envelopes_split_on_arrival_whole():
+    """Ragged records through rank 0 of a 2 x 2 grid: those for 0 go to the handler grouped by
+    origin, whole; the others pass on to their next hops, whole, in arrival order.  Oracle: the
+    records written out by hand."""
+    at0 = Grid2D(4).relay(0, with_source=True)
+    fmt = Ragged(np.dtype(np.int32), at0.fields)
+    assert fmt.head.names == ("len", "to", "from") and fmt.head.itemsize == 16
+    fmt.check_buffer(100, "here")
+    records = [[1, 2], [], [3, 4, 5], [6], [7, 8]]
+    to, origin = [2, 0, 0, 1, 0], [1, 3, 2, 2, 3]
+    values = np.concatenate([np.array(r, dtype=np.int32) for r in records])
+    _, _, (heads, values), _ = fmt.outgoing(np.array(to), values, [len(r) for r in records], 4, 0, "here", "call")
+    heads["to"], heads["from"] = to, origin
+    deliveries, (pheads, pvalues), hops = at0.arrived(fmt, (heads, values), source=1)
+    got = []
+    for batch, src in deliveries:
+        vals, lens = fmt.handler_args(batch)
+        got.append(([r.tolist() for r in np.split(vals, np.cumsum(lens)[:-1])], src))
+    assert got == [([[3, 4, 5]], 2), ([[], [7, 8]], 3)]
+    assert [r.tolist() for r in np.split(pvalues, np.cumsum(pheads["len"])[:-1])] == [[1, 2], [6]]
+    assert pheads["to"].tolist() == [2, 1] and hops.tolist() == [2, 1]
+
+
+def test_a_ragged_record_too_large_for_a_routed_message_is_refused():
+    """A routed ragged message holds its count word and a 16-byte head besides the values."""
+    fmt = Ragged(np.dtype(np.int64), Grid2D(4).relay(0, with_source=False).fields)
+    with pytest.raises(UsageError, match=r"buffer=3 is too small .* needs 24 bytes .*at least 4 values"):
+        fmt.check_buffer(3, "here")
+    fmt.check_buffer(5, "here")   # 40 bytes: 24 + two values
+    with pytest.raises(UsageError, match=r"a record of 3 values is larger than the mailbox's buffer allows \(2 values\)"):
+        fmt.outgoing(0, np.arange(3), None, 4, 0, "here", "call")

@@ -314,29 +314,39 @@ def test_toposort_one_rank(mode):
 
 
 # ---------------------------------------------------------------------------- ragged records
-def test_ragged_messages_round_trip_and_never_split_a_record():
-    """Oracle: the records concatenated back from the messages, in order, equal what was added
-    (plain Python lists); every message fits the capacity."""
+@pytest.mark.parametrize("fields", [[], [("to", np.int32)], [("to", np.int32), ("from", np.int32)]])
+def test_ragged_messages_round_trip_and_never_split_a_record(fields):
+    """Oracle: the records concatenated back from the messages, in order, with their address
+    fields, equal what was added (plain Python lists); every message fits the capacity."""
     from hpcbsp.fabsp import ragged
 
+    head = ragged.head_dtype(fields)
+    assert head.itemsize == (8 if not fields else 16), "8-byte aligned heads"
     rng = np.random.default_rng(5)
-    cap = 200  # bytes: a record of k int32 values costs 8 + 4k
-    agg = ragged.RaggedAggregator(3, np.dtype(np.int32), cap)
-    added: dict[int, list[list[int]]] = {0: [], 2: []}
-    out: dict[int, list[list[int]]] = {0: [], 2: []}
+    cap = 260  # bytes: a record of k int32 values costs head.itemsize + 4k
+    agg = ragged.RaggedAggregator(3, head, np.dtype(np.int32), cap)
+    added: dict[int, list[tuple[list[int], int]]] = {0: [], 2: []}
+    out: dict[int, list[tuple[list[int], int]]] = {0: [], 2: []}
 
     def take(dest, msg):
         assert msg.nbytes <= cap
-        values, lengths = ragged.unpack(msg, np.dtype(np.int32))
-        assert ragged.count_records(msg) == lengths.size > 0
-        out[dest] += [v.tolist() for v in np.split(values, np.cumsum(lengths)[:-1])]
+        heads, values = ragged.unpack(msg, head, np.dtype(np.int32))
+        assert ragged.count_records(msg) == heads.size > 0
+        tags = heads["to"].tolist() if fields else [-1] * heads.size
+        out[dest] += list(zip([v.tolist() for v in np.split(values, np.cumsum(heads["len"])[:-1])], tags))
 
     for step in range(60):
         dest = int(rng.choice([0, 2]))
         lens = rng.integers(0, 40, rng.integers(1, 6))
         vals = rng.integers(-1000, 1000, int(lens.sum())).astype(np.int32)
-        added[dest] += [v.tolist() for v in np.split(vals, np.cumsum(lens)[:-1])]
-        for msg in agg.add(dest, vals, lens.astype(np.int64)):
+        heads = np.zeros(lens.size, dtype=head)
+        heads["len"] = lens
+        tags = [step * 10 + i for i in range(lens.size)]
+        if fields:
+            heads["to"] = tags
+        added[dest] += list(zip([v.tolist() for v in np.split(vals, np.cumsum(lens)[:-1])],
+                                tags if fields else [-1] * lens.size))
+        for msg in agg.add(dest, heads, vals):
             take(dest, msg)
         assert agg.nbuffered == sum(len(a) for a in added.values()) - sum(len(o) for o in out.values())
     for dest, msg in agg.drain():
@@ -345,22 +355,58 @@ def test_ragged_messages_round_trip_and_never_split_a_record():
     assert agg.peak_buffers == 2
 
 
+def test_ragged_put_groups_by_destination_keeping_order():
+    """``put`` to a vector of destinations: oracle, the records filtered per destination in
+    send order (plain Python)."""
+    from hpcbsp.fabsp import ragged
+
+    head = ragged.head_dtype([])
+    agg = ragged.RaggedAggregator(3, head, np.dtype(np.int64), 1 << 20)
+    lens = np.array([2, 0, 3, 1, 4])
+    heads = np.zeros(5, dtype=head)
+    heads["len"] = lens
+    values = np.arange(10)
+    dests = np.array([2, 0, 2, 1, 0])
+    assert list(agg.put(dests, (heads, values), owned=True)) == [], "nothing filled"
+    records = np.split(values, np.cumsum(lens)[:-1])
+    for d in range(3):
+        got_heads, got_values = ragged.unpack(agg.take(d), head, np.dtype(np.int64))
+        assert [r.tolist() for r in np.split(got_values, np.cumsum(got_heads["len"])[:-1])] == \
+            [records[i].tolist() for i in range(5) if dests[i] == d]
+    assert agg.take(0) is None and agg.nbuffered == 0
+
+
 def test_ragged_gather_reorders_whole_records():
     from hpcbsp.fabsp import ragged
 
     values, lengths = np.arange(10), np.array([3, 0, 4, 3])   # [0 1 2] [] [3 4 5 6] [7 8 9]
-    vals, lens = ragged.gather_records(values, lengths, np.array([3, 1, 0, 2]))
-    assert vals.tolist() == [7, 8, 9, 0, 1, 2, 3, 4, 5, 6] and lens.tolist() == [3, 0, 3, 4]
+    heads = np.zeros(4, dtype=ragged.head_dtype([("to", np.int32)]))
+    heads["len"], heads["to"] = lengths, [10, 11, 12, 13]
+    got, vals = ragged.gather_records(heads, values, np.array([3, 1, 0, 2]))
+    assert vals.tolist() == [7, 8, 9, 0, 1, 2, 3, 4, 5, 6]
+    assert got["len"].tolist() == [3, 0, 3, 4] and got["to"].tolist() == [13, 11, 10, 12]
 
 
-def test_ragged_mailbox_on_one_rank():
+@pytest.mark.parametrize("routing", ["direct", "2d", "3d"])
+def test_ragged_mailbox_on_one_rank(routing):
+    """Oracle: the records written out by hand, with their source; a handler's records (depth
+    2) too.  A routed head is 16 bytes, so the smallest buffer grows by 8 bytes."""
     got = []
+
+    def handler(v, k, src):
+        records = [p.tolist() for p in np.split(v, np.cumsum(k)[:-1])]
+        got.extend((src, r) for r in records)
+        for r in records:
+            if r and r[0] == 7:
+                box.send(0, np.array([8, 8], dtype=np.int16))
+
     with hpcbsp.BSP() as bsp:
-        box = bsp.mailbox(lambda v, k: got.extend(p.tolist() for p in np.split(v, np.cumsum(k)[:-1])),
-                          np.int16, ragged=True, buffer=12)
-        with pytest.raises(BSPError, match=r"buffer=8 is too small for a ragged mailbox.*at least 9 values"):
-            bsp.mailbox(lambda v, k: None, np.int16, ragged=True, buffer=8)
+        box = bsp.mailbox(handler, np.int16, ragged=True, buffer=16, with_source=True, routing=routing)
+        smallest = 9 if routing == "direct" else 13
+        with pytest.raises(BSPError, match=rf"buffer={smallest - 1} is too small for a ragged mailbox.*"
+                                           rf"at least {smallest} values"):
+            bsp.mailbox(lambda v, k: None, np.int16, ragged=True, buffer=smallest - 1, routing=routing)
         box.send(0, np.arange(5, dtype=np.int16), lengths=[2, 0, 3])
         box.send(0, [7])
         bsp.sync()
-    assert got == [[0, 1], [], [2, 3, 4], [7]]
+    assert got == [(0, [0, 1]), (0, []), (0, [2, 3, 4]), (0, [7]), (0, [8, 8])]

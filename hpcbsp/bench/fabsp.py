@@ -75,13 +75,18 @@ def _say(bsp: BSP, text: str) -> None:
 def _throughput(bsp: BSP, args: argparse.Namespace) -> bool:
     ok_all = True
     table = args.table
-    for app, runner in (("histogram", run_histogram), ("index_gather", run_index_gather)):
+    apps: tuple[tuple[str, Callable[..., Outcome]], ...] = (("histogram", run_histogram),
+                                                            ("index_gather", run_index_gather))
+    for app, runner in apps:
         rates = {}
         for mode in ("fabsp", "bsp", "naive", "rma"):
             n = args.naive_updates if mode in ("naive", "rma") else args.updates
+
+            def once(check: bool, mode: str = mode, n: int = n, runner: Callable[..., Outcome] = runner) -> Outcome:
+                return runner(bsp, mode, n, table, args.seed, args.chunk, check)
+
             _say(bsp, f"  [{app} {mode}] {n:,} per rank x {args.repeat} ...")
-            seconds, n, ok = _best(bsp, args.repeat, lambda check, mode=mode, n=n: runner(
-                bsp, mode, n, table, args.seed, args.chunk, check))
+            seconds, n, ok = _best(bsp, args.repeat, once)
             ok_all = ok_all and ok
             rates[mode] = n / seconds
             _say(bsp, f"  {app:<13} {mode:<6} {n:>10,} per rank  {seconds:8.3f} s  "
@@ -189,7 +194,9 @@ def _memory(bsp: BSP, args: argparse.Namespace) -> bool:
     for routing in ROUTINGS:
         out = run_histogram(bsp, "fabsp", n, args.table, args.seed, args.chunk, True,
                             routing=routing)
-        box = Engine.existing(bsp).boxes[-1]  # the histogram's mailbox, just made
+        engine = Engine.existing(bsp)
+        assert engine is not None, "the histogram made a mailbox"
+        box = engine.boxes[-1]  # the histogram's mailbox, just made
         mem = box.memory()
         peers = int(bsp.allreduce(mem["peers"], op="max"))
         held = int(bsp.allreduce(mem["buffers"], op="max"))

@@ -151,9 +151,14 @@ class Engine:
         if not self.handlers.running:
             self._user_sent += nrecords
 
-    def enqueue_local(self, box: "Mailbox", batch: object, n: int) -> None:
-        """``n`` records to this rank itself: straight into the inbox (handled at the next progress)."""
-        self.handlers.enqueue(box.index, self.pid, batch, n)
+    def post(self, box: "Mailbox", dest: int, msg: np.ndarray) -> None:
+        """One message of ``box`` for ``dest``: shipped (:meth:`ship`), or for this rank itself
+        straight into the inbox (handled at the next progress, no MPI)."""
+        if dest == self.pid:
+            batch, n = box.decode(msg)
+            self.handlers.enqueue(box.index, self.pid, batch, n)
+        else:
+            self.ship(box, dest, msg)
 
     def ship(self, box: "Mailbox", dest: int, msg: np.ndarray) -> None:
         """Send one message of ``box`` to ``dest``, first waiting for a free slot if needed."""
@@ -324,10 +329,7 @@ class Engine:
             for box in self.boxes:
                 if box.aggregator.nbuffered:
                     for dest, msg in list(box.aggregator.drain()):
-                        if dest == self.pid:   # (a mailbox may buffer records to itself)
-                            self.enqueue_local(box, msg, box.count(msg))
-                        else:
-                            self.ship(box, dest, msg)
+                        self.post(box, dest, msg)
 
     def _complete_sends(self) -> None:
         for box in self.boxes:

@@ -23,7 +23,8 @@ Variable-size records.  ``bsp.mailbox(handler, dtype, ragged=True)``: a record i
 ``lengths[i]`` values) to ``pid[i]`` (or all to ``pid``); ``box.send(pid, array)`` sends one
 record.  The handler gets a batch as ``handler(values, lengths)`` (``np.split(values,
 np.cumsum(lengths)[:-1])`` gives the records), with ``source`` last for ``with_source``.  Records
-are never split across messages; per-pair FIFO holds (:mod:`.ragged`).
+are never split across messages; per-pair FIFO holds, and they are routed like fixed-size ones
+(:mod:`.ragged`).
 
 Phases.  ``box.done()`` (collective) finishes one mailbox inside a superstep: it returns when
 every record sent to ``box`` so far, including those its handlers send meanwhile, has been
@@ -40,11 +41,17 @@ for reuse.
 
 Routing.  With ``routing="2d"`` or ``"3d"`` a record hops through a grid of ranks, one grid
 dimension per hop (:mod:`.routing`), so D is about 2 sqrt(P) or 3 cbrt(P) and a record takes up
-to 2 or 3 messages; it travels in an envelope with its destination (and its source, for
-``with_source``), 4 or 8 bytes more (:mod:`.relay`).  The ranks on the way pass it on when they
-receive it (as a handler would).  Per-pair FIFO order holds with every routing.  The default
+to 2 or 3 messages; it carries its destination (and its source, for ``with_source``): a
+fixed-size record travels in an envelope 4 or 8 bytes larger, a ragged one has a head of 16
+bytes instead of 8 (:mod:`.relay`).  The ranks on the way pass it on when they receive it (as a
+handler would).  Per-pair FIFO order holds with every routing.  The default
 (``$HPCBSP_ROUTING``, else by P: direct up to 256 ranks, 2-D up to 32,768, 3-D beyond) suits
-memory; a mailbox may choose.
+memory; a mailbox may choose, by name or with a :class:`~.routing.Routing` object.
+
+Composition.  A mailbox is its routing's relay (:mod:`.relay`: where records go next, what
+arrived for whom) and its record format (:mod:`.formats`: fixed or ragged, how records are laid
+out, buffered and handed to the handler) put together; neither knows the engine, and the
+mailbox's own code is the same for every routing and format.
 """
 from __future__ import annotations
 
@@ -55,13 +62,11 @@ import numpy as np
 
 from ..runtime.control import Kind
 from ..runtime.errors import UsageError
-from ..runtime.records import as_records, check_pids, split_by_destination
-from .aggregation import SPARES, Aggregator, Buffers
+from .aggregation import SPARES
 from .backpressure import SendWindow
 from .engine import Engine, default_buffer
-from .ragged import WORD, RaggedAggregator, count_records, group_ragged, unpack
-from .relay import Groups, Relay
-from .routing import ROUTINGS, Grid, resolve_routing
+from .formats import Fixed, Ragged, RecordFormat
+from .routing import Routing, resolve_routing
 
 if TYPE_CHECKING:
     from ..runtime.context import BSP
@@ -94,12 +99,13 @@ class Mailbox:
         A name for error messages (default: the handler's name).
     routing
         ``"direct"`` (a buffer per destination), ``"2d"`` or ``"3d"`` (through a grid of ranks,
-        O(sqrt P) or O(cbrt P) buffers, see the module notes) or ``"auto"``; default
-        ``$HPCBSP_ROUTING``, else ``"auto"`` (by P).  Ranks must agree on it.
+        O(sqrt P) or O(cbrt P) buffers, see the module notes), ``"auto"``, or a
+        :class:`~.routing.Routing` of P ranks; default ``$HPCBSP_ROUTING``, else ``"auto"`` (by
+        P).  Ranks must agree on it.
     ragged
         Variable-size records: a record is a 1-D array of ``dtype`` of any length; ``send(pid,
         values, lengths)`` and ``handler(values, lengths[, source])`` (see the module notes).
-        ``buffer`` then counts values, not records.  Routed directly.
+        ``buffer`` then counts values, not records.
 
     Notes
     -----
@@ -109,7 +115,7 @@ class Mailbox:
 
     def __init__(self, bsp: "BSP", handler: Callable[..., object], dtype: Any, *,
                  buffer: int | None = None, max_pending: int = 16, with_source: bool = False,
-                 name: str | None = None, routing: str | None = None, ragged: bool = False):
+                 name: str | None = None, routing: str | Routing | None = None, ragged: bool = False):
         where = f"rank {bsp.pid}: mailbox"
         if not callable(handler):
             raise UsageError(f"{where}: handler must be callable, got {type(handler).__name__}")
@@ -119,37 +125,24 @@ class Mailbox:
             raise UsageError(f"{where}: {dtype!r} is not a numpy dtype ({exc})") from None
         if dt.hasobject or dt.itemsize == 0:
             raise UsageError(f"{where}: records must be plain data; dtype {dt} holds Python objects "
-                           "or nothing")
-        if routing is not None and not isinstance(routing, str):
-            raise UsageError(f"{where}: routing must be one of auto, {', '.join(ROUTINGS)}; "
-                             f"got {routing!r}")
+                             "or nothing")
         self.ragged = bool(ragged)
-        if self.ragged and routing not in (None, "auto", "direct"):
-            raise UsageError(f"{where}: a ragged mailbox routes its records directly; "
-                             f"routing={routing!r} is not available for it")
-        self.routing = "direct" if self.ragged else resolve_routing(routing, bsp.nprocs, where)
-        #: Envelopes of a routed mailbox (None: direct, records travel as they are).
-        self._relay = None if self.routing == "direct" else \
-            Relay(Grid(bsp.nprocs, ROUTINGS[self.routing]), bsp.pid, dt, bool(with_source))
-        #: What travels: the records, their envelopes, or (ragged) whole messages of bytes.
-        self.wire_dtype = dt if self._relay is None else self._relay.wire
-        if self.ragged:
-            self.wire_dtype = np.dtype(np.uint8)
-        # Bytes of one unit of ``buffer``: a record (or envelope), or a ragged record's value.
-        unit = dt.itemsize if self.ragged else self.wire_dtype.itemsize
+        #: The routing strategy, and what moves this mailbox's records on this rank.
+        self.route = resolve_routing(routing, bsp.nprocs, where)
+        self.routing = self.route.name
+        self.relay = self.route.relay(bsp.pid, bool(with_source))
+        #: How records are laid out on the wire (with the relay's address fields) and buffered.
+        self.format: RecordFormat = (Ragged if self.ragged else Fixed)(dt, self.relay.fields)
+        unit = self.format.unit  # bytes of one unit of ``buffer``: a (wire) record, or a value
         if buffer is None:
-            peers = bsp.nprocs if self._relay is None else self._relay.peers.size + 1
-            buffer = default_buffer(unit, peers)
+            buffer = default_buffer(unit, int(self.relay.peers.size) + 1)
         for label, value in (("buffer", buffer), ("max_pending", max_pending)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise UsageError(f"{where}: {label} must be a positive integer, got {value!r}")
-        if self.ragged and buffer * dt.itemsize < 2 * WORD + dt.itemsize:
-            raise UsageError(f"{where}: buffer={buffer} is too small for a ragged mailbox: a message "
-                             f"needs {2 * WORD} bytes besides a record's values "
-                             f"(at least {-(-(2 * WORD) // dt.itemsize) + 1} values of {dt})")
+        self.format.check_buffer(int(buffer), where)
         if buffer * unit > _MAX_MESSAGE_BYTES:
-            raise UsageError(f"{where}: buffer of {buffer} {'values' if self.ragged else 'records'} "
-                             f"of {unit} bytes exceeds the 2 GiB limit of one MPI message")
+            raise UsageError(f"{where}: buffer of {buffer} {self.format.units} of {unit} bytes exceeds "
+                             "the 2 GiB limit of one MPI message")
         self.name = name or getattr(handler, "__name__", "mailbox")
         self.dtype = dt
         self.buffer = int(buffer)
@@ -159,17 +152,14 @@ class Mailbox:
         self._with_source = bool(with_source)
         self._bsp = bsp
         existing = Engine.existing(bsp)
+        signature = self.route.signature()
         with existing.holding_handlers() if existing is not None else contextlib.nullcontext():
-            bsp.extension.agree(Kind.REGISTER, f"mailbox {dt.descr} {self.routing} {self.ragged}",
+            bsp.extension.agree(Kind.REGISTER, f"mailbox {dt.descr} {signature} {self.ragged}",
                                 lambda: f"mailbox(handler={self.name}, dtype={dt}, "
-                                        f"routing={self.routing}, ragged={self.ragged})")
+                                        f"routing={signature}, ragged={self.ragged})")
         self._engine = Engine.of(bsp)
-        self.aggregator: Buffers = \
-            RaggedAggregator(bsp.nprocs, dt, self._buffer_bytes) if self.ragged else \
-            Aggregator(bsp.nprocs, self.wire_dtype, self.buffer)
-        #: The fixed-size records' buffers (``aggregator`` itself; an unused stand-in if ragged).
-        self._fixed: Aggregator = self.aggregator if isinstance(self.aggregator, Aggregator) else \
-            Aggregator(0, dt, 1)
+        #: Per-destination buffers (of the format; destinations are next hops).
+        self.aggregator = self.format.buffers(bsp.nprocs, self.buffer)
         #: Sends in flight and their messages (back-pressure: at most ``max_pending``).
         self.window = SendWindow(self.max_pending, self.aggregator)
         #: Records of this mailbox sent and handled on this rank in this superstep (``done``'s
@@ -182,12 +172,13 @@ class Mailbox:
 
     def __repr__(self) -> str:
         return (f"Mailbox({self.name!r}, dtype={self.dtype}, buffer={self.buffer}, "
-                f"max_pending={self.max_pending}, routing={self.routing!r}, rank {self._bsp.pid})")
+                f"max_pending={self.max_pending}, routing={self.routing!r}"
+                f"{', ragged' if self.ragged else ''}, rank {self._bsp.pid})")
 
     @property
     def peers(self) -> int:
         """How many ranks this rank's messages of this mailbox can go to (its buffers' bound)."""
-        return self._bsp.nprocs - 1 if self._relay is None else int(self._relay.peers.size)
+        return int(self.relay.peers.size)
 
     def memory(self) -> dict[str, int | str]:
         """What this mailbox holds on this rank: ``routing``, ``peers`` (ranks it can send to),
@@ -211,13 +202,14 @@ class Mailbox:
 
         Ragged mailbox: ``records`` are the records' values concatenated and ``lengths`` the
         length of each; without ``lengths`` the whole array is one record (for one ``pid``).  A
-        record larger than a buffer (``buffer`` values, less 16 bytes) is refused.
+        record larger than a message can hold (``buffer`` values, less 16 bytes; 24 routed) is
+        refused.
 
         h-relation: ``itemsize`` bytes and one message per record out of this rank and into its
         destination (records to this rank itself are not counted); the ``ceil(n / buffer)``
         MPI messages that carry them are not counted separately.  Routed: every hop counts,
-        with the envelope's bytes (``wire_dtype.itemsize``), on the ranks it leaves and enters.
-        Ragged: a record's values' bytes plus 8.
+        with the envelope's bytes (``format.unit``), on the ranks it leaves and enters.
+        Ragged: a record's values' bytes plus its head's (8, routed 16), and 8 per message.
         """
         engine = self._engine
         where = f"rank {self._bsp.pid}: {self.name}.send"
@@ -225,33 +217,12 @@ class Mailbox:
         if self.finished and engine.handlers.current is not self:
             raise UsageError(f"{where}: the mailbox is done for this superstep (done() was called "
                              "on this rank); only its own handlers may send to it until the sync")
-        recs = as_records(records, self.dtype, where)
-        if self.ragged:
-            self._send_ragged(pid, recs, lengths, where, accepting)
+        n, dests, batch, owned = self.format.outgoing(pid, records, lengths, self._bsp.nprocs, self._bsp.pid,
+                                                      where, f"{self.name}.send")
+        if not n or not accepting:
             return
-        if lengths is not None:
-            raise UsageError(f"{where}: lengths= is for ragged mailboxes (bsp.mailbox(..., ragged=True))")
-        if self._relay is not None:
-            dests = check_pids(pid, self._bsp.nprocs, recs.size, self._bsp.pid, f"{self.name}.send")
-            if recs.size and accepting:
-                engine.count_sent(self, recs.size)
-                self._ship_envelopes(*self._relay.outgoing(dests, recs))
-            return
-        me = self._bsp.pid
-        if np.ndim(pid) != 0:
-            # One compiled pass appends each record to its destination's buffer (no sort).
-            dests = check_pids(pid, self._bsp.nprocs, recs.size, me, f"{self.name}.send")
-            assert not isinstance(dests, int)
-            if not recs.size or not accepting:
-                return
-            engine.count_sent(self, recs.size)
-            self._ship_appended(dests, recs)
-            return
-        grouped, groups, fresh = split_by_destination(me, self._bsp.nprocs, pid, recs, f"{self.name}.send")
-        if not groups or not accepting:
-            return
-        engine.count_sent(self, recs.size)
-        self._ship_groups(grouped, groups, fresh)
+        engine.count_sent(self, n)
+        self._forward(self.relay.outgoing(self.format, batch, dests), batch, owned)
 
     def done(self) -> None:
         """Collective: finish this mailbox's traffic of the superstep; the phase end of a phased
@@ -281,112 +252,43 @@ class Mailbox:
 
     # ------------------------------------------------------------------ the engine's side
     def decode(self, raw: np.ndarray) -> tuple[Any, int]:
-        """A received message's batch for :meth:`call_handler`, and its number of records."""
-        if self.ragged:
-            values, lengths = unpack(raw, self.dtype)
-            return (values, lengths), lengths.size
-        recs = raw.view(self.wire_dtype)
-        return recs, recs.shape[0]
+        """A message's batch for :meth:`call_handler`, and its number of records."""
+        return self.format.decode(raw)
 
     def count(self, msg: np.ndarray) -> int:
         """Records in an outgoing message."""
-        return count_records(msg) if self.ragged else msg.shape[0]
+        return self.format.count(msg)
 
-    def call_handler(self, records: Any, source: int) -> None:
-        """Run the handler on one batch (the engine's side; not for user code).
+    def call_handler(self, batch: Any, source: int) -> None:
+        """Run the handler on one batch from ``source`` (the engine's side; not for user code).
 
-        A routed mailbox's batch is envelopes: those for other ranks are passed on first (they
-        count as sent again), then the handler runs on the rest.  A ragged one's is
-        ``(values, lengths)``."""
-        if self.ragged:
-            values, lengths = records
+        The relay splits it: records passing through are passed on first (they count as sent
+        again), then the handler runs on those for this rank, once per origin with the source.
+        """
+        deliveries, passing, hops = self.relay.arrived(self.format, batch, source)
+        if passing is not None:
+            self._engine.count_sent(self, self.format.size(passing))
+            self._forward(hops, passing, True)
+        for part, origin in deliveries:
+            args = self.format.handler_args(part)
             if self._with_source:
-                self._handler(values, lengths, source)
+                self._handler(*args, origin)
             else:
-                self._handler(values, lengths)
-            return
-        if self._relay is not None:
-            mine, transit, hops = self._relay.arrived(records)
-            if transit.size:
-                self._engine.count_sent(self, transit.size)
-                self._ship_envelopes(transit, hops)
-            for recs, origin in self._relay.deliveries(mine):
-                self._call(recs, origin)
-            return
-        self._call(records, source)
+                self._handler(*args)
 
-    def _send_ragged(self, pid: int | np.ndarray, values: np.ndarray, lengths: object, where: str,
-                     accepting: bool) -> None:
-        me = self._bsp.pid
-        limit = (self._buffer_bytes - 2 * WORD) // self.dtype.itemsize
-        nrecords, groups = group_ragged(pid, values, lengths, limit, self._bsp.nprocs, me, where,
-                                        f"{self.name}.send")
-        if not nrecords or not accepting:
-            return
-        engine = self._engine
-        engine.count_sent(self, nrecords)
-        moved = False
-        with engine.holding_handlers():  # nothing may overtake these messages
-            for dest, vals, lns in groups:
-                if dest == me:
-                    engine.enqueue_local(self, (vals, lns), lns.size)
-                    moved = True
-                else:
-                    assert isinstance(self.aggregator, RaggedAggregator)
-                    for msg in self.aggregator.add(dest, vals, lns):
-                        engine.ship(self, dest, msg)
-                        moved = True
-        if moved:
-            engine.after_send()
-
-    def _call(self, records: np.ndarray, source: int) -> None:
-        if self._with_source:
-            self._handler(records, source)
-        else:
-            self._handler(records)
-
-    def _ship_envelopes(self, env: np.ndarray, hops: int | np.ndarray) -> None:
-        """Envelopes, in order, to their next hops (an int for all, or one each)."""
-        if isinstance(hops, int):
-            self._ship_groups(env, [(hops, 0, env.shape[0])] if env.shape[0] else [], owned=True)
-        else:
-            self._ship_appended(hops, env)
-
-    def _ship_appended(self, dests: np.ndarray, records: np.ndarray) -> None:
-        """Record i to ``dests[i]`` (checked int64 ranks) through the compiled porter: full
-        buffers ship as they fill; this rank's records go into its inbox at the end."""
+    def _forward(self, hops: Any, batch: Any, owned: bool) -> None:
+        """Record i of ``batch`` to its next hop ``hops`` (or ``hops[i]``) through the buffers:
+        full ones ship as they fill; this rank's records go into its inbox at the end, ahead of
+        any later send.  ``owned``: the caller gives ``batch`` up (it may travel uncopied)."""
         engine, me = self._engine, self._bsp.pid
         moved = False
         with engine.holding_handlers():  # nothing may overtake these messages (see there)
-            for dest, msg in self._fixed.append(dests, records):
-                if dest == me:
-                    engine.enqueue_local(self, msg, msg.shape[0])
-                else:
-                    engine.ship(self, dest, msg)
+            for dest, msg in self.aggregator.put(hops, batch, owned):
+                engine.post(self, dest, msg)
                 moved = True
-            mine = self._fixed.take(me)  # into the inbox now, ahead of any later send
+            mine = self.aggregator.take(me)
             if mine is not None:
-                engine.enqueue_local(self, mine, mine.shape[0])
+                engine.post(self, me, mine)
                 moved = True
-        if moved:
-            engine.after_send()
-
-    def _ship_groups(self, records: np.ndarray, groups: Groups, owned: bool) -> None:
-        """Records grouped by (next) destination, ``(dest, start, stop)`` slices of ``records``,
-        into the buffers (full ones shipped) or, for this rank, the inbox.  ``owned``: the
-        caller gives ``records`` up, so slices of it may travel without a copy."""
-        engine, me = self._engine, self._bsp.pid
-        moved = False
-        with engine.holding_handlers():  # nothing may overtake these messages (see there)
-            for dest, start, stop in groups:
-                part = records[start:stop]
-                if dest == me:
-                    batch = part if owned else part.copy()
-                    engine.enqueue_local(self, batch, batch.shape[0])
-                    moved = True
-                else:
-                    for msg in self._fixed.add(dest, part, owned=owned):
-                        engine.ship(self, dest, msg)
-                        moved = True
         if moved:  # something left the buffers: let this rank's handlers keep up
             engine.after_send()

@@ -1,106 +1,121 @@
-"""Envelopes of a routed mailbox: records that carry their destination (and source) across hops.
+"""How a mailbox's records move from hop to hop on one rank: bare, or in envelopes.
 
-A mailbox routed through a grid (:mod:`.routing`) sends each record to its next hop, not to its
-destination, so the record travels in an *envelope*: a structured record ``(to, [from,] rec)``
-with the final destination (int32), the origin (int32, only when the handler asks for the
-source) and the user's record.  A rank that receives envelopes hands those addressed to it to the
-handler and passes the others on to their next hop.  No MPI and no engine in here: the mailbox
-ships the envelopes to the next hops that :meth:`Relay.outgoing` and :meth:`Relay.arrived`
-give, in order, through its buffers.
+A mailbox composes its routing's relay (:meth:`.routing.Routing.relay`) with its record format
+(:mod:`.formats`); the relay decides where records go and what arrived for whom, the format
+how records are laid out.  Both relays offer the same three things:
 
-Order.  Envelopes keep their relative order on the way to each next hop; with the route fixed
-per (source, destination) this keeps per-pair FIFO order end to end.
+* ``fields``: the address fields a record carries besides its data;
+* ``outgoing(fmt, batch, dests)``: fills those fields of a batch about to be sent and returns
+  its next hops (an int if one for all);
+* ``arrived(fmt, batch, source)``: splits a received batch into ``deliveries`` (the handler's
+  batches, with their origin) and records passing through, with their next hops.
+
+:class:`Straight` (direct routing): every next hop is the destination, so records carry no
+address; all that arrives is for this rank, from the MPI source.  :class:`Relay` (any routing
+through other ranks): each record carries its final destination ``to`` (int32) and, when the
+handler takes the source, its origin ``from`` (int32); a rank hands the records addressed to it
+to the handler and passes the others on.  Envelopes keep their relative order on the way to each
+next hop; with the route fixed per (source, destination) this keeps per-pair FIFO order end to
+end.  No MPI in here.
 """
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Any, Protocol
 
 import numpy as np
 
 from ..kernels import group_by_dest
 from ..runtime.records import destination_slices
-from .routing import Grid
 
-#: (next hop, start, stop) slices of an array of envelopes grouped by next hop.
-Groups = list[tuple[int, int, int]]
+#: Address fields of a record travelling through other ranks: its destination and origin.
+TO = ("to", np.int32)
+FROM = ("from", np.int32)
 
-
-def envelope_dtype(dtype: np.dtype, with_source: bool) -> np.dtype:
-    """The wire record of a routed mailbox of ``dtype`` records."""
-    fields: list[tuple[str, object]] = [("to", np.int32)]
-    if with_source:
-        fields.append(("from", np.int32))
-    fields.append(("rec", dtype))
-    return np.dtype(fields)
+#: The handler's batches of an arrived batch: ``(records, origin)`` (origin -1: not carried).
+Deliveries = list[tuple[Any, int]]
 
 
-def take_records(records: np.ndarray, index: np.ndarray) -> np.ndarray:
-    """``records[index]`` for a contiguous 1-D array of any (structured) dtype, as rows of bytes.
+class Addressed(Protocol):
+    """What a relay needs of a record format (:mod:`.formats`): a batch's address fields, a
+    selection of its records, its size."""
 
-    numpy gathers structured records of odd sizes (12, 6 bytes) element by element through its
-    generic path, 10x slower than ``np.take`` of the same bytes as rows.
-    """
-    size = records.dtype.itemsize
-    rows = np.ascontiguousarray(records).view(np.uint8).reshape(-1, size)
-    return np.take(rows, index, axis=0).view(records.dtype).reshape(-1)
+    def addresses(self, batch: Any) -> np.ndarray: ...
+
+    def take(self, batch: Any, index: np.ndarray) -> Any: ...
+
+    def size(self, batch: Any) -> int: ...
+
+
+class Straight:
+    """Direct routing on rank ``me`` of ``nprocs``: records go bare to their destinations."""
+
+    def __init__(self, me: int, nprocs: int):
+        self.me = me
+        self.nprocs = nprocs
+        self.fields: list[tuple[str, Any]] = []  # records travel bare
+
+    @property
+    def peers(self) -> np.ndarray:
+        """The ranks this rank sends to: every other one."""
+        return np.delete(np.arange(self.nprocs, dtype=np.int64), self.me)
+
+    def outgoing(self, fmt: Addressed, batch: Any, dests: int | np.ndarray) -> int | np.ndarray:
+        return dests
+
+    def arrived(self, fmt: Addressed, batch: Any, source: int) -> tuple[Deliveries, Any, np.ndarray | None]:
+        return [(batch, source)], None, None
 
 
 class Relay:
-    """Envelopes of one routed mailbox on rank ``me`` of a grid of ``grid.nprocs`` ranks."""
+    """Routing through other ranks on rank ``me``, with ``hops[d]`` the next hop to ``d``."""
 
-    def __init__(self, grid: Grid, me: int, dtype: np.dtype, with_source: bool):
+    def __init__(self, hops: np.ndarray, me: int, with_source: bool):
         self.me = me
-        self.nprocs = grid.nprocs
-        self.wire = envelope_dtype(dtype, with_source)
-        self._with_source = with_source
+        self.nprocs = hops.size
         #: ``hops[d]``: where a record for rank d goes next from this rank.
-        self.hops = grid.next_hops(me)
-        #: The ranks this rank sends to (its grid neighbours), ascending.
-        self.peers = np.setdiff1d(np.unique(self.hops), [me])
-        #: Every rank is a neighbour (a grid of one line): the next hop is the destination.
-        self._direct = self.peers.size == self.nprocs - 1
+        self.hops = hops
+        self.fields: list[tuple[str, Any]] = [TO, FROM] if with_source else [TO]
+        self._with_source = with_source
+        #: The ranks this rank sends to (its neighbours), ascending.
+        self.peers = np.setdiff1d(np.unique(hops), [me])
+        #: Every rank is a neighbour: the next hop is the destination (no gather through hops).
+        self._all_next = self.peers.size == self.nprocs - 1
 
-    def outgoing(self, dests: int | np.ndarray, recs: np.ndarray) -> tuple[np.ndarray, int | np.ndarray]:
-        """Envelopes for ``recs`` (record i to ``dests`` or ``dests[i]``, checked ranks), in
-        order, and the next hop of each (an int if one for all; this rank for its own)."""
-        env = np.empty(recs.shape[0], dtype=self.wire)
+    def outgoing(self, fmt: Addressed, batch: Any, dests: int | np.ndarray) -> int | np.ndarray:
+        """Address ``batch`` (record i to ``dests`` or ``dests[i]``, checked ranks); its next
+        hops (an int if one for all; this rank for its own)."""
+        addr = fmt.addresses(batch)
+        addr["to"] = dests
         if self._with_source:
-            env["from"] = self.me
-        env["to"] = dests
-        env["rec"] = recs
+            addr["from"] = self.me
         if isinstance(dests, int):
-            return env, int(self.hops[dests])
-        return env, (dests if self._direct else self.hops[dests])
+            return int(self.hops[dests])
+        return dests if self._all_next else self.hops[dests]
 
-    def arrived(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Split an arrived batch: ``(for this rank, passing through, their next hops)``, each
-        in arrival order (the handler runs on the first at once, so that order per source
-        holds)."""
-        to = batch["to"]
+    def arrived(self, fmt: Addressed, batch: Any, source: int) -> tuple[Deliveries, Any, np.ndarray | None]:
+        """``(deliveries, passing, their next hops)`` of an arrived batch, each in arrival order
+        (``passing`` None if nothing passes).  With the source, one delivery per origin in
+        ascending rank; else one for all (origin -1)."""
+        to = fmt.addresses(batch)["to"]
+        if not to.size:
+            return [], None, None
         mine = to == self.me
         if mine.all():
-            return batch, batch[:0], to[:0].astype(np.int64)
-        if not mine.any():
-            return batch[:0], batch, self.hops[to]
-        passing = np.flatnonzero(~mine)
-        return (take_records(batch, np.flatnonzero(mine)), take_records(batch, passing),
-                self.hops[to[passing]])
+            here, passing, hops = batch, None, None
+        elif not mine.any():
+            return [], batch, self.hops[to]
+        else:
+            away = np.flatnonzero(~mine)
+            here, passing, hops = fmt.take(batch, np.flatnonzero(mine)), fmt.take(batch, away), self.hops[to[away]]
+        return self._by_origin(fmt, here), passing, hops
 
-    def deliveries(self, mine: np.ndarray) -> Iterator[tuple[np.ndarray, int]]:
-        """The handler's batches in ``mine`` (envelopes for this rank): ``(records, origin)``,
-        one per origin in ascending rank when the handler takes the source (the origin is -1
-        otherwise), each a fresh contiguous array in arrival order."""
-        if not mine.size:
-            return
+    def _by_origin(self, fmt: Addressed, here: Any) -> Deliveries:
         if not self._with_source:
-            yield np.ascontiguousarray(mine["rec"]), -1
-            return
-        origin = mine["from"]
+            return [(here, -1)]
+        origin = fmt.addresses(here)["from"]
         first = int(origin[0])
         if (origin == first).all():
-            yield np.ascontiguousarray(mine["rec"]), first
-            return
-        perm, counts = group_by_dest(origin, self.nprocs)
-        recs = take_records(mine, perm)["rec"]
-        for src, start, stop in destination_slices(counts):
-            yield recs[start:stop], src
+            return [(here, first)]
+        perm, counts = group_by_dest(origin, self.nprocs)  # stable: arrival order per origin
+        return [(fmt.take(here, perm[start:stop]), src) for src, start, stop in destination_slices(counts)]
+

@@ -1,10 +1,24 @@
-"""Multi-hop routing of FA-BSP mailboxes: which rank a record goes to next, and what it costs.
+"""Routings of FA-BSP mailboxes: the strategy that says which rank a record goes to next.
 
-``direct`` sends every record straight to its destination, so a rank may keep a buffer for every
-other rank: P - 1 buffers.  ``2d`` and ``3d`` route through a grid of ranks, as bale's conveyors
-do: a record moves along one grid dimension per hop, so each rank sends only to the ranks that
-differ from it in one grid coordinate, about 2 sqrt(P) (2-D) or 3 cbrt(P) (3-D) of them.  No MPI
-in here: the mailbox uses :meth:`Grid.next_hops` and :func:`buffers_per_rank` sizes the memory.
+A mailbox is given a :class:`Routing` (``bsp.mailbox(..., routing=)``: a name, or an instance)
+and asks it one thing per rank: ``next_hops(me)[d]``, the rank a record at ``me`` bound for ``d``
+goes to next, and :meth:`Routing.relay`, the object that moves records along those hops
+(:mod:`.relay`).  The contract every routing keeps: ``next_hops(me)[me] == me``; the next hop
+depends only on (here, destination), so all records of one (source, destination) pair take the
+same path and per-pair FIFO order holds hop by hop; every route reaches its destination.  No MPI
+in here.
+
+* :class:`Direct` sends every record straight to its destination, so a rank may keep a buffer
+  for every other rank: P - 1 buffers.  Records travel bare (no envelope).
+* :class:`Grid2D` and :class:`Grid3D` route through a grid of ranks, as bale's conveyors do: a
+  record moves along one grid dimension per hop, so each rank sends only to the ranks that differ
+  from it in one grid coordinate, about 2 sqrt(P) (2-D) or 3 cbrt(P) (3-D) of them.  A record
+  passes through other ranks, so it travels in an envelope that names its destination.
+
+Another routing is a subclass with its own ``next_hops`` (and ``neighbour_counts`` if the
+generic count, a pass over every rank's hops, is too slow): for instance one that sends
+records bound off-node through a node-local representative, built from a rank-to-node map.
+:func:`buffers_per_rank` sizes the memory of a named routing for any P.
 
 The grid.  Ranks are laid out row-major in a grid of ``k`` dimensions ``dims`` (most significant
 first): the last k - 1 extents are ``ceil(P ** (1/k))`` and the first is what it takes to hold
@@ -17,19 +31,18 @@ Such a coordinate always exists (by induction on k: if m's leading coordinate is
 last, every replacement of a lower coordinate lies in a full plane; if it is the last and d's is
 lower, replacing the leading one lands in a full plane; if both are the last, the same argument
 holds in the partial plane), so every route reaches d in at most k hops, each within one grid
-line.  The next hop depends only on (m, d), so all records from one source to one destination
-take the same path and per-pair FIFO order is kept hop by hop.
+line.
 """
 from __future__ import annotations
 
 import os
+from typing import ClassVar
 
 import numpy as np
 
 from ..runtime.errors import UsageError
+from .relay import Relay, Straight
 
-#: The routings, with the grid dimensions each uses.
-ROUTINGS = {"direct": 1, "2d": 2, "3d": 3}
 #: The environment variable that chooses the routing of mailboxes that do not give one.
 ROUTING_ENV = "HPCBSP_ROUTING"
 #: Default routing by P (mailboxes that do not choose, and ``$HPCBSP_ROUTING`` unset or ``auto``):
@@ -39,6 +52,104 @@ DIRECT_UP_TO = 256
 TWO_D_UP_TO = 32768
 
 
+class Routing:
+    """How a mailbox's records travel on ``nprocs`` ranks (see the module notes for the contract).
+
+    Subclasses set :attr:`name` and implement :meth:`next_hops`.
+    """
+
+    #: The name ranks agree on (and ``routing=`` accepts for the built-in ones).
+    name: ClassVar[str] = "routing"
+
+    def __init__(self, nprocs: int):
+        if nprocs < 1:
+            raise ValueError(f"a routing needs at least one rank, got {nprocs}")
+        self.nprocs = nprocs
+        #: The shape the ranks are laid out in (``(P,)`` when there is none).
+        self.dims: tuple[int, ...] = (nprocs,)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.nprocs}, dims={self.dims})"
+
+    def signature(self) -> str:
+        """What every rank's mailbox must agree on: the name and the layout."""
+        return f"{self.name} {'x'.join(map(str, self.dims))}"
+
+    def next_hops(self, me: int) -> np.ndarray:
+        """``hops[d]`` (int64, one per rank): where a record at ``me`` bound for ``d`` goes next
+        (``me`` for d = me)."""
+        raise NotImplementedError
+
+    def relay(self, me: int, with_source: bool) -> Straight | Relay:
+        """What moves a mailbox's records on rank ``me`` (:mod:`.relay`): envelopes through the
+        next hops; ``with_source``: they also name their origin, for the handler.  Next hops
+        that are not one rank per rank, ``me`` for itself, raise :class:`UsageError`."""
+        hops = np.asarray(self.next_hops(me))
+        if hops.shape != (self.nprocs,) or hops.dtype.kind not in "iu" or int(hops[me]) != me \
+                or int(hops.min()) < 0 or int(hops.max()) >= self.nprocs:
+            raise UsageError(f"rank {me}: routing {self.name}: next_hops({me}) must give a rank for "
+                             f"each of the {self.nprocs} ranks, and {me} for {me} itself")
+        return Relay(hops.astype(np.int64), me, with_source)
+
+    def neighbour_counts(self) -> np.ndarray:
+        """For every rank, how many other ranks it sends to (its most buffers per mailbox).
+
+        Generic: a pass over every rank's next hops (P squared work; subclasses do better)."""
+        return np.array([np.count_nonzero(np.bincount(self.next_hops(m), minlength=self.nprocs))
+                         - 1 for m in range(self.nprocs)], dtype=np.int64)
+
+
+class Direct(Routing):
+    """Every record straight to its destination: a buffer per peer, no envelope."""
+
+    name = "direct"
+
+    def next_hops(self, me: int) -> np.ndarray:
+        return np.arange(self.nprocs, dtype=np.int64)
+
+    def relay(self, me: int, with_source: bool) -> Straight | Relay:
+        return Straight(me, self.nprocs)
+
+    def neighbour_counts(self) -> np.ndarray:
+        return np.full(self.nprocs, self.nprocs - 1, dtype=np.int64)
+
+
+class GridRouting(Routing):
+    """Through a grid of :attr:`k` dimensions, one coordinate per hop (the module notes)."""
+
+    #: The grid's dimensions.
+    k: ClassVar[int]
+
+    def __init__(self, nprocs: int):
+        super().__init__(nprocs)
+        self.grid = Grid(nprocs, self.k)
+        self.dims = self.grid.dims
+
+    def next_hops(self, me: int) -> np.ndarray:
+        return self.grid.next_hops(me)
+
+    def neighbour_counts(self) -> np.ndarray:
+        return self.grid.neighbour_counts()
+
+
+class Grid2D(GridRouting):
+    """Through a 2-D grid of ranks: about 2 sqrt(P) peers, up to 2 hops."""
+
+    name = "2d"
+    k = 2
+
+
+class Grid3D(GridRouting):
+    """Through a 3-D grid of ranks: about 3 cbrt(P) peers, up to 3 hops."""
+
+    name = "3d"
+    k = 3
+
+
+#: The routings a mailbox can name (``routing=``, ``$HPCBSP_ROUTING``, ``--routing``).
+ROUTINGS: dict[str, type[Routing]] = {"direct": Direct, "2d": Grid2D, "3d": Grid3D}
+
+
 def default_routing(nprocs: int) -> str:
     """The routing a mailbox gets when neither it nor ``$HPCBSP_ROUTING`` chooses one."""
     if nprocs <= DIRECT_UP_TO:
@@ -46,17 +157,24 @@ def default_routing(nprocs: int) -> str:
     return "2d" if nprocs <= TWO_D_UP_TO else "3d"
 
 
-def resolve_routing(routing: str | None, nprocs: int, where: str) -> str:
-    """``routing`` (or ``$HPCBSP_ROUTING``, or the default for ``nprocs``) checked."""
+def resolve_routing(routing: str | Routing | None, nprocs: int, where: str) -> Routing:
+    """The routing of a mailbox on ``nprocs`` ranks: ``routing`` (a name, ``"auto"`` or a
+    :class:`Routing` of ``nprocs`` ranks), else ``$HPCBSP_ROUTING``, else the default by P.
+    A bad value raises :class:`UsageError` naming ``where`` and what gave it."""
+    if isinstance(routing, Routing):
+        if routing.nprocs != nprocs:
+            raise UsageError(f"{where}: routing {routing!r} is for {routing.nprocs} ranks, "
+                             f"this program has {nprocs}")
+        return routing
     source = "routing"
     if routing is None:
         routing, source = os.environ.get(ROUTING_ENV) or "auto", f"${ROUTING_ENV}"
     if routing == "auto":
-        return default_routing(nprocs)
-    if routing not in ROUTINGS:
-        raise UsageError(f"{where}: {source} must be one of auto, {', '.join(ROUTINGS)}; "
-                         f"got {routing!r}")
-    return routing
+        routing = default_routing(nprocs)
+    if not isinstance(routing, str) or routing not in ROUTINGS:
+        raise UsageError(f"{where}: {source} must be one of auto, {', '.join(ROUTINGS)} "
+                         f"(or a Routing); got {routing!r}")
+    return ROUTINGS[routing](nprocs)
 
 
 class Grid:
@@ -121,7 +239,7 @@ def buffers_per_rank(nprocs: int, routing: str) -> int:
         raise ValueError(f"unknown routing {routing!r}")
     if nprocs == 1:
         return 0
-    return int(Grid(nprocs, ROUTINGS[routing]).neighbour_counts().max())
+    return int(ROUTINGS[routing](nprocs).neighbour_counts().max())
 
 
 def _root_ceil(n: int, k: int) -> int:
@@ -135,9 +253,9 @@ def _root_ceil(n: int, k: int) -> int:
 
 
 def grid_dims(nprocs: int, routing: str) -> tuple[int, ...]:
-    """The grid a routing lays ``nprocs`` ranks out in (``(P,)`` for direct)."""
-    return Grid(nprocs, ROUTINGS[routing]).dims
+    """The grid a named routing lays ``nprocs`` ranks out in (``(P,)`` for direct)."""
+    return ROUTINGS[routing](nprocs).dims
 
 
-__all__ = ["ROUTINGS", "ROUTING_ENV", "Grid", "buffers_per_rank", "default_routing",
-           "grid_dims", "resolve_routing"]
+__all__ = ["ROUTINGS", "ROUTING_ENV", "Direct", "Grid", "Grid2D", "Grid3D", "GridRouting", "Routing",
+           "buffers_per_rank", "default_routing", "grid_dims", "resolve_routing"]

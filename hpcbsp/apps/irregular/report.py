@@ -45,8 +45,9 @@ def report(bsp: BSP, app: str, mode: str, out: Outcome, args: argparse.Namespace
     ledger = getattr(args, "ledger", None)
     if ledger:
         bsp.ledger.save(ledger)
-    records = bsp.ledger.gather()
+    records = bsp.ledger.gather()  # (the list on rank 0, None elsewhere)
     if bsp.pid == 0:
+        assert records is not None
         rate = updates / bsp.nprocs / seconds if seconds > 0 else float("inf")
         if getattr(args, "json", False):
             print(json.dumps({"app": app, "mode": mode, "ranks": bsp.nprocs, "unit": unit,
