@@ -46,7 +46,6 @@ NOT_YET = {
     "apps.elastic.train": "--repeats, --seed, --checkpoint, --restart with their own help; no --n, --ledger, --json",
     "apps.elastic.paper": "no --n, --ledger, --json",
     "bench.elastic": "--iters help wording; --rounds shown where the benchmarks say --repeats",
-    "bench.fabsp": "--repeats and --seed help wording; --updates shown where the apps say --n",
 }
 
 

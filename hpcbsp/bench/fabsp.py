@@ -46,7 +46,7 @@ from ..fabsp.engine import Engine
 from ..fabsp.routing import ROUTINGS, buffers_per_rank, grid_dims
 from ..kernels import scatter_add
 from ..runtime import BSP
-from ..util.args import OneLineParser, add_alias, positive_int, seed
+from ..util.args import OneLineParser, add_n, add_repeats, add_seed, positive_int
 
 HIST_TARGET_BSP = 1.0
 TARGET_RMA = 5.0  # issue 20: FA-BSP >= 5x one RMA operation per update
@@ -241,16 +241,14 @@ def main(argv: list[str]) -> int:
     parser = OneLineParser(prog="python -m hpcbsp.bench fabsp", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="small sizes, one repetition (a few seconds; for tests)")
-    parser.add_argument("--updates", type=positive_int, default=None,
-                        help="updates / reads per rank for FA-BSP and BSP (default 5,000,000; "
-                             "quick: 200,000)")
+    add_n(parser, "updates / reads for FA-BSP and BSP", per="per rank", default=None, dest="updates",
+          shown_default="5,000,000; quick: 200,000", old=("--updates",))
     parser.add_argument("--naive-updates", type=positive_int, default=None,
                         help="per rank for the naive mode (default 50,000; quick: 5,000)")
     parser.add_argument("--table", type=positive_int, default=10_000,
                         help="table entries per rank (default 10,000)")
-    parser.add_argument("--repeats", dest="repeat", type=positive_int, default=None,
-                        help="runs per measurement, best kept (default 3; quick: 1)")
-    add_alias(parser, "--repeat", dest="repeat", type=positive_int)  # the old spelling
+    add_repeats(parser, "runs per measurement, best kept", default=None, shown_default="3; quick: 1",
+                dest="repeat", old=("--repeat",))
     parser.add_argument("--chunk", type=positive_int, default=1 << 16,
                         help="updates per send in the FA-BSP runs (default 65,536)")
     parser.add_argument("--work-size", type=positive_int, default=1 << 15,
@@ -260,7 +258,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--imbalance", type=positive_int, default=3,
                         help="overlap run: also measure with rank 0 computing this many times as "
                              "much as the others (default 3; 1: balanced only)")
-    parser.add_argument("--seed", type=seed, default=0, metavar="S", help="random seed (default 0)")
+    add_seed(parser, "the keys and indices")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
