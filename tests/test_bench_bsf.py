@@ -40,6 +40,15 @@ def test_quick_run_prints_one_line_per_series(tmp_path):
     assert len(series) == 2 and "linear exchange" in series[0] and "tree   exchange" in series[1]
     assert all("K_max predicted" in line and "measured" in line for line in series)
     assert (tmp_path / "validation.csv").exists() and (tmp_path / "measurements.json").exists()
+    # --report-only models the same measurements again, without a job: the same lines, the same csv.
+    first = (tmp_path / "validation.csv").read_text()
+    (tmp_path / "validation.csv").unlink()
+    again = subprocess.run([sys.executable, "-m", "hpcbsp.bench", "bsf", "--quick", "--no-plot", "--report-only",
+                            "--apps", "jacobi", "--out-dir", str(tmp_path)],
+                           capture_output=True, text=True, timeout=120, env=env, stdin=subprocess.DEVNULL)
+    assert again.returncode == 0, again.stderr
+    assert [line for line in again.stdout.splitlines() if "T(K) MAPE = " in line] == series
+    assert (tmp_path / "validation.csv").read_text() == first
 
 
 def test_refuses_to_run_under_mpiexec():

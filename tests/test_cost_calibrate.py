@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
+import numpy as np
 import pytest
 
 from hpcbsp.cli.cost import main
@@ -21,9 +22,24 @@ def test_calibrate_jacobi(tmp_path, capsys):
     doc = json.loads(out)
     runs = read_runs(tmp_path / "RUNS.csv")
     assert sorted(runs.workers.tolist()) == [1, 1, 2, 2] and runs.list_length() == 120
-    assert doc["method"] == "components"  # two distinct K: too few to fit
+    assert doc["method"] == "components of every run"
     cm = load_model(tmp_path / "MODEL.json")
     assert cm.model.params.list_length == 120 and cm.fit["command"].endswith("--n 120")
+    # The model is the medians of every iteration of every run, each decomposed at its own K by
+    # hand here (linear exchange, ceil split): one exchange 2L + t_c = (T − work)/K.
+    exchange, t_map = [], []
+    for path in sorted(tmp_path.glob("report-K*-r*.jsonl")):
+        rep = json.loads(path.read_text().splitlines()[-1])
+        k, length, s = rep["workers"], rep["list_length"], {n: np.asarray(v) for n, v in rep["samples"].items()}
+        share = -(-length // k)
+        t_a = (s["fold_s"] + s["master_fold_s"]) / (length - 1)
+        work = s["map_s"] * share / length + (share - 1 + k - 1) * t_a + s["compute_s"]
+        exchange.extend(np.maximum(s["seconds"] - work, 0) / k)
+        t_map.extend(s["map_s"])
+    assert len(exchange) >= 4 * 2  # 2 K x 2 repeats, every iteration
+    p = cm.model.params
+    assert 2 * p.latency + p.t_c == pytest.approx(max(np.median(exchange), 2 * p.latency), rel=1e-9)
+    assert p.t_map == pytest.approx(np.median(t_map), rel=1e-12)
     # The check compares the K = 1 model with both measured K, with the APE computed per row.
     points = {p["workers"]: p for p in doc["components_check"]["points"]}
     assert set(points) == {1, 2}

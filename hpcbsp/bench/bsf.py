@@ -258,6 +258,8 @@ def parser() -> argparse.ArgumentParser:
                    help="start the job with mpiexec (default) or srun (one task per node of the allocation)")
     p.add_argument("--timeout", type=float, default=1800.0, metavar="S", help="limit for the MPI job (default 1800 s)")
     p.add_argument("--no-plot", action="store_true", help="skip the plots")
+    p.add_argument("--report-only", action="store_true",
+                   help="run nothing: model and compare the runs already in --out-dir's measurements.json again")
     p.add_argument("--quick", action="store_true", help="a check that it runs: K = 1-4, n = 200, 5 iterations")
     p.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)  # the launched MPI job
     return p
@@ -280,6 +282,10 @@ def main(argv: list[str]) -> int:
         ps.error("--calibrate needs three distinct worker counts (the model's fit has three terms)")
     if args.inner:
         return measure(args)
+    if args.report_only:
+        if not os.path.isfile(os.path.join(args.out_dir, "measurements.json")):
+            ps.error(f"--report-only: no {os.path.join(args.out_dir, 'measurements.json')}; run the bench first")
+        return report(args)
     if detect_launch().launcher != "singleton":
         ps.error("run it without mpiexec or srun: it launches its own MPI job of max K + 1 ranks")
     mpiexec = find_mpiexec()

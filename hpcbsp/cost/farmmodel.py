@@ -8,7 +8,7 @@ module needs nothing from MPI.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -54,13 +54,17 @@ def model_from_farm(report: Mapping[str, Any], *, n_boot: int = 200, seed: int =
         Granularity of the returned model (the farm's split is ``ceil``-exact; ``continuous``
         gives the classical smooth curve and closed-form K_BSF).
     """
+    return model_from_farm_runs([report], n_boot=n_boot, seed=seed, granularity=granularity, spread=spread)
+
+
+def _parse_report(report: Mapping[str, Any]) -> tuple[BSFParams, int, dict[str, np.ndarray], str]:
+    """A farm report's parameters, worker count, per-iteration samples and exchange (checked)."""
     if not report.get("exchange_measured", True) or report.get("nprocs") == 1:
         raise CostInputError(ONE_RANK)
     try:
         params = BSFParams.from_dict({"list_length": None, **report})
         if params.list_length is None:
             raise KeyError("list_length")
-        length = params.list_length
         workers = int(report["workers"])
         samples = {k: np.asarray(report["samples"][k], dtype=float) for k in SAMPLE_FIELDS}
     except CostInputError as exc:
@@ -70,38 +74,66 @@ def model_from_farm(report: Mapping[str, Any], *, n_boot: int = 200, seed: int =
     comm = str(report.get("exchange") or "linear")
     if comm not in ("linear", "tree"):
         raise CostInputError(f"not a farm report: unknown exchange {comm!r}")
-    model = BSFModel(params, comm, granularity)
+    return params, workers, samples, comm
+
+
+def model_from_farm_runs(reports: Sequence[Mapping[str, Any]], *, n_boot: int = 200, seed: int = 0,
+                         granularity: str = "continuous", spread: bool = False) -> CalibratedModel:
+    """The BSF model the farm runs measured of themselves, their iterations pooled.
+
+    Each run's iterations are decomposed at the run's own K (:func:`per_iteration_params`); the
+    model's coefficients are the medians over all of them: one exchange 2L + t_c as the
+    iterations measured it directly (T less the model's work terms, per exchange), t_Map, t_a and
+    t_p.  L is the median of the runs' own measurements.  Runs at several small K measure the
+    exchange many times over, where a fit of T(K) would infer it from the small differences
+    between the T of a few K (on 33 emulated nodes the fit's exchange swung by a factor of 1.6
+    between two calibrations, the pooled one by 2 %).  Bootstrap and ``spread``: as
+    :func:`model_from_farm`, over the pooled iterations.
+    """
+    if not reports:
+        raise CostInputError("no farm report to model")
+    parsed = [_parse_report(r) for r in reports]
+    params, _, _, comm = parsed[0]
+    length = params.list_length
+    assert length is not None, "checked by _parse_report"
+    for p, _, _, c in parsed[1:]:
+        if c != comm or p.list_length != length:
+            raise CostInputError(f"farm reports of different programs: exchange {c} and {comm}, "
+                                 f"list length {p.list_length} and {length}")
+    per = [per_iteration_params(samples, workers, length, p.latency, comm) for p, workers, samples, _ in parsed]
+    pooled = {k: np.concatenate([q[k] for q in per]) for k in ("exchange", "t_map", "t_a", "t_p")}
+    latency = float(np.median([p.latency for p, _, _, _ in parsed]))
+    exchange = float(np.median(pooled["exchange"]))
+    model = BSFModel(BSFParams(latency=latency, t_c=max(exchange - 2.0 * latency, 0.0),
+                               t_map=float(np.median(pooled["t_map"])), t_a=float(np.median(pooled["t_a"])),
+                               t_p=float(np.median(pooled["t_p"])), list_length=length), comm, granularity)
+    columns = [pooled[k] for k in ("exchange", "t_map", "t_a", "t_p")]
+    n_iter = columns[0].size
     boot = None
-    n_iter = samples["seconds"].size
     if n_boot > 0 and n_iter >= 2:
         rng = np.random.default_rng(seed)
-        reps: list[list[float]] = []
-        if spread:
-            per = per_iteration_params(samples, workers, length, params.latency, comm)
+        if spread:  # one iteration per parameter, drawn independently
             pick = rng.integers(0, n_iter, size=(n_boot, 4))
-            reps = np.column_stack([2.0 * params.latency + per["t_c"][pick[:, 0]], per["t_map"][pick[:, 1]],
-                                    per["t_a"][pick[:, 2]], per["t_p"][pick[:, 3]]]).tolist()
-        for _ in range(0 if spread else n_boot):
-            pick = rng.integers(0, n_iter, size=n_iter)
-            per = per_iteration_params({k: v[pick] for k, v in samples.items()}, workers,
-                                       length, params.latency, comm)
-            reps.append([2.0 * params.latency + float(np.median(per["t_c"])), float(np.median(per["t_map"])),
-                         float(np.median(per["t_a"])), float(np.median(per["t_p"]))])
-        boot = np.maximum(np.array(reps), 0.0)
-    fit = {
-        "source": "farm run",
-        "workers": [workers],
+            reps = np.column_stack([col[pick[:, j]] for j, col in enumerate(columns)])
+        else:       # medians of resampled iterations
+            picks = rng.integers(0, n_iter, size=(n_boot, n_iter))
+            reps = np.column_stack([np.median(col[picks], axis=1) for col in columns])
+        boot = np.maximum(reps, 0.0)
+    first = reports[0]
+    fit: dict[str, Any] = {
+        "source": "farm run" if len(reports) == 1 else f"{len(reports)} farm runs",
+        "workers": sorted({w for _, w, _, _ in parsed}),
         "iterations": n_iter,
-        "seconds_per_iteration": float(report.get("seconds_per_iteration", np.nan)),
-        "label": report.get("label"),
-        "method": "components measured by the farm (medians over iterations)",
+        "seconds_per_iteration": float(first.get("seconds_per_iteration", np.nan)),
+        "label": first.get("label"),
+        "method": "components measured by the farm (medians over iterations"
+                  + (", pooled over the runs)" if len(reports) > 1 else ")"),
     }
-    if report.get("emulated"):
-        fit["emulated_compute"] = dict(report["emulated"])
+    if first.get("emulated"):
+        fit["emulated_compute"] = dict(first["emulated"])
         fit["method"] = f"{fit['method']}; {NOTICE}"
     kind = None if boot is None else ("single iterations (spread)" if spread else "iterations")
-    return CalibratedModel(model, boot, kind, fit,
-                           provenance(source="farm", nprocs=report.get("nprocs")))
+    return CalibratedModel(model, boot, kind, fit, provenance(source="farm", nprocs=first.get("nprocs")))
 
 
 def format_farm_parameters(report: Mapping[str, Any]) -> str:
