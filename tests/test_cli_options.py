@@ -43,9 +43,6 @@ SUBCOMMAND = {"apps.elastic.paper": "run"}
 #: Known drift, in command lines another change of issue 32 is rewriting.  Strict: when one of
 #: them keeps to the vocabulary its test passes, which fails here until its line is removed.
 NOT_YET = {
-    "apps.elastic.train": "--repeats, --seed, --checkpoint, --restart with their own help; no --n, --ledger, --json",
-    "apps.elastic.paper": "no --n, --ledger, --json",
-    "bench.elastic": "--iters help wording; --rounds shown where the benchmarks say --repeats",
 }
 
 

@@ -114,6 +114,21 @@ def test_digits_loads_when_scikit_learn_is_installed() -> None:
     assert len(d.y_train) + len(d.y_test) == 1797
 
 
+def test_samples_sets_the_size_of_every_dataset() -> None:
+    # (train.py --n): train and test together, 20 % held out; digits: a seeded subset of its images
+    for name in ("generated", "teacher"):
+        d = load_dataset(name, 5, teacher_dim=8, samples=250)
+        assert (len(d.y_train), len(d.y_test)) == (200, 50)
+    assert len(load_dataset("generated", 5).y_test) == 400  # the default: 2,000
+    pytest.importorskip("sklearn", reason="the digits dataset is the optional extra 'digits'")
+    a, b = load_dataset("digits", 5, samples=300), load_dataset("digits", 5, samples=300)
+    assert (len(a.y_train), len(a.y_test)) == (240, 60)
+    np.testing.assert_array_equal(a.X_train, b.X_train)
+    assert not np.array_equal(a.y_train, load_dataset("digits", 6, samples=300).y_train)  # another seed, another subset
+    with pytest.raises(ValueError, match="has 1,797 images: cannot take 1,798"):
+        load_digits(samples=1798)
+
+
 def test_digits_without_scikit_learn_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "sklearn", None)
     monkeypatch.setitem(sys.modules, "sklearn.datasets", None)

@@ -113,3 +113,21 @@ def test_the_report_reads_the_resolved_mode_and_survives_a_partial_summary(tmp_p
     (tmp_path / "summary.json").write_text(json.dumps({"config": config}))
     assert main(["report", str(tmp_path)]) == 0
     assert "iteration times" not in (tmp_path / "paper.md").read_text()
+
+
+def test_run_passes_the_shared_options_to_train_and_prints_one_json_object(tmp_path: Path) -> None:
+    # A small real run (3 ranks, two policies of 0.5 s): --n and --ledger reach train.py, and
+    # --json makes stdout one object holding train.py's own and the report's rows.
+    out, ledger = tmp_path / "run", tmp_path / "ledger.json"
+    proc = subprocess.run([sys.executable, "-m", "hpcbsp.apps.elastic.paper", "run", "--workers", "2",
+                           "--slowdown", "1,2", "--seeds", "1", "--duration", "0.5", "--model", "softmax",
+                           "--dataset", "generated", "--paced", "0.01", "--n", "300", "--ledger", str(ledger),
+                           "--extra", "--policy bsp,asp --eval-every 0.1 --quiet", "--out", str(out),
+                           "--target", "0.5", "--json"], capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout)
+    assert "--n 300" in result["command"] and f"--ledger {ledger}" in result["command"]
+    assert result["train"]["samples"] == 300 and result["train"]["ledger"] == str(ledger)
+    assert {r["policy"] for r in result["report"]} == {"bsp", "asp"}
+    assert str(out / "paper.md") in result["written"]
+    assert json.loads(ledger.read_text())["nprocs"] == 3

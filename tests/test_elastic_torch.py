@@ -267,7 +267,7 @@ def test_cli_gradient_compression_changes_only_the_rounding(tmp_path: Path) -> N
 @pytest.mark.parametrize("args, message", [
     (["--model", "cnn", "--dataset", "generated"], "--model cnn takes square images, but the data's rows hold 20 values"),
     (["--model", "student", "--depth", "0"], "argument --depth: '0' is not a positive integer"),
-    (["--model", "student", "--dataset", "teacher", "--teacher-samples", "5"], "--teacher-samples at least 20"),
+    (["--model", "student", "--dataset", "teacher", "--teacher-samples", "5"], "--n 5 is too few samples: at least 20"),
     (["--grad-dtype", "int8"], "argument --grad-dtype: invalid choice"),
     (["--model", "student", "--device", "gpu0"], "--device 'gpu0' is not a torch device"),
 ])

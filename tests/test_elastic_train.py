@@ -201,3 +201,61 @@ def test_zero_base_delay_is_fine_for_a_real_run_but_not_for_the_virtual_clock() 
     res = simulate(make_policy("asp"), TimingModel(base_s=0.0, slowdown=(1.0, 2.0), jitter=0.0),
                    duration=1.0, latency_s=0.25)
     assert res.log.updates == 6
+
+
+# The shared options (docs/cli.md): --n, --ledger, --json on the training program.
+
+def test_mpi_run_saves_the_training_worlds_ledger_and_prints_one_json_object(tmp_path: Path) -> None:
+    ledger, out = tmp_path / "ledger.json", tmp_path / "out"
+    res = run_mpi(3, ["-m", "hpcbsp.apps.elastic.train", *QUICK, "--duration", "0.5", "--slowdown", "1,2",
+                      "--policy", "bsp,allreduce", "--no-plot", "--out-dir", str(out),
+                      "--ledger", str(ledger), "--json", "--quiet"], timeout=150)
+    assert not res.timed_out and res.returncode == 0, res.output[-2000:]
+    result = json.loads(res.stdout)  # stdout is the one JSON object, nothing else
+    assert result["mode"] == "mpi" and result["workers"] == 2 and result["ledger"] == str(ledger)
+    assert set(result["comparison"]["mpi"]) == {"bsp", "allreduce"}
+    assert str(out / "summary.json") in result["written"]
+    saved = json.loads(ledger.read_text())
+    assert saved["nprocs"] == 3
+    # Every rank's supersteps of the world: the broadcast of the checks, the sync after the
+    # warm-up, one sync after each of the 2 policy runs.
+    for rank in range(3):
+        mine = [r for r in saved["records"] if r["rank"] == rank]
+        assert [r["label"] for r in mine] == ["broadcast:0", None, None, None], mine
+
+
+def test_simulated_json_is_the_comparison_and_n_sets_the_samples(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "sim"
+    assert main(["--simulate", *QUICK, "--policy", "bsp,asp", "--n", "1_000", "--no-plot",
+                 "--out-dir", str(out), "--json", "--quiet"]) == 0
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)
+    assert captured.err == ""
+    assert result["mode"] == "simulated" and result["samples"] == 1000 and result["ledger"] is None
+    assert set(result["comparison"]["simulated"]) == {"bsp", "asp"}
+    summary = json.loads((out / "summary.json").read_text())
+    assert result["comparison"] == summary["comparison"]
+    assert summary["config"]["argv"]["n"] == 1000
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--n", "19"], "--n 19 is too few samples: at least 20"),
+    (["--dataset", "digits", "--n", "1798"], "--dataset digits has 1,797 images"),
+    (["--ledger", "run.json"], "--ledger needs a real run under mpiexec"),
+])
+def test_shared_options_are_checked_before_the_run(args: list[str], message: str,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--simulate", "--dataset", "generated", *args])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+
+
+def test_a_real_runs_ledger_path_is_checked_before_the_run(tmp_path: Path) -> None:
+    res = run_mpi(3, ["-m", "hpcbsp.apps.elastic.train", "--dataset", "generated",
+                      "--ledger", str(tmp_path / "run.txt")], timeout=60)
+    assert not res.timed_out and res.returncode == 2
+    lines = [ln for ln in res.stderr.splitlines() if "error" in ln]
+    assert len(lines) == 1 and "use a file name ending in .json or .csv" in lines[0], res.stderr

@@ -1,6 +1,6 @@
 """Parameter-server push+pull vs raw Send/Recv, and an allreduce step vs bare MPI.Allreduce.
 
-    mpiexec -n 2 python -m hpcbsp.bench elastic [--params P] [--iters N] [--rounds R]
+    mpiexec -n 2 python -m hpcbsp.bench elastic [--params P] [--iters K] [--repeats R]
 
 Two comparisons, each measured side by side in alternating rounds, on a float32
 model of ``P`` parameters (default 1,048,576: 4 MiB each way):
@@ -38,7 +38,7 @@ from hpcbsp.elastic.policies import make_policy
 from hpcbsp.elastic.server import serve, work
 from hpcbsp.elastic.wire import HEADER_BYTES
 from hpcbsp.elastic.world import World, launch_world
-from hpcbsp.util.args import OneLineParser, positive_int
+from hpcbsp.util.args import OneLineParser, add_iters, add_repeats, positive_int
 
 
 def _server_round(comm: MPI.Comm, grad: np.ndarray, w0: np.ndarray, iters: int,
@@ -135,8 +135,8 @@ def _row(name: str, ours: list[float], base_name: str, base: list[float], target
 def main(argv: list[str]) -> int:
     parser = OneLineParser(prog="python -m hpcbsp.bench elastic", description=__doc__.split("\n\n")[0])
     parser.add_argument("--params", type=positive_int, default=1 << 20, help="float32 parameters (default 1048576)")
-    parser.add_argument("--iters", type=positive_int, default=50, help="round trips / steps per round (default 50)")
-    parser.add_argument("--rounds", type=positive_int, default=5, help="alternating rounds (default 5)")
+    add_iters(parser, "round trips or steps per round", default=50)
+    add_repeats(parser, "alternating rounds, medians reported", default=5, dest="rounds", old=("--rounds",))
     parser.add_argument("--quick", action="store_true", help="a short run (10 iterations, 2 rounds)")
     args = parser.parse_args(argv)
     if args.quick:

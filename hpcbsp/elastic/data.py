@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Dataset", "DatasetUnavailable", "load_dataset", "load_digits", "make_generated",
-           "make_teacher", "shard", "MinibatchGradient"]
+__all__ = ["Dataset", "DatasetUnavailable", "DEFAULT_SAMPLES", "DIGITS_SAMPLES", "load_dataset", "load_digits",
+           "make_generated", "make_teacher", "shard", "MinibatchGradient"]
 
 DATASETS = ("digits", "generated", "teacher")
 
@@ -47,8 +47,13 @@ def _split_standardise(name: str, X: np.ndarray, y: np.ndarray, n_classes: int,
     return Dataset(name, Xs[train], y[train].astype(np.int64), Xs[test], y[test].astype(np.int64), n_classes)
 
 
-def load_digits(test_fraction: float = 0.2, seed: int = 0) -> Dataset:
-    """The 1,797 8x8 digit images bundled with scikit-learn (no download)."""
+#: Images in scikit-learn's digits dataset.
+DIGITS_SAMPLES = 1797
+
+
+def load_digits(test_fraction: float = 0.2, seed: int = 0, samples: int | None = None) -> Dataset:
+    """The 1,797 8x8 digit images bundled with scikit-learn (no download); ``samples``: a
+    subset of that many images, drawn with ``seed`` (None: all)."""
     try:
         from sklearn.datasets import load_digits as _load
     except ImportError as exc:
@@ -56,7 +61,13 @@ def load_digits(test_fraction: float = 0.2, seed: int = 0) -> Dataset:
             "the digits dataset needs scikit-learn, which is not installed: "
             "`pip install 'hpcbsp[digits]'`, or use --dataset generated") from exc
     bunch = _load()
-    return _split_standardise("digits", bunch.data.astype(np.float64), bunch.target, 10, test_fraction, seed)
+    X, y = bunch.data.astype(np.float64), bunch.target
+    if samples is not None:
+        if not 1 <= samples <= len(y):
+            raise ValueError(f"the digits dataset has {len(y):,} images: cannot take {samples:,} of them")
+        keep = np.sort(np.random.default_rng([seed, 11]).permutation(len(y))[:samples])
+        X, y = X[keep], y[keep]
+    return _split_standardise("digits", X, y, 10, test_fraction, seed)
 
 
 def make_generated(n_samples: int = 2000, n_features: int = 20, n_classes: int = 5,
@@ -91,15 +102,22 @@ def make_teacher(n_samples: int = 4000, n_features: int = 64, n_classes: int = 1
     return _split_standardise("teacher", X, y, n_classes, test_fraction, seed)
 
 
+#: Samples of each dataset, train and test together, where ``load_dataset`` is given none.
+DEFAULT_SAMPLES = {"digits": DIGITS_SAMPLES, "generated": 2000, "teacher": 4000}
+
+
 def load_dataset(name: str, seed: int = 0, *, teacher_dim: int = 64,
-                 teacher_samples: int = 4000) -> Dataset:
-    """``"digits"``, ``"generated"`` or ``"teacher"`` (``teacher_dim`` inputs, ``teacher_samples`` samples)."""
+                 samples: int | None = None) -> Dataset:
+    """``"digits"``, ``"generated"`` or ``"teacher"`` (``teacher_dim`` inputs) with ``samples``
+    samples, train and test together (None: :data:`DEFAULT_SAMPLES`; digits: at most its 1,797,
+    a seeded subset when fewer)."""
     if name == "digits":
-        return load_digits(seed=seed)
+        return load_digits(seed=seed, samples=samples)
+    n_samples = DEFAULT_SAMPLES.get(name, 0) if samples is None else samples
     if name == "generated":
-        return make_generated(seed=seed)
+        return make_generated(n_samples=n_samples, seed=seed)
     if name == "teacher":
-        return make_teacher(n_samples=teacher_samples, n_features=teacher_dim, seed=seed)
+        return make_teacher(n_samples=n_samples, n_features=teacher_dim, seed=seed)
     raise ValueError(f"unknown dataset {name!r}; choose from: {', '.join(DATASETS)}")
 
 

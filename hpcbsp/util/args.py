@@ -262,15 +262,16 @@ def add_seed(parser: argparse.ArgumentParser | Any, what: str | None = None) -> 
     _add(parser, "--seed", what, default=0)
 
 
-def add_ledger(parser: argparse.ArgumentParser | Any) -> None:
-    """``--ledger PATH``; check it before the run with :func:`check_outputs` and
-    :func:`ledger_output`."""
-    _add(parser, "--ledger")
+def add_ledger(parser: argparse.ArgumentParser | Any, what: str | None = None) -> None:
+    """``--ledger PATH`` (``what``: which supersteps it holds in this program, where that needs
+    saying); check it before the run with :func:`check_outputs` and :func:`ledger_output`."""
+    _add(parser, "--ledger", what)
 
 
-def add_json(parser: argparse.ArgumentParser | Any) -> None:
-    """``--json``: rank 0 prints one JSON object instead of the text report."""
-    _add(parser, "--json")
+def add_json(parser: argparse.ArgumentParser | Any, what: str | None = None) -> None:
+    """``--json``: rank 0 prints one JSON object instead of the text report (``what``: what the
+    object holds, where that needs saying)."""
+    _add(parser, "--json", what)
 
 
 def add_quiet(parser: argparse.ArgumentParser | Any) -> None:
@@ -278,12 +279,16 @@ def add_quiet(parser: argparse.ArgumentParser | Any) -> None:
     _add(parser, "--quiet")
 
 
-def add_checkpoint(parser: argparse.ArgumentParser | Any, unit: str) -> None:
-    """``--checkpoint DIR``, ``--every K`` (``unit``: what K counts, e.g. ``"steps"``) and
-    ``--restart``; check them with :func:`check_checkpoint`."""
-    _add(parser, "--checkpoint")
-    _add(parser, "--every", f"K counts {unit}", default=0)
-    _add(parser, "--restart")
+def add_checkpoint(parser: argparse.ArgumentParser | Any, unit: str | None, *,
+                   checkpoint_help: str | None = None, restart_help: str | None = None) -> None:
+    """``--checkpoint DIR``, ``--every K`` (``unit``: what K counts, e.g. ``"steps"``; None: no
+    ``--every``, the program says when it saves in an option of its own) and ``--restart``;
+    ``checkpoint_help`` and ``restart_help`` are the program's detail after the meaning.  Check
+    them with :func:`check_checkpoint`."""
+    _add(parser, "--checkpoint", checkpoint_help)
+    if unit is not None:
+        _add(parser, "--every", f"K counts {unit}", default=0)
+    _add(parser, "--restart", restart_help)
 
 
 def check_checkpoint(parser: argparse.ArgumentParser, args: argparse.Namespace,
@@ -291,7 +296,10 @@ def check_checkpoint(parser: argparse.ArgumentParser, args: argparse.Namespace,
     """The checks of :func:`add_checkpoint`'s options, before any work: ``--every`` and
     ``--restart`` need ``--checkpoint``, and ``check_target(path)`` (raising one of ``errors``,
     whose text says why) refuses a folder that is not this program's checkpoint."""
-    if (args.every or args.restart) and not args.checkpoint:
+    if not hasattr(args, "every"):  # (a program without --every)
+        if args.restart and not args.checkpoint:
+            parser.error("--restart needs --checkpoint DIR")
+    elif (args.every or args.restart) and not args.checkpoint:
         parser.error("--every and --restart need --checkpoint DIR")
     if args.checkpoint:
         try:

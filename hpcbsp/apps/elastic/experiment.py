@@ -57,7 +57,7 @@ class TrainConfig:
     compute: str = "auto"     # iteration times on MPI: real, sleep, or auto (real for torch models)
     grad_format: str | None = None  # gradients on the wire: None (the weights' dtype), float16, bfloat16
     teacher_dim: int = 64     # --dataset teacher: inputs per sample
-    teacher_samples: int = 4000
+    samples: int | None = None  # samples of the dataset, train and test (None: the dataset's own)
     lr_decay: float = 0.0     # update k uses lr / (1 + lr_decay * k)
 
     @property

@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from hpcbsp.util.args import OneLineParser, add_json, add_ledger, add_n, check_outputs, ledger_output
+
 from .report import time_to_reach
 
 __all__ = ["main", "summarise", "t_interval"]
@@ -183,10 +185,10 @@ def write_report(run_dir: Path, target: float) -> list[Path]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="Run on a quiet machine with a free core per rank, or with --paced "
-                                       "where there are fewer cores.")
+    p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0],
+                      formatter_class=argparse.RawDescriptionHelpFormatter,
+                      epilog="Run on a quiet machine with a free core per rank, or with --paced "
+                             "where there are fewer cores.")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="run the experiment (one MPI job), then write the report")
     r.add_argument("--workers", type=int, default=4, help="workers (ranks = workers + 1; default 4)")
@@ -206,6 +208,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "(gradients still computed for real; train.py --compute sleep --base-delay "
                         "SECONDS): for machines with fewer than workers + 1 free cores")
     r.add_argument("--extra", default="", help="more train.py options, quoted, e.g. \"--R 10 --s 2\"")
+    add_n(r, "samples of the dataset, as train.py --n", per="in total", default=None,
+          shown_default="the dataset's, as train.py")
+    add_ledger(r, "the training world's supersteps, as train.py --ledger")
+    add_json(r, "the MPI command, train.py's result (its --json) and the report's rows; "
+                "with --dry-run the command alone")
     rep = sub.add_parser("report", help="write paper.md and paper.png from a run's curves.csv")
     rep.add_argument("run_dir", type=Path)
     rep.add_argument("--target", type=float, default=0.95, help="target test accuracy (default 0.95)")
@@ -218,7 +225,8 @@ def _fail(message: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if not 0 < args.target <= 1:
         return _fail(f"--target must be an accuracy in (0, 1], got {args.target}")
     if args.command == "report":
@@ -235,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         return _fail("--seeds must be at least 1 and --duration positive")
     if args.paced is not None and not (math.isfinite(args.paced) and args.paced > 0):
         return _fail(f"--paced must be a positive number of seconds, got {args.paced}")
+    check_outputs(parser, [ledger_output(args.ledger)])
     extra = shlex.split(args.extra)
     if args.paced is not None:
         if any(a.split("=")[0] in ("--compute", "--base-delay") for a in extra):
@@ -253,17 +262,44 @@ def main(argv: list[str] | None = None) -> int:
     cmd = [mpiexec, "-n", str(args.workers + 1), sys.executable, "-m", "hpcbsp.apps.elastic.train",
            "--model", args.model, "--dataset", args.dataset, "--policy", "all",
            "--slowdown", ",".join(slowdown), "--repeats", str(args.seeds), "--duration", str(args.duration),
-           "--lr", str(args.lr), "--eval-every", "0.25", "--out", str(args.out), *extra]
-    print(" ".join(shlex.quote(c) for c in cmd), flush=True)
+           "--lr", str(args.lr), "--eval-every", "0.25", "--out-dir", str(args.out),
+           *(["--n", str(args.n)] if args.n is not None else []),
+           *(["--ledger", args.ledger] if args.ledger else []),
+           *(["--json"] if args.json else []), *extra]
+    command = " ".join(shlex.quote(c) for c in cmd)
+    if args.json and args.dry_run:
+        print(json.dumps({"command": command}))
+        return 0
+    if not args.json:
+        print(command, flush=True)
     if args.dry_run:
         return 0
-    status = subprocess.run(cmd).returncode
-    if status != 0:
-        return status
-    for path in write_report(args.out, args.target):
+    # With --json, train.py's stdout is its one JSON object: taken into this program's.
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE if args.json else None, text=True)
+    if proc.returncode != 0:
+        return proc.returncode
+    written = write_report(args.out, args.target)
+    if args.json:
+        rows = summarise(_read_curves(args.out / "curves.csv"), args.target)
+        print(json.dumps({"command": command, "train": json.loads(proc.stdout),
+                          "target": args.target, "report": [_json_row(r) for r in rows],
+                          "written": [str(p) for p in written]}))
+        return 0
+    for path in written:
         print(f"wrote {path}")
     print((args.out / "paper.md").read_text())
     return 0
+
+
+def _json_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A row of :func:`summarise` for JSON: (mean, half-width) pairs as objects, NaN as None."""
+    def num(x: float) -> float | None:
+        return float(x) if math.isfinite(x) else None
+
+    return {"policy": row["policy"], "seeds": row["seeds"], "reached": row["reached"],
+            "final_accuracy": {"mean": num(row["final"][0]), "ci95": num(row["final"][1])},
+            "time_to_target_s": {"mean": num(row["reach"][0]), "ci95": num(row["reach"][1])},
+            "vs_bsp": num(row["vs_bsp"])}
 
 
 if __name__ == "__main__":

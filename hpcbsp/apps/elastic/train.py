@@ -25,6 +25,7 @@ gives, a real run goes on from the server's last saved state (see ``hpcbsp.apps.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from dataclasses import asdict
@@ -34,19 +35,29 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from hpcbsp.util.args import (
     OneLineParser,
     add_alias,
+    add_checkpoint,
+    add_json,
+    add_ledger,
+    add_n,
+    add_quiet,
+    add_repeats,
+    add_seed,
+    check_checkpoint,
+    check_memory,
+    check_outputs,
     fraction,
     integer,
+    ledger_output,
     nonnegative_float,
     nonnegative_int,
     positive_float,
     positive_int,
     positive_seconds,
-    seed,
 )
 from hpcbsp.util.launcher import launcher_rank, launcher_size
 from hpcbsp.util.outputs import OutputError, prepare_dir
 from hpcbsp.util.progress import Progress
-from hpcbsp.elastic.data import DATASETS, DatasetUnavailable, load_dataset
+from hpcbsp.elastic.data import DATASETS, DEFAULT_SAMPLES, DIGITS_SAMPLES, DatasetUnavailable, load_dataset
 from .experiment import PolicyRun, TrainConfig, build_model, model_info, model_report, run_mpi, run_simulated, warm_up
 from hpcbsp.elastic.models import MODELS, TorchUnavailable
 from hpcbsp.elastic.policies import REGISTRY, PolicyError, PolicyOptions
@@ -69,6 +80,8 @@ PROG = "python -m hpcbsp.apps.elastic.train"
 #: over the test set.
 MAX_SIMULATED_ITERATIONS = 2_000_000
 MAX_EVALUATIONS = 100_000
+#: Fewest samples --n accepts: two per class of the datasets with the most classes (10).
+MIN_SAMPLES = 20
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -113,9 +126,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--batch", type=positive_int, default=16, help="mini-batch size per worker (default 16)")
     g.add_argument("--duration", type=positive_float, default=10.0, help="seconds of training per policy (default 10)")
     g.add_argument("--eval-every", type=positive_float, default=0.25, help="seconds between test-accuracy evaluations (default 0.25)")
-    g.add_argument("--repeats", type=positive_int, default=1,
-                   help="runs per policy with different seeds; medians reported (default 1)")
-    g.add_argument("--seed", type=seed, default=0, metavar="S", help="random seed (default 0)")
+    add_n(g, "samples of the dataset (20%% of them held out for testing)", per="in total", default=None,
+          shown_default=f"the dataset's: {DIGITS_SAMPLES:,} digits (fewer: a seeded subset), "
+                        f"{DEFAULT_SAMPLES['generated']:,} generated, {DEFAULT_SAMPLES['teacher']:,} teacher; "
+                        f"at least {MIN_SAMPLES}",
+          old=("--teacher-samples",))
+    add_repeats(g, "runs per policy, each with other mini-batches and timing noise; medians reported",
+                default=1)
+    add_seed(g, "the data, the workers' shards and mini-batches, the model's initial weights and "
+                "the iteration-time noise")
     g = p.add_argument_group("PyTorch models and the wire")
     g.add_argument("--depth", type=positive_int, default=2,
                    help="student: hidden layers; resnet: residual blocks (default 2)")
@@ -128,29 +147,30 @@ def build_parser() -> argparse.ArgumentParser:
                    help="gradients on the wire (default: the weights' dtype, float32 for torch); "
                         "float16/bfloat16 halve the push (allreduce always sums full precision)")
     g.add_argument("--teacher-dim", type=positive_int, default=64, help="--dataset teacher: inputs per sample (default 64)")
-    g.add_argument("--teacher-samples", type=positive_int, default=4000,
-                   help="--dataset teacher: samples, 20%% held out for testing (default 4000)")
     g = p.add_argument_group("run")
     g.add_argument("--simulate", action="store_true", help="virtual clock instead of MPI (no mpiexec needed)")
     g.add_argument("--out-dir", dest="out", type=Path, default=Path("runs/elastic"), metavar="DIR",
                    help="output folder (default runs/elastic; checked before the run)")
     add_alias(g, "--out", dest="out", type=Path)  # the old spelling
     g.add_argument("--no-plot", action="store_true", help="do not write accuracy.png")
-    g.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    add_quiet(g)
+    add_ledger(g, "the training world's own supersteps, its ranks' meeting points between policy "
+                  "runs (the parameter server's and the allreduce baseline's messages are not "
+                  "among them); real runs only, not --simulate")
+    add_json(g, "the comparison per policy, the model, the workers and the files written")
     g.add_argument("--timeout", type=positive_seconds, default=None,
                    help="longest single wait in an MPI run before failing (default: "
                         "$HPCBSP_SYNC_TIMEOUT, else 60 s)")
     g = p.add_argument_group("checkpoint and restart")
-    g.add_argument("--checkpoint", type=Path, default=None, metavar="DIR",
-                   help="save each policy run under DIR (one subdirectory per policy and repeat)")
+    add_checkpoint(g, None, checkpoint_help="one subdirectory per policy run and repeat; without "
+                                            "--restart DIR must be new or empty",
+                   restart_help="per policy run (one without a checkpoint starts afresh, a finished "
+                                "one is not run again); with --simulate the result is bit-identical "
+                                "to an uninterrupted run")
     g.add_argument("--checkpoint-every", type=float, default=None, metavar="SECONDS",
                    help="seconds between saves: virtual with --simulate (default 1), wall-clock "
                         "otherwise (default 30; each save pauses the server for about a second "
                         "per million pushes logged)")
-    g.add_argument("--restart", action="store_true",
-                   help="resume every run from its checkpoint in --checkpoint DIR (runs without "
-                        "one start afresh, finished ones are not run again); with --simulate the "
-                        "result is bit-identical to an uninterrupted run")
     g.add_argument("--die-after-saves", type=int, default=None, help=argparse.SUPPRESS)  # tests
     return p
 
@@ -223,7 +243,7 @@ def make_config(args: argparse.Namespace, n_workers: int | None,
                        batch=args.batch, duration=args.duration, eval_every=args.eval_every,
                        seed=args.seed, timeout=timeout, depth=args.depth, device=args.device,
                        threads=args.threads, compute=args.compute, grad_format=args.grad_dtype,
-                       teacher_dim=args.teacher_dim, teacher_samples=args.teacher_samples,
+                       teacher_dim=args.teacher_dim, samples=args.n,
                        lr_decay=args.lr_decay)
 
 
@@ -250,8 +270,33 @@ def _fail(message: str, rank: int | None = None) -> int:
     return 2
 
 
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The checks of the shared options that need no MPI and no data, before any work (a usage
+    error exits 2): --n against the dataset and the memory, --ledger, --checkpoint/--restart."""
+    if args.n is not None:
+        if args.n < MIN_SAMPLES:
+            parser.error(f"--n {args.n} is too few samples: at least {MIN_SAMPLES}")
+        if args.dataset == "digits" and args.n > DIGITS_SAMPLES:
+            parser.error(f"--n {args.n:,}: --dataset digits has {DIGITS_SAMPLES:,} images (give at "
+                         "most that many, or --dataset generated or teacher, of any size)")
+        features = {"generated": 20, "teacher": args.teacher_dim}.get(args.dataset, 64)
+        # the samples, their standardised copy and the train/test split of it (float64)
+        check_memory(parser, 3 * 8.0 * args.n * features, f"--n {args.n} ({args.dataset})",
+                     "use a smaller --n")
+    if args.ledger and args.simulate:
+        parser.error("--ledger needs a real run under mpiexec: a simulated run (--simulate) "
+                     "has no supersteps")
+    check_outputs(parser, [ledger_output(args.ledger)])
+    # A simulated run's checkpoint folder is checked here; a real run's on rank 0, in the
+    # training world (the other ranks may not see the same files).
+    check_checkpoint(parser, args, lambda _: _check_checkpoint_dir(args) if args.simulate else None,
+                     (ValueError, OutputError))
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_args(parser, args)
     try:
         if args.simulate and launcher_size() > 1:
             raise ValueError(f"--simulate runs on one process (a virtual clock) but was started on "
@@ -269,12 +314,12 @@ def main(argv: list[str] | None = None) -> int:
         data = _load_data(args)
         if args.simulate:
             model = build_model(config, data)
-            print(model_report(config, model, simulated=True), flush=True)
+            _say(args, model_report(config, model, simulated=True))
     except (ValueError, PolicyError, DatasetUnavailable, TorchUnavailable, CheckpointError, OutputError) as exc:
         return _fail(str(exc))
     if args.simulate:
         try:
-            runs = [_run_sim(config, name, data, rep, plan, quiet=args.quiet)
+            runs = [_run_sim(config, name, data, rep, plan, args)
                     for rep in range(args.repeats) for name in policies]
         except CheckpointError as exc:
             return _fail(str(exc))
@@ -283,45 +328,48 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _load_data(args: argparse.Namespace) -> Any:
-    if args.dataset == "teacher" and (args.teacher_dim < 1 or args.teacher_samples < 20):
-        raise ValueError("--teacher-dim must be at least 1 and --teacher-samples at least 20")
-    return load_dataset(args.dataset, args.seed, teacher_dim=args.teacher_dim,
-                        teacher_samples=args.teacher_samples)
+    return load_dataset(args.dataset, args.seed, teacher_dim=args.teacher_dim, samples=args.n)
 
 
 def _checkpoint_plan(args: argparse.Namespace) -> CheckpointPlan | None:
-    if args.checkpoint is None:
-        if args.restart:
-            raise ValueError("--restart needs --checkpoint DIR: the directory the killed run saved to")
+    if args.checkpoint is None:  # (--restart without it: refused by check_args)
         return None
     if args.die_after_saves is not None and args.die_after_saves < 1:
         raise ValueError("--die-after-saves must be at least 1")
-    if args.simulate:  # (a real run: rank 0 checks, the others may not see the same files)
-        _check_checkpoint_dir(args)
     every = args.checkpoint_every
     if every is None:
         every = 1.0 if args.simulate else 30.0
-    return CheckpointPlan(args.checkpoint, every=every, restart=args.restart,
+    return CheckpointPlan(Path(args.checkpoint), every=every, restart=args.restart,
                           die_after=args.die_after_saves, quiet=args.quiet)
 
 
 def _check_checkpoint_dir(args: argparse.Namespace) -> None:
     """--checkpoint DIR can be written (OutputError) and, without --restart, holds nothing."""
-    prepare_dir(args.checkpoint, "--checkpoint")
-    if args.checkpoint.is_dir() and any(args.checkpoint.iterdir()) and not args.restart:
-        raise ValueError(f"--checkpoint {args.checkpoint} is not empty: add --restart to resume "
+    directory = Path(args.checkpoint)
+    prepare_dir(directory, "--checkpoint")
+    if directory.is_dir() and any(directory.iterdir()) and not args.restart:
+        raise ValueError(f"--checkpoint {directory} is not empty: add --restart to resume "
                          "from the checkpoints in it, or choose an empty or new directory")
 
 
+def _say(args: argparse.Namespace, line: str) -> None:
+    """A line of the run's text report: on stdout, or with --json on stderr (stdout is for the
+    JSON object), or nowhere with --json --quiet."""
+    if not args.json:
+        print(line, flush=True)
+    elif not args.quiet:
+        print(line, file=sys.stderr, flush=True)
+
+
 def _run_sim(config: TrainConfig, name: str, data: Any, repeat: int,
-             plan: CheckpointPlan | None, quiet: bool = False) -> PolicyRun:
-    show = Progress(f"simulated {name} repeat {repeat}", float(config.duration), enabled=not quiet,
+             plan: CheckpointPlan | None, args: argparse.Namespace) -> PolicyRun:
+    show = Progress(f"simulated {name} repeat {repeat}", float(config.duration), enabled=not args.quiet,
                     unit="virtual s")
     run = run_simulated(config, name, data, repeat, checkpoint=plan, progress=lambda t: show(min(t, config.duration)))
     acc = run.curve[-1][1] if run.curve else float("nan")
     resumed = _resumed(run, "virtual s")
-    print(f"[simulated] {run.label:24s} repeat {repeat}: {config.duration:g} virtual s, "
-          f"{run.log.updates} updates, final accuracy {acc:.3f}{resumed}", flush=True)
+    _say(args, f"[simulated] {run.label:24s} repeat {repeat}: {config.duration:g} virtual s, "
+               f"{run.log.updates} updates, final accuracy {acc:.3f}{resumed}")
     return run
 
 
@@ -370,7 +418,7 @@ def _train_world(world: World, args: argparse.Namespace, policies: list[str], da
     except (ValueError, RuntimeError) as exc:
         return str(exc)
     if world.is_server:
-        print(model_report(config, model), flush=True)
+        _say(args, model_report(config, model))
     error = None
     if world.is_server and plan is not None:  # the checkpoints live where rank 0 (the server) writes
         try:
@@ -388,18 +436,20 @@ def _train_world(world: World, args: argparse.Namespace, policies: list[str], da
         for rep in range(args.repeats):
             for name in policies:
                 if world.is_server:
-                    print(f"[mpi] {name}: {config.n_workers} workers, {config.duration:g} s "
-                          f"(repeat {rep})", flush=True)
+                    _say(args, f"[mpi] {name}: {config.n_workers} workers, {config.duration:g} s "
+                               f"(repeat {rep})")
                 run = run_mpi(world.comm, config, name, data, rep,
                               progress=None if args.quiet else _progress(config.duration),
                               checkpoint=plan)
                 if run is not None:
                     runs.append(run)
                     if run.resumed_at is not None:
-                        print(f"  [{run.label}]{_resumed(run, 's')}", flush=True)
+                        _say(args, f"  [{run.label}]{_resumed(run, 's')}")
                 world.bsp.sync()
     except CheckpointError as exc:  # raised on every rank alike: a usage error, not a crash
         return str(exc)
+    if args.ledger:  # (collective; checked before the work by check_args)
+        world.bsp.ledger.save(args.ledger)
     return _Trained(config, runs, model)
 
 
@@ -416,15 +466,46 @@ def _progress(duration: float):
 
 def _finish(args: argparse.Namespace, config: TrainConfig, runs: list[PolicyRun],
             model: Any = None) -> int:
+    """Rank 0's report: the comparison as text (or, with --json, one JSON object) and the files."""
     cfg = {"argv": vars(args), "timing": asdict(config.timing),
            "options": asdict(config.options), "model": model_info(config, model)}
-    print(format_table(compare(runs)))
+    comparison = compare(runs)
+    if not args.json:
+        print(format_table(comparison))
     written, skipped = write_outputs(args.out, runs, cfg, slowdown=config.timing.slowdown,
                                      plot=not args.no_plot)
+    if args.json:
+        print(json.dumps(_finite({
+            "mode": "simulated" if args.simulate else "mpi", "workers": config.n_workers,
+            "dataset": args.dataset, "samples": args.n, "model": cfg["model"], "repeats": args.repeats,
+            "seed": args.seed, "duration_s": config.duration, "comparison": comparison,
+            "written": [str(p) for p in written], "plot_skipped": skipped, "ledger": args.ledger}),
+            default=_plain))
+        return 0
     if skipped:
         print(skipped)
     print("wrote " + ", ".join(str(p) for p in written))
+    if args.ledger:
+        print(f"ledger written to {args.ledger}")
     return 0
+
+
+def _finite(x: Any) -> Any:
+    """``x`` with every NaN or infinity as None (JSON has neither)."""
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def _plain(x: Any) -> Any:
+    """numpy scalars as Python numbers, for json.dumps."""
+    if hasattr(x, "item"):
+        return x.item()
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
 
 
 if __name__ == "__main__":
