@@ -692,11 +692,12 @@ cmd_shape() {
   ((given)) || bad_usage "shape needs --link-rate RATE (or none)"
   [[ $rate == none ]] && rate=""
   need_root shape
+  [[ -f $CLUSTER ]] || die "no emulated nodes run: start them first ($0 start --nodes N)"
   nodes=$(cluster_get nodes)
   [[ -n $nodes ]] || die "no emulated nodes run: start them first ($0 start --nodes N)"
   for ((i = 1; i <= nodes; i++)); do link_shape "$i" "$rate"; done
   sed -i "s/^rate=.*/rate=$rate/" "$CLUSTER"
-  say "links of $nodes nodes ${rate:+shaped to $rate}${rate:-unshaped}"
+  if [[ -n $rate ]]; then say "links of $nodes nodes shaped to $rate"; else say "links of $nodes nodes unshaped"; fi
 }
 
 nothing_runs() {

@@ -8,8 +8,10 @@
 # unless HPCBSP_VENV says otherwise). Array task K runs `python PYTHON-ARGS` (default:
 # -m hpcbsp.apps.bsf.jacobi) on K + 1 tasks (sweep-point.sbatch); when all succeed, sweep-fit.sbatch
 # writes RUNS.csv, MODEL.json, validate.txt and speedup.png to runs/sweep-<array job id>/.
-# --one-per-node places one task on each node (K + 1 nodes per point), as a scalability
-# prediction calibrated across nodes assumes; without it Slurm packs the tasks onto few nodes.
+# --one-per-node places one task on each node, as a scalability prediction calibrated across
+# nodes assumes (without it Slurm packs the tasks onto few nodes). Every point of the array asks
+# for max(K) + 1 nodes (Slurm gives all tasks of an array one size), exclusive: a point of K
+# workers uses K + 1 of them and holds the rest idle.
 # Other sbatch options (account, partition, constraint) go in SBATCH_* variables, e.g.
 # SBATCH_PARTITION=short slurm/sweep.sh ...
 set -euo pipefail

@@ -23,7 +23,6 @@ from hpcbsp.cost.calibrate import model_from_reports
 from hpcbsp.cost.farmmodel import model_from_farm
 from hpcbsp.cost.modelfile import save_model
 from hpcbsp.cost.predict import prediction
-from hpcbsp.cost.runs import Runs
 from hpcbsp.farm.model import BSFModel, BSFParams
 from hpcbsp.farm.timings import summarise
 
@@ -83,8 +82,7 @@ def test_one_run_model_and_its_prediction(comm):
 def test_calibration_model_from_reports(comm):
     ks = [1, 2, 3]
     by_k = {k: [farm_report(k, comm)] for k in ks}
-    runs = Runs(workers=np.array(ks, dtype=float), seconds=np.array([oracle(k, comm) for k in ks]))
-    cm, method, components = model_from_reports(by_k, runs, P.list_length, n_boot=0)
+    cm, method, components = model_from_reports(by_k, P.list_length, n_boot=0)
     for model in (cm.model, components.model):
         assert model.comm == comm
         np.testing.assert_allclose(BSFModel(model.params, comm, "ceil").time(WORKERS), expected(comm),

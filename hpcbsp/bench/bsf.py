@@ -164,9 +164,7 @@ def analyse(doc: dict[str, Any], out_dir: str, plot: bool = True) -> tuple[list[
         by_k: dict[int, list[dict[str, Any]]] = {}
         for t in s["calibration"]:
             by_k.setdefault(int(t["workers"]), []).append(t)
-        cal_runs = Runs.from_arrays([t["workers"] for t in s["calibration"]],
-                                    [t["seconds_per_iteration"] for t in s["calibration"]])
-        cm, method, _ = model_from_reports(by_k, cal_runs, int(s["n"]), n_boot=200)
+        cm, method, _ = model_from_reports(by_k, int(s["n"]), n_boot=200)
         sweep = Runs.from_arrays([t["workers"] for t in s["sweep"]], [t["seconds_per_iteration"] for t in s["sweep"]])
         check = validation(cm, sweep)
         top = int(sweep.workers.max())
@@ -278,8 +276,6 @@ def main(argv: list[str]) -> int:
         ps.error(f"--n ({args.n}) must be at least the largest K ({max(args.workers + args.calibrate)})")
     if args.t_map is not None and not args.t_map >= 0:
         ps.error("--t-map must be >= 0 seconds")
-    if len(set(args.calibrate)) < 3:
-        ps.error("--calibrate needs three distinct worker counts (the model's fit has three terms)")
     if args.inner:
         return measure(args)
     if args.report_only:

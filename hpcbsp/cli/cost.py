@@ -268,7 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--out", dest="output", metavar="MODEL.json", help="also write the model file")
     add_alias(p, "--output", dest="output")
 
-    p = add("fit", "Fit the BSF model to measured runs (NNLS on relative error, form chosen by cross-validation, "
+    p = add("fit", "Fit the BSF model to measured runs (NNLS on relative error; form and terms chosen by forward "
+                   "validation from 6 worker counts on, terms the range cannot identify refused and named; "
                    "bootstrap intervals) and write MODEL.json.", cmd_fit)
     p.add_argument("--runs", required=True, metavar="RUNS.csv", help="CSV with a header and columns workers,seconds")
     p.add_argument("--list-length", type=positive_int, metavar="N",
@@ -346,10 +347,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _form_options(p: argparse.ArgumentParser, *, default: bool) -> None:
     p.add_argument("--comm", choices=COMM_FORMS, default="linear" if default else None,
                    help="master-worker communication: one by one (linear in K) or tree collectives (log K)"
-                        + (" (default linear)" if default else " (default: chosen by cross-validation)"))
+                        + (" (default linear)" if default else " (default: chosen from the runs)"))
     p.add_argument("--granularity", choices=GRANULARITIES, default="continuous" if default else None,
                    help="the slowest worker's share: l/K (continuous) or ceil(l/K) (ceil)"
-                        + (" (default continuous)" if default else " (default: chosen by cross-validation)"))
+                        + (" (default continuous)" if default else " (default: chosen from the runs)"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

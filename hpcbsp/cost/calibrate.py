@@ -28,12 +28,10 @@ import time
 from dataclasses import replace
 from typing import Any, Sequence, TextIO
 
-import numpy as np
-
 from ..farm.emulation import EMULATE_ENV, NOTICE, FarmEmulation, parse_emulation
 from ..farm.model import PARAM_NAMES
 from ..farm.skeleton import EXCHANGE_ENV, EXCHANGES
-from ..farm.timings import REPORT_ENV, SAMPLE_FIELDS
+from ..farm.timings import REPORT_ENV
 from ..runtime.launch import find_mpiexec
 from ..util.args import plural
 from ..util.jobcommand import JobCommandError, job_command
@@ -108,30 +106,19 @@ def run_once(command: Sequence[str], workers: int, repeat: int, out_dir: str, *,
     return lines[-1]
 
 
-def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
-    """One report from the repeats at one K: their iterations pooled, parameters re-taken as medians."""
-    base = dict(reports[0])
-    base["samples"] = {k: [v for r in reports for v in r["samples"][k]] for k in SAMPLE_FIELDS}
-    for key in ("latency", "t_c", "t_map", "t_a", "t_p", "seconds_per_iteration"):
-        base[key] = float(np.median([r[key] for r in reports]))
-    base["iterations"] = sum(int(r["iterations"]) for r in reports)
-    return base
-
-
-def model_from_reports(by_k: dict[int, list[dict[str, Any]]], runs: Runs, length: int, *,
+def model_from_reports(by_k: dict[int, list[dict[str, Any]]], length: int, *,
                        n_boot: int = 200) -> tuple[CalibratedModel, str, CalibratedModel]:
     """The calibrated model from farm reports at a few K: ``(model, method, components)``.
 
     The model is what the runs measured of themselves, every run's iterations pooled over every
     K (:func:`~hpcbsp.cost.farmmodel.model_from_farm_runs`), in the farm's exchange form;
     ``components`` is the same from the smallest K alone, the white-box check against every
-    measured K that ``calibrate`` prints.  ``runs`` (their T(K)) are not fitted: at K <= 3 a fit
-    of T(K) infers the exchange from the small differences between a few T and swung from 15
+    measured K that ``calibrate`` prints.  The runs' T(K) are not fitted: at K <= 3 a fit of
+    T(K) infers the exchange from the small differences between a few T and swung from 15
     to 27 ms per worker between two calibrations on 33 emulated nodes, where the pooled
     iterations measured 24.4 and 25.0 ms (docs/performance.md).  An emulated run's model says
     so in its ``fit`` record.
     """
-    del runs  # the T(K) of the runs are in the reports; the model is not fitted to them
     smallest = min(by_k)
     reports = [r for k in sorted(by_k) for r in by_k[k]]
     model = model_from_farm_runs(reports, n_boot=n_boot)
@@ -216,7 +203,7 @@ def calibrate(command: Sequence[str], *, workers: Sequence[int] = (1, 2, 3), rep
     runs = Runs.from_arrays([r["workers"] for r in rows], [r["seconds"] for r in rows], source=runs_path)
     length = list_length or int(rows[0]["list_length"])
     smallest = min(by_k)
-    model, method, components = model_from_reports(by_k, runs, length, n_boot=n_boot)
+    model, method, components = model_from_reports(by_k, length, n_boot=n_boot)
     model.fit["command"] = " ".join(command)
     emulated = by_k[smallest][0].get("emulated")
     comm = model.model.comm

@@ -115,9 +115,11 @@ def model_from_farm_runs(reports: Sequence[Mapping[str, Any]], *, n_boot: int = 
         if spread:  # one iteration per parameter, drawn independently
             pick = rng.integers(0, n_iter, size=(n_boot, 4))
             reps = np.column_stack([col[pick[:, j]] for j, col in enumerate(columns)])
-        else:       # medians of resampled iterations
-            picks = rng.integers(0, n_iter, size=(n_boot, n_iter))
-            reps = np.column_stack([np.median(col[picks], axis=1) for col in columns])
+        else:       # medians of resampled iterations, one replicate at a time (memory O(iterations))
+            reps = np.empty((n_boot, 4))
+            for b in range(n_boot):
+                pick = rng.integers(0, n_iter, size=n_iter)
+                reps[b] = [np.median(col[pick]) for col in columns]
         boot = np.maximum(reps, 0.0)
     first = reports[0]
     fit: dict[str, Any] = {

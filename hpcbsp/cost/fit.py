@@ -61,20 +61,31 @@ def n_parameters(list_length: int | None) -> int:
     return 4 if list_length else 3
 
 
+def design(workers: np.ndarray, comm: str, granularity: str, list_length: int | None,
+           without: Sequence[int] = ()) -> np.ndarray:
+    """The columns a fit of T(K) uses: :func:`basis` with the coefficients ``without`` (indices)
+    and those that T(K) cannot identify set to 0.
+
+    In the linear form the t_a column is l·g(K) + K − 2, a mix of the exchange (K), the Map
+    (g(K), ceil or continuous: l·g(K) is ⌈l/K⌉ or l/K) and the constant columns: t_a is not
+    identifiable from run times, so it is left at 0 and its time shows up in 2L + t_c and t_Map.
+    """
+    x = basis(workers, comm, granularity, list_length)
+    x[:, list(without)] = 0.0
+    if comm == "linear":
+        x[:, 2] = 0.0
+    return x
+
+
 def fit_coefficients(workers: np.ndarray, seconds: np.ndarray, comm: str, granularity: str,
                      list_length: int | None, without: Sequence[int] = ()) -> np.ndarray:
     """Non-negative coefficients of one form minimising the relative squared error.
 
-    Returns the coefficient vector ``[2L + t_c, t_Map, t_a, t_p]`` (t_a = 0 without a list length);
-    the coefficients ``without`` (indices) are held at 0.
+    Returns the coefficient vector ``[2L + t_c, t_Map, t_a, t_p]`` (t_a = 0 without a list length,
+    and in the linear form, see :func:`design`); the coefficients ``without`` are held at 0.
     """
-    x = basis(workers, comm, granularity, list_length)
-    x[:, list(without)] = 0.0
+    x = design(workers, comm, granularity, list_length, without)
     y = np.asarray(seconds, dtype=float)
-    if comm == "linear" and granularity == "continuous":
-        # Here the t_a column (l/K + K − 2) is a mix of the K, 1/K and 1 columns: t_a is not
-        # identifiable, so it is left at 0 and its time shows up in 2L + t_c and t_Map.
-        x[:, 2] = 0.0
     scaled = x / y[:, None]  # (x·β − y)/y = (x/y)·β − 1
     used = np.flatnonzero(np.abs(scaled).max(axis=0) > 0)
     # Columns span many orders of magnitude (K vs 1/K vs l·g(K)); unit-norm columns keep NNLS stable.
@@ -136,8 +147,8 @@ def coefficient_errors(runs: Runs, comm: str, granularity: str, list_length: int
     the fit uses, X the basis divided row by row by the measured time, σ² the residual variance.
     """
     coef = fit_coefficients(runs.workers, runs.seconds, comm, granularity, list_length, without)
-    x = basis(runs.workers, comm, granularity, list_length) / runs.seconds[:, None]
-    used = [i for i in range(x.shape[1]) if i not in without and np.abs(x[:, i]).max() > 0]
+    x = design(runs.workers, comm, granularity, list_length, without) / runs.seconds[:, None]
+    used = [i for i in range(x.shape[1]) if np.abs(x[:, i]).max() > 0]
     stderr = np.full(x.shape[1], np.inf)
     dof = len(runs) - len(used)
     if dof <= 0 or not used:
@@ -155,14 +166,14 @@ def coefficient_errors(runs: Runs, comm: str, granularity: str, list_length: int
 
 def term_subsets(comm: str, granularity: str, list_length: int | None) -> list[tuple[int, ...]]:
     """The coefficients a candidate may leave out: none first, then each optional term and both."""
-    optional = [i for i, _ in OPTIONAL_TERMS
-                if not (i == 2 and (not list_length or (comm == "linear" and granularity == "continuous")))]
+    optional = [i for i, _ in OPTIONAL_TERMS if not (i == 2 and (not list_length or comm == "linear"))]
     return [tuple(c) for r in range(len(optional) + 1) for c in itertools.combinations(optional, r)]
 
 
 def choose_forward(runs: Runs, forms: list[tuple[str, str]], list_length: int | None
-                   ) -> tuple[str, str, tuple[int, ...], dict[str, float], list[dict[str, object]]]:
-    """Form and refused terms by forward validation: ``(comm, granularity, without, scores, refused)``.
+                   ) -> tuple[str, str, tuple[int, ...], dict[str, float], list[dict[str, object]]] | None:
+    """Form and refused terms by forward validation: ``(comm, granularity, without, scores, refused)``,
+    or None when no candidate can be scored and admitted (the caller cross-validates instead).
 
     A candidate is admissible when every optional term it keeps is identified by the range: its
     coefficient is at least :data:`SIGNIFICANCE` standard errors above zero on all the runs, or
@@ -185,21 +196,25 @@ def choose_forward(runs: Runs, forms: list[tuple[str, str]], list_length: int | 
                 return False
         return True
 
-    finite = [k for k in candidates if np.isfinite(scores[k]) and admissible(k)]
+    admitted = {k: np.isfinite(scores[k]) and admissible(k) for k in candidates}
+    finite = [k for k in candidates if admitted[k]]
     if not finite:
-        c, g = forms[0]
-        return c, g, (), {}, []
+        return None
     best = min(scores[k] for k in finite)
     comm, gran, without = next(k for k in finite if scores[k] <= best * (1.0 + PARSIMONY))
     lo, hi = int(runs.workers.min()), int(runs.workers.max())
     refused: list[dict[str, object]] = []
     for index, name in OPTIONAL_TERMS:
         if index in without:
-            kept = tuple(i for i in without if i != index)
-            refused.append({"term": name, "error_with": scores[(comm, gran, kept)], "error_without": scores[(comm, gran, without)],
-                            "why": f"K = {lo}..{hi} cannot tell it from noise (under {SIGNIFICANCE:g} standard errors; "
-                                   f"forward-validation error {100 * scores[(comm, gran, kept)]:.2f} % with it, "
-                                   f"{100 * scores[(comm, gran, without)]:.2f} % without)"})
+            kept = (comm, gran, tuple(i for i in without if i != index))
+            with_it, without_it = scores[kept], scores[(comm, gran, without)]
+            if admitted[kept]:  # identified, but it extrapolates worse with it
+                why = (f"with it the model extrapolates worse over K = {lo}..{hi}: forward-validation error "
+                       f"{100 * with_it:.2f} % with it, {100 * without_it:.2f} % without")
+            else:
+                why = (f"K = {lo}..{hi} cannot tell it from noise (under {SIGNIFICANCE:g} standard errors; "
+                       f"forward-validation error {100 * with_it:.2f} % with it, {100 * without_it:.2f} % without)")
+            refused.append({"term": name, "error_with": with_it, "error_without": without_it, "why": why})
     named = {f"{c}/{g}" + "".join(f" -{dict(OPTIONAL_TERMS)[i]}" for i in w): v for (c, g, w), v in scores.items()}
     return comm, gran, without, named, refused
 
@@ -289,14 +304,17 @@ def fit_runs(runs: Runs, *, list_length: int | None = None, comms: Iterable[str]
     refused: list[dict[str, object]] = []
     forward: dict[str, float] = {}
     scores = {f"{c}/{g}": cross_validate(runs, c, g, list_length) for c, g in forms}
-    if runs.distinct_workers().size >= MIN_FORWARD_WORKERS:
-        comm, gran, without, forward, refused = choose_forward(runs, forms, list_length)
-        finite = [(0.0, 0)] if forward else []
+    chosen = choose_forward(runs, forms, list_length) if runs.distinct_workers().size >= MIN_FORWARD_WORKERS else None
+    if chosen is not None:
+        comm, gran, without, forward, refused = chosen
+        finite = []
         selection = "forward validation (fit on the lower worker counts, scored on the higher ones)"
     else:
         finite = [(s, i) for i, s in enumerate(scores.values()) if np.isfinite(s)]
         comm, gran = forms[min(finite)[1] if finite else 0]
-        selection = "cross-validation (too few worker counts to validate forward)"
+        selection = ("cross-validation (too few worker counts to validate forward)"
+                     if runs.distinct_workers().size < MIN_FORWARD_WORKERS else
+                     "cross-validation (no candidate could be validated forward)")
     coef = fit_coefficients(runs.workers, runs.seconds, comm, gran, list_length, without)
     model = BSFModel(BSFParams.from_coefficients(coef, list_length), comm, gran)
     rng = np.random.default_rng(seed)
@@ -305,7 +323,7 @@ def fit_runs(runs: Runs, *, list_length: int | None = None, comms: Iterable[str]
     notes = []
     if runs.distinct_workers().size < 5:
         notes.append("fewer than 5 distinct worker counts: form selection and intervals are weak")
-    if not finite:
+    if chosen is None and not finite:
         notes.append("no cross-validation fold could be formed; the first form was taken")
     fit = {
         "source": runs.source,
