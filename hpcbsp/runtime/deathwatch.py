@@ -18,8 +18,12 @@ hundred kilobytes in its own session, that holds the read end of a pipe:
   outside, or the launcher ending the job) it looks at the job's other ranks on the node: if one
   is still alive and not dying, this rank died first and is named; if one crashed or was asked
   to stop, that explains it and this watcher stays quiet; a rank that outlived an already reaped
-  peer was not first and stays quiet; the others name themselves, with that doubt said, after a
-  short wait.
+  peer was not first and stays quiet.  Otherwise every peer is dead too, killed by the launcher
+  after this rank or before it: the watcher that woke first (each tries to create the job's
+  ``.first`` file the moment its pipe closes, with no fork; the launcher kills the others only
+  after it has seen the first death) names its rank, with that doubt said, after a short wait,
+  and the others stay quiet.  (Before, all of them raced for the marker after the wait, and a
+  rank the launcher killed was sometimes named instead of the one that died first.)
 
 Only one line per node is printed: whoever creates the node's failure marker (an atomic
 ``mkdir`` in the temporary directory, keyed by the user, the host and the launcher's process
@@ -54,6 +58,15 @@ hold_marker() {  # take the node's marker (or leave it to whoever has it), say $
   exit 0
 }
 IFS= read -r word
+first=
+if [ -z "$word" ]; then  # died: record the order the watchers woke in (no fork: a builtin's O_EXCL)
+  set -C
+  if true 2>/dev/null >"$marker.first"; then
+    first=1
+    trap 'exec 2>&- 1>&-; sleep 10; rm -f "$marker.first"' EXIT
+  fi
+  set +C
+fi
 case "$word" in
   bye) exit 0 ;;
   claimed) hold_marker "" ;;
@@ -101,6 +114,7 @@ if [ -z "$sure" ]; then
   else
     [ -n "$crashed" ] && exit 0                   # a rank that crashed names itself
     [ -n "$gone" ] && [ "$mine" != gone ] && exit 0  # a peer was reaped first: it went first
+    [ -n "$first" ] || exit 0  # another rank's watcher woke first: its rank died first
     sleep 0.3
     how="$how (the launcher was ending the job: another rank may have died first)"
   fi
