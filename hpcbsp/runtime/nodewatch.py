@@ -1,0 +1,366 @@
+"""The node's death watch: one process per job and node that sees its ranks end, in order.
+
+Started by :mod:`.deathwatch` (the first rank of the job on this node to open a BSP context
+spawns it; every rank then registers), it runs as ``python -I -S nodewatch.py MARKER FD``, with
+the standard library only, in a session of its own: Ctrl-C at the terminal and the launcher's
+kills of the ranks do not reach it, and it ends by itself once every registered rank has ended.
+
+**Registration.**  ``FD`` is a listening UNIX socket (an abstract name, private to the node's
+network namespace, derived from the job's key).  A rank connects, sends ``"RANK SIZE PID\\n"``
+with the read end of a pipe whose write end only it holds (``SCM_RIGHTS``), and waits for
+``ok``.  Connections from another user are refused (``SO_PEERCRED``).
+
+**Order of the ends.**  Every pipe sits in one ``epoll`` set.  The kernel closes a process's
+pipe as the process exits, in that process's own context, and ``epoll`` queues the readiness in
+that order; ``epoll_wait`` hands the events back in the same order however late this watcher runs.
+So the first pipe that closed is the first rank of the node that ended, even under heavy load and
+even when the launcher killed the other ranks a millisecond later (MPICH's hydra does; it then
+reaps them in rank order, so the order the launcher reaps in, or the order of the watchers' waking,
+which the watch used before, says nothing).
+
+**What a pipe says.**  A rank writes one word before its pipe closes: ``bye`` (a normal exit,
+``atexit``), ``claimed`` (it reported its own failure and aborts the job: the launcher's kills that
+follow are no news) or ``owner`` (it was interrupted and said so itself, taking the node's failure
+marker; see :func:`.deathwatch.claim_report`).  A pipe that closes without a word is a rank that
+died silently.  For the first one only (the rest follow from it) the watcher reads how it ended
+from ``/proc/PID/stat`` while the launcher has not reaped it (:func:`verdict`): HUP, INT, TERM and
+plain exits are a job being stopped, not a death, and stay quiet; a crash (SEGV, BUS, ABRT, ...)
+is named; SIGKILL (the out-of-memory killer, a kill from outside) is named plainly when every rank
+of the job is on this node (the order is then the job's order); on a job spread over nodes a rank
+of another node may have died first and the launcher killed this one for it, so unless another
+rank of this node still runs 0.3 s later, the line says that doubt.
+
+**One line per node.**  Before it prints, the watcher takes the node's failure marker (an atomic
+``mkdir``, the same one :func:`.deathwatch.claim_report` takes): whoever has it speaks for the
+node.  The watcher removes the marker when the node's last rank has ended, and the ``/dev/shm``
+files the ranks had mapped when the job ended abnormally (MPICH leaves its ``mpich_shm_*`` files
+behind when its ranks are killed).  At start it removes the markers and MPICH segments of this
+user's earlier jobs on this node that are provably dead (their launcher is gone; no process maps
+the segment, and it is older than a minute).
+"""
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+from typing import Callable
+
+__all__ = ["probe", "verdict", "Watch", "main"]
+
+ACK = b"ok\n"
+#: Seconds without any registered rank after which a watcher that got none gives up.
+IDLE_LIMIT = 30.0
+#: Seconds between the scans of the ranks' mapped ``/dev/shm`` files.
+SCAN_PERIOD = 2.0
+#: Age in seconds below which a segment of an earlier job is never removed (it may be in setup).
+STALE_AGE = 60.0
+_STOPS = {signal.SIGHUP, signal.SIGINT, signal.SIGTERM}
+
+
+def probe(pid: int) -> tuple[str, int | None]:
+    """``(state, exit code)`` of process ``pid`` from ``/proc/PID/stat``: ``("gone", None)``
+    once it has been reaped; the exit code is 0 while it lives and, for a zombie, the wait
+    status (its low 7 bits the signal that ended it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return "gone", None
+    try:
+        return fields[0], int(fields[-1])
+    except (IndexError, ValueError):
+        return fields[0] if fields else "gone", None
+
+
+def verdict(code: int | None, all_here: bool) -> tuple[str, str]:
+    """What to say about the node's first silent death, from its wait status ``code`` (None once
+    reaped) and whether every rank of the job is on this node.
+
+    Returns ``(kind, how)``: kind ``"quiet"`` (a stopped job or a plain exit: no silent death),
+    ``"sure"`` (name the rank plainly) or ``"maybe"`` (name it, saying that a rank of another
+    node may have died first); ``how`` is the words for the cause.
+    """
+    if code is None:
+        return ("sure" if all_here else "maybe"), "killed by a signal or crashed"
+    sig = code & 0x7F
+    if sig == 0 or sig in _STOPS:
+        return "quiet", ""
+    if sig == signal.SIGKILL:
+        return ("sure" if all_here else "maybe"), \
+            "killed by SIGKILL (out of memory, or a kill from outside)"
+    try:
+        name = signal.Signals(sig).name
+    except ValueError:
+        name = f"signal {sig}"
+    return "sure", f"crashed with {name}"  # launchers end ranks with SIGKILL: a crash is its own
+
+
+class _Rank:
+    __slots__ = ("rank", "size", "pid", "fd")
+
+    def __init__(self, rank: int, size: int, pid: int, fd: int):
+        self.rank, self.size, self.pid, self.fd = rank, size, pid, fd
+
+
+class Watch:
+    """The event loop (see the module docstring).  ``say`` writes one line for the user."""
+
+    def __init__(self, listener: socket.socket, marker: str,
+                 say: Callable[[str], object] | None = None):
+        self.listener = listener
+        self.marker = marker
+        self.say = say or _to_stderr
+        self.poll = select.epoll()
+        self.poll.register(listener.fileno(), select.EPOLLIN)
+        self.ranks: dict[int, _Rank] = {}  # by pipe fd
+        self.ever = 0  # ranks registered so far
+        self.quiet = False  # the job ends with a report of its own, or is being stopped
+        self.decided = False  # the first silent death has been dealt with
+        self.abnormal = False  # some rank ended without "bye"
+        self.remove_marker = False  # this watcher, or a rank it watches, made the marker
+        self.shm: set[str] = set()
+        self.launchers: set[int] = set()
+
+    # -- the loop ---------------------------------------------------------------------------
+    def serve(self) -> None:
+        started = last_scan = time.monotonic()
+        while self.ranks or (self.ever == 0 and time.monotonic() - started < IDLE_LIMIT):
+            try:
+                events = self.poll.poll(SCAN_PERIOD)
+            except InterruptedError:
+                continue
+            for fd, _ in events:  # in the order they became ready
+                if fd == self.listener.fileno():
+                    self.accept()
+                elif fd in self.ranks:
+                    self.on_pipe(self.ranks[fd])
+            if self.ranks and time.monotonic() - last_scan >= SCAN_PERIOD:
+                self.scan_shm()
+                last_scan = time.monotonic()
+        self.finish()
+
+    def accept(self) -> None:
+        try:
+            conn, _ = self.listener.accept()
+        except OSError:
+            return
+        with conn:
+            conn.settimeout(5.0)
+            try:
+                creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+                _, uid, _ = struct.unpack("3i", creds)
+                msg, fds, _, _ = socket.recv_fds(conn, 256, 1)
+            except OSError:
+                return
+            if uid != os.getuid() or len(fds) != 1:
+                for fd in fds:
+                    os.close(fd)
+                return
+            try:
+                rank, size, pid = (int(x) for x in msg.split())
+            except ValueError:
+                os.close(fds[0])
+                return
+            self.ranks[fds[0]] = _Rank(rank, size, pid, fds[0])
+            self.ever += 1
+            self.poll.register(fds[0], select.EPOLLIN)
+            parent = _ppid(pid)
+            if parent:
+                self.launchers.add(parent)
+            self.scan_shm(pid)
+            try:
+                conn.sendall(ACK)
+            except OSError:
+                pass
+
+    def on_pipe(self, r: _Rank) -> None:
+        try:
+            data = os.read(r.fd, 64)
+        except OSError:
+            data = b""
+        self.poll.unregister(r.fd)
+        os.close(r.fd)
+        del self.ranks[r.fd]
+        words = data.split()
+        if b"bye" in words:
+            return
+        self.abnormal = True
+        if b"claimed" in words or b"owner" in words:
+            self.quiet = True
+            self.remove_marker |= b"owner" in words
+            return
+        if self.quiet or self.decided:
+            return
+        self.decided = True
+        self.first_death(r)
+
+    def first_death(self, r: _Rank) -> None:
+        _, code = probe(r.pid)
+        all_here = self.ever >= r.size  # every rank of the job registered on this node
+        kind, how = verdict(code, all_here)
+        if kind == "quiet":
+            self.quiet = True
+            return
+        if kind == "maybe":
+            time.sleep(0.3)
+            if any(_running(o.pid) for o in self.ranks.values()):
+                kind = "sure"  # another rank of this node goes on: this one died first
+        if kind == "maybe":
+            how += " (the launcher was ending the job: a rank on another node may have died first)"
+        try:
+            os.mkdir(self.marker)
+        except OSError:
+            return  # a rank of this node has said why the job ends (or cannot be helped)
+        self.remove_marker = True
+        self.say(f"[hpcbsp] rank {r.rank}/{r.size} (pid {r.pid} on {socket.gethostname()}) "
+                 f"died without a report: {how}")
+
+    # -- clean-up ---------------------------------------------------------------------------
+    def scan_shm(self, pid: int | None = None) -> None:
+        """Remember the ``/dev/shm`` files the ranks (or rank ``pid``) map now."""
+        for p in [pid] if pid is not None else [r.pid for r in self.ranks.values()]:
+            self.shm.update(_mapped_shm(p))
+
+    def finish(self) -> None:
+        try:
+            os.close(2)  # nothing more to say: nobody reading the job's output waits for this
+        except OSError:
+            pass
+        if self.abnormal and self.shm:
+            mapped = set().union(*(_mapped_shm(p) for p in _children(self.launchers)))
+            for path in self.shm - mapped:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+        if self.remove_marker:
+            try:
+                os.rmdir(self.marker)
+            except OSError:
+                pass
+
+
+def _to_stderr(line: str) -> None:
+    try:
+        os.write(2, line.encode() + b"\n")
+    except OSError:
+        pass  # the job's output is gone (its node's launcher was killed too): nobody to tell
+
+
+# -- /proc helpers ------------------------------------------------------------------------------
+def _stat(pid: int | str) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def _ppid(pid: int) -> int:
+    fields = _stat(pid)
+    return int(fields[1]) if len(fields) > 1 else 0
+
+
+def _running(pid: int) -> bool:
+    state, code = probe(pid)
+    return state not in ("gone", "Z", "X", "x") and code == 0
+
+
+def _children(parents: set[int]) -> list[int]:
+    """The living processes whose parent is in ``parents`` (the job's other ranks here)."""
+    out: list[int] = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    wanted = {str(p) for p in parents}
+    for name in names:
+        if name.isdigit():
+            fields = _stat(name)
+            if len(fields) > 1 and fields[1] in wanted and fields[0] not in ("Z", "X", "x"):
+                out.append(int(name))
+    return out
+
+
+def _mapped_shm(pid: int) -> set[str]:
+    """The files under ``/dev/shm`` process ``pid`` maps and that still exist by that name."""
+    out: set[str] = set()
+    try:
+        with open(f"/proc/{pid}/maps") as fh:
+            for line in fh:
+                at = line.find("/dev/shm/")
+                if at >= 0 and not line.endswith("(deleted)\n"):
+                    out.add(line[at:].rstrip("\n"))
+    except OSError:
+        pass
+    return out
+
+
+def remove_stale(marker: str, now: float | None = None) -> None:
+    """Remove this user's leftovers of earlier jobs on this node that are provably dead: failure
+    markers whose launcher (pid and start time in the name) no longer runs, and MPICH segments
+    (``/dev/shm/mpich_shm_*``) owned by this user, older than :data:`STALE_AGE` and mapped by no
+    process this watcher can see (all of them as root; all of this user's otherwise)."""
+    now = time.time() if now is None else now
+    head, _, _ = os.path.basename(marker).rpartition("-")  # .../hpcbsp-failed-UID-HOST-PID
+    head, _, _ = head.rpartition("-")
+    tmp = os.path.dirname(marker)
+    try:
+        names = os.listdir(tmp)
+    except OSError:
+        names = []
+    for name in names:
+        if not name.startswith(head + "-"):
+            continue
+        pid, _, start = name[len(head) + 1:].removesuffix(".first").partition("-")
+        fields = _stat(pid) if pid.isdigit() else []
+        if len(fields) > 19 and fields[19] == start:
+            continue  # that launcher still runs
+        try:  # a marker, or the file an earlier version of the watch kept beside it
+            (os.remove if name.endswith(".first") else os.rmdir)(os.path.join(tmp, name))
+        except OSError:
+            pass
+    uid = os.getuid()
+    stale = []
+    try:
+        entries = list(os.scandir("/dev/shm"))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if entry.name.startswith("mpich_shm_") and st.st_uid == uid and now - st.st_mtime > STALE_AGE:
+            stale.append(entry.path)
+    if not stale:
+        return
+    mapped: set[str] = set()
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            mapped |= _mapped_shm(int(name))
+    for path in stale:
+        if path not in mapped:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
+def main(argv: list[str]) -> int:
+    marker, fd = argv[1], int(argv[2])
+    listener = socket.socket(fileno=fd)
+    try:
+        remove_stale(marker)
+    except OSError:
+        pass
+    Watch(listener, marker).serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,32 @@
+"""A stand-in for one rank of a job on this node, for the death-watch tests (no MPI).
+
+``python watched_rank.py RANK SIZE [SHM]``: registers with the node's watcher exactly as a BSP
+context does (:func:`hpcbsp.runtime.deathwatch.start`, loaded by path so that nothing else of the
+package runs), first mapping the file ``SHM`` when given (as MPICH maps its ``/dev/shm``
+segment), prints ``ready`` and waits for a line on stdin: ``exit`` ends it normally (its ``bye``),
+``claim`` says it reports its own failure first (:func:`~hpcbsp.runtime.deathwatch.claim`) and
+then dies with SIGKILL.  Its siblings under one parent (the test) are one job."""
+import importlib.util
+import mmap
+import os
+import signal
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+spec = importlib.util.spec_from_file_location(
+    "deathwatch", os.path.join(HERE, "..", "..", "hpcbsp", "runtime", "deathwatch.py"))
+deathwatch = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(deathwatch)
+
+rank, size = int(sys.argv[1]), int(sys.argv[2])
+if len(sys.argv) > 3:
+    fd = os.open(sys.argv[3], os.O_RDWR | os.O_CREAT, 0o600)
+    os.ftruncate(fd, 4096)
+    segment = mmap.mmap(fd, 4096)
+deathwatch.start(rank, size)
+print("ready" if deathwatch.watched() else "unwatched", flush=True)
+line = sys.stdin.readline().strip()
+if line == "claim":
+    deathwatch.claim()
+    os.kill(os.getpid(), signal.SIGKILL)
+sys.exit(0)

@@ -1,0 +1,232 @@
+"""The node's death watch (hpcbsp/runtime/nodewatch.py) without MPI: stand-in ranks
+(tests/programs/watched_rank.py), children of this test as a job's ranks are children of the
+launcher, register with one watcher; the test kills them in an order of its choosing.
+
+Oracles: the order and the signals the test itself used; wait statuses built by hand
+(``os.waitstatus_to_exitcode`` semantics: a signal in the low 7 bits, an exit code above them);
+the file system before and after.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hpcbsp.runtime import nodewatch
+from hpcbsp.runtime.nodewatch import verdict
+
+HERE = Path(__file__).parent
+RANK = str(HERE / "programs" / "watched_rank.py")
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the watch needs Linux")
+
+
+# -- what is said about the first death ----------------------------------------------------------
+@pytest.mark.parametrize("code, all_here, kind, words", [
+    (signal.SIGKILL, True, "sure", "killed by SIGKILL"),
+    (signal.SIGKILL, False, "maybe", "killed by SIGKILL"),
+    (signal.SIGSEGV, False, "sure", "crashed with SIGSEGV"),  # launchers kill, they do not crash
+    (signal.SIGBUS | 0x80, True, "sure", "crashed with SIGBUS"),  # 0x80: a core was dumped
+    (signal.SIGTERM, True, "quiet", ""),  # scancel, a time limit
+    (signal.SIGINT, False, "quiet", ""),
+    (signal.SIGHUP, True, "quiet", ""),
+    (3 << 8, True, "quiet", ""),  # exit(3): it ended by itself, no silent death
+    (None, True, "sure", "killed by a signal or crashed"),  # already reaped: the cause is unknown
+    (None, False, "maybe", "killed by a signal or crashed"),
+])
+def test_verdict(code, all_here, kind, words):
+    got, how = verdict(code, all_here)
+    assert got == kind and (words in how if words else how == "")
+
+
+# -- stand-in ranks -------------------------------------------------------------------------------
+class Job:
+    """Stand-in ranks of one job on this node; the watcher's stderr is the first rank's."""
+
+    def __init__(self, ranks, size, shm=None):
+        self.procs = []
+        for r in ranks:
+            args = [sys.executable, RANK, str(r), str(size)] + ([shm] if shm else [])
+            proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+            assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+            self.procs.append(proc)
+        self.watcher = _watcher_of(os.getpid())
+
+    def kill(self, i, sig=signal.SIGKILL):
+        os.kill(self.procs[i].pid, sig)
+
+    def tell(self, i, line):
+        self.procs[i].stdin.write(line + "\n")
+        self.procs[i].stdin.flush()
+
+    def lines(self, timeout=20.0):
+        """Every rank's stderr lines, once the watcher has ended (the ranks are reaped only now)."""
+        _wait_gone(self.watcher, timeout)
+        out = []
+        for proc in self.procs:
+            proc.wait(timeout=timeout)
+            out += proc.stderr.read().splitlines()
+            proc.stdin.close(), proc.stdout.close(), proc.stderr.close()
+        return [ln for ln in out if ln.startswith("[hpcbsp]")]
+
+
+def _watcher_of(parent: int) -> int:
+    """The pid of the watcher of the job whose launcher is ``parent`` (found by its marker)."""
+    key = f"-{parent}-{_start_time(parent)}"
+    for _ in range(200):
+        for name in os.listdir("/proc"):
+            try:
+                cmd = open(f"/proc/{name}/cmdline", "rb").read().split(b"\0")
+            except OSError:
+                continue
+            if any(c.endswith(b"nodewatch.py") for c in cmd) and any(c.endswith(key.encode()) for c in cmd):
+                return int(name)
+        time.sleep(0.01)
+    raise AssertionError("no watcher started")
+
+
+def _start_time(pid):
+    return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[19]
+
+
+def _wait_gone(pid, timeout):
+    deadline = time.monotonic() + timeout
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not os.path.exists(f"/proc/{pid}"), "the watcher did not end after the job"
+
+
+def _marker():
+    import socket
+    import tempfile
+    parent = os.getpid()
+    return os.path.join(tempfile.gettempdir(),
+                        f"hpcbsp-failed-{os.getuid()}-{socket.gethostname()}-{parent}-{_start_time(parent)}")
+
+
+def test_the_first_to_die_is_named_even_when_the_watcher_runs_last():
+    # The watcher is stopped while rank 1 dies and, 0.2 s later, ranks 0 and 2 (as a launcher
+    # kills the rest): when it runs again every pipe is closed; only the kernel's order of the
+    # closes can tell it which went first.  Every rank is here: it names rank 1 plainly.
+    job = Job([0, 1, 2], 3)
+    os.kill(job.watcher, signal.SIGSTOP)
+    try:
+        job.kill(1)
+        time.sleep(0.2)
+        job.kill(2)
+        job.kill(0)
+        time.sleep(0.2)
+    finally:
+        os.kill(job.watcher, signal.SIGCONT)
+    lines = job.lines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"[hpcbsp] rank 1/3 (pid {job.procs[1].pid} on "), lines
+    assert lines[0].endswith("died without a report: killed by SIGKILL (out of memory, or a kill from outside)")
+    assert not os.path.exists(_marker())  # removed when the node's last rank ended
+
+
+def test_a_normal_end_is_silent():
+    job = Job([0, 1], 2)
+    for i in range(2):
+        job.tell(i, "exit")
+    assert job.lines() == []
+    assert all(p.returncode == 0 for p in job.procs)
+
+
+def test_a_rank_that_reported_its_failure_keeps_the_watch_quiet():
+    # It said why the job ends (claimed) and died; the launcher's kills that follow are no news.
+    job = Job([0, 1, 2], 3)
+    job.tell(2, "claim")
+    time.sleep(0.2)
+    job.kill(0)
+    job.kill(1)
+    assert job.lines() == []
+
+
+def test_a_job_being_stopped_is_not_a_silent_death():
+    job = Job([0, 1], 2)
+    job.kill(0, signal.SIGTERM)
+    job.kill(1, signal.SIGTERM)
+    assert job.lines() == []
+
+
+def test_across_nodes_the_doubt_is_said_only_when_it_exists():
+    # Two of the job's four ranks are here: another node's rank may have died first.
+    job = Job([0, 1], 4)
+    job.kill(0)
+    job.kill(1)
+    lines = job.lines()
+    assert len(lines) == 1 and "a rank on another node may have died first" in lines[0], lines
+    # ... unless another rank of the node is still running: then this one was first.
+    job = Job([2, 3], 4)
+    job.kill(1)
+    time.sleep(1.0)
+    job.tell(0, "exit")
+    lines = job.lines()
+    assert len(lines) == 1 and lines[0].startswith(f"[hpcbsp] rank 3/4 (pid {job.procs[1].pid} "), lines
+    assert "may have" not in lines[0]
+
+
+def test_a_crash_is_named_with_its_signal():
+    job = Job([0, 1], 2)
+    job.kill(0, signal.SIGSEGV)
+    time.sleep(0.2)
+    job.kill(1)
+    lines = job.lines()
+    assert len(lines) == 1 and lines[0].startswith("[hpcbsp] rank 0/2 ") and "crashed with SIGSEGV" in lines[0]
+
+
+def test_the_segments_of_a_killed_job_are_removed_and_those_of_a_normal_end_kept(tmp_path):
+    shm = f"/dev/shm/mpich_shm_hpcbsp_test_{os.getpid()}"
+    try:
+        job = Job([0, 1], 2, shm=shm)
+        job.kill(0)
+        job.kill(1)
+        job.lines()
+        assert not os.path.exists(shm)  # the job's own segment, mapped by its ranks: removed
+        job = Job([0, 1], 2, shm=shm)
+        job.tell(0, "exit")
+        job.tell(1, "exit")
+        job.lines()
+        assert os.path.exists(shm)  # a normal end: what MPI leaves is MPI's business
+    finally:
+        if os.path.exists(shm):
+            os.unlink(shm)
+
+
+def test_leftovers_of_dead_jobs_are_removed_and_nothing_else(tmp_path):
+    now = time.time()
+    me = os.getpid()
+    marker = tmp_path / f"hpcbsp-failed-{os.getuid()}-host-x-{me}-{_start_time(me)}"
+    dead = tmp_path / f"hpcbsp-failed-{os.getuid()}-host-x-{2 ** 22 + 7}-123"  # no such process
+    live = tmp_path / f"hpcbsp-failed-{os.getuid()}-host-x-1-{_start_time(1)}"  # init runs
+    old_start = tmp_path / f"hpcbsp-failed-{os.getuid()}-host-x-1-999999999"  # pid 1, another start
+    other_host = tmp_path / f"hpcbsp-failed-{os.getuid()}-elsewhere-{2 ** 22 + 7}-123"
+    for d in (dead, live, old_start, other_host):
+        d.mkdir()
+    tag = f"hpcbsp_test_{me}"
+    old, fresh, mapped = (f"/dev/shm/mpich_shm_{tag}_{k}" for k in ("old", "fresh", "mapped"))
+    try:
+        for path in (old, fresh, mapped):
+            with open(path, "wb") as fh:
+                fh.write(b"\0" * 4096)
+        for path in (old, mapped):
+            os.utime(path, (now - 2 * nodewatch.STALE_AGE, now - 2 * nodewatch.STALE_AGE))
+        with open(mapped, "r+b") as fh:
+            view = mmap.mmap(fh.fileno(), 4096)  # a live job maps it
+            nodewatch.remove_stale(str(marker), now=now)
+            view.close()
+        assert not dead.exists() and not old_start.exists()
+        assert live.exists() and other_host.exists()
+        assert not os.path.exists(old)
+        assert os.path.exists(fresh) and os.path.exists(mapped)
+    finally:
+        for path in (old, fresh, mapped):
+            if os.path.exists(path):
+                os.unlink(path)
