@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -78,7 +79,7 @@ def prog(bsp):
         if step == 20 and bsp.pid == int(sys.argv[3]):
             time.sleep(60)  # the others wait for it in the next sync
 
-with hpcbsp.BSP(timeout=float(sys.argv[2])) as ctx:
+with hpcbsp.BSP(timeout=None if sys.argv[2] == "none" else float(sys.argv[2])) as ctx:
     from hpcbsp.runtime.runner import install_excepthook
     install_excepthook()
     prog(ctx)
@@ -106,15 +107,19 @@ def _remove_shared_memory_of_killed_ranks():
     remove_leftover_segments(before)
 
 
-def _start(tmp_path: Path, slow_rank: int = -1, program: str = PROGRAM) -> tuple[subprocess.Popen, str, Path]:
+def _start(tmp_path: Path, slow_rank: int = -1, program: str = PROGRAM,
+           timeout: str = str(SYNC_TIMEOUT)) -> tuple[subprocess.Popen, str, Path]:
     (tmp_path / "prog.py").write_text(program)
     ready = tmp_path / "ready"
     tag = uuid.uuid4().hex
     env = clean_env(slurm=True, transport=True)
-    env.update(PYTHONUNBUFFERED="1", MPIEXEC_TIMEOUT="120", HPCBSP_FAULT_TAG=tag)
+    env.update(PYTHONUNBUFFERED="1", MPIEXEC_TIMEOUT="120", HPCBSP_FAULT_TAG=tag, HPCBSP_SYNC_TIMEOUT="",
+               # With a sync timeout the test checks what the timeout says: the failure detector
+               # (10 s by default) waits longer than it here.
+               HPCBSP_HEARTBEAT_TIMEOUT="" if timeout == "none" else "120")
     proc = subprocess.Popen(
         [MPIEXEC, "-f", str(HOSTFILE), "-launcher", "rsh", "-launcher-exec", str(RSH), "-n", "4",
-         PYTHON, str(tmp_path / "prog.py"), str(ready), str(SYNC_TIMEOUT), str(slow_rank)],
+         PYTHON, str(tmp_path / "prog.py"), str(ready), timeout, str(slow_rank)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path,
         stdin=subprocess.DEVNULL)
     deadline = time.monotonic() + 90
@@ -192,6 +197,44 @@ def test_a_node_whose_link_goes_down_ends_the_job_naming_its_rank(tmp_path: Path
     assert re.search(rf"timed out waiting for the other ranks \(ranks not arrived: (\d+ \(on [\w-]+\), )*"
                      rf"2 \(on {cut}\)", out), out[-4000:]
     assert elapsed >= SYNC_TIMEOUT * 0.5, f"ended after {elapsed:.1f} s, before any timeout could fire:\n{out[-3000:]}"
+
+
+# -- with no timeout set: the failure detector (hpcbsp/runtime/nodewatch.py) at its defaults ----
+#: The detector's default timeout (10 s) and its period, plus the launcher's own clean-up.
+DETECTOR_BOUND = 30.0
+
+
+def test_a_frozen_node_ends_the_job_with_no_setting(tmp_path: Path) -> None:
+    # Every process of the job on rank 2's node stops (SIGSTOP: a node that hangs, its watcher
+    # included); nobody set a timeout.  The other nodes' watchers stop hearing from it.
+    proc, tag, _ = _start(tmp_path, timeout="none")
+    lost = NODES[2]
+    frozen = _tagged_pids(lost, tag)
+    assert frozen, f"no process of the job on {lost}"
+    try:
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+        elapsed, out = _finish(proc, tag, DETECTOR_BOUND, nodes=[n for n in NODES[:4] if n != lost])
+    finally:
+        for pid in frozen:
+            for sig in (signal.SIGKILL, signal.SIGCONT):
+                try:
+                    os.kill(pid, sig)
+                except OSError:
+                    pass
+    assert proc.returncode != 0, out
+    assert f"[hpcbsp] node {lost} (rank 2) has not been heard from for 1" in out, out[-4000:]
+    assert elapsed < DETECTOR_BOUND
+
+
+def test_a_cut_link_ends_the_job_with_no_setting(tmp_path: Path) -> None:
+    # The ranks wait for each other in their syncs when rank 2's link goes down; no timeout.
+    proc, tag, _ = _start(tmp_path, timeout="none")
+    link, cut = f"{LINK_PREFIX}3", NODES[2]
+    elapsed, out = _cut_link_and_finish(proc, tag, link, cut, DETECTOR_BOUND)
+    assert proc.returncode != 0, out
+    assert f"[hpcbsp] node {cut} (rank 2) has not been heard from for 1" in out, out[-4000:]
+    assert elapsed < DETECTOR_BOUND
 
 
 # Every superstep each rank puts 4 MiB to the next: over links limited to 20 Mbit/s the data

@@ -142,3 +142,38 @@ def test_a_rank_silent_inside_the_data_exchange_is_named_within_the_timeout(npro
     late, host = nprocs - 1, socket.gethostname()
     assert (f"the data exchange of superstep 1 timed out after 2 s waiting for rank {late} (on {host})"
             in res.stderr), res.output
+
+
+# -- the failure detector (hpcbsp/runtime/nodewatch.py), with no sync timeout set --------------------
+def test_a_frozen_rank_ends_the_job_with_no_setting():
+    # Rank 2 stops itself (SIGSTOP); nobody set a timeout.  The watch's default (10 s stopped)
+    # must end the job, naming the rank and the node, within 30 s of the freeze.
+    t0 = time.monotonic()
+    res = run_mpi(3, [os.path.join(PROGRAMS, "freeze_one_rank.py"), "stop"], timeout=90,
+                  env={"HPCBSP_SYNC_TIMEOUT": ""})
+    elapsed = time.monotonic() - t0
+    assert not res.timed_out and res.returncode != 0, res.output
+    assert elapsed < 30 + 10, f"{elapsed:.0f} s"  # (start-up and 5 supersteps: a few seconds)
+    lines = [ln for ln in res.stderr.splitlines() if "has been stopped" in ln]
+    assert len(lines) == 1 and lines[0].startswith("[hpcbsp] rank 2/3 (pid "), res.output
+    assert f"on {socket.gethostname()}) has been stopped for 1" in lines[0], lines  # 10-11 s
+    assert "died without a report" not in res.output  # the watch's own kills are no news
+
+
+def test_a_rank_that_computes_long_is_never_suspected():
+    # A detector that ran in the ranks' waits, or needed the GIL, would give rank 0 up here: it
+    # computes 4 s, 8 heartbeat timeouts of 0.5 s, in pure Python and in BLAS, in one superstep.
+    res = run_mpi(2, [os.path.join(PROGRAMS, "freeze_one_rank.py"), "compute", "4"], timeout=120,
+                  env={"HPCBSP_HEARTBEAT_PERIOD": "0.1", "HPCBSP_HEARTBEAT_TIMEOUT": "0.5"})
+    assert res.returncode == 0 and "done" in res.stdout, res.output
+    assert "[hpcbsp]" not in res.stderr, res.stderr
+
+
+def test_the_heartbeat_settings_are_checked():
+    res = run_mpi(2, [os.path.join(PROGRAMS, "freeze_one_rank.py"), "compute", "0"], timeout=60,
+                  env={"HPCBSP_HEARTBEAT_PERIOD": "2", "HPCBSP_HEARTBEAT_TIMEOUT": "3"})
+    assert res.returncode != 0 and "shorter than two heartbeat periods" in res.stderr, res.output
+    res = run_mpi(2, [os.path.join(PROGRAMS, "freeze_one_rank.py"), "compute", "0"], timeout=60,
+                  env={"HPCBSP_HEARTBEAT_TIMEOUT": "soon"})
+    assert res.returncode != 0 and "HPCBSP_HEARTBEAT_TIMEOUT='soon'" in res.stderr, res.output
+    assert "Traceback" not in res.stderr

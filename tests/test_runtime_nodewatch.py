@@ -11,6 +11,7 @@ from __future__ import annotations
 import mmap
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -103,7 +104,6 @@ def _wait_gone(pid, timeout):
 
 
 def _marker():
-    import socket
     import tempfile
     parent = os.getpid()
     return os.path.join(tempfile.gettempdir(),
@@ -230,3 +230,52 @@ def test_leftovers_of_dead_jobs_are_removed_and_nothing_else(tmp_path):
         for path in (old, fresh, mapped):
             if os.path.exists(path):
                 os.unlink(path)
+
+
+# -- the failure detector between two nodes' watchers, driven by hand -----------------------------
+def _pair(tmp_path, timeout=0.5):
+    said = {"a": [], "b": []}
+    watches = {}
+    for host in ("a", "b"):
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        watches[host] = nodewatch.Watch(listener, str(tmp_path / f"marker-{host}"), period=0.1,
+                                        timeout=timeout, say=said[host].append, host=host)
+    now = time.monotonic()
+    for me, other in (("a", "b"), ("b", "a")):
+        port = watches[other].udp.getsockname()[1]
+        watches[me].add_peer(other, ("127.0.0.1", port), [1 if other == "b" else 0], now)
+    return watches, said, now
+
+
+def _period(watches, now, beating=("a", "b")):
+    """One period at ``now``: the beating watches check and send; then every watch takes in what
+    arrived (loopback datagrams are there at once)."""
+    for host in beating:
+        watches[host].beat(now)
+    time.sleep(0.05)
+    for w in watches.values():
+        w.hear(now)
+
+
+def test_a_silent_node_is_given_up_after_the_timeout_and_not_before(tmp_path):
+    watches, said, t = _pair(tmp_path)
+    for step in range(8):  # both beat: nobody is suspected, however long it lasts
+        t += 0.4
+        _period(watches, t)
+    assert said == {"a": [], "b": []}
+    t += 0.4  # b falls silent (frozen, or its link is cut): last heard 0.4 s ago, within 0.5 s
+    _period(watches, t, beating=("a",))
+    assert said["a"] == []
+    t += 0.2  # now 0.6 s: a gives b up
+    _period(watches, t, beating=("a",))
+    assert len(said["a"]) == 1 and said["a"][0].startswith("[hpcbsp] node b (rank 1) has not been heard from"), said
+    assert watches["a"].failed and said["b"] == []
+
+
+def test_a_node_that_said_goodbye_is_not_expected_any_more(tmp_path):
+    watches, said, t = _pair(tmp_path)
+    watches["b"].send(b"bye b")  # b's ranks all ended normally
+    time.sleep(0.05)
+    watches["a"].hear(t)
+    watches["a"].beat(t + 100)
+    assert said["a"] == [] and not watches["a"].failed

@@ -34,34 +34,60 @@ import sys
 import tempfile
 import time
 
-__all__ = ["start", "watched", "claim", "claim_report"]
+from mpi4py import MPI
+
+from .errors import BadInput, env_number
+
+__all__ = ["start", "introduce", "heartbeat_settings", "watched", "claim", "claim_report"]
 
 #: Seconds a rank tries to reach (or start) its node's watcher before it goes on without one.
 REGISTER_TIMEOUT = 10.0
 
+#: The failure detector's defaults (``$HPCBSP_HEARTBEAT_PERIOD``, ``$HPCBSP_HEARTBEAT_TIMEOUT``).
+PERIOD, TIMEOUT = 1.0, 10.0
+
 _pipe: int | None = None
 _marker: str | None = None
+_name: str | None = None  # the watcher's socket
+_port = 0  # the watcher's heartbeat port (0: none)
+
+
+def heartbeat_settings() -> tuple[float, float]:
+    """``(period, timeout)`` of the failure detector from the environment (a timeout of 0 turns
+    it off); raises :class:`~.errors.BadInput` naming a bad value."""
+    period = env_number("HPCBSP_HEARTBEAT_PERIOD", float, 0.0)
+    text = os.environ.get("HPCBSP_HEARTBEAT_TIMEOUT", "").strip()
+    timeout = 0.0 if text in ("0", "0.0") else env_number("HPCBSP_HEARTBEAT_TIMEOUT", float, 0.0)
+    period = PERIOD if period is None else float(period)
+    timeout = TIMEOUT if timeout is None else float(timeout)
+    if timeout and timeout < 2 * period:
+        raise BadInput(f"HPCBSP_HEARTBEAT_TIMEOUT={timeout:g} is shorter than two heartbeat periods "
+                       f"(HPCBSP_HEARTBEAT_PERIOD={period:g}): a node would be given up after one lost "
+                       "datagram; raise the timeout or shorten the period (docs/environment.md)")
+    return period, timeout
 
 
 def start(rank: int, size: int) -> None:
     """Register this process with its node's watcher, spawning the watcher when none runs yet
     (once per process; nothing for a single rank or when turned off).  Not collective."""
-    global _pipe, _marker
+    global _pipe, _marker, _name
     if _pipe is not None or size < 2 or os.environ.get("HPCBSP_DEATHWATCH", "1") == "0":
         return
+    period, timeout = heartbeat_settings()
     host = socket.gethostname()
     key = f"{os.getuid()}-{host}-{os.getppid()}-{_start_time(os.getppid())}"
     marker = os.path.join(tempfile.gettempdir(), f"hpcbsp-failed-{key}")
     name = "\0hpcbsp-watch-" + hashlib.sha1(marker.encode()).hexdigest()[:24]
     r, w = os.pipe()
     try:
-        ok = _register(name, marker, f"{rank} {size} {os.getpid()}\n".encode(), r)
+        ok = _register(name, [marker, f"{period:g}", f"{timeout:g}"],
+                       f"{rank} {size} {os.getpid()}\n".encode(), r)
     finally:
         os.close(r)
     if not ok:
         os.close(w)
         return  # no watcher: the launcher's own message is all there will be
-    _marker, _pipe = marker, w
+    _marker, _pipe, _name = marker, w, name
     atexit.register(_say, b"bye\n")
     os.register_at_fork(after_in_child=_forget)  # a forked child is not the rank
 
@@ -71,8 +97,34 @@ def watched() -> bool:
     return _pipe is not None
 
 
-def _register(name: str, marker: str, hello: bytes, fd: int) -> bool:
-    """Hand ``fd`` to the watcher listening on ``name`` (spawning it when nobody listens)."""
+def introduce(comm: MPI.Comm) -> None:
+    """Collective over ``comm``: tell each node's watcher where the watchers of ``comm``'s other
+    nodes listen, so that they watch each other (one allgather; the first rank of ``comm`` on
+    each node passes the table on).  Nothing when this rank is not watched or there is one node."""
+    me = (socket.gethostname(), _port, MPI.COMM_WORLD.Get_rank()) if _pipe is not None else None
+    table = comm.allgather(me)
+    hosts: dict[str, tuple[int, list[int]]] = {}
+    for entry in table:
+        if entry is not None:
+            hosts.setdefault(entry[0], (entry[1], []))[1].append(entry[2])
+    if me is None or _name is None or len(hosts) < 2 or table.index(me) != \
+            next(i for i, e in enumerate(table) if e is not None and e[0] == me[0]):
+        return
+    text = "peers\n" + "".join(f"{h} {port} {','.join(map(str, ranks))}\n"
+                               for h, (port, ranks) in hosts.items())
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(5.0)
+            conn.connect(_name)
+            conn.sendall(text.encode())
+    except OSError:
+        pass  # the watcher is gone: the job is ending
+
+
+def _register(name: str, argv: list[str], hello: bytes, fd: int) -> bool:
+    """Hand ``fd`` to the watcher listening on ``name`` (spawning it with ``argv`` when nobody
+    listens)."""
+    global _port
     deadline = time.monotonic() + REGISTER_TIMEOUT
     while time.monotonic() < deadline:
         try:
@@ -80,19 +132,23 @@ def _register(name: str, marker: str, hello: bytes, fd: int) -> bool:
                 conn.settimeout(max(0.1, deadline - time.monotonic()))
                 conn.connect(name)
                 socket.send_fds(conn, [hello], [fd])
-                return conn.recv(len(b"ok\n")) == b"ok\n"
+                word, _, port = conn.recv(64).decode().partition(" ")
+                if word != "ok":
+                    return False
+                _port = int(port or 0)
+                return True
         except (ConnectionRefusedError, FileNotFoundError):
-            spawned = _spawn(name, marker)
+            spawned = _spawn(name, argv)
             if spawned is None:
                 return False  # no watcher can be started here
             if not spawned:
                 time.sleep(0.002)  # another rank of the node is starting it
-        except (OSError, AttributeError):  # no abstract sockets or fd passing here
+        except (OSError, AttributeError, ValueError):  # no abstract sockets or fd passing here
             return False
     return False
 
 
-def _spawn(name: str, marker: str) -> bool | None:
+def _spawn(name: str, argv: list[str]) -> bool | None:
     """Bind ``name`` (atomic: one rank of the node wins) and start the watcher on it: True when
     this rank started it, False when another rank holds the name, None when it cannot start."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -104,7 +160,8 @@ def _spawn(name: str, marker: str) -> bool | None:
         return False
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nodewatch.py")
     try:
-        proc = subprocess.Popen([sys.executable, "-I", "-S", script, marker, str(listener.fileno())],
+        proc = subprocess.Popen([sys.executable, "-I", "-S", script, argv[0], str(listener.fileno()),
+                                 *argv[1:]],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 pass_fds=[listener.fileno()], start_new_session=True)
         proc.returncode = 0  # never waited for: it outlives this process by design

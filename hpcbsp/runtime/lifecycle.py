@@ -67,6 +67,7 @@ def start(comm: MPI.Comm | None, timeout: float | None,
     env_timeout = env_number("HPCBSP_SYNC_TIMEOUT", float, 0.0)
     shared_elements = arena.wanted()
     copy = base.Dup()
+    deathwatch.introduce(copy)  # the nodes' watchers watch each other (the failure detector)
     try:
         mode = waiting.resolve(wait, copy)
     except BSPError:

@@ -51,7 +51,6 @@ from typing import Callable
 
 __all__ = ["probe", "verdict", "Watch", "main"]
 
-ACK = b"ok\n"
 #: Seconds without any registered rank after which a watcher that got none gives up.
 IDLE_LIMIT = 30.0
 #: Seconds between the scans of the ranks' mapped ``/dev/shm`` files.
@@ -106,16 +105,44 @@ class _Rank:
         self.rank, self.size, self.pid, self.fd = rank, size, pid, fd
 
 
+class _Peer:
+    __slots__ = ("host", "address", "ranks", "heard", "done")
+
+    def __init__(self, host: str, address: tuple[str, int], ranks: list[int], heard: float):
+        self.host, self.address, self.ranks, self.heard = host, address, ranks, heard
+        self.done = False  # its ranks have all ended: not expected any more
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    shown = ", ".join(map(str, ranks[:8])) + (f", ... ({len(ranks)} in all)" if len(ranks) > 8 else "")
+    return f"rank {shown}" if len(ranks) == 1 else f"ranks {shown}"
+
+
 class Watch:
     """The event loop (see the module docstring).  ``say`` writes one line for the user."""
 
-    def __init__(self, listener: socket.socket, marker: str,
-                 say: Callable[[str], object] | None = None):
+    def __init__(self, listener: socket.socket, marker: str, period: float = 1.0,
+                 timeout: float = 10.0, say: Callable[[str], object] | None = None,
+                 host: str | None = None):
         self.listener = listener
         self.marker = marker
         self.say = say or _to_stderr
+        self.host = host or socket.gethostname()
         self.poll = select.epoll()
         self.poll.register(listener.fileno(), select.EPOLLIN)
+        self.period, self.timeout = period, timeout
+        self.udp: socket.socket | None = None
+        if timeout > 0:
+            try:
+                self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                self.udp.bind(("", 0))
+                self.udp.setblocking(False)
+                self.poll.register(self.udp.fileno(), select.EPOLLIN)
+            except OSError:
+                self.udp = None  # no IP here: the node's own ranks are still watched
+        self.peers: dict[str, _Peer] = {}  # the job's other nodes, by host name
+        self.stopped: dict[int, float] = {}  # pid -> since when the rank is stopped
+        self.failed = False  # this watcher has ended the job
         self.ranks: dict[int, _Rank] = {}  # by pipe fd
         self.ever = 0  # ranks registered so far
         self.quiet = False  # the job ends with a report of its own, or is being stopped
@@ -127,10 +154,11 @@ class Watch:
 
     # -- the loop ---------------------------------------------------------------------------
     def serve(self) -> None:
-        started = last_scan = time.monotonic()
+        started = last_scan = last_beat = time.monotonic()
+        tick = min(SCAN_PERIOD, self.period) if self.timeout > 0 else SCAN_PERIOD
         while self.ranks or (self.ever == 0 and time.monotonic() - started < IDLE_LIMIT):
             try:
-                events = self.poll.poll(SCAN_PERIOD)
+                events = self.poll.poll(tick)
             except InterruptedError:
                 continue
             for fd, _ in events:  # in the order they became ready
@@ -138,10 +166,106 @@ class Watch:
                     self.accept()
                 elif fd in self.ranks:
                     self.on_pipe(self.ranks[fd])
-            if self.ranks and time.monotonic() - last_scan >= SCAN_PERIOD:
+                elif self.udp is not None and fd == self.udp.fileno():
+                    self.hear()
+            now = time.monotonic()
+            if self.timeout > 0 and self.ranks and now - last_beat >= self.period:
+                self.beat(now)
+                last_beat = now
+            if self.ranks and now - last_scan >= SCAN_PERIOD:
                 self.scan_shm()
-                last_scan = time.monotonic()
+                last_scan = now
+        for _ in range(3):  # datagrams may be lost: the peers stop expecting this node
+            self.send(b"bye " + self.host.encode())
         self.finish()
+
+    # -- the failure detector ---------------------------------------------------------------
+    def beat(self, now: float) -> None:
+        """One period: tell the job's other nodes this one lives; end the job when one of them
+        has been silent for the timeout or a rank of this node has been stopped for it."""
+        self.send(b"hb " + self.host.encode())
+        if self.failed:
+            return
+        for peer in self.peers.values():
+            if not peer.done and now - peer.heard > self.timeout:
+                ranks = _ranks_text(peer.ranks)
+                self.fail(f"[hpcbsp] node {peer.host} ({ranks}) has not been heard from for "
+                          f"{now - peer.heard:.0f} s: it died, froze or lost its link; ending the job "
+                          f"(HPCBSP_HEARTBEAT_TIMEOUT={self.timeout:g})")
+                return
+        for r in list(self.ranks.values()):
+            if probe(r.pid)[0] != "T":
+                self.stopped.pop(r.pid, None)
+                continue
+            since = self.stopped.setdefault(r.pid, now)
+            if now - since > self.timeout:
+                self.fail(f"[hpcbsp] rank {r.rank}/{r.size} (pid {r.pid} on {self.host}) has been "
+                          f"stopped for {now - since:.0f} s (SIGSTOP, or a frozen node); ending the job "
+                          f"(HPCBSP_HEARTBEAT_TIMEOUT={self.timeout:g})")
+                return
+
+    def fail(self, line: str) -> None:
+        """Say ``line`` and end the job: SIGKILL every rank of this node (the launcher then ends
+        the others); the deaths that follow are this watcher's doing and stay unnamed."""
+        self.failed = self.quiet = True
+        try:
+            os.mkdir(self.marker)
+            self.remove_marker = True
+        except OSError:
+            pass
+        self.say(line)
+        time.sleep(0.2)  # let the launcher forward the line before the kills end its job
+        for r in self.ranks.values():
+            try:
+                os.kill(r.pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+    def send(self, datagram: bytes) -> None:
+        if self.udp is None:
+            return
+        for peer in self.peers.values():
+            if not peer.done:
+                try:
+                    self.udp.sendto(datagram, peer.address)
+                except OSError:
+                    pass  # no route (a cut link): the peer's silence is its own news
+
+    def hear(self, now: float | None = None) -> None:
+        """Take in the heartbeats that arrived (heard at ``now``, default the clock's now)."""
+        assert self.udp is not None
+        now = time.monotonic() if now is None else now
+        while True:
+            try:
+                data = self.udp.recv(512)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return
+            word, _, host = data.decode(errors="replace").partition(" ")
+            peer = self.peers.get(host)
+            if peer is not None:
+                peer.heard = now
+                peer.done |= word == "bye"
+
+    def meet(self, table: bytes) -> None:
+        """Learn the job's other nodes from a rank (lines ``HOST PORT RANK,RANK,...``)."""
+        now = time.monotonic()
+        for line in table.decode(errors="replace").splitlines()[1:]:
+            try:
+                host, port, ranks = line.split()
+                address = (socket.gethostbyname(host), int(port))
+                numbers = [int(x) for x in ranks.split(",")]
+            except (ValueError, OSError):
+                continue  # a name that does not resolve here: that node cannot be watched
+            if not address[0].startswith("127."):  # (another node's name meaning this one: unusable)
+                self.add_peer(host, address, numbers, now)
+
+    def add_peer(self, host: str, address: tuple[str, int], ranks: list[int], now: float) -> None:
+        """Watch node ``host`` (its watcher's heartbeats come from ``address``), counting its
+        silence from ``now``."""
+        if host != self.host and host not in self.peers and address[1]:
+            self.peers[host] = _Peer(host, address, ranks, now)
 
     def accept(self) -> None:
         try:
@@ -153,7 +277,12 @@ class Watch:
             try:
                 creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
                 _, uid, _ = struct.unpack("3i", creds)
-                msg, fds, _, _ = socket.recv_fds(conn, 256, 1)
+                msg, fds, _, _ = socket.recv_fds(conn, 65536, 1)
+                if uid == os.getuid() and not fds and msg.startswith(b"peers\n"):
+                    while chunk := conn.recv(65536):
+                        msg += chunk
+                    self.meet(msg)
+                    return
             except OSError:
                 return
             if uid != os.getuid() or len(fds) != 1:
@@ -172,8 +301,9 @@ class Watch:
             if parent:
                 self.launchers.add(parent)
             self.scan_shm(pid)
+            port = self.udp.getsockname()[1] if self.udp is not None else 0
             try:
-                conn.sendall(ACK)
+                conn.sendall(b"ok %d\n" % port)
             except OSError:
                 pass
 
@@ -352,13 +482,14 @@ def remove_stale(marker: str, now: float | None = None) -> None:
 
 
 def main(argv: list[str]) -> int:
-    marker, fd = argv[1], int(argv[2])
+    """``nodewatch.py MARKER FD PERIOD TIMEOUT`` (a timeout of 0: no failure detection)."""
+    marker, fd, period, timeout = argv[1], int(argv[2]), float(argv[3]), float(argv[4])
     listener = socket.socket(fileno=fd)
     try:
         remove_stale(marker)
     except OSError:
         pass
-    Watch(listener, marker).serve()
+    Watch(listener, marker, period, timeout).serve()
     return 0
 
 

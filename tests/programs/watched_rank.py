@@ -1,22 +1,16 @@
-"""A stand-in for one rank of a job on this node, for the death-watch tests (no MPI).
+"""A stand-in for one rank of a job on this node, for the death-watch tests (no mpiexec).
 
 ``python watched_rank.py RANK SIZE [SHM]``: registers with the node's watcher exactly as a BSP
-context does (:func:`hpcbsp.runtime.deathwatch.start`, loaded by path so that nothing else of the
-package runs), first mapping the file ``SHM`` when given (as MPICH maps its ``/dev/shm``
-segment), prints ``ready`` and waits for a line on stdin: ``exit`` ends it normally (its ``bye``),
-``claim`` says it reports its own failure first (:func:`~hpcbsp.runtime.deathwatch.claim`) and
+context does (:func:`hpcbsp.runtime.deathwatch.start`), first mapping the file ``SHM`` when
+given (as MPICH maps its ``/dev/shm`` segment), prints ``ready`` and waits for a line on stdin:
+``exit`` ends it normally (its ``bye``), ``claim`` says it reports its own failure first (:func:`~hpcbsp.runtime.deathwatch.claim`) and
 then dies with SIGKILL.  Its siblings under one parent (the test) are one job."""
-import importlib.util
 import mmap
 import os
 import signal
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-spec = importlib.util.spec_from_file_location(
-    "deathwatch", os.path.join(HERE, "..", "..", "hpcbsp", "runtime", "deathwatch.py"))
-deathwatch = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(deathwatch)
+from hpcbsp.runtime import deathwatch
 
 rank, size = int(sys.argv[1]), int(sys.argv[2])
 if len(sys.argv) > 3:
