@@ -177,3 +177,31 @@ def test_the_heartbeat_settings_are_checked():
                   env={"HPCBSP_HEARTBEAT_TIMEOUT": "soon"})
     assert res.returncode != 0 and "HPCBSP_HEARTBEAT_TIMEOUT='soon'" in res.stderr, res.output
     assert "Traceback" not in res.stderr
+
+
+def test_sigusr1_prints_every_ranks_stack_with_its_rank_and_the_job_goes_on():
+    import re
+    import signal
+    import subprocess
+
+    from mpi_helpers import MPIEXEC, clean_env
+
+    proc = subprocess.Popen([MPIEXEC, "-n", "3", sys.executable, os.path.join(PROGRAMS, "dump_stacks.py")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=clean_env(MPIEXEC_TIMEOUT="60"), stdin=subprocess.DEVNULL)
+    try:
+        pids = [int(proc.stdout.readline().split()[1]) for _ in range(3)]
+        time.sleep(1.5)  # rank 0 sleeps in its own work, ranks 1 and 2 wait in the sync
+        for pid in pids:
+            os.kill(pid, signal.SIGUSR1)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0 and out.count("done") == 3, err  # the ranks went on
+    def dump(rank):  # one rank's lines (each is one write; the ranks' lines may interleave)
+        return "\n".join(ln for ln in err.splitlines() if ln.startswith(f"[rank {rank}] "))
+
+    for rank in (1, 2):  # where a hung rank is: in the sync, in the program's line 14
+        assert re.search(rf"\[rank {rank}\]   File \".*superstep.py\", line \d+ in sync\n"
+                         rf"\[rank {rank}\]   File \".*dump_stacks.py\", line 14 in prog", dump(rank)), err
+    assert re.search(r"\[rank 0\]   File \".*dump_stacks.py\", line 13 in prog", dump(0)), err

@@ -79,6 +79,40 @@ def install_excepthook() -> None:
     if sys.excepthook is sys.__excepthook__:
         sys.excepthook = excepthook
     install_interrupt_handler()
+    install_stack_dump()
+
+
+def install_stack_dump() -> None:
+    """``kill -USR1 PID`` (or ``pkill -USR1 -f prog.py``: every rank) prints where each thread of
+    a rank is, each line prefixed by ``[rank R]``, and the rank goes on: what a hung job needs.
+    :mod:`faulthandler` writes the stacks from the signal handler, so it works while the rank is
+    blocked in MPI, into a pipe that a thread copies to stderr with the prefix.  Once per process,
+    only where SIGUSR1 still has its default action (which ends the process)."""
+    global _dump_pid
+    import faulthandler
+
+    if _dump_pid is not None or signal.getsignal(signal.SIGUSR1) is not signal.SIG_DFL \
+            or threading.current_thread() is not threading.main_thread():
+        return
+    read_fd, write_fd = os.pipe()
+    try:
+        faulthandler.register(signal.SIGUSR1, file=write_fd, all_threads=True, chain=False)
+    except (AttributeError, ValueError, OSError, RuntimeError):
+        os.close(read_fd)
+        os.close(write_fd)
+        return
+    _dump_pid = os.getpid()
+    prefix = f"[rank {MPI.COMM_WORLD.Get_rank()}] ".encode()
+
+    def copy() -> None:
+        with os.fdopen(read_fd, "rb", buffering=0) as pipe:
+            for line in iter(pipe.readline, b""):
+                os.write(2, prefix + line)
+
+    threading.Thread(target=copy, name="hpcbsp-stack-dump", daemon=True).start()
+
+
+_dump_pid: int | None = None
 
 
 #: Exit status of a job ended by Ctrl-C (128 + SIGINT, as a shell reports it).
