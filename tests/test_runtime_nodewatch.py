@@ -279,3 +279,21 @@ def test_a_node_that_said_goodbye_is_not_expected_any_more(tmp_path):
     watches["a"].hear(t)
     watches["a"].beat(t + 100)
     assert said["a"] == [] and not watches["a"].failed
+
+
+def test_one_node_speaks_for_a_lost_one_and_the_others_follow_it(tmp_path):
+    # Nodes a, b, c, d; c falls silent.  Its next node that is still heard, d, says it; a and b
+    # only end their ranks if d has not ended the job 2 periods and a half later.  With d silent
+    # too, the next one after c is a.
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    said = []
+    w = nodewatch.Watch(listener, str(tmp_path / "marker"), period=0.1, timeout=0.5, say=said.append, host="b")
+    for h in ("a", "c", "d"):
+        w.add_peer(h, ("127.0.0.1", 9), [ord(h) - ord("a")], 0.0)
+    assert w.observer_of("c", {"c"}) == "d"
+    assert w.observer_of("c", {"c", "d"}) == "a"
+    assert w.observer_of("a", {"a"}) == "b"
+    for h in ("a", "d"):
+        w.peers[h].heard = 10.0
+    w.beat(10.2)  # c last heard at 0: silent; d speaks for it, not b
+    assert said == [] and w.failed and w.kill_at is not None

@@ -143,6 +143,7 @@ class Watch:
         self.peers: dict[str, _Peer] = {}  # the job's other nodes, by host name
         self.stopped: dict[int, float] = {}  # pid -> since when the rank is stopped
         self.failed = False  # this watcher has ended the job
+        self.kill_at: float | None = None  # when this node's ranks are to be killed
         self.ranks: dict[int, _Rank] = {}  # by pipe fd
         self.ever = 0  # ranks registered so far
         self.quiet = False  # the job ends with a report of its own, or is being stopped
@@ -184,15 +185,19 @@ class Watch:
         """One period: tell the job's other nodes this one lives; end the job when one of them
         has been silent for the timeout or a rank of this node has been stopped for it."""
         self.send(b"hb " + self.host.encode())
+        if self.kill_at is not None and now >= self.kill_at:
+            self.kill_ranks()
         if self.failed:
             return
-        for peer in self.peers.values():
-            if not peer.done and now - peer.heard > self.timeout:
-                ranks = _ranks_text(peer.ranks)
-                self.fail(f"[hpcbsp] node {peer.host} ({ranks}) has not been heard from for "
-                          f"{now - peer.heard:.0f} s: it died, froze or lost its link; ending the job "
-                          f"(HPCBSP_HEARTBEAT_TIMEOUT={self.timeout:g})")
-                return
+        silent = [p for p in self.peers.values() if not p.done and now - p.heard > self.timeout]
+        if silent:
+            peer = silent[0]
+            ranks = _ranks_text(peer.ranks)
+            self.fail(f"[hpcbsp] node {peer.host} ({ranks}) has not been heard from for "
+                      f"{now - peer.heard:.0f} s: it died, froze or lost its link; ending the job "
+                      f"(HPCBSP_HEARTBEAT_TIMEOUT={self.timeout:g})",
+                      speak=self.observer_of(peer.host, {p.host for p in silent}) == self.host)
+            return
         for r in list(self.ranks.values()):
             if probe(r.pid)[0] != "T":
                 self.stopped.pop(r.pid, None)
@@ -204,17 +209,32 @@ class Watch:
                           f"(HPCBSP_HEARTBEAT_TIMEOUT={self.timeout:g})")
                 return
 
-    def fail(self, line: str) -> None:
-        """Say ``line`` and end the job: SIGKILL every rank of this node (the launcher then ends
-        the others); the deaths that follow are this watcher's doing and stay unnamed."""
+    def observer_of(self, host: str, silent: set[str]) -> str:
+        """The node that speaks for lost node ``host``: the next one after it, in the order of the
+        names, that this watcher still hears (itself included).  Every node that hears the same
+        ones picks the same: one line for the job, not one per node."""
+        ring = sorted({host, self.host, *(h for h in self.peers if h not in silent)})
+        return ring[(ring.index(host) + 1) % len(ring)]
+
+    def fail(self, line: str, speak: bool = True) -> None:
+        """Say ``line`` (when ``speak``) and end the job: SIGKILL every rank of this node (the
+        launcher then ends the others); the deaths that follow are this watcher's doing and stay
+        unnamed."""
         self.failed = self.quiet = True
         try:
             os.mkdir(self.marker)
             self.remove_marker = True
         except OSError:
             pass
+        if not speak:  # the observer says it and ends the job; this node follows if it does not
+            self.kill_at = time.monotonic() + 2 * self.period + 0.5
+            return
         self.say(line)
         time.sleep(0.2)  # let the launcher forward the line before the kills end its job
+        self.kill_ranks()
+
+    def kill_ranks(self) -> None:
+        self.kill_at = None
         for r in self.ranks.values():
             try:
                 os.kill(r.pid, signal.SIGKILL)
