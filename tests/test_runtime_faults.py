@@ -205,3 +205,34 @@ def test_sigusr1_prints_every_ranks_stack_with_its_rank_and_the_job_goes_on():
         assert re.search(rf"\[rank {rank}\]   File \".*superstep.py\", line \d+ in sync\n"
                          rf"\[rank {rank}\]   File \".*dump_stacks.py\", line 14 in prog", dump(rank)), err
     assert re.search(r"\[rank 0\]   File \".*dump_stacks.py\", line 13 in prog", dump(0)), err
+
+
+def _unmapped_mpich_segments() -> set[str]:
+    """MPICH's /dev/shm segments that no live process maps (another job's live ones are mapped)."""
+    files = {f"/dev/shm/{n}" for n in os.listdir("/dev/shm") if n.startswith("mpich_shm_")}
+    mapped: set[str] = set()
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            mapped |= _maps(name)
+    return files - mapped
+
+
+def _maps(pid: str) -> set[str]:
+    try:
+        with open(f"/proc/{pid}/maps") as fh:
+            return {ln[ln.index("/dev/shm/"):].rstrip("\n") for ln in fh if "/dev/shm/" in ln}
+    except OSError:
+        return set()
+
+
+@pytest.mark.parametrize("how", ["kill", "segv"])
+def test_a_job_ended_by_a_fault_leaves_no_shared_memory_behind(how):
+    # MPICH leaves its segment in /dev/shm (tens of MiB) when its ranks are killed; the node's
+    # watcher removes the job's own, and only those, once the job's last rank there has ended.
+    before = _unmapped_mpich_segments()
+    res = run_mpi(3, [os.path.join(PROGRAMS, "crash_one_rank.py"), how], timeout=60)
+    assert not res.timed_out and res.returncode != 0
+    deadline = time.monotonic() + 10
+    while (left := _unmapped_mpich_segments() - before) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, f"left behind: {left}"
