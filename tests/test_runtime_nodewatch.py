@@ -297,3 +297,27 @@ def test_one_node_speaks_for_a_lost_one_and_the_others_follow_it(tmp_path):
         w.peers[h].heard = 10.0
     w.beat(10.2)  # c last heard at 0: silent; d speaks for it, not b
     assert said == [] and w.failed and w.kill_at is not None
+
+
+@pytest.mark.parametrize("sig, named", [(signal.SIGTERM, False), (signal.SIGKILL, True)])
+def test_a_first_death_reaped_before_the_watch_looks_is_judged_by_the_others(sig, named):
+    # The launcher (here the test) reaps rank 0 before the (stopped) watcher reads how it ended.
+    # The others ended by the same signal: SIGTERM is a job being stopped (no line); SIGKILL is
+    # a launcher ending the job after rank 0 went (rank 0 named, how unknown).
+    job = Job([0, 1, 2], 3)
+    os.kill(job.watcher, signal.SIGSTOP)
+    try:
+        job.kill(0, sig)
+        job.procs[0].wait(timeout=10)
+        time.sleep(0.1)
+        job.kill(1, sig)
+        job.kill(2, sig)
+        time.sleep(0.2)
+    finally:
+        os.kill(job.watcher, signal.SIGCONT)
+    lines = job.lines()
+    if named:
+        assert len(lines) == 1 and lines[0].startswith("[hpcbsp] rank 0/3 ") \
+            and lines[0].endswith("killed by a signal or crashed"), lines
+    else:
+        assert lines == []

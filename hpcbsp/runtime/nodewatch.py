@@ -30,11 +30,25 @@ of the job is on this node (the order is then the job's order); on a job spread 
 of another node may have died first and the launcher killed this one for it, so unless another
 rank of this node still runs 0.3 s later, the line says that doubt.
 
+**The failure detector.**  When the job spans nodes, every context tells each node's watcher
+where the others listen (:func:`.deathwatch.introduce`: the host names and UDP ports, gathered
+over the context's communicator).  Every ``PERIOD`` seconds each watcher sends a datagram to
+every other node's watcher and looks at its own ranks.  A node not heard from for ``TIMEOUT``
+seconds (it died, its processes are stopped, its link is down) ends the job: the next node by
+name that is still heard (so that all agree, one line for the job) says
+``[hpcbsp] node HOST (rank R) has not been heard from for T s ...`` and SIGKILLs its ranks, the
+launcher ends the rest (the other nodes kill theirs 2.5 periods later if it has not).  A rank of
+this node stopped (state ``T``, SIGSTOP) for ``TIMEOUT`` seconds ends the job the same way.  A
+node whose ranks all ended says ``bye`` and is not expected any more.  The detector runs beside
+the ranks, not in their waits: a superstep that computes for hours is never suspected.  Period
+and timeout come from the rank that started the watcher (``$HPCBSP_HEARTBEAT_PERIOD``,
+``$HPCBSP_HEARTBEAT_TIMEOUT``; a timeout of 0 turns the detector off).
+
 **One line per node.**  Before it prints, the watcher takes the node's failure marker (an atomic
 ``mkdir``, the same one :func:`.deathwatch.claim_report` takes): whoever has it speaks for the
 node.  The watcher removes the marker when the node's last rank has ended, and the ``/dev/shm``
 files the ranks had mapped when the job ended abnormally (MPICH leaves its ``mpich_shm_*`` files
-behind when its ranks are killed).  At start it removes the markers and MPICH segments of this
+behind when its ranks are killed).  Once the first rank is registered it removes the markers and MPICH segments of this
 user's earlier jobs on this node that are provably dead (their launcher is gone; no process maps
 the segment, and it is older than a minute).
 """
@@ -144,6 +158,7 @@ class Watch:
         self.stopped: dict[int, float] = {}  # pid -> since when the rank is stopped
         self.failed = False  # this watcher has ended the job
         self.kill_at: float | None = None  # when this node's ranks are to be killed
+        self.tidied = False  # earlier jobs' leftovers removed (remove_stale)
         self.ranks: dict[int, _Rank] = {}  # by pipe fd
         self.ever = 0  # ranks registered so far
         self.quiet = False  # the job ends with a report of its own, or is being stopped
@@ -169,6 +184,12 @@ class Watch:
                     self.on_pipe(self.ranks[fd])
                 elif self.udp is not None and fd == self.udp.fileno():
                     self.hear()
+            if self.ever and not self.tidied:  # (after the first rank's answer: it waits for it)
+                self.tidied = True
+                try:
+                    remove_stale(self.marker)
+                except OSError:
+                    pass
             now = time.monotonic()
             if self.timeout > 0 and self.ranks and now - last_beat >= self.period:
                 self.beat(now)
@@ -352,6 +373,11 @@ class Watch:
         _, code = probe(r.pid)
         all_here = self.ever >= r.size  # every rank of the job registered on this node
         kind, how = verdict(code, all_here)
+        if kind != "quiet" and not how.startswith("crashed"):
+            if code is None:
+                time.sleep(0.1)  # reaped before this look: let the others' ends show
+            if self.others_stopping():
+                kind = "quiet"  # the job is being stopped (scancel, a time limit, Ctrl-C)
         if kind == "quiet":
             self.quiet = True
             return
@@ -368,6 +394,15 @@ class Watch:
         self.remove_marker = True
         self.say(f"[hpcbsp] rank {r.rank}/{r.size} (pid {r.pid} on {socket.gethostname()}) "
                  f"died without a report: {how}")
+
+    def others_stopping(self) -> bool:
+        """Whether another rank of the node ended by HUP, INT or TERM (the job is being stopped;
+        a launcher ends ranks for a failure with SIGKILL)."""
+        for o in self.ranks.values():
+            state, code = probe(o.pid)
+            if state in ("Z", "X", "x") and code is not None and (code & 0x7F) in _STOPS:
+                return True
+        return False
 
     # -- clean-up ---------------------------------------------------------------------------
     def scan_shm(self, pid: int | None = None) -> None:
@@ -505,10 +540,6 @@ def main(argv: list[str]) -> int:
     """``nodewatch.py MARKER FD PERIOD TIMEOUT`` (a timeout of 0: no failure detection)."""
     marker, fd, period, timeout = argv[1], int(argv[2]), float(argv[3]), float(argv[4])
     listener = socket.socket(fileno=fd)
-    try:
-        remove_stale(marker)
-    except OSError:
-        pass
     Watch(listener, marker, period, timeout).serve()
     return 0
 
