@@ -1,14 +1,15 @@
 """The node's death watch: one process per job and node that sees its ranks end, in order.
 
 Started by :mod:`.deathwatch` (the first rank of the job on this node to open a BSP context
-spawns it; every rank then registers), it runs as ``python -I -S nodewatch.py MARKER FD``, with
+spawns it; every rank then registers), it runs as ``python -I -S nodewatch.py MARKER FD PERIOD
+TIMEOUT``, with
 the standard library only, in a session of its own: Ctrl-C at the terminal and the launcher's
 kills of the ranks do not reach it, and it ends by itself once every registered rank has ended.
 
 **Registration.**  ``FD`` is a listening UNIX socket (an abstract name, private to the node's
 network namespace, derived from the job's key).  A rank connects, sends ``"RANK SIZE PID\\n"``
 with the read end of a pipe whose write end only it holds (``SCM_RIGHTS``), and waits for
-``ok``.  Connections from another user are refused (``SO_PEERCRED``).
+``ok PORT`` (the watcher's heartbeat port).  Connections from another user are refused (``SO_PEERCRED``).
 
 **Order of the ends.**  Every pipe sits in one ``epoll`` set.  The kernel closes a process's
 pipe as the process exits, in that process's own context, and ``epoll`` queues the readiness in
