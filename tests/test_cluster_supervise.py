@@ -1,8 +1,10 @@
 """``hpcbsp supervise`` on the emulated nodes of ``slurm/local-cluster.sh start --nodes 4`` (as root).
 
-The heat app runs supervised on the 4 nodes (one rank each, ``--hosts`` the cluster's host file,
-checkpoints every 100 steps, ``--restart``).  After its first checkpoint the test SIGKILLs every
-process of the job on one node (what a node that dies leaves behind), and checks:
+The heat app runs supervised on the 4 nodes (one rank each, checkpoints every 100 steps,
+``--restart``), launched through mpiexec (``--hosts`` the cluster's host file) or by srun steps
+inside an allocation (``salloc -N 4 --no-kill ... --launch srun``).  After its first checkpoint
+the test SIGKILLs every process of the job on one node (what a node that dies leaves behind),
+and checks:
 
 * the supervisor relaunches the job on the 3 other nodes (its restart line names the lost node,
   the nodes and the checkpoint's superstep; the app says it restarted from the checkpoint saved
@@ -104,14 +106,23 @@ class _Lines:
         return next(((t, line) for t, line in self.lines if needle in line), None)
 
 
-def test_a_lost_node_is_left_out_and_the_job_resumes_from_its_checkpoint(tmp_path: Path) -> None:
+#: How the supervisor is started, and who names the lost node in its restart line.
+LAUNCHES = {
+    "hosts": ([PYTHON, "-m", "hpcbsp", "supervise", "--hosts", str(HOSTFILE), "-n", "4"], "said by the launcher"),
+    "srun": (["salloc", "--immediate=60", "-N", "4", "--no-kill", PYTHON, "-m", "hpcbsp", "supervise", "--launch",
+              "srun"], "said by Slurm (its task was killed)"),
+}
+
+
+@pytest.mark.parametrize("launch", sorted(LAUNCHES))
+def test_a_lost_node_is_left_out_and_the_job_resumes_from_its_checkpoint(tmp_path: Path, launch: str) -> None:
     tag = uuid.uuid4().hex
     ck, out = tmp_path / "ck", tmp_path / "rod.npy"
     env = clean_env(slurm=True, transport=True, PYTHONUNBUFFERED="1", MPIEXEC_TIMEOUT="150",
                     HPCBSP_FAULT_TAG=tag, HPCBSP_SYNC_TIMEOUT="")
-    cmd = [PYTHON, "-m", "hpcbsp", "supervise", "--hosts", str(HOSTFILE), "-n", "4", "--",
-           PYTHON, "-m", "hpcbsp.apps.heat", "--n", str(N), "--steps", str(STEPS), "--checkpoint", str(ck),
-           "--every", str(EVERY), "--restart", "--out", str(out)]
+    supervise, named_by = LAUNCHES[launch]
+    cmd = [*supervise, "--", PYTHON, "-m", "hpcbsp.apps.heat", "--n", str(N), "--steps", str(STEPS),
+           "--checkpoint", str(ck), "--every", str(EVERY), "--restart", "--out", str(out)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             cwd=tmp_path, stdin=subprocess.DEVNULL)
     lines = _Lines(proc)
@@ -144,13 +155,14 @@ def test_a_lost_node_is_left_out_and_the_job_resumes_from_its_checkpoint(tmp_pat
     restart = lines.first("[hpcbsp supervise] restart 1 of 3")
     assert restart is not None, text[-4000:]
     others = ",".join(n for n in NODES[:4] if n != lost)
-    assert f"lost node {lost} (said by the launcher)" in restart[1], restart[1]
+    assert f"lost node {lost} ({named_by})" in restart[1], restart[1]
     assert f"relaunching 3 ranks on {others} from checkpoint {ck} at superstep " in restart[1], restart[1]
     assert "[hpcbsp supervise] restart 2" not in text, text[-4000:]
     resumed = lines.first("restarted from")
     assert resumed is not None and "(saved on 4 ranks, now 3)" in resumed[1], text[-4000:]
     assert resumed[0] - killed_at < RELAUNCH_BOUND, \
         f"the relaunched job ran {resumed[0] - killed_at:.1f} s after the kill:\n{text[-4000:]}"
+    print(f"{launch}: the relaunched job ran {resumed[0] - killed_at:.1f} s after the kill")
 
     assert np.array_equal(np.load(out), reference(N, STEPS, 0.25)), "the temperatures differ from the serial run's"
     deadline = time.monotonic() + 10

@@ -82,7 +82,6 @@ def test_timeouts_name_the_nodes_they_waited_for():
     ("[hpcbsp] rank 1/2 (pid 9 on vm) died without a report: killed by SIGKILL (out of memory, or a kill from outside)",
      "killed"),
     ("YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed (signal 9)", "killed"),
-    ("srun: error: hpcbsp-node2: task 1: Killed", "killed"),
     ("[hpcbsp] rank 1/2 failed:", "failed"),
     ("[hpcbsp] error: --n must be at least 3", "failed"),
     ("[hpcbsp] rank 0/2 (pid 9 on vm) died without a report: crashed with SIGSEGV", "failed"),
@@ -93,6 +92,18 @@ def test_a_rank_killed_from_outside_and_the_programs_own_failure(line, kind):
     signs.feed(line)
     assert (signs.killed, signs.failed) == ((line, None) if kind == "killed" else (None, line) if kind == "failed"
                                             else (None, None))
+
+
+def test_under_srun_the_first_killed_task_names_its_node():
+    signs = Signs()
+    for line in ("srun: error: n3: task 2: Killed", "srun: launch/slurm: _step_signal: Terminating StepId=225.0",
+                 "srun: error: n1: task 0: Killed", "srun: error: n4: tasks 3-5: Killed"):
+        signs.feed(line)
+    assert signs.lost == {"n3": "Slurm (its task was killed)"} and signs.killed == "srun: error: n3: task 2: Killed"
+    signs = Signs()
+    signs.feed("srun: error: Node failure on n2")
+    signs.feed("srun: error: n3: task 2: Killed")
+    assert signs.lost == {"n2": "Slurm"}
 
 
 def test_progress_lines_are_read_back_as_written():
@@ -133,7 +144,8 @@ TIMEOUT = "[hpcbsp] rank 0/2: sync at superstep 3 timed out waiting for the othe
     (_ended(9, "[hpcbsp] rank 1/2 failed:"), (), False, "failed", ()),
     (_ended(9), (), False, "killed", ()),
     (_ended(137), (), False, "killed", ()),
-    (_ended(1, "srun: error: n2: task 1: Killed"), (), True, "killed", ()),
+    (_ended(143, "srun: error: n2: task 1: Killed"), (), True, "lost", ("n2",)),
+    (_ended(1, "[hpcbsp] rank 1/2 (pid 9 on n2) died without a report: killed by SIGKILL"), (), True, "killed", ()),
     (_ended(11), (), False, "failed", ()),
     (_ended(1), (), True, "failed", ()),
 ])
@@ -405,16 +417,16 @@ def _calls(tmp_path: Path) -> list[list[str]]:
 def test_srun_steps_leave_out_the_lost_node_and_take_it_back_once_it_is_up(tmp_path):
     env = _fake_slurm(tmp_path, [
         "1|srun: error: Node failure on b|a idle;b down*;c idle",  # b fails, and Slurm marks it down
-        "137|srun: error: c: task 1: Killed|a mix;b idle;c mix",    # b is back; a rank killed, no node named
+        "137|slurmstepd: error: task 1 killed|a mix;b idle;c mix",  # b is back; a rank killed, no node named
         "0||",
     ])
     out = _supervise(tmp_path, "--launch", "srun", "--", "true", env=env)
     said = _said(out)
     assert out.returncode == 0, out.stderr
     assert _calls(tmp_path) == [
-        ["-N", "3", "-n", "3", "--mpi=pmi2", "true"],
-        ["-N", "2", "-n", "2", "--mpi=pmi2", "--exclude=b", "true"],
-        ["-N", "3", "-n", "3", "--mpi=pmi2", "true"],
+        ["-N", "3", "-n", "3", "--mpi=pmi2", "--kill-on-bad-exit=1", "true"],
+        ["-N", "2", "-n", "2", "--mpi=pmi2", "--kill-on-bad-exit=1", "--exclude=b", "true"],
+        ["-N", "3", "-n", "3", "--mpi=pmi2", "--kill-on-bad-exit=1", "true"],
     ]
     assert "lost node b (said by Slurm); relaunching 2 ranks on a,c " in said[1], said
     assert "left out: b (lost by the last launch)" in said[2]
@@ -426,5 +438,5 @@ def test_srun_a_node_that_is_down_before_the_launch_is_left_out(tmp_path):
     (tmp_path / "bin" / "states").write_text("a idle\nb drain\nc idle*\n")
     out = _supervise(tmp_path, "--launch", "srun", "-n", "2", "--", "true", env=env)
     assert out.returncode == 0, out.stderr
-    assert _calls(tmp_path) == [["-N", "1", "-n", "1", "--mpi=pmi2", "--exclude=b,c", "true"]]
+    assert _calls(tmp_path) == [["-N", "1", "-n", "1", "--mpi=pmi2", "--kill-on-bad-exit=1", "--exclude=b,c", "true"]]
     assert "left out: b (is down in sinfo), c (is down in sinfo)" in _said(out)[0]

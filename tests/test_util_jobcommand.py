@@ -105,6 +105,8 @@ def test_a_relaunch_on_some_hosts_names_them_and_keeps_the_files_launcher(tmp_pa
 def test_srun_leaves_out_the_excluded_nodes():
     assert job_command("mpiexec", 2, launch="srun", exclude=["b", "d"]) == \
         ["srun", "-N", "2", "-n", "2", "--mpi=pmi2", "--exclude=b,d"]
+    assert job_command("mpiexec", 2, launch="srun", kill_on_bad_exit=True) == \
+        ["srun", "-N", "2", "-n", "2", "--mpi=pmi2", "--kill-on-bad-exit=1"]
     with pytest.raises(JobCommandError, match="exclude is for srun"):
         job_command("mpiexec", 2, exclude=["b"])
 

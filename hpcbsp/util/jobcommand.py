@@ -66,12 +66,15 @@ def local_cluster_launcher(hostfile: str | os.PathLike) -> str | None:
 
 
 def job_command(mpiexec: str, ranks: int, *, hosts: str | None = None, launch: str = "mpiexec",
-                only: Sequence[str] | None = None, exclude: Sequence[str] = ()) -> list[str]:
+                only: Sequence[str] | None = None, exclude: Sequence[str] = (),
+                kill_on_bad_exit: bool = False) -> list[str]:
     """argv prefix that starts ``ranks`` ranks (append the program and its arguments).
 
     ``hosts``: a host file, one rank per host (needs ``launch="mpiexec"``); ``only``: just these
     hosts of that file, in this order (``-hosts``; the file still picks the launcher);
-    ``launch="srun"``: one task per node of the Slurm allocation, none on the nodes in ``exclude``.
+    ``launch="srun"``: one task per node of the Slurm allocation, none on the nodes in ``exclude``;
+    with ``kill_on_bad_exit``, a task that fails or is killed ends the step at once (``srun -K``;
+    a job that lost a rank cannot go on).
     """
     if launch not in LAUNCHES:
         raise JobCommandError(f"unknown launch {launch!r}: choose from {', '.join(LAUNCHES)}")
@@ -79,6 +82,7 @@ def job_command(mpiexec: str, ranks: int, *, hosts: str | None = None, launch: s
         if hosts is not None or only is not None:
             raise JobCommandError("a host file is for mpiexec; srun places the tasks on the allocation's nodes")
         cmd = ["srun", "-N", str(ranks), "-n", str(ranks), "--mpi=pmi2"]
+        cmd += ["--kill-on-bad-exit=1"] if kill_on_bad_exit else []
         return cmd + ([f"--exclude={','.join(exclude)}"] if exclude else [])
     if exclude:
         raise JobCommandError("exclude is for srun; with mpiexec name the hosts to use (only)")

@@ -196,7 +196,8 @@ class Supervisor:
         left_out = {h: ("lost by the last launch" if h in lost else self.down)
                     for h in w.listed if h not in chosen and (h in lost or not answers.get(h, False))}
         if w.srun:
-            cmd = job_command(w.mpiexec, len(chosen), launch="srun", exclude=[h for h in w.listed if h not in chosen])
+            cmd = job_command(w.mpiexec, len(chosen), launch="srun", kill_on_bad_exit=True,
+                              exclude=[h for h in w.listed if h not in chosen])
         else:
             assert w.hostfile is not None
             cmd = job_command(w.mpiexec, len(chosen), hosts=w.hostfile,

@@ -9,17 +9,21 @@
   ``[hpcbsp] node NODE (rank R) has not been heard from ...``  the failure detector (nodewatch)
   ``[hpcbsp] rank R/P (pid X on NODE) has been stopped ...``   the failure detector (a frozen node)
   ``srun: error: Node failure on NODE``                       Slurm
+  ``srun: error: NODE: task R: Killed`` (the first such line)  Slurm (its task was killed)
   ``... timed out ... (ranks not arrived: R (on NODE), ...)``  a sync timeout (kept apart: see below)
   ``... timed out after S s waiting for rank R (on NODE)``     the data exchange's timeout (the same)
   ==========================================================  ==================================
 
-  The timeouts name the nodes of the ranks that did not arrive; they are kept apart
+  Under srun the first task killed (SIGKILL) names its node: the other tasks are ended after
+  it (``srun --kill-on-bad-exit``, which the supervisor uses); a node of a task that the
+  out-of-memory killer ended is left out of one launch for nothing, the price of not waiting for
+  the failure detector.  The timeouts name the nodes of the ranks that did not arrive; they are kept apart
   (:attr:`Signs.late`) because on one machine a rank that never syncs is the program's hang,
   not a lost node: the caller decides.
 * **a rank killed from outside** (what a lost node that nobody names looks like, or the
   out-of-memory killer): ``[hpcbsp] rank R/P (...) died without a report: killed by SIGKILL``
   (the runtime's death watch), hydra's ``EXIT STRING: Killed (signal 9)``, Slurm's
-  ``srun: error: NODE: task R: Killed``;
+  ``srun: error: NODE: task R: Killed`` (which also names NODE, above);
 * **the program's own failure**: ``[hpcbsp] rank R/P failed:`` (an exception, its traceback
   follows), ``[hpcbsp] error: ...`` (bad input), a rank that ``crashed with SIGSEGV`` (or another
   crash signal);
@@ -53,7 +57,7 @@ _LATE = re.compile(r"timed out (?:waiting for the other ranks \(ranks not arrive
 _ON = re.compile(r"\d+ \(on ([^)\s]+)\)")
 _KILLED = re.compile(r"died without a report: killed by (?:SIGKILL|a signal or crashed)"
                      r"|EXIT STRING: Killed \(signal 9\)"
-                     r"|srun: error: \S+: tasks? [\d,-]+: Killed")
+                     r"|srun: error: (?P<node>\S+): tasks? [\d,-]+: Killed")
 _FAILED = re.compile(r"\[hpcbsp\] rank \d+/\d+ failed:|\[hpcbsp\] error: |died without a report: crashed with ")
 
 
@@ -84,9 +88,12 @@ class Signs:
                     self.late.append(node)
             self._lost_at(now)
             return
-        if _KILLED.search(line):
+        m = _KILLED.search(line)
+        if m:
             if self.killed is None:
                 self.killed = line.strip()
+                if m.group("node") and not self.lost:
+                    self.lost[m.group("node")] = "Slurm (its task was killed)"
             self._lost_at(now)
             return
         if _FAILED.search(line):
