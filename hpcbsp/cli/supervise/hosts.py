@@ -91,7 +91,7 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 def allocation_nodes(env: Mapping[str, str]) -> list[str]:
     """The nodes of the Slurm allocation this runs in (``scontrol show hostnames``); a
     :class:`RuntimeError` with one line where there is none or Slurm does not answer."""
-    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    nodelist = env.get("SLURM_JOB_NODELIST")
     if not nodelist:
         raise RuntimeError("--launch srun runs inside a Slurm allocation (salloc or sbatch), and "
                            "SLURM_JOB_NODELIST is not set here")
