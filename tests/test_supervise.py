@@ -18,15 +18,16 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 from mpi_helpers import clean_env
 
-from hpcbsp.cli.supervise import command
+from hpcbsp.cli.supervise import command, job
 from hpcbsp.cli.supervise.hosts import choose, is_up
-from hpcbsp.cli.supervise.job import Ended
+from hpcbsp.cli.supervise.job import Ended, Stop, run_job
 from hpcbsp.cli.supervise.signs import Signs
 from hpcbsp.cli.supervise.verdict import classify
 from hpcbsp.runtime.checkpoint import describe
@@ -440,3 +441,46 @@ def test_srun_a_node_that_is_down_before_the_launch_is_left_out(tmp_path):
     assert out.returncode == 0, out.stderr
     assert _calls(tmp_path) == [["-N", "1", "-n", "1", "--mpi=pmi2", "--kill-on-bad-exit=1", "--exclude=b,c", "true"]]
     assert "left out: b (is down in sinfo), c (is down in sinfo)" in _said(out)[0]
+
+
+# -- one launch: its end is bounded -----------------------------------------------------------
+
+def _launch(code: str, stop: Stop | None = None) -> tuple[Ended, bytes, float]:
+    out, err = io.BytesIO(), io.BytesIO()
+    t0 = time.monotonic()
+    ended = run_job([PYTHON, "-c", code], clean_env(), stop or Stop(), out=out, err=err)
+    return ended, out.getvalue() + err.getvalue(), time.monotonic() - t0
+
+
+def test_a_job_that_goes_on_after_it_lost_a_node_is_ended(monkeypatch):
+    monkeypatch.setattr(job, "LOSS_GRACE", 0.5)
+    monkeypatch.setattr(job, "STOP_GRACE", 0.5)
+    # a launcher that says it lost a node, then ignores SIGINT and hangs: SIGKILL ends it
+    ended, output, took = _launch("import signal, sys, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+                                  "print('[hpcbsp rsh] lost node n2: gone', file=sys.stderr, flush=True); time.sleep(60)")
+    assert took < 20 and ended.ended_by == "loss" and ended.code == 128 + signal.SIGKILL, (took, ended)
+    assert ended.signs.lost == {"n2": "the launcher"} and b"lost node n2" in output
+
+
+def test_the_output_is_read_until_the_launcher_ends_and_a_little_after(monkeypatch):
+    monkeypatch.setattr(job, "DRAIN_S", 0.5)
+    # the launcher ends; a process it left behind holds the pipes open for a minute
+    ended, output, took = _launch("import subprocess, sys; print('partial line', end='', flush=True); "
+                                  "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); sys.exit(3)")
+    assert took < 20 and ended.code == 3 and ended.ended_by is None, (took, ended)
+    assert output == b"partial line"
+
+
+def test_an_interrupt_is_passed_to_the_launcher_as_sigint(tmp_path):
+    stop, ready = Stop(), tmp_path / "ready"
+
+    def ctrl_c() -> None:  # as the supervisor's handler does, once the launcher listens
+        deadline = time.monotonic() + 60
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stop.signum = signal.SIGINT
+
+    threading.Thread(target=ctrl_c, daemon=True).start()
+    ended, output, took = _launch(f"import time\ntry:\n    open({str(ready)!r}, 'w').close()\n    time.sleep(60)\n"
+                                  "except KeyboardInterrupt:\n    print('got SIGINT', flush=True)\n    raise SystemExit(7)", stop)
+    assert took < 30 and ended.ended_by == "interrupt" and ended.code == 7 and b"got SIGINT" in output, output
