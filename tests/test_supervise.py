@@ -359,12 +359,17 @@ def test_hosts_that_do_not_answer_are_left_out(tmp_path):
     (["-n", "2", "--", "no-such-program-here"], "program 'no-such-program-here' not found"),
     (["-n", "2", "--max", "1", "--", "true"], "unrecognized arguments: --max"),
 ])
-def test_bad_arguments_one_line_exit_2_nothing_started(tmp_path, args, needle):
+def test_bad_arguments_one_line_exit_2_nothing_started(tmp_path, args, needle, under=None):
     (tmp_path / "hosts").write_text("a\nb\n")
-    out = _supervise(tmp_path, *args, env=clean_env(slurm=True))
+    out = _supervise(tmp_path, *args, env=clean_env(slurm=True, **(under or {})))
     assert out.returncode == 2, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and needle in out.stderr, out.stderr
     assert out.stderr.startswith("hpcbsp supervise: error: ") and not out.stdout
+
+
+def test_it_is_not_run_under_a_launcher(tmp_path):
+    test_bad_arguments_one_line_exit_2_nothing_started(tmp_path, ["-n", "2", "--", "true"],
+                                                       "run it on its own, not under mpiexec", {"PMI_RANK": "0"})
 
 
 def test_help_says_what_is_restarted_and_how(tmp_path):

@@ -10,12 +10,13 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Sequence
 
 from ...runtime.checkpoint import describe
 from ...runtime.launch import find_mpiexec
 from ...util.args import OneLineParser, nonnegative_int, plural, positive_int
 from ...util.jobcommand import LAUNCHES, JobCommandError, job_command, read_hosts
+from ...util.launcher import launcher_name
 from . import hosts as hostcheck
 from .job import Ended, Stop, run_job
 from .verdict import Verdict, classify
@@ -56,11 +57,11 @@ def build_parser() -> OneLineParser:
     p.add_argument("--max-restarts", type=nonnegative_int, default=3, metavar="N",
                    help="relaunch at most N times (default 3; 0: run once)")
     p.add_argument("--hosts", metavar="FILE",
-                       help="one rank on each host of FILE that answers (mpiexec -f FILE -ppn 1; the local "
-                            "cluster's /run/hpcbsp-slurm/hosts goes through its launcher)")
+                   help="one rank on each host of FILE that answers (mpiexec -f FILE -ppn 1; the local "
+                        "cluster's /run/hpcbsp-slurm/hosts goes through its launcher)")
     p.add_argument("--launch", choices=LAUNCHES, default="mpiexec",
-                       help="mpiexec (default) or srun: one task per live node of the Slurm allocation "
-                            "this runs in (srun --exclude leaves the others out)")
+                   help="mpiexec (default) or srun: one task per live node of the Slurm allocation "
+                        "this runs in (srun --exclude leaves the others out)")
     p.add_argument("-n", dest="ranks", type=positive_int, metavar="RANKS",
                    help="at most this many ranks (default: the hosts of FILE, or the allocation's nodes; "
                         "needed without either)")
@@ -87,6 +88,8 @@ def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, Where]:
     """The options and where to launch, or one line and exit 2 (nothing started)."""
     parser = build_parser()
     args = parser.parse_args(list(argv))
+    if launcher_name() != "singleton":  # (mpiexec -n 4 hpcbsp supervise: four supervisors)
+        parser.error(f"run it on its own, not under {launcher_name()}: it starts the job's launcher itself")
     program = list(args.program)
     if program[:1] == ["--"]:
         program = program[1:]
@@ -156,14 +159,12 @@ class Plan:
 class Supervisor:
     """The restart loop (see the package docstring)."""
 
-    def __init__(self, args: argparse.Namespace, where: Where, stop: Stop,
-                 runner: Callable[..., Ended] = run_job) -> None:
+    def __init__(self, args: argparse.Namespace, where: Where, stop: Stop) -> None:
         self.program: list[str] = args.program
         self.max_restarts: int = args.max_restarts
         self.ranks: int = args.ranks
         self.where = where
         self.stop = stop
-        self.runner = runner
         self.checkpoint = checkpoint_of(self.program)
         self.last_code = 1  #: the exit status of the last launch
 
@@ -218,11 +219,13 @@ class Supervisor:
                 return self.interrupted(None)
             plan = self.plan(answers, lost)
             if plan is None:
-                say(f"no host of {self.where.hostfile or 'the allocation'} answers: nothing to launch on")
-                return 1 if restarts == 0 else self.last_code
+                code = 1 if restarts == 0 else self.last_code
+                say(f"no host of {self.where.hostfile or 'the allocation'} answers: nothing to launch on "
+                    f"(exit {code})")
+                return code
             self.announce(restarts, plan)
             env = {**os.environ, RESTART_VAR: str(restarts)}
-            ended = self.runner(plan.argv, env, self.stop, srun=self.where.srun)
+            ended = run_job(plan.argv, env, self.stop, srun=self.where.srun)
             self.last_code = ended.code
             if ended.code == 0:
                 if restarts:
