@@ -11,7 +11,14 @@ import sys
 import pytest
 from mpi_helpers import clean_env
 
-from hpcbsp.util.jobcommand import LOCAL_CLUSTER_MARK, JobCommandError, job_command, local_cluster_launcher, read_hosts
+from hpcbsp.util.jobcommand import (
+    LOCAL_CLUSTER_MARK,
+    JobCommandError,
+    job_command,
+    local_cluster_launcher,
+    probe_command,
+    read_hosts,
+)
 
 
 def write(path, text, mode=0o644):
@@ -79,3 +86,33 @@ def test_the_commands_refuse_a_short_host_file_before_any_run(tmp_path, argv):
     assert out.returncode == 2, out.stderr
     assert "lists 2 host(s), but" in out.stderr and "Traceback" not in out.stderr
     assert not [f for f in (tmp_path / "runs").rglob("*") if f.is_file()]  # no run started, nothing written
+
+
+def test_a_relaunch_on_some_hosts_names_them_and_keeps_the_files_launcher(tmp_path):
+    f = write(tmp_path / "hosts", "n1\nn2\nn3\n")
+    assert job_command("mpiexec", 2, hosts=f, only=["n3", "n1"]) == ["mpiexec", "-hosts", "n3,n1", "-ppn", "1", "-n", "2"]
+    rsh = write(tmp_path / "rsh", f"#!/bin/sh\n# Written by {LOCAL_CLUSTER_MARK}\n", 0o755)
+    assert job_command("mpiexec", 1, hosts=f, only=["n2"]) == ["mpiexec", "-hosts", "n2", "-ppn", "1", "-launcher",
+                                                               "rsh", "-launcher-exec", rsh, "-n", "1"]
+    with pytest.raises(JobCommandError, match="does not list n9"):
+        job_command("mpiexec", 1, hosts=f, only=["n9"])
+    with pytest.raises(JobCommandError, match="lists 1 host\\(s\\), but 2 ranks"):
+        job_command("mpiexec", 2, hosts=f, only=["n2"])
+    with pytest.raises(JobCommandError, match="give the host file too"):
+        job_command("mpiexec", 1, only=["n2"])
+
+
+def test_srun_leaves_out_the_excluded_nodes():
+    assert job_command("mpiexec", 2, launch="srun", exclude=["b", "d"]) == \
+        ["srun", "-N", "2", "-n", "2", "--mpi=pmi2", "--exclude=b,d"]
+    assert job_command("mpiexec", 2, launch="srun", kill_on_bad_exit=True) == \
+        ["srun", "-N", "2", "-n", "2", "--mpi=pmi2", "--kill-on-bad-exit=1"]
+    with pytest.raises(JobCommandError, match="exclude is for srun"):
+        job_command("mpiexec", 2, exclude=["b"])
+
+
+def test_a_host_is_checked_through_the_launcher_the_job_would_use(tmp_path):
+    f = write(tmp_path / "hosts", "n1\n")
+    assert probe_command(f, "n1") == ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "n1", "true"]
+    rsh = write(tmp_path / "rsh", f"#!/bin/sh\n# Written by {LOCAL_CLUSTER_MARK}\n", 0o755)
+    assert probe_command(f, "n1") == [rsh, "n1", "true"]

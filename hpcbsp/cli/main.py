@@ -6,10 +6,12 @@
     hpcbsp run -m MODULE [ARGS...]    run a module the same way (like python -m MODULE)
     hpcbsp SCRIPT [ARGS...]           the same as hpcbsp run SCRIPT (any existing file)
     hpcbsp -m MODULE [ARGS...]        the same as hpcbsp run -m MODULE
+    hpcbsp supervise [--max-restarts N] [--hosts FILE | --launch srun] [-n RANKS] -- PROGRAM ARGS...
+                                      run a job and relaunch it on the nodes left when it loses one
     hpcbsp --version
 
-Run them under your launcher, e.g. mpiexec -n 4 hpcbsp info, or srun --mpi=pmi2 -n 4 hpcbsp info,
-much as python -m mpi4py SCRIPT runs a script under mpi4py's handling.
+Run them under your launcher (all but supervise, which starts the launcher itself), e.g.
+mpiexec -n 4 hpcbsp info, or srun --mpi=pmi2 -n 4 hpcbsp info, much as python -m mpi4py SCRIPT runs a script under mpi4py's handling.
 An exception on one rank is printed once with its rank and ends every rank with a non-zero status.
 Cost models: hpcbsp-cost --help.  Benchmarks: python -m hpcbsp.bench --help.
 Every command's options: docs/cli.md.
@@ -164,6 +166,10 @@ def main(argv: list[str] | None = None) -> int:
         return _apps()
     if cmd == "run":
         return _run(rest)
+    if cmd == "supervise":
+        from .supervise import main as supervise_main
+
+        return supervise_main(rest)
     if cmd.startswith("-m"):
         return _run(argv)
     if cmd.startswith("-"):
@@ -171,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if os.path.exists(cmd) or cmd.endswith(".py"):
         return _run_script(cmd, rest)
-    _say(f"{PROG}: unknown command {cmd!r}: not a command (info, apps, run) nor an existing script "
+    _say(f"{PROG}: unknown command {cmd!r}: not a command (info, apps, run, supervise) nor an existing script "
          f"(see {PROG} --help)")
     return 2
 

@@ -74,6 +74,29 @@ class Checkpoint:
     state: dict[str, np.ndarray]
 
 
+@dataclass(frozen=True)
+class Saved:
+    """A checkpoint as :func:`describe` reads it from its ``meta.json`` (no data loaded)."""
+
+    path: str        #: where it was found (``PATH``, or ``PATH.old`` after an interrupted save)
+    program: str
+    superstep: int   #: the superstep it was saved at, where a restore continues
+    nprocs: int      #: the rank count it was saved on
+    written: float   #: when ``meta.json`` was written (seconds since the epoch)
+
+
+def describe(path: str | os.PathLike[str]) -> Saved | None:
+    """The checkpoint at ``path`` as its ``meta.json`` says (following an interrupted save to
+    ``PATH.old`` as :func:`restore` does), or None where there is none or it cannot be read.
+    Reads ``meta.json`` only: for tools that report on a checkpoint (``hpcbsp supervise``)."""
+    try:
+        found, meta = _read_meta(os.path.abspath(os.fspath(path)))
+        return Saved(found, str(meta["program"]), int(meta["superstep"]), int(meta["nprocs"]),
+                     os.path.getmtime(os.path.join(found, "meta.json")))
+    except (BSPError, KeyError, TypeError, ValueError, OSError):
+        return None
+
+
 def exists(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` holds an hpcbsp checkpoint to resume from (also one whose save was
     interrupted between its two renames, which :func:`restore` reads from ``PATH.old``).

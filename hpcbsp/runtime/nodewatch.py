@@ -540,6 +540,9 @@ def remove_stale(marker: str, now: float | None = None) -> None:
 def main(argv: list[str]) -> int:
     """``nodewatch.py MARKER FD PERIOD TIMEOUT`` (a timeout of 0: no failure detection)."""
     marker, fd, period, timeout = argv[1], int(argv[2]), float(argv[3]), float(argv[4])
+    # Ctrl-C, or Slurm signalling every process of a step, is for the ranks: this watcher ends
+    # when they have ended, and says why if it must.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     listener = socket.socket(fileno=fd)
     Watch(listener, marker, period, timeout).serve()
     return 0

@@ -12,6 +12,11 @@ bsf``) start them in one of three ways:
 * ``srun -N N -n N --mpi=pmi2``: one task per node of the Slurm allocation (``--mpi=pmi2`` is
   what MPICH needs; ``srun --mpi=list`` shows what a site's Slurm offers).
 
+A job restarted on part of the hosts (``hpcbsp supervise``) names them with ``only``: hydra's
+``-hosts a,b,c`` instead of ``-f FILE`` (the launcher is still the one FILE implies), or
+``srun --exclude=...`` with ``exclude``.  :func:`probe_command` is the cheap check that a host
+answers, through the launcher the job would use.
+
 Bad input (an unreadable or empty host file, fewer hosts than ranks) raises :class:`JobCommandError`
 with one line that names the file and what to do; callers print it and exit 2 before any job
 starts.  Nothing here imports hpcbsp or MPI.
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Sequence
 
 #: How a job is started: on this machine, across the hosts of a host file, or by Slurm's srun.
 LAUNCHES: tuple[str, ...] = ("mpiexec", "srun")
@@ -59,26 +65,57 @@ def local_cluster_launcher(hostfile: str | os.PathLike) -> str | None:
     return str(rsh) if LOCAL_CLUSTER_MARK in head and os.access(rsh, os.X_OK) else None
 
 
-def job_command(mpiexec: str, ranks: int, *, hosts: str | None = None, launch: str = "mpiexec") -> list[str]:
+def job_command(mpiexec: str, ranks: int, *, hosts: str | None = None, launch: str = "mpiexec",
+                only: Sequence[str] | None = None, exclude: Sequence[str] = (),
+                kill_on_bad_exit: bool = False) -> list[str]:
     """argv prefix that starts ``ranks`` ranks (append the program and its arguments).
 
-    ``hosts``: a host file, one rank per host (needs ``launch="mpiexec"``); ``launch="srun"``:
-    one task per node of the Slurm allocation.
+    ``hosts``: a host file, one rank per host (needs ``launch="mpiexec"``); ``only``: just these
+    hosts of that file, in this order (``-hosts``; the file still picks the launcher);
+    ``launch="srun"``: one task per node of the Slurm allocation, none on the nodes in ``exclude``;
+    with ``kill_on_bad_exit``, a task that fails or is killed ends the step at once (``srun -K``;
+    a job that lost a rank cannot go on).
     """
     if launch not in LAUNCHES:
         raise JobCommandError(f"unknown launch {launch!r}: choose from {', '.join(LAUNCHES)}")
     if launch == "srun":
-        if hosts is not None:
+        if hosts is not None or only is not None:
             raise JobCommandError("a host file is for mpiexec; srun places the tasks on the allocation's nodes")
-        return ["srun", "-N", str(ranks), "-n", str(ranks), "--mpi=pmi2"]
+        cmd = ["srun", "-N", str(ranks), "-n", str(ranks), "--mpi=pmi2"]
+        cmd += ["--kill-on-bad-exit=1"] if kill_on_bad_exit else []
+        return cmd + ([f"--exclude={','.join(exclude)}"] if exclude else [])
+    if exclude:
+        raise JobCommandError("exclude is for srun; with mpiexec name the hosts to use (only)")
     if hosts is None:
+        if only is not None:
+            raise JobCommandError("only names hosts of a host file; give the host file too")
         return [mpiexec, "-n", str(ranks)]
     listed = read_hosts(hosts)
+    if only is not None:
+        unknown = [h for h in only if h not in listed]
+        if unknown:
+            raise JobCommandError(f"host file {hosts}: does not list {', '.join(unknown)}")
+        listed = list(only)
     if len(listed) < ranks:
         raise JobCommandError(f"host file {hosts}: lists {len(listed)} host(s), but {ranks} ranks need one "
                               f"host each; list more hosts or run fewer workers")
-    cmd = [mpiexec, "-f", str(hosts), "-ppn", "1"]
+    cmd = [mpiexec, "-f", str(hosts), "-ppn", "1"] if only is None else \
+        [mpiexec, "-hosts", ",".join(listed), "-ppn", "1"]
     rsh = local_cluster_launcher(hosts)
     if rsh is not None:
         cmd += ["-launcher", "rsh", "-launcher-exec", rsh]
     return cmd + ["-n", str(ranks)]
+
+
+#: Seconds ssh may take to connect when :func:`probe_command` checks a host.
+PROBE_CONNECT_S = 5
+
+
+def probe_command(hosts: str | os.PathLike, host: str) -> list[str]:
+    """The command that succeeds when ``host`` of host file ``hosts`` answers: ``true`` run there
+    through the launcher a job would use (the local cluster's ``rsh``, else ssh, hydra's default,
+    without a password prompt and with a connect timeout).  The caller bounds its time."""
+    rsh = local_cluster_launcher(hosts)
+    if rsh is not None:
+        return [rsh, host, "true"]
+    return ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={PROBE_CONNECT_S}", host, "true"]

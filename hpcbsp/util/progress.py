@@ -10,12 +10,15 @@ turns it off (``enabled=False``), and under MPI only one rank (the caller passes
         ...
         show(step + 1)
     show.note("checkpoint written to ck/ at step 200")
+
+:func:`parse` reads such a line back (``hpcbsp supervise`` learns from it how far a job got).
 """
 from __future__ import annotations
 
+import re
 import sys
 import time
-from typing import TextIO
+from typing import NamedTuple, TextIO
 
 
 class Progress:
@@ -95,3 +98,27 @@ class Progress:
 
 def _fmt(value: float) -> str:
     return f"{value:,}" if isinstance(value, int) else f"{value:,.2f}"
+
+
+class Reported(NamedTuple):
+    """What a progress line says: :func:`parse`'s result."""
+
+    label: str
+    unit: str    #: "" when the line names none
+    done: float
+    total: float | None
+
+
+#: A line of :meth:`Progress.__call__`: ``[label] [unit ]done[/total] (... s elapsed ...)``.
+_LINE = re.compile(r"\[([^\]]+)\] (?:([A-Za-z][\w-]*) )?([\d,]+(?:\.\d+)?)(?:/([\d,]+(?:\.\d+)?))? "
+                   r"\((?:of at most [\d,.]+; )?[^)]*?\d s elapsed")
+
+
+def parse(line: str) -> Reported | None:
+    """The count a progress line reports, or None for any other line (notes included)."""
+    m = _LINE.match(line.strip())
+    if m is None:
+        return None
+    number = lambda text: float(text.replace(",", ""))  # noqa: E731
+    return Reported(m.group(1), m.group(2) or "", number(m.group(3)),
+                    number(m.group(4)) if m.group(4) else None)

@@ -1,0 +1,169 @@
+"""One launch of a supervised job: start it, pass its output through, read it, end it when told.
+
+:func:`run_job` starts the launcher's command (``mpiexec ...`` or ``srun ...``) in a session of
+its own, so that the supervisor alone decides which signals reach it, and copies the job's
+stdout and stderr to its own as the bytes come (nothing is held back), feeding every complete
+line to a :class:`~.signs.Signs`.  The job is ended by the supervisor only when
+
+* the user interrupts the supervisor (Ctrl-C, SIGTERM; :class:`Stop` records it): the launcher
+  gets SIGINT (hydra passes it on to the ranks; srun gets it twice, which ends its step); or
+* a line has said that a node was lost (or a rank was killed) and the job still runs
+  :data:`LOSS_GRACE` seconds later: the runtime and the launcher normally end it within a
+  second or two, this bounds the time to a restart where they do not.
+
+Either way, whatever still runs :data:`STOP_GRACE` seconds later is killed (SIGKILL to the
+launcher's process group).  After the launcher ends, its output is read until the pipes close or
+:data:`DRAIN_S` seconds have passed (a process of a cut-off node may hold them open).
+"""
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import BinaryIO, Mapping, Sequence
+
+from .signs import Signs
+
+#: Seconds a job may go on after a line said it lost a node, before the supervisor ends it.
+LOSS_GRACE = 10.0
+#: Seconds between asking a job to end (SIGINT) and killing what is left of it.
+STOP_GRACE = 5.0
+#: Seconds the job's output is read after its launcher ended.
+DRAIN_S = 3.0
+
+
+@dataclass
+class Stop:
+    """Set by the supervisor's signal handlers: the signal that asked it to stop, or None."""
+
+    signum: int | None = None
+
+    def handler(self, signum: int, frame: object) -> None:
+        self.signum = signum
+
+
+@dataclass
+class Ended:
+    """How one launch ended."""
+
+    code: int                 #: the launcher's exit status (128 + N when a signal N ended it)
+    signs: Signs              #: what its output said
+    started: float            #: time.monotonic() at the start
+    ended: float              #: ... and when the launcher had ended
+    ended_by: str | None      #: "interrupt" or "loss" when the supervisor ended it, else None
+
+
+def run_job(argv: Sequence[str], env: Mapping[str, str], stop: Stop, *, srun: bool = False,
+            out: BinaryIO | None = None, err: BinaryIO | None = None) -> Ended:
+    """Run ``argv`` to its end (see the module docstring); ``out``/``err`` default to this
+    process's stdout and stderr."""
+    out = out if out is not None else sys.stdout.buffer
+    err = err if err is not None else sys.stderr.buffer
+    signs = Signs()
+    started = time.monotonic()
+    proc = subprocess.Popen(list(argv), env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    sel = selectors.DefaultSelector()
+    pending: dict[int, bytearray] = {}
+    for pipe, sink in ((proc.stdout, out), (proc.stderr, err)):
+        os.set_blocking(pipe.fileno(), False)
+        sel.register(pipe.fileno(), selectors.EVENT_READ, sink)
+        pending[pipe.fileno()] = bytearray()
+    ended_by: str | None = None
+    asked_at: float | None = None  # when the supervisor asked the job to end
+    ended: float | None = None
+    while sel.get_map():
+        now = time.monotonic()
+        if ended is None and proc.poll() is not None:
+            ended = now
+        if ended is not None and now - ended > DRAIN_S:
+            break
+        if ended is None and asked_at is None:
+            if stop.signum is not None:
+                ended_by = "interrupt"
+            elif signs.first_loss is not None and now - signs.first_loss > LOSS_GRACE:
+                ended_by = "loss"
+            if ended_by is not None:
+                asked_at = now
+                _interrupt(proc, srun)
+        if ended is None and asked_at is not None and now - asked_at > STOP_GRACE:
+            _kill_group(proc)
+        for key, _ in sel.select(timeout=0.1):
+            fd = int(key.fd)
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                continue
+            except OSError:
+                chunk = b""
+            if not chunk:
+                sel.unregister(fd)
+                _scan(pending[fd], b"\n", signs)
+                continue
+            _write(key.data, chunk)
+            buf = pending[fd]
+            buf += chunk
+            _scan(buf, None, signs)
+    sel.close()
+    for pipe in (proc.stdout, proc.stderr):
+        pipe.close()
+    if ended is None:  # the pipes closed first
+        deadline = time.monotonic() + (STOP_GRACE if asked_at is not None else 3600.0 * 24 * 365)
+        while proc.poll() is None:
+            if stop.signum is not None and asked_at is None:
+                ended_by, asked_at = "interrupt", time.monotonic()
+                deadline = asked_at + STOP_GRACE
+                _interrupt(proc, srun)
+            if time.monotonic() > deadline:
+                _kill_group(proc)
+                proc.wait()
+                break
+            time.sleep(0.1)
+        ended = time.monotonic()
+    code = proc.returncode
+    return Ended(128 - code if code < 0 else code, signs, started, ended, ended_by)
+
+
+def _scan(buf: bytearray, tail: bytes | None, signs: Signs) -> None:
+    """Feed the complete lines of ``buf`` to ``signs`` and keep the rest; with ``tail``, the rest
+    too (the stream ended)."""
+    if tail is not None and buf:
+        buf += tail
+    while True:
+        cut = buf.find(b"\n")
+        if cut < 0:
+            return
+        signs.feed(bytes(buf[:cut]).decode("utf-8", "replace"))
+        del buf[:cut + 1]
+
+
+def _write(sink: BinaryIO, data: bytes) -> None:
+    try:
+        sink.write(data)
+        sink.flush()
+    except (OSError, ValueError):  # a closed stdout must not stop the supervision
+        pass
+
+
+def _interrupt(proc: subprocess.Popen[bytes], srun: bool) -> None:
+    """Ask the launcher to end the job: SIGINT (twice for srun, which ends its step on the second
+    within a second)."""
+    try:
+        proc.send_signal(signal.SIGINT)
+        if srun:
+            time.sleep(0.3)
+            proc.send_signal(signal.SIGINT)
+    except OSError:
+        pass
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
