@@ -40,8 +40,9 @@ from .errors import BadInput, env_number
 
 __all__ = ["start", "introduce", "heartbeat_settings", "watched", "claim", "claim_report"]
 
-#: Seconds a rank tries to reach (or start) its node's watcher before it goes on without one.
-REGISTER_TIMEOUT = 10.0
+#: Seconds a rank tries to reach (or start) its node's watcher before it goes on without one
+#: (a watcher starts in a fraction of a second; on a node overloaded many times over, seconds).
+REGISTER_TIMEOUT = 60.0
 
 #: The failure detector's defaults (``$HPCBSP_HEARTBEAT_PERIOD``, ``$HPCBSP_HEARTBEAT_TIMEOUT``).
 PERIOD, TIMEOUT = 1.0, 10.0
@@ -123,7 +124,8 @@ def introduce(comm: MPI.Comm) -> None:
 
 def _register(name: str, argv: list[str], hello: bytes, fd: int) -> bool:
     """Hand ``fd`` to the watcher listening on ``name`` (spawning it with ``argv`` when nobody
-    listens)."""
+    listens).  A watcher too slow to answer within :data:`REGISTER_TIMEOUT` (a node overloaded
+    beyond reason) leaves this rank unwatched, and it says so."""
     global _port
     deadline = time.monotonic() + REGISTER_TIMEOUT
     while time.monotonic() < deadline:
@@ -134,17 +136,22 @@ def _register(name: str, argv: list[str], hello: bytes, fd: int) -> bool:
                 socket.send_fds(conn, [hello], [fd])
                 word, _, port = conn.recv(64).decode().partition(" ")
                 if word != "ok":
-                    return False
+                    continue  # it closed without an answer (it was ending): a new one is started
                 _port = int(port or 0)
                 return True
-        except (ConnectionRefusedError, FileNotFoundError):
+        except (ConnectionRefusedError, FileNotFoundError, ConnectionResetError, BrokenPipeError):
             spawned = _spawn(name, argv)
             if spawned is None:
                 return False  # no watcher can be started here
             if not spawned:
                 time.sleep(0.002)  # another rank of the node is starting it
+        except TimeoutError:
+            break
         except (OSError, AttributeError, ValueError):  # no abstract sockets or fd passing here
             return False
+    sys.stderr.write(f"[hpcbsp] warning: this node's watcher did not answer within {REGISTER_TIMEOUT:g} s "
+                     f"(pid {os.getpid()} on {socket.gethostname()}): this rank is not watched, so a "
+                     "silent death or a lost node will not be named\n")
     return False
 
 
