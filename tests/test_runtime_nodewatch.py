@@ -81,13 +81,16 @@ def _watcher_of(parent: int) -> int:
     """The pid of the watcher of the job whose launcher is ``parent`` (found by its marker)."""
     key = f"-{parent}-{_start_time(parent)}"
     for _ in range(200):
+        found = []
         for name in os.listdir("/proc"):
             try:
                 cmd = open(f"/proc/{name}/cmdline", "rb").read().split(b"\0")
-            except OSError:
-                continue
-            if any(c.endswith(b"nodewatch.py") for c in cmd) and any(c.endswith(key.encode()) for c in cmd):
-                return int(name)
+                if any(c.endswith(b"nodewatch.py") for c in cmd) and any(c.endswith(key.encode()) for c in cmd):
+                    found.append((int(_start_time(name)), int(name)))
+            except (OSError, IndexError):
+                continue  # (gone meanwhile)
+        if found:
+            return max(found)[1]  # the newest: one of an earlier Job may still be ending
         time.sleep(0.01)
     raise AssertionError("no watcher started")
 

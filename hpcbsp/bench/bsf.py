@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from hpcbsp.util.args import OneLineParser, add_iters, add_n, add_repeats, positive_int
+from hpcbsp.util.args import OneLineParser, add_iters, add_n, add_repeats, check_out_dir, positive_int
 from hpcbsp.util.jobcommand import LAUNCHES, JobCommandError, job_command
 
 APPS = ("jacobi", "cimmino")
@@ -278,6 +278,8 @@ def main(argv: list[str]) -> int:
         ps.error("--t-map must be >= 0 seconds")
     if args.inner:
         return measure(args)
+    if not args.report_only:
+        check_out_dir(ps, args.out_dir, "--out-dir")  # before the job, not a traceback after the launch
     if args.report_only:
         if not os.path.isfile(os.path.join(args.out_dir, "measurements.json")):
             ps.error(f"--report-only: no {os.path.join(args.out_dir, 'measurements.json')}; run the bench first")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import sys
 
+from ..util.args import settings_ok
 from ..util.launcher import launcher_rank
 
 PROG = "hpcbsp"
@@ -49,7 +50,10 @@ def version() -> str:
 
 
 def _run(rest: list[str]) -> int:
-    """``hpcbsp run ...`` (``rest``: what follows ``run``)."""
+    """``hpcbsp run ...`` (``rest``: what follows ``run``); a bad ``HPCBSP_*`` variable is one
+    line and status 2 before the program starts (:func:`hpcbsp.util.args.settings_ok`)."""
+    if rest and rest[0] not in ("-h", "--help") and not settings_ok():
+        return 2
     if not rest:
         _say(f"{PROG} run: give a script or -m MODULE to run (see {PROG} run --help)")
         return 2

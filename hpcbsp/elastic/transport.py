@@ -18,13 +18,13 @@ h-relation: none of its own; a reply becomes a 16-byte header, and each worker r
 """
 from __future__ import annotations
 
-import os
 import sys
 
 import numpy as np
 from mpi4py import MPI
 
 from ..runtime.arena import on_one_node
+from ..runtime.environment import setting
 
 __all__ = ["TRANSPORTS", "TRANSPORT_ENV", "SharedWeights", "open_transport"]
 
@@ -70,7 +70,7 @@ class SharedWeights:
 
 
 def _requested(transport: str | None) -> str:
-    return str(transport if transport is not None else (os.environ.get(TRANSPORT_ENV) or "auto")).strip().lower()
+    return str(transport if transport is not None else setting(TRANSPORT_ENV)).strip().lower()
 
 
 def open_transport(comm: MPI.Comm, transport: str | None, problem: str | None, count: int,

@@ -47,7 +47,8 @@ from typing import TYPE_CHECKING, Callable, ContextManager
 import numpy as np
 from mpi4py import MPI
 
-from ..runtime.errors import PeerFailed, SyncTimeout, UsageError, env_number
+from ..runtime.environment import setting
+from ..runtime.errors import PeerFailed, SyncTimeout, UsageError
 from ..runtime.ledger import Traffic
 from ..util.waiting import BUSY, poll, yield_core
 from .handlers import Handlers
@@ -343,6 +344,6 @@ def default_buffer(itemsize: int, nprocs: int) -> int:
     descheduled.  So the buffers share a budget of 16 MiB per mailbox (like YGM's default),
     each between 64 KiB and 512 KiB; ``$HPCBSP_MAILBOX_BYTES`` sets the bytes per buffer.
     """
-    env = env_number("HPCBSP_MAILBOX_BYTES", int, 1)
-    nbytes = int(env) if env else min(512 << 10, max(64 << 10, (16 << 20) // max(1, nprocs)))
+    env = setting("HPCBSP_MAILBOX_BYTES")
+    nbytes = int(env) if env is not None else min(512 << 10, max(64 << 10, (16 << 20) // max(1, nprocs)))
     return max(1, nbytes // max(1, itemsize))

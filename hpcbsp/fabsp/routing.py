@@ -35,11 +35,11 @@ line.
 """
 from __future__ import annotations
 
-import os
 from typing import ClassVar
 
 import numpy as np
 
+from ..runtime.environment import setting
 from ..runtime.errors import UsageError
 from .relay import Relay, Straight
 
@@ -160,19 +160,19 @@ def default_routing(nprocs: int) -> str:
 def resolve_routing(routing: str | Routing | None, nprocs: int, where: str) -> Routing:
     """The routing of a mailbox on ``nprocs`` ranks: ``routing`` (a name, ``"auto"`` or a
     :class:`Routing` of ``nprocs`` ranks), else ``$HPCBSP_ROUTING``, else the default by P.
-    A bad value raises :class:`UsageError` naming ``where`` and what gave it."""
+    A bad ``routing`` raises :class:`UsageError` naming ``where``; a bad ``$HPCBSP_ROUTING``
+    :class:`~hpcbsp.runtime.errors.BadInput` (found already when the context started)."""
     if isinstance(routing, Routing):
         if routing.nprocs != nprocs:
             raise UsageError(f"{where}: routing {routing!r} is for {routing.nprocs} ranks, "
                              f"this program has {nprocs}")
         return routing
-    source = "routing"
     if routing is None:
-        routing, source = os.environ.get(ROUTING_ENV) or "auto", f"${ROUTING_ENV}"
+        routing = setting(ROUTING_ENV)
     if routing == "auto":
         routing = default_routing(nprocs)
     if not isinstance(routing, str) or routing not in ROUTINGS:
-        raise UsageError(f"{where}: {source} must be one of auto, {', '.join(ROUTINGS)} "
+        raise UsageError(f"{where}: routing must be one of auto, {', '.join(ROUTINGS)} "
                          f"(or a Routing); got {routing!r}")
     return ROUTINGS[routing](nprocs)
 

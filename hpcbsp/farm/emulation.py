@@ -20,12 +20,14 @@ it: ``measure`` or ``t_map=SECONDS[,t_a=SECONDS]``.
 from __future__ import annotations
 
 import math
-import os
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from ..runtime.environment import setting
+from ..util.settings import emulation
 
 if TYPE_CHECKING:
     from .problem import BSFProblem
@@ -66,31 +68,20 @@ class FarmEmulation:
 
 
 def parse_emulation(text: str) -> FarmEmulation:
-    """``measure`` or ``t_map=S[,t_a=S]`` as a :class:`FarmEmulation` (ValueError names the problem)."""
-    text = text.strip()
-    if text.lower() == "measure":
-        return FarmEmulation()
-    fields: dict[str, float] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        key, sep, value = part.partition("=")
-        key = key.strip()
-        if not sep or key not in ("t_map", "t_a"):
-            raise ValueError(f"emulated compute {text!r}: expected 'measure' or 't_map=SECONDS[,t_a=SECONDS]'")
-        try:
-            fields[key] = float(value)
-        except ValueError:
-            raise ValueError(f"emulated compute {text!r}: {key} is not a number of seconds") from None
-    if "t_map" not in fields:
-        raise ValueError(f"emulated compute {text!r}: expected 'measure' or 't_map=SECONDS[,t_a=SECONDS]'")
-    return FarmEmulation(**fields)
+    """``measure`` or ``t_map=S[,t_a=S]`` as a :class:`FarmEmulation` (ValueError names the
+    problem); the format of ``$HPCBSP_FARM_EMULATE`` (:func:`hpcbsp.util.settings.emulation`)."""
+    times = emulation(text)
+    if times is None:  # 0, off, no: meaningful in the variable, not where emulation is asked for
+        raise ValueError(f"emulated compute {text.strip()!r}: expected 'measure' or "
+                         "'t_map=SECONDS[,t_a=SECONDS]'")
+    return FarmEmulation(*times)
 
 
 def emulation_from_env() -> FarmEmulation | None:
-    """The emulation ``$HPCBSP_FARM_EMULATE`` asks for, or None when it is unset or empty."""
-    text = os.environ.get(EMULATE_ENV, "").strip()
-    if not text or text.lower() in ("0", "off", "no"):
-        return None
-    return parse_emulation(text)
+    """The emulation ``$HPCBSP_FARM_EMULATE`` asks for, or None when it is unset, empty or
+    off; a bad value is :class:`~hpcbsp.runtime.errors.BadInput`."""
+    times = setting(EMULATE_ENV)
+    return None if times is None else FarmEmulation(*times)
 
 
 def measure_map(problem: "BSFProblem", x: np.ndarray) -> tuple[float, float]:

@@ -36,7 +36,6 @@ round at most (n + 1)·8 bytes and one message out of and into any rank; result 
 from __future__ import annotations
 
 import math
-import os
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -45,10 +44,11 @@ import numpy as np
 
 from ..runtime import BSP, BSPError
 from ..runtime.distribution import block_range
+from ..runtime.environment import setting
 from . import emulation as emu
 from .checkpointing import FarmCheckpoint
 from .problem import BSFProblem
-from .timings import SAMPLE_FIELDS, FarmTimings, append_report, summarise
+from .timings import SAMPLE_FIELDS, FarmTimings, append_report, check_report, summarise
 
 #: One-byte supersteps timed to measure L.
 LATENCY_REPEATS = 7
@@ -97,7 +97,8 @@ def run_farm(bsp: BSP, problem: BSFProblem, x0: Any, *, max_iter: int = 1000, re
         exactly this many).
     report
         File to append the run's timings to as a JSON line (default ``$HPCBSP_FARM_REPORT``);
-        ``hpcbsp-cost calibrate`` collects these.
+        ``hpcbsp-cost calibrate`` collects these.  Checked on every rank before the work
+        (:class:`~hpcbsp.runtime.errors.BadInput` if it cannot be written).
     label
         A name for the run in the report.
     checkpoint
@@ -121,10 +122,8 @@ def run_farm(bsp: BSP, problem: BSFProblem, x0: Any, *, max_iter: int = 1000, re
     """
     exchange = _exchange_form(bsp, exchange)
     if emulate is None:
-        try:
-            emulate = emu.emulation_from_env()
-        except ValueError as exc:
-            raise BSPError(f"rank {bsp.pid}: ${emu.EMULATE_ENV}: {exc}") from None
+        emulate = emu.emulation_from_env()
+    check_report(report)  # before the work: an unwritable report must not cost the run
     workers = max(1, bsp.nprocs - 1)
     assert problem.list_length is not None, "set by BSFProblem"
     length = problem.list_length
@@ -240,12 +239,11 @@ def run_farm(bsp: BSP, problem: BSFProblem, x0: Any, *, max_iter: int = 1000, re
 
 
 def _exchange_form(bsp: BSP, exchange: str | None) -> str:
-    form = exchange if exchange is not None else (os.environ.get(EXCHANGE_ENV) or "linear")
+    form = exchange if exchange is not None else setting(EXCHANGE_ENV)
     if form not in EXCHANGES:
-        source = "exchange=" if exchange is not None else f"${EXCHANGE_ENV}="
-        raise BSPError(f"rank {bsp.pid}: {source}{form!r} is not a farm exchange; choose from "
+        raise BSPError(f"rank {bsp.pid}: exchange={form!r} is not a farm exchange; choose from "
                        f"{', '.join(EXCHANGES)}")
-    return form
+    return str(form)
 
 
 def _tree_rounds(nprocs: int) -> int:

@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 import numpy as np
 
+from ..runtime.environment import setting
+from ..runtime.errors import BadInput
+from ..util.outputs import OutputError, prepare_output
 from .model import BSFParams, basis
 
 #: Environment variable naming a file to which the master appends one JSON line per farm run.
@@ -102,11 +106,36 @@ def summarise(samples: dict[str, list[float]], *, workers: int, list_length: int
         exchange_measured=exchange_measured, exchange=exchange, emulated=emulated)
 
 
+def report_path(path: str | None = None) -> str | None:
+    """The file a run's timings go to: ``path``, else ``$HPCBSP_FARM_REPORT``, else None."""
+    return path or setting(REPORT_ENV)
+
+
+def check_report(path: str | None = None) -> None:
+    """Before the run: make the missing folders of :func:`report_path` and check that it can be
+    written (:class:`~hpcbsp.runtime.errors.BadInput`, one line, if not).  The environment's
+    path was checked already when the context started; this is for ``report=``."""
+    where = report_path(path)
+    if where:
+        try:
+            prepare_output(where, "the farm report")
+        except OutputError as exc:
+            raise BadInput(f"{exc}: give the farm a report file that can be written") from None
+
+
 def append_report(timings: FarmTimings, path: str | None = None, **extra: Any) -> str | None:
-    """Append the run's timings as one JSON line to ``path`` (default: ``$HPCBSP_FARM_REPORT``)."""
-    path = path or os.environ.get(REPORT_ENV)
-    if not path:
+    """Append the run's timings as one JSON line to :func:`report_path` (missing folders are
+    made); the path, or None where there is none.  A file that cannot be written after all (it
+    was checked before the run) costs the run nothing: one line on stderr says so."""
+    where = report_path(path)
+    if not where:
         return None
-    with open(path, "a") as fh:
-        fh.write(json.dumps({**timings.as_dict(), **extra}) + "\n")
-    return path
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(where)), exist_ok=True)
+        with open(where, "a") as fh:
+            fh.write(json.dumps({**timings.as_dict(), **extra}) + "\n")
+    except OSError as exc:
+        print(f"[hpcbsp] warning: the farm's timings could not be appended to {where} "
+              f"({exc.strerror or exc}); the run's result stands", file=sys.stderr, flush=True)
+        return None
+    return where

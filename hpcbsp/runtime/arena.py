@@ -42,12 +42,11 @@ import numpy as np
 from mpi4py import MPI
 
 from ..util.waiting import poll, yield_core
-from .errors import BadInput
+from .environment import setting
 
 __all__ = ["ARENA_ENV", "Arena", "NEVER", "on_one_node"]
 
 ARENA_ENV = "HPCBSP_ELEMENTS_TRANSPORT"
-_CHOICES = ("auto", "messages")
 NEVER = -1  # a vote that switches the arena off on every rank
 _CHUNK = 1 << 20
 _SHM = "/dev/shm"
@@ -55,13 +54,9 @@ _SHM = "/dev/shm"
 
 def wanted() -> bool:
     """Whether ``$HPCBSP_ELEMENTS_TRANSPORT`` allows the arena (``auto``, the default); raises
-    :class:`BadInput` naming the variable for any other value than ``auto`` or ``messages``."""
-    text = os.environ.get(ARENA_ENV, "").strip()
-    choice = text.lower() or "auto"
-    if choice not in _CHOICES:
-        raise BadInput(f"environment variable {ARENA_ENV}={text!r} is not one of {', '.join(_CHOICES)}: "
-                       "correct it or unset it (docs/environment.md)")
-    return choice == "auto"
+    :class:`~.errors.BadInput` naming the variable for any other value than ``auto`` or
+    ``messages`` (:mod:`hpcbsp.util.settings`)."""
+    return bool(setting(ARENA_ENV) == "auto")
 
 
 def on_one_node(comm: MPI.Comm) -> bool:

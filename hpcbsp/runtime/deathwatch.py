@@ -36,16 +36,14 @@ import time
 
 from mpi4py import MPI
 
-from .errors import BadInput, env_number
+from .environment import setting
+from .errors import BadInput
 
 __all__ = ["start", "introduce", "heartbeat_settings", "watched", "claim", "claim_report"]
 
 #: Seconds a rank tries to reach (or start) its node's watcher before it goes on without one
 #: (a watcher starts in a fraction of a second; on a node overloaded many times over, seconds).
 REGISTER_TIMEOUT = 60.0
-
-#: The failure detector's defaults (``$HPCBSP_HEARTBEAT_PERIOD``, ``$HPCBSP_HEARTBEAT_TIMEOUT``).
-PERIOD, TIMEOUT = 1.0, 10.0
 
 _pipe: int | None = None
 _marker: str | None = None
@@ -56,11 +54,8 @@ _port = 0  # the watcher's heartbeat port (0: none)
 def heartbeat_settings() -> tuple[float, float]:
     """``(period, timeout)`` of the failure detector from the environment (a timeout of 0 turns
     it off); raises :class:`~.errors.BadInput` naming a bad value."""
-    period = env_number("HPCBSP_HEARTBEAT_PERIOD", float, 0.0)
-    text = os.environ.get("HPCBSP_HEARTBEAT_TIMEOUT", "").strip()
-    timeout = 0.0 if text in ("0", "0.0") else env_number("HPCBSP_HEARTBEAT_TIMEOUT", float, 0.0)
-    period = PERIOD if period is None else float(period)
-    timeout = TIMEOUT if timeout is None else float(timeout)
+    period = float(setting("HPCBSP_HEARTBEAT_PERIOD"))
+    timeout = float(setting("HPCBSP_HEARTBEAT_TIMEOUT"))
     if timeout and timeout < 2 * period:
         raise BadInput(f"HPCBSP_HEARTBEAT_TIMEOUT={timeout:g} is shorter than two heartbeat periods "
                        f"(HPCBSP_HEARTBEAT_PERIOD={period:g}): a node would be given up after one lost "
@@ -72,7 +67,7 @@ def start(rank: int, size: int) -> None:
     """Register this process with its node's watcher, spawning the watcher when none runs yet
     (once per process; nothing for a single rank or when turned off).  Not collective."""
     global _pipe, _marker, _name
-    if _pipe is not None or size < 2 or os.environ.get("HPCBSP_DEATHWATCH", "1") == "0":
+    if _pipe is not None or size < 2 or not setting("HPCBSP_DEATHWATCH"):
         return
     period, timeout = heartbeat_settings()
     host = socket.gethostname()

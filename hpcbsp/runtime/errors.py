@@ -52,34 +52,8 @@ class SyncTimeout(BSPError):
 class BadInput(BSPError):
     """Bad input that every rank found together and reports with the same message (a missing,
     damaged or foreign checkpoint; a launcher whose world does not match MPI's; a bad value in an
-    environment variable every rank reads).  Reported once, on rank 0, without a traceback."""
+    environment variable every rank reads: :mod:`.environment`).  Reported once, on rank 0,
+    without a traceback."""
 
 
-def env_number(name: str, kind: type[int] | type[float], minimum: float) -> int | float | None:
-    """The number in environment variable ``name``, or None where it is unset or empty.
-
-    Raises :class:`BadInput` with one line naming the variable and its value when it is not a
-    finite number of ``kind`` of at least ``minimum`` (above zero when ``minimum`` is 0.0 for a
-    float: a time), instead of a ``ValueError`` traceback from deep inside the runtime.  Every
-    rank reads the same environment (the launcher passes it on), so every rank raises it.
-    """
-    import math
-    import os
-
-    text = os.environ.get(name, "").strip()
-    if not text:
-        return None
-    try:
-        value = kind(text)
-    except ValueError:
-        value = None
-    positive = kind is float and minimum == 0.0
-    if value is None or not math.isfinite(value) or value < minimum or (positive and value <= 0):
-        what = "a positive number" if positive else f"an integer >= {minimum:g}" if kind is int \
-            else f"a number >= {minimum:g}"
-        raise BadInput(f"environment variable {name}={text!r} is not {what}: correct it or unset it "
-                       "(docs/environment.md)")
-    return value
-
-
-__all__ = ["BSPError", "UsageError", "Divergence", "PeerFailed", "SyncTimeout", "BadInput", "env_number"]
+__all__ = ["BSPError", "UsageError", "Divergence", "PeerFailed", "SyncTimeout", "BadInput"]

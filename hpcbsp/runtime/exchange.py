@@ -6,7 +6,7 @@ Every put, get request and queue record issued during a superstep waits in the *
 point-to-point ``Isend``/``Irecv`` of the non-empty buffers only (a sparse exchange: a rank
 talks only to ranks it has data for), and a second, count-free round returns the data of gets.
 
-Large puts (at least ``LARGE_PUT_BYTES``), and large packed batches of element puts
+Large puts (at least ``$HPCBSP_LARGE_PUT_BYTES``), and large packed batches of element puts
 (``put_elements``), travel as messages of their own, after their header; a batch is sent from
 the buffer it was packed into and received into a pooled buffer (no copy through the outbox);
 a large batch for this rank itself is applied from the buffer it was packed into.  Where every

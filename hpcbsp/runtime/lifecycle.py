@@ -1,7 +1,8 @@
 """The life of a BSP context: how it opens, then closed or failed, and what a failure does.
 
 :func:`start` is what opening a context does before its state is made (process-wide guards,
-settings from the environment, the context's own communicator and the agreed wait mode).
+the check of the ``HPCBSP_*`` variables and the settings read from them, the context's own
+communicator and the agreed wait mode).
 
 One :class:`Lifecycle` per context owns its state (like LPF's single FATAL state)::
 
@@ -30,9 +31,9 @@ from typing import Callable, Sequence
 
 from mpi4py import MPI
 
-from . import arena, deathwatch, waiting
+from . import arena, deathwatch, environment, waiting
 from .control import ControlStep, Kind
-from .errors import BSPError, UsageError, env_number
+from .errors import BSPError, UsageError
 from .launch import check_world
 from .report import abort_job, format_failure
 
@@ -43,17 +44,18 @@ LIVE: "weakref.WeakSet[Lifecycle]" = weakref.WeakSet()
 def abort_grace() -> float:
     """Seconds a failed rank gives its peers to hear of the failure before the job is aborted
     (``$HPCBSP_ABORT_GRACE``, default 10)."""
-    grace = env_number("HPCBSP_ABORT_GRACE", float, 0.0)
-    return 10.0 if grace is None else float(grace)
+    return float(environment.setting("HPCBSP_ABORT_GRACE"))
 
 
 def start(comm: MPI.Comm | None, timeout: float | None,
           wait: str | None) -> tuple[MPI.Comm, float | None, str, bool]:
     """Open a context on ``comm`` (default ``MPI.COMM_WORLD``; collective over it).
 
-    Installs the process-wide guards (one report per rank for an uncaught error, the world-size
-    check, the watch that names a rank that died without a word), reads the environment before
-    anything is made (``$HPCBSP_SYNC_TIMEOUT`` where ``timeout`` is None, the arena's setting),
+    Installs the report of an uncaught error (one per rank), checks every ``HPCBSP_*`` variable
+    set (:func:`.environment.check`: a bad value is :class:`~.errors.BadInput` on every rank
+    before anything is made or computed, an unknown name a warning), installs the other
+    process-wide guards (the world-size check, the watch that names a rank that died without a
+    word), reads the settings (``$HPCBSP_SYNC_TIMEOUT`` where ``timeout`` is None, the arena's),
     duplicates ``comm`` and agrees on the wait mode on the copy (:func:`.waiting.resolve`).
     Returns ``(the copy, timeout, wait mode, shared_elements)``, the arguments of
     :class:`~.superstep.Supersteps`.
@@ -61,10 +63,11 @@ def start(comm: MPI.Comm | None, timeout: float | None,
     from .runner import install_excepthook  # (runner imports the context, which imports this)
 
     install_excepthook()
+    environment.check(MPI.COMM_WORLD.Get_rank())
     check_world(MPI.COMM_WORLD.Get_size())
     deathwatch.start(MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size())
     base = MPI.COMM_WORLD if comm is None else comm
-    env_timeout = env_number("HPCBSP_SYNC_TIMEOUT", float, 0.0)
+    env_timeout = environment.setting("HPCBSP_SYNC_TIMEOUT")
     shared_elements = arena.wanted()
     copy = base.Dup()
     deathwatch.introduce(copy)  # the nodes' watchers watch each other (the failure detector)

@@ -26,6 +26,7 @@ from typing import Any
 from mpi4py import MPI
 
 from ..kernels._persistent import DIVERGED, RecordStep
+from .environment import setting
 
 __all__ = ["DIVERGED", "RecordStep", "compiled_step", "mpi_functions"]
 
@@ -68,7 +69,7 @@ def mpi_functions() -> tuple[int, int] | None:
 def compiled_step(request: MPI.Prequest, record: bytearray) -> RecordStep | None:
     """A compiled control step on ``request`` (a persistent ``Allreduce`` of ``record`` in place,
     10 int64 words), or None where the Python path must do (see the module's docstring)."""
-    if os.environ.get("HPCBSP_COMPILED_SYNC", "1").strip() == "0":
+    if not setting("HPCBSP_COMPILED_SYNC"):
         return None
     functions = mpi_functions()
     if functions is None or len(record) != 80:

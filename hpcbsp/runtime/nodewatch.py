@@ -180,7 +180,8 @@ class Watch:
                 continue
             for fd, _ in events:  # in the order they became ready
                 if fd == self.listener.fileno():
-                    self.accept()
+                    if self.ranks or not self.ever:  # (a watcher whose ranks ended takes no more)
+                        self.accept()
                 elif fd in self.ranks:
                     self.on_pipe(self.ranks[fd])
                 elif self.udp is not None and fd == self.udp.fileno():
@@ -198,6 +199,7 @@ class Watch:
             if self.ranks and now - last_scan >= SCAN_PERIOD:
                 self.scan_shm()
                 last_scan = now
+        self.listener.close()  # a rank still knocking starts a watcher of its own
         for _ in range(3):  # datagrams may be lost: the peers stop expecting this node
             self.send(b"bye " + self.host.encode())
         self.finish()

@@ -4,15 +4,15 @@ until the exchange at ``sync`` delivers them (:mod:`.exchange`).
 Every put, get request and queue record is appended, as a 32-byte header (:data:`HEADER`) and an
 8-byte-aligned payload, to a byte buffer per destination rank.  The copy into the outbox is the
 only copy on the sending side (BSPlib's buffered put: the source may change right after the
-call).  Large puts (at least :data:`LARGE_PUT_BYTES`) and large packed batches of element puts
-are kept aside, to travel as messages of their own; their copies and the buffers element puts
-are packed into come from a :class:`BufferPool` kept between supersteps, or, for element puts
+call).  Large puts (at least :attr:`Outbox.large_bytes`, ``$HPCBSP_LARGE_PUT_BYTES``, read
+when a context is made) and large packed batches of element puts are kept aside, to travel as
+messages of their own; their copies and the buffers element puts are packed into come from a
+:class:`BufferPool` kept between supersteps, or, for element puts
 where every rank is on one node, from the shared arena (:mod:`.arena`), whose records are
 announced by a header and their place (:data:`PLACE`) and never copied.
 """
 from __future__ import annotations
 
-import os
 import struct
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .arena import Arena
+from .environment import setting
 from .ledger import Traffic
 
 if TYPE_CHECKING:
@@ -28,7 +29,8 @@ if TYPE_CHECKING:
 PUT, GET, SEND, PUT_LARGE, PUT_ELEMENTS, PUT_ELEMENTS_LARGE, PUT_ELEMENTS_SHARED = 1, 2, 3, 4, 5, 6, 7
 HEADER = struct.Struct("<4q")  # code, object id, offset (a queue record: its tag), element count
 PLACE = struct.Struct("<q")  # after a PUT_ELEMENTS_SHARED header: where the record lies in the arena
-LARGE_PUT_BYTES = int(os.environ.get("HPCBSP_LARGE_PUT_BYTES", 64 * 1024))
+#: The variable that sets :attr:`Outbox.large_bytes` (default 64 KiB), read when a context is made.
+LARGE_PUT_ENV = "HPCBSP_LARGE_PUT_BYTES"
 
 
 class BufferPool:
@@ -103,8 +105,11 @@ class Outbox:
     pool: BufferPool = field(init=False, default_factory=BufferPool)
     #: The shared-memory window for packed element puts (None: they travel as messages).
     arena: Arena | None = None
+    #: Puts of at least this many bytes travel as messages of their own (``$HPCBSP_LARGE_PUT_BYTES``).
+    large_bytes: int = field(init=False)
 
     def __post_init__(self) -> None:
+        self.large_bytes = int(setting(LARGE_PUT_ENV))
         self.pooled = []
         self.reset()
 
@@ -128,7 +133,7 @@ class Outbox:
         from the caller's memory at the sync, which must leave it unchanged until then.
         """
         buf = self.bufs[dest]
-        if code == PUT and dest != self.me and payload is not None and payload.nbytes >= LARGE_PUT_BYTES:
+        if code == PUT and dest != self.me and payload is not None and payload.nbytes >= self.large_bytes:
             buf += HEADER.pack(PUT_LARGE, obj_id, offset, count)
             raw = payload.reshape(-1).view(np.uint8)
             if not borrow:
@@ -180,7 +185,7 @@ class Outbox:
         if place is not None:
             self.bufs[dest] += HEADER.pack(PUT_ELEMENTS_SHARED, obj_id, record.nbytes, count)
             self.bufs[dest] += PLACE.pack(place)
-        elif record.nbytes >= LARGE_PUT_BYTES:  # for this rank too: applied from ``record`` itself
+        elif record.nbytes >= self.large_bytes:  # for this rank too: applied from ``record`` itself
             self.bufs[dest] += HEADER.pack(PUT_ELEMENTS_LARGE, obj_id, record.nbytes, count)
             self.large[dest].append(record)
         else:

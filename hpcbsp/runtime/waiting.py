@@ -41,6 +41,7 @@ from typing import Callable
 
 from mpi4py import MPI
 
+from .environment import setting
 from .errors import BSPError
 
 #: Environment variable that sets the default mode.
@@ -58,8 +59,10 @@ LONGEST_NAP_S = 1e-3
 
 
 def requested_mode(wait: str | None) -> str:
-    """The mode asked for on this rank: ``wait`` if given, else ``$HPCBSP_WAIT``, else ``auto``."""
-    mode = wait if wait is not None else (os.environ.get(WAIT_ENV) or "auto")
+    """The mode asked for on this rank: ``wait`` if given, else ``$HPCBSP_WAIT``, else ``auto``
+    (a bad ``$HPCBSP_WAIT`` is :class:`~.errors.BadInput`, found already when the context
+    started)."""
+    mode = wait if wait is not None else setting(WAIT_ENV)
     return str(mode).strip().lower()
 
 

@@ -5,7 +5,9 @@ benchmarks) builds its parser from here, so that the same thing is spelt and che
 way everywhere (docs/cli.md lists the vocabulary):
 
 * :class:`OneLineParser` reports a usage error as one line naming the program and exits 2; it
-  never accepts an abbreviated option (``--n`` must not silently mean ``--no-check``).
+  never accepts an abbreviated option (``--n`` must not silently mean ``--no-check``).  Once the
+  arguments are parsed it checks the ``HPCBSP_*`` environment variables (:func:`settings_ok`):
+  a bad value is one line and exit 2 before any work, an unknown name a warning.
 * The argument types (:func:`positive_int`, :func:`nonnegative_int`, :func:`integer`,
   :func:`positive_float`, :func:`nonnegative_float`, :func:`seconds`, :func:`fraction`, :func:`seed`) reject
   NaN, infinities, non-ASCII digits and out-of-range values with a message naming the value.
@@ -28,6 +30,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, NoReturn
 
+from . import settings
 from .launcher import launcher_rank
 
 
@@ -46,6 +49,29 @@ class OneLineParser(argparse.ArgumentParser):
         if launcher_rank() == 0:
             sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
         sys.exit(2)
+
+    def parse_args(self, *args: Any, **kwargs: Any) -> Any:
+        """argparse's, then the check of the environment (:func:`settings_ok`; exit 2 if bad)."""
+        namespace = super().parse_args(*args, **kwargs)
+        if not settings_ok():
+            sys.exit(2)
+        return namespace
+
+
+def settings_ok() -> bool:
+    """Check every ``HPCBSP_*`` variable set (:func:`hpcbsp.util.settings.check`), as a command
+    does before its work: False after one line ``[hpcbsp] error: ...`` for a bad value (rank 0
+    prints it; every rank returns False, and the command exits 2); a warning for each name that
+    is not hpcbsp's."""
+    try:
+        warnings = settings.check()
+    except settings.SettingError as exc:
+        if launcher_rank() == 0:
+            sys.stderr.write(f"[hpcbsp] error: {exc}\n")
+            sys.stderr.flush()
+        return False
+    settings.warn(warnings)
+    return True
 
 
 # -- argument types --------------------------------------------------------------------------------
@@ -198,7 +224,8 @@ VOCABULARY: dict[str, SharedOption] = {o.option: o for o in (
     SharedOption("--quiet", None, "no progress lines on stderr"),
     SharedOption("--checkpoint", "DIR", "checkpoint directory; refused before the run unless it is "
                                         "new or holds this program's checkpoint"),
-    SharedOption("--every", "K", "write a checkpoint every K steps or iterations (0: never)", nonnegative_int),
+    SharedOption("--every", "K", "write a checkpoint every K steps or iterations (0: never); "
+                                 "--checkpoint needs it unless --restart", nonnegative_int),
     SharedOption("--restart", None, "resume from --checkpoint DIR if it holds a checkpoint"),
 )}
 
@@ -284,28 +311,51 @@ def add_checkpoint(parser: argparse.ArgumentParser | Any, unit: str | None, *,
     """``--checkpoint DIR``, ``--every K`` (``unit``: what K counts, e.g. ``"steps"``; None: no
     ``--every``, the program says when it saves in an option of its own) and ``--restart``;
     ``checkpoint_help`` and ``restart_help`` are the program's detail after the meaning.  Check
-    them with :func:`check_checkpoint`."""
+    them with :func:`check_checkpoint` (which sets an ``--every`` not given to 0)."""
     _add(parser, "--checkpoint", checkpoint_help)
     if unit is not None:
-        _add(parser, "--every", f"K counts {unit}", default=0)
+        _add(parser, "--every", f"K counts {unit}")
     _add(parser, "--restart", restart_help)
 
 
 def check_checkpoint(parser: argparse.ArgumentParser, args: argparse.Namespace,
                      check_target: Callable[[str], Any], errors: tuple[type[Exception], ...]) -> None:
-    """The checks of :func:`add_checkpoint`'s options, before any work: ``--every`` and
-    ``--restart`` need ``--checkpoint``, and ``check_target(path)`` (raising one of ``errors``,
-    whose text says why) refuses a folder that is not this program's checkpoint."""
+    """The checks of :func:`add_checkpoint`'s options, before any work (each a usage error: one
+    line, exit 2):
+
+    * ``--every K`` (K > 0) and ``--restart`` need ``--checkpoint``;
+    * ``--checkpoint`` needs ``--every K`` (K > 0) or ``--restart``: with neither, no checkpoint
+      would be written or read (``--checkpoint DIR --restart`` alone resumes from DIR and writes
+      no further checkpoints);
+    * ``check_target(path)`` (raising one of ``errors``, whose text says why) refuses a folder
+      that is not this program's checkpoint, and where checkpoints will be written, the place
+      must take them (its missing parent folders are made, :func:`.outputs.prepare_parent`).
+
+    Afterwards ``args.every`` is an int (0 where it was not given)."""
+    every = getattr(args, "every", None)
     if not hasattr(args, "every"):  # (a program without --every)
         if args.restart and not args.checkpoint:
             parser.error("--restart needs --checkpoint DIR")
-    elif (args.every or args.restart) and not args.checkpoint:
+    elif (every or args.restart) and not args.checkpoint:
         parser.error("--every and --restart need --checkpoint DIR")
+    elif args.checkpoint and not every and not args.restart:
+        given = "with --every 0" if every == 0 else "without --every K"
+        parser.error(f"--checkpoint DIR {given} would write no checkpoint: add --every K (a checkpoint "
+                     "every K steps or iterations), or --restart to resume from DIR")
+    if hasattr(args, "every") and every is None:
+        args.every = 0
     if args.checkpoint:
         try:
             check_target(args.checkpoint)
         except errors as exc:
             parser.error(str(exc))
+        if getattr(args, "every", 1):  # (a program without --every writes by its own option)
+            from .outputs import OutputError, prepare_parent
+
+            try:
+                prepare_parent(args.checkpoint, "--checkpoint folder")
+            except OutputError as exc:
+                parser.error(str(exc))
 
 
 def add_common_options(parser: argparse.ArgumentParser | Any, *, with_seed: bool = True, ledger: bool = True,

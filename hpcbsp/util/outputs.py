@@ -1,11 +1,49 @@
-"""Output files: check them before the work, so that a bad path never costs a finished run."""
+"""Output files: check them before the work, so that a bad path never costs a finished run.
+
+Every check writes a probe file (a unique name, removed at once) where the output will go, so
+that it holds for every user (root included, for whom permission bits say nothing) and every
+file system (``/proc``, a read-only mount, a full quota's refusal to create).  Missing parent
+folders of an output file are created (the output would need them anyway); an output folder is
+not (:func:`prepare_dir`: the probe goes to its nearest existing ancestor).
+"""
 from __future__ import annotations
 
 import os
+import tempfile
 
 
 class OutputError(ValueError):
-    """An output path that cannot be written."""
+    """An output path that cannot be written; ``reason`` says why without naming the path."""
+
+    def __init__(self, message: str, reason: str = ""):
+        super().__init__(message)
+        self.reason = reason or message
+
+
+def _probe(folder: str, what: str, path: str) -> None:
+    """Create and remove a file in ``folder``; :class:`OutputError` naming ``what`` if that fails."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".hpcbsp-write-test-", dir=folder)
+        os.close(fd)
+        os.remove(probe)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        raise OutputError(f"cannot write {what} {path}: {why}", f"nothing can be written there: {why}") from None
+
+
+def prepare_parent(path: str | os.PathLike[str], what: str = "output") -> str:
+    """Create ``path``'s missing parent folders and check that something can be written there
+    (``path`` itself may be a file, a folder, or absent)."""
+    path = os.fspath(path)
+    parent = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        raise OutputError(f"cannot create the folder for {what} {path}: {why}",
+                          f"its folder cannot be created: {why}") from None
+    _probe(parent, what, path)
+    return path
 
 
 def prepare_output(path: str | os.PathLike[str], what: str = "output") -> str:
@@ -16,27 +54,18 @@ def prepare_output(path: str | os.PathLike[str], what: str = "output") -> str:
     """
     path = os.fspath(path)
     if os.path.isdir(path):
-        raise OutputError(f"{what} {path} is a folder; give a file name")
-    parent = os.path.dirname(os.path.abspath(path))
-    try:
-        os.makedirs(parent, exist_ok=True)
-    except OSError as exc:
-        raise OutputError(f"cannot create the folder for {what} {path}: {exc.strerror or exc}") from None
-    probe = os.path.join(parent, f".hpcbsp-write-test-{os.getpid()}")
-    try:
-        with open(probe, "w"):
-            pass
-        os.remove(probe)
-    except OSError as exc:
-        raise OutputError(f"cannot write {what} {path}: {exc.strerror or exc}") from None
-    return path
+        raise OutputError(f"{what} {path} is a folder; give a file name", "it is a folder")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise OutputError(f"cannot write {what} {path}: no write permission on the file",
+                          "no write permission on the file")
+    return prepare_parent(path, what)
 
 
 def prepare_dir(path: str | os.PathLike[str], what: str = "output folder") -> str:
-    """Check that ``path`` is, or can become, a writable folder; create nothing.
+    """Check that ``path`` is, or can become, a writable folder; leaves nothing behind.
 
-    Call it when the command starts: an existing file in the way, or a place without write
-    permission, is reported (:class:`OutputError`) before the work instead of after it.
+    Call it when the command starts: an existing file in the way, or a place where nothing can
+    be written, is reported (:class:`OutputError`) before the work instead of after it.
     """
     path = os.fspath(path)
     if os.path.exists(path) and not os.path.isdir(path):
@@ -49,6 +78,5 @@ def prepare_dir(path: str | os.PathLike[str], what: str = "output folder") -> st
         probe = parent
     if not os.path.isdir(probe):
         raise OutputError(f"cannot create {what} {path}: {probe} is a file")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise OutputError(f"cannot write {what} {path}: no write permission in {probe}")
+    _probe(probe, what, path)
     return path

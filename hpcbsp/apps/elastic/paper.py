@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from hpcbsp.util.args import OneLineParser, add_json, add_ledger, add_n, check_outputs, ledger_output
+from hpcbsp.util.args import OneLineParser, add_json, add_ledger, add_n, check_out_dir, check_outputs, ledger_output
 
 from .report import time_to_reach
 
@@ -244,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.paced is not None and not (math.isfinite(args.paced) and args.paced > 0):
         return _fail(f"--paced must be a positive number of seconds, got {args.paced}")
     check_outputs(parser, [ledger_output(args.ledger)])
+    check_out_dir(parser, args.out, "--out")  # before the run: train.py would find it only after the launch
     extra = shlex.split(args.extra)
     if args.paced is not None:
         if any(a.split("=")[0] in ("--compute", "--base-delay") for a in extra):

@@ -216,8 +216,8 @@ def _restart_options(parser: argparse.ArgumentParser) -> Callable[[argparse.Name
     parser.add_argument("--die-at", type=int, metavar="ROUND", help=argparse.SUPPRESS)
 
     def kwargs(args: argparse.Namespace) -> dict:
-        if args.rounds < 1 or args.every < 0:
-            parser.error("--rounds must be >= 1 and --every >= 0")
+        if args.rounds < 1:  # (--every's type refuses a negative K)
+            parser.error("--rounds must be >= 1")
         if (args.rounds > 1 or args.checkpoint) and args.mode in ("naive", "rma"):
             parser.error("--rounds and --checkpoint work with --mode fabsp or bsp")
         # never over a folder that is not a checkpoint of this program
