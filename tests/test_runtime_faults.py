@@ -236,3 +236,29 @@ def test_a_job_ended_by_a_fault_leaves_no_shared_memory_behind(how):
     while (left := _unmapped_mpich_segments() - before) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not left, f"left behind: {left}"
+
+
+def test_sigterm_ends_a_rank_blocked_in_mpi_at_once_and_is_no_silent_death():
+    # scancel and time limits send SIGTERM: a rank waiting in a sync (the main thread inside MPI)
+    # must still end at once, by that signal, and the watch must not call it a silent death.
+    import signal
+    import subprocess
+
+    from mpi_helpers import MPIEXEC, clean_env
+
+    proc = subprocess.Popen([MPIEXEC, "-n", "3", sys.executable, os.path.join(PROGRAMS, "dump_stacks.py")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=clean_env(MPIEXEC_TIMEOUT="60"), stdin=subprocess.DEVNULL)
+    try:
+        pids = [int(proc.stdout.readline().split()[1]) for _ in range(3)]
+        time.sleep(1.0)  # rank 0 sleeps in its own work, ranks 1 and 2 wait in the sync
+        t0 = time.monotonic()
+        for pid in pids:  # as scancel does: two of them are inside MPI
+            os.kill(pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+        elapsed = time.monotonic() - t0
+    finally:
+        proc.kill()
+    assert proc.returncode != 0 and elapsed < 10, (elapsed, err)
+    assert "Terminated (signal 15)" in out + err, out + err  # hydra: it ended by the signal
+    assert "died without a report" not in out + err

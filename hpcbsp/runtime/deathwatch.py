@@ -12,7 +12,8 @@ of the job there, with its start time).
 The rank writes one word into its pipe before it goes: ``bye`` when it exits normally
 (``atexit``), ``claimed`` when it reports its own failure and aborts the job (:func:`claim`: the
 peers the launcher kills next are no news), ``owner`` or ``claimed`` when it is interrupted
-(:func:`claim_report`).  A pipe that closes without a word is a silent death.  The watcher sees
+(:func:`claim_report`), ``stopped`` when SIGTERM ends it (:func:`stopping`; scancel, a time
+limit: the job is being stopped).  A pipe that closes without a word is a silent death.  The watcher sees
 the pipes close in the order the ranks ended (``epoll`` keeps the kernel's order, however late
 the watcher gets to run) and names the first, with the signal that ended it: plainly when every
 rank of the job is on the node, with a doubt said when a rank of another node may have died first
@@ -39,7 +40,7 @@ from mpi4py import MPI
 from .environment import setting
 from .errors import BadInput
 
-__all__ = ["start", "introduce", "heartbeat_settings", "watched", "claim", "claim_report"]
+__all__ = ["start", "introduce", "heartbeat_settings", "watched", "claim", "claim_report", "stopping"]
 
 #: Seconds a rank tries to reach (or start) its node's watcher before it goes on without one
 #: (a watcher starts in a fraction of a second; on a node overloaded many times over, seconds).
@@ -202,6 +203,11 @@ def _stat(pid: int | str) -> list[str]:
 def claim() -> None:
     """This rank reports its own failure and is about to abort the job: keep the peers quiet."""
     _say(b"claimed\n")
+
+
+def stopping() -> None:
+    """This rank was asked to stop (SIGTERM) and is about to end: not a silent death."""
+    _say(b"stopped\n")
 
 
 def claim_report() -> bool:

@@ -22,7 +22,8 @@ which the watch used before, says nothing).
 **What a pipe says.**  A rank writes one word before its pipe closes: ``bye`` (a normal exit,
 ``atexit``), ``claimed`` (it reported its own failure and aborts the job: the launcher's kills that
 follow are no news) or ``owner`` (it was interrupted and said so itself, taking the node's failure
-marker; see :func:`.deathwatch.claim_report`).  A pipe that closes without a word is a rank that
+marker; see :func:`.deathwatch.claim_report`) or ``stopped`` (SIGTERM ended it: the job is being
+stopped).  A pipe that closes without a word is a rank that
 died silently.  For the first one only (the rest follow from it) the watcher reads how it ended
 from ``/proc/PID/stat`` while the launcher has not reaped it (:func:`verdict`): HUP, INT, TERM and
 plain exits are a job being stopped, not a death, and stay quiet; a crash (SEGV, BUS, ABRT, ...)
@@ -363,7 +364,7 @@ class Watch:
         if b"bye" in words:
             return
         self.abnormal = True
-        if b"claimed" in words or b"owner" in words:
+        if b"claimed" in words or b"owner" in words or b"stopped" in words:
             self.quiet = True
             self.remove_marker |= b"owner" in words
             return

@@ -145,6 +145,8 @@ def install_interrupt_handler() -> None:
         return
     _interrupt_pid = os.getpid()
     signal.signal(signal.SIGINT, _on_sigint)
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm)
     # The handler runs only when the main thread executes Python code; a rank blocked in an MPI
     # call (mpi4py releases the GIL there) is ended by this thread, which the C-level signal
     # handler wakes through the pipe.
@@ -167,6 +169,30 @@ def _on_sigint(signum: int, frame: FrameType | None) -> None:
     _end_job_interrupted()
 
 
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    _terminated()
+
+
+def _terminated() -> None:
+    """SIGTERM (scancel, a time limit, a launcher stopping the job): tell the node's watcher that
+    this rank was asked to stop, not that it died silently, and end as SIGTERM ends a process
+    (no clean-up, killed by the signal).  From the main thread's handler, or from the watcher
+    thread while the main thread is blocked in MPI."""
+    deathwatch.stopping()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    else:  # (only the main thread may call signal.signal: reset the C handler itself)
+        import ctypes
+
+        try:
+            ctypes.CDLL(None).signal(signal.SIGTERM, 0)  # SIG_DFL
+        except (OSError, AttributeError):
+            os._exit(128 + signal.SIGTERM)
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(5.0)
+    os._exit(128 + signal.SIGTERM)
+
+
 def _watch_interrupts(read_fd: int) -> None:
     while True:
         try:
@@ -177,8 +203,11 @@ def _watch_interrupts(read_fd: int) -> None:
             return
         if not data:
             return
-        if signal.SIGINT in data and signal.getsignal(signal.SIGINT) is _on_sigint \
-                and os.getpid() == _interrupt_pid:
+        if os.getpid() != _interrupt_pid:
+            continue
+        if signal.SIGTERM in data and signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            _terminated()
+        if signal.SIGINT in data and signal.getsignal(signal.SIGINT) is _on_sigint:
             _end_job_interrupted()
 
 
