@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 import pytest
-from mpi_helpers import MPIEXEC, _remove_leftover_segments, _shm_segments
+from mpi_helpers import _remove_leftover_segments, _shm_segments, clean_env, mpiexec_command
 
 import hpcbsp
 from hpcbsp.apps.heat import reference
@@ -70,11 +70,8 @@ def _python_ranks(pid: int) -> list[int]:
 def _interrupt_heat(ck: str, nprocs: int, delay: float) -> tuple[int, str, float]:
     """Start the heat solver with checkpoints, Ctrl-C it ``delay`` s after its first checkpoint;
     return its status, its stderr and how long the job took to end after the signal."""
-    env = dict(os.environ, MPIEXEC_TIMEOUT="120", PYTHONUNBUFFERED="1")
-    for var in list(env):
-        if var.startswith(("PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_")):
-            del env[var]
-    cmd = [MPIEXEC, "-n", str(nprocs), sys.executable, "-m", "hpcbsp.apps.heat", "--n", str(N),
+    env = clean_env(MPIEXEC_TIMEOUT="120", PYTHONUNBUFFERED="1")
+    cmd = [*mpiexec_command(nprocs), sys.executable, "-m", "hpcbsp.apps.heat", "--n", str(N),
            "--steps", "100000000", "--checkpoint", ck, "--every", str(EVERY), "--quiet"]  # no progress lines
     meta = os.path.join(ck, "meta.json")
     old = _identity(meta)  # an earlier run's checkpoint

@@ -1,25 +1,34 @@
 """The command line that starts an MPI job of N ranks, one per host where hosts are given.
 
 Programs that launch jobs of their own (``hpcbsp-cost calibrate``, ``python -m hpcbsp.bench
-bsf``) start them in one of three ways:
+bsf``) start them in one of three ways, spelled for the MPI the ``mpiexec`` belongs to
+(:mod:`hpcbsp.util.mpiflavour`: MPICH, Open MPI, Intel MPI):
 
-* ``mpiexec -n N`` on this machine (no host file);
-* ``mpiexec -f FILE -ppn 1 -n N``: one rank on each of the first N hosts listed in FILE (MPICH
-  hydra's host file: one host a line, ``host`` or ``host:slots``, ``#`` comments).  When FILE is
-  the host file of the local emulated cluster (``slurm/local-cluster.sh``, which writes an
-  ``rsh`` launcher beside it), the job goes through that launcher
-  (``-launcher rsh -launcher-exec DIR/rsh``), so that each rank runs inside its node;
-* ``srun -N N -n N --mpi=pmi2``: one task per node of the Slurm allocation (``--mpi=pmi2`` is
-  what MPICH needs; ``srun --mpi=list`` shows what a site's Slurm offers).
+* ``mpiexec -n N`` on this machine (no host file); Open MPI is also told that it may start more
+  ranks than cores (``--map-by :OVERSUBSCRIBE``), which MPICH and Intel MPI do when asked;
+* one rank on each of the first N hosts listed in FILE (one host a line, ``host`` or
+  ``host:slots``, ``#`` comments): ``mpiexec -f FILE -ppn 1 -n N`` for the hydras of MPICH and
+  Intel MPI, ``mpiexec --host H1,..,HN --map-by ppr:1:node -n N`` for Open MPI (whose host
+  files have another syntax).  When FILE is the host file of the local emulated cluster
+  (``slurm/local-cluster.sh``, which writes an ``rsh`` launcher beside it), the job goes
+  through that launcher (``-launcher rsh -launcher-exec DIR/rsh``; Open MPI: ``--prtemca
+  plm_ssh_agent DIR/rsh``), so that each rank runs inside its node;
+* ``srun -N N -n N --mpi=PLUGIN``: one task per node of the Slurm allocation, with the PMI
+  plugin of that MPI (``pmi2`` for MPICH and Intel MPI, ``pmix`` for Open MPI; none for an MPI
+  hpcbsp does not know, which then gets Slurm's default; ``srun --mpi=list`` shows what a
+  site's Slurm offers).
 
-Bad input (an unreadable or empty host file, fewer hosts than ranks) raises :class:`JobCommandError`
-with one line that names the file and what to do; callers print it and exit 2 before any job
-starts.  Nothing here imports hpcbsp or MPI.
+Bad input (an unreadable or empty host file, fewer hosts than ranks, a host file for an mpiexec of
+an MPI this module cannot tell) raises :class:`JobCommandError` with one line that names the file
+or program and what to do; callers print it and exit 2 before any job starts.  Nothing here
+imports MPI.
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from .mpiflavour import Flavour, local_args, mpiexec_flavour
 
 #: How a job is started: on this machine, across the hosts of a host file, or by Slurm's srun.
 LAUNCHES: tuple[str, ...] = ("mpiexec", "srun")
@@ -59,26 +68,32 @@ def local_cluster_launcher(hostfile: str | os.PathLike) -> str | None:
     return str(rsh) if LOCAL_CLUSTER_MARK in head and os.access(rsh, os.X_OK) else None
 
 
-def job_command(mpiexec: str, ranks: int, *, hosts: str | None = None, launch: str = "mpiexec") -> list[str]:
+def job_command(mpiexec: str, ranks: int, *, hosts: str | None = None, launch: str = "mpiexec",
+                flavour: Flavour | None = None) -> list[str]:
     """argv prefix that starts ``ranks`` ranks (append the program and its arguments).
 
     ``hosts``: a host file, one rank per host (needs ``launch="mpiexec"``); ``launch="srun"``:
-    one task per node of the Slurm allocation.
+    one task per node of the Slurm allocation.  ``flavour``: the MPI the job runs on (default:
+    the one ``mpiexec`` belongs to, :func:`~hpcbsp.util.mpiflavour.mpiexec_flavour`).
     """
     if launch not in LAUNCHES:
         raise JobCommandError(f"unknown launch {launch!r}: choose from {', '.join(LAUNCHES)}")
     if launch == "srun":
         if hosts is not None:
             raise JobCommandError("a host file is for mpiexec; srun places the tasks on the allocation's nodes")
-        return ["srun", "-N", str(ranks), "-n", str(ranks), "--mpi=pmi2"]
+        flavour = flavour or mpiexec_flavour(mpiexec)
+        plugin = [f"--mpi={flavour.srun_mpi}"] if flavour.srun_mpi else []
+        return ["srun", "-N", str(ranks), "-n", str(ranks), *plugin]
+    flavour = flavour or mpiexec_flavour(mpiexec)
     if hosts is None:
-        return [mpiexec, "-n", str(ranks)]
+        return [mpiexec, *local_args(flavour), "-n", str(ranks)]
     listed = read_hosts(hosts)
     if len(listed) < ranks:
         raise JobCommandError(f"host file {hosts}: lists {len(listed)} host(s), but {ranks} ranks need one "
                               f"host each; list more hosts or run fewer workers")
-    cmd = [mpiexec, "-f", str(hosts), "-ppn", "1"]
-    rsh = local_cluster_launcher(hosts)
-    if rsh is not None:
-        cmd += ["-launcher", "rsh", "-launcher-exec", rsh]
-    return cmd + ["-n", str(ranks)]
+    if not flavour.known:
+        raise JobCommandError(f"cannot tell which MPI {mpiexec} belongs to (MPICH, Open MPI or Intel MPI: "
+                              "`mpiexec --version` names none), so not how to place one rank per host of "
+                              f"{hosts}; use the mpiexec of one of those, or --launch srun inside an allocation")
+    return [mpiexec, *flavour.hostfile_args(listed[:ranks], str(hosts), local_cluster_launcher(hosts)),
+            "-n", str(ranks)]
