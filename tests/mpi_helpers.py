@@ -1,8 +1,9 @@
 """Run a command under mpiexec in a subprocess, with a timeout so a deadlock fails, never hangs.
 
 The command line, the child's environment, the timeout and the crash report are spelled for the
-MPI of the mpiexec found (:mod:`hpcbsp.util.mpiflavour`): ``FLAVOUR``; ``mpich_only(reason)``
-skips a test that checks something only MPICH does, naming the flavour in use.
+MPI of the mpiexec found (:mod:`hpcbsp.util.mpiflavour`): ``FLAVOUR``; ``mpich_only(reason)``,
+``hydra_only(reason)`` and ``openmpi_only(reason)`` skip a test that checks something only that
+MPI's launcher does, naming the flavour in use.
 """
 from __future__ import annotations
 
@@ -14,7 +15,17 @@ from dataclasses import dataclass
 import pytest
 
 from hpcbsp.runtime.launch import find_mpiexec
-from hpcbsp.util.mpiflavour import MPICH, child_env, crash_line, local_args, mpiexec_flavour, timeout_env
+from hpcbsp.util.mpiflavour import (
+    IMPI,
+    MPICH,
+    OPENMPI,
+    child_env,
+    crash_line,
+    local_args,
+    mpiexec_flavour,
+    program_output,
+    timeout_env,
+)
 
 MPIEXEC = find_mpiexec()
 #: The MPI of that mpiexec (MPICH, Open MPI, Intel MPI or unknown).
@@ -42,6 +53,17 @@ def mpich_only(reason: str) -> pytest.MarkDecorator:
     return pytest.mark.skipif(FLAVOUR is not MPICH, reason=f"MPICH only ({reason}); this mpiexec is {FLAVOUR.title}'s")
 
 
+def hydra_only(reason: str) -> pytest.MarkDecorator:
+    """Skip unless the mpiexec is a hydra (MPICH's or Intel MPI's): ``reason`` says what only hydra does."""
+    return pytest.mark.skipif(FLAVOUR not in (MPICH, IMPI),
+                              reason=f"hydra only ({reason}); this mpiexec is {FLAVOUR.title}'s")
+
+
+def openmpi_only(reason: str) -> pytest.MarkDecorator:
+    """Skip unless the mpiexec is Open MPI's: ``reason`` says what only it does."""
+    return pytest.mark.skipif(FLAVOUR is not OPENMPI, reason=f"Open MPI only ({reason}); this mpiexec is {FLAVOUR.title}'s")
+
+
 def mpiexec_command(nprocs: int) -> list[str]:
     """``mpiexec [options of this MPI for a job on this machine] -n nprocs``."""
     assert MPIEXEC is not None, "no mpiexec found next to the Python interpreter or on PATH"
@@ -58,6 +80,12 @@ class MPIResult:
     @property
     def output(self) -> str:
         return self.stdout + self.stderr
+
+    @property
+    def program_stderr(self) -> str:
+        """stderr without what the MPI and its launcher wrote themselves (Open MPI's mpiexec adds a
+        help block to every job that ends badly, hydra does not): what the program said."""
+        return program_output(FLAVOUR, self.stderr)
 
     @property
     def crash(self) -> str | None:

@@ -35,7 +35,7 @@ from ..farm.timings import REPORT_ENV
 from ..runtime.launch import find_mpiexec
 from ..util.args import plural
 from ..util.jobcommand import JobCommandError, job_command
-from ..util.mpiflavour import child_env, mpiexec_flavour, root_refusal, timeout_env
+from ..util.mpiflavour import child_env, mpiexec_flavour, program_output, root_refusal, timeout_env
 from .errors import CostInputError
 from .farmmodel import model_from_farm_runs
 from .modelfile import CalibratedModel, save_model
@@ -94,8 +94,8 @@ def run_once(command: Sequence[str], workers: int, repeat: int, out_dir: str, *,
     if (proc.returncode != 0 or not os.path.exists(report)) and time.monotonic() - t0 >= limit:
         raise CostInputError(f"the run at K = {workers} timed out after {limit} s (--timeout {timeout:g}); "
                              f"give a larger --timeout or a smaller problem (log: {log})")
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+    if proc.returncode != 0:  # the program's last line, not one of the MPI's own (Open MPI adds a block)
+        last = (program_output(mpiexec_flavour(mpiexec), proc.stderr).strip().splitlines() or ["(no output)"])[-1]
         raise CostInputError(f"the run at K = {workers} failed with status {proc.returncode}: {last} (log: {log})")
     try:
         with open(report) as fh:

@@ -31,9 +31,13 @@ from PyPI; ``docs/cluster.md``, "Your site's MPI"):
   nodes, which prefixes tune the library (shown by ``hpcbsp info``).
 * **the launcher's variables**: those a rank's environment gets from mpiexec, which a child
   process must not inherit to start as a job of its own (:func:`child_env`).
-* **crash lines**: how mpiexec's output says that a rank died of a signal (:func:`crash_line`).
+* **crash lines**: how mpiexec's output says that a rank died of a signal (:func:`crash_line`);
+  and which lines of a job's output are the MPI's own (Open MPI's help blocks between rules of
+  dashes, hydra's ``[mpiexec@HOST]`` lines and ``BAD TERMINATION`` banner), so that what a
+  program said can be told apart (:func:`program_output`).
 
-Nothing here imports mpi4py except :func:`running_flavour`, and nothing initialises MPI.
+Nothing here imports mpi4py except :func:`running_flavour` (whose import of ``mpi4py.MPI``
+initialises MPI).
 """
 from __future__ import annotations
 
@@ -80,6 +84,8 @@ class Flavour:
     setting_prefixes: tuple[str, ...] = ()           # prefixes of the variables that tune it
     shm_prefixes: tuple[str, ...] = ()               # its files in /dev/shm (left behind by killed ranks)
     crash_pattern: str | None = None                 # mpiexec's report of a rank killed by a signal
+    own_lines: tuple[str, ...] = ()                  # patterns of the lines the MPI itself writes
+    own_blocks: tuple[str, ...] = ()                 # patterns of the rules around its multi-line messages
     variables: tuple[tuple[str, str], ...] = ()      # the variables that matter to hpcbsp, with what each does
 
     @property
@@ -104,6 +110,12 @@ class Flavour:
 
 
 _HYDRA_CRASH = r"EXIT STRING: (.*\(signal \d+\))"
+#: Hydra's own lines, and the banner it prints around a rank that ended badly.
+_HYDRA_LINES = (r"\[mpiexec@[^\]]*\] ", r"\[proxy:[^\]]*\] ", r"YOUR APPLICATION TERMINATED WITH THE EXIT STRING: ",
+                r"This typically refers to a problem with your application\.$",
+                r"Please see the FAQ page for debugging suggestions$")
+_HYDRA_BLOCKS = (r"={40,}",)
+_MPICH_ABORT = r"Abort\(\d+\) on node \d+ \(rank \d+ in comm \d+\): "
 MPICH = Flavour(
     name="mpich", title="MPICH", launcher="hydra (MPICH's mpiexec)", srun_mpi="pmi2",
     timeout_status=(255,),
@@ -113,6 +125,9 @@ MPICH = Flavour(
     setting_prefixes=("MPIR_CVAR_", "MPICH_", "HYDRA_", "UCX_", "FI_"),
     shm_prefixes=("mpich_shm_",),
     crash_pattern=_HYDRA_CRASH,
+    # MPICH's library also says so itself when a rank calls MPI_Abort.
+    own_lines=_HYDRA_LINES + (_MPICH_ABORT,),
+    own_blocks=_HYDRA_BLOCKS,
     variables=(
         (TIMEOUT_ENV, "seconds after which mpiexec ends the job"),
         ("MPIR_CVAR_CH4_NETMOD", "the netmod between nodes: ofi or ucx"),
@@ -132,6 +147,10 @@ OPENMPI = Flavour(
     setting_prefixes=("OMPI_MCA_", "PRTE_MCA_", "PMIX_MCA_", "OMPI_ALLOW_RUN_AS_ROOT", "UCX_"),
     shm_prefixes=("sm_segment.",),
     crash_pattern=r"noticed that process rank \d+ with PID \d+ on node \S+ exited on\s+(signal \d+(?: \([^)]*\))?)",
+    # Its messages (MPI_ABORT, a non-zero exit, a crash) are help blocks between rules of dashes;
+    # PMIx and components write single lines tagged [HOST:PID].
+    own_lines=(r"\[[\w.-]+:\d+\] (?:PMIX ERROR: |/\S+\.c:\d+ )",),
+    own_blocks=(r"-{40,}",),
     variables=(
         (TIMEOUT_ENV, "seconds after which mpiexec ends the job (its --timeout)"),
         ("OMPI_MCA_pml", "the point-to-point layer: ob1 (over the BTLs) or ucx"),
@@ -151,6 +170,8 @@ IMPI = Flavour(
     transport_vars=("I_MPI_FABRICS", "I_MPI_OFI_PROVIDER", "FI_PROVIDER", "FI_TCP_IFACE"),
     setting_prefixes=("I_MPI_", "FI_"),
     crash_pattern=r"KILLED BY SIGNAL: (\d+ \([^)]*\))",
+    own_lines=_HYDRA_LINES + (_MPICH_ABORT,),  # Intel MPI's library is MPICH's
+    own_blocks=_HYDRA_BLOCKS,
     variables=(
         (TIMEOUT_ENV, "seconds after which mpiexec ends the job (I_MPI_JOB_TIMEOUT)"),
         ("I_MPI_FABRICS", "shm:ofi (default) or ofi (libfabric within a node too)"),
@@ -190,7 +211,9 @@ def library_name(version: str) -> str:
 
 
 def running_flavour() -> Flavour:
-    """The flavour of the MPI library mpi4py loaded (loads it; does not initialise MPI)."""
+    """The flavour of the MPI library mpi4py loads.  Importing ``mpi4py.MPI`` initialises MPI
+    (mpi4py's default): call it where the process runs MPI anyway, not in a program that only
+    launches jobs (those ask :func:`mpiexec_flavour`)."""
     from mpi4py import MPI
 
     return library_flavour(MPI.Get_library_version())
@@ -291,3 +314,25 @@ def crash_line(flavour: Flavour, output: str) -> str | None:
         if m:
             return " ".join(m.group(1).split())
     return None
+
+
+def program_output(flavour: Flavour, text: str) -> str:
+    """``text``, what an mpiexec job wrote, without what the MPI library and its launcher wrote
+    themselves (``flavour``'s own lines and blocks; an MPI hpcbsp does not know: those of every
+    flavour known), so that what the program said can be read or shown alone.  Open MPI's
+    mpiexec adds a help block to any job that ends badly (a non-zero exit, ``MPI_Abort``), and a
+    NUL byte; hydra adds nothing to a rank's non-zero exit."""
+    flavours = [flavour] if flavour.known else [MPICH, OPENMPI, IMPI]
+    lines = re.compile("|".join(f"(?:{p})" for f in flavours for p in f.own_lines) or r"(?!)")
+    rules = re.compile("|".join(f"(?:{p})$" for f in flavours for p in f.own_blocks) or r"(?!)")
+    kept: list[str] = []
+    block: list[str] | None = None  # the lines of an open block: kept after all if it never closes
+    for line in text.replace("\x00", "").splitlines(keepends=True):
+        bare = line.rstrip("\r\n")
+        if rules.match(bare):
+            block = [line] if block is None else None
+        elif block is not None:
+            block.append(line)
+        elif not lines.match(bare):
+            kept.append(line)
+    return "".join(kept + (block or []))
