@@ -56,8 +56,9 @@ CRASHES = [
      "Segmentation fault (signal 11)"),
     (OPENMPI, "prterun noticed that process rank 1 with PID 9139 on node vm exited on\nsignal 11 (Segmentation fault).\n",
      "signal 11 (Segmentation fault)"),
-    (IMPI, "=   RANK 1 PID 9213 RUNNING AT vm\n=   KILLED BY SIGNAL: 11 (Segmentation fault)\n",
-     "11 (Segmentation fault)"),
+    (IMPI, "=   RANK 0 PID 9212 RUNNING AT vm\n=   KILLED BY SIGNAL: 9 (Killed)\n" + "=" * 83 + "\n\n" + "=" * 83 + "\n"
+           "=   RANK 1 PID 9213 RUNNING AT vm\n=   KILLED BY SIGNAL: 11 (Segmentation fault)\n",
+     "11 (Segmentation fault)"),  # the rank the launcher killed first, then the one that crashed
 ]
 
 
@@ -66,6 +67,8 @@ def test_each_launchers_crash_report_is_read(flavour, output, words):
     assert crash_line(flavour, output) == words
     assert crash_line(UNKNOWN, output) == words  # an unknown MPI: any of the known reports
     assert crash_line(flavour, "[rank 0] KeyError: 'x'\n") is None
+    killed = output.replace("Segmentation fault", "Killed").replace("11", "9")  # only SIGKILL: that one
+    assert crash_line(flavour, killed) is not None and "9" in crash_line(flavour, killed)
 
 
 def test_a_child_keeps_the_users_settings_and_drops_the_launchers():

@@ -306,14 +306,16 @@ def root_refusal(flavour: Flavour, env: Mapping[str, str] | None = None) -> str 
 
 
 def crash_line(flavour: Flavour, output: str) -> str | None:
-    """What ``flavour``'s mpiexec said about a rank killed by a signal in ``output``, else None."""
+    """What ``flavour``'s mpiexec said about a rank killed by a signal in ``output``, else None.
+
+    Where it reports several ranks (Intel MPI's hydra: one banner per rank), the first signal
+    other than SIGKILL, which the launcher sends to the rest of the job, is the crash."""
     patterns = [flavour.crash_pattern] if flavour.crash_pattern else [
         f.crash_pattern for f in (MPICH, OPENMPI, IMPI) if f.crash_pattern]
-    for pattern in patterns:
-        m = re.search(pattern, output)
-        if m:
-            return " ".join(m.group(1).split())
-    return None
+    found = [" ".join(m.group(1).split()) for pattern in patterns for m in re.finditer(pattern, output)]
+    if not found:
+        return None
+    return next((words for words in found if not re.search(r"\b9\b", words)), found[0])
 
 
 def program_output(flavour: Flavour, text: str) -> str:
