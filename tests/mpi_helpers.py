@@ -1,19 +1,40 @@
-"""Run a command under mpiexec in a subprocess, with a timeout so a deadlock fails, never hangs."""
+"""Run a command under mpiexec in a subprocess, with a timeout so a deadlock fails, never hangs.
+
+The command line, the child's environment, the timeout and the crash report are spelled for the
+MPI of the mpiexec found (:mod:`hpcbsp.util.mpiflavour`): ``FLAVOUR``; ``mpich_only(reason)``,
+``hydra_only(reason)`` and ``openmpi_only(reason)`` skip a test that checks something only that
+MPI's launcher does, naming the flavour in use.
+"""
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from dataclasses import dataclass
 
+import pytest
+
 from hpcbsp.runtime.launch import find_mpiexec
+from hpcbsp.util.mpiflavour import (
+    IMPI,
+    MPICH,
+    OPENMPI,
+    child_env,
+    crash_line,
+    local_args,
+    mpiexec_flavour,
+    program_output,
+    timeout_env,
+)
 
 MPIEXEC = find_mpiexec()
+#: The MPI of that mpiexec (MPICH, Open MPI, Intel MPI or unknown).
+FLAVOUR = mpiexec_flavour(MPIEXEC)
 
-#: Variables of an enclosing mpiexec (or Slurm step) that a child must not inherit: a child that
-#: imports mpi4py must start as a singleton or as a rank of its own job, not of the test's.
-_MPI_PREFIXES = ("PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_")
+#: Variables of an enclosing mpiexec (or Slurm step) that a child must not inherit (a child that
+#: imports mpi4py must start as a singleton or as a rank of its own job, not of the test's): the
+#: launchers' own (hpcbsp.util.mpiflavour.child_env) and, as always here, MPICH's settings.
+_MPI_PREFIXES = ("MPIR_",)
 _SLURM_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_")
 #: Transport choices (UCX, libfabric) that a test of the emulated nodes sets itself.
 _TRANSPORT_PREFIXES = ("UCX_", "FI_")
@@ -24,9 +45,29 @@ def clean_env(*, slurm: bool = False, transport: bool = False, **extra: str) -> 
     those of an enclosing Slurm job; with ``transport``, without UCX and libfabric settings),
     plus ``extra``."""
     prefixes = _MPI_PREFIXES + (_SLURM_PREFIXES if slurm else ()) + (_TRANSPORT_PREFIXES if transport else ())
-    env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
-    env.update(extra)
-    return env
+    return child_env(os.environ, drop=prefixes, **extra)
+
+
+def mpich_only(reason: str) -> pytest.MarkDecorator:
+    """Skip unless the mpiexec is MPICH's: ``reason`` says what only MPICH does."""
+    return pytest.mark.skipif(FLAVOUR is not MPICH, reason=f"MPICH only ({reason}); this mpiexec is {FLAVOUR.title}'s")
+
+
+def hydra_only(reason: str) -> pytest.MarkDecorator:
+    """Skip unless the mpiexec is a hydra (MPICH's or Intel MPI's): ``reason`` says what only hydra does."""
+    return pytest.mark.skipif(FLAVOUR not in (MPICH, IMPI),
+                              reason=f"hydra only ({reason}); this mpiexec is {FLAVOUR.title}'s")
+
+
+def openmpi_only(reason: str) -> pytest.MarkDecorator:
+    """Skip unless the mpiexec is Open MPI's: ``reason`` says what only it does."""
+    return pytest.mark.skipif(FLAVOUR is not OPENMPI, reason=f"Open MPI only ({reason}); this mpiexec is {FLAVOUR.title}'s")
+
+
+def mpiexec_command(nprocs: int) -> list[str]:
+    """``mpiexec [options of this MPI for a job on this machine] -n nprocs``."""
+    assert MPIEXEC is not None, "no mpiexec found next to the Python interpreter or on PATH"
+    return [MPIEXEC, *local_args(FLAVOUR), "-n", str(nprocs)]
 
 
 @dataclass
@@ -41,26 +82,30 @@ class MPIResult:
         return self.stdout + self.stderr
 
     @property
+    def program_stderr(self) -> str:
+        """stderr without what the MPI and its launcher wrote themselves (Open MPI's mpiexec adds a
+        help block to every job that ends badly, hydra does not): what the program said."""
+        return program_output(FLAVOUR, self.stderr)
+
+    @property
     def crash(self) -> str | None:
-        """Hydra's exit string when a rank died of a signal (a segfault, say), else None.
+        """mpiexec's report that a rank died of a signal (a segfault, say), else None.
 
         A rank that fails cleanly exits with a status; one that crashes can take the job down
         before the failed rank's report is forwarded, so tests of clean failures check this."""
-        m = re.search(r"EXIT STRING: (.*\(signal \d+\))", self.output)
-        return m.group(1) if m else None
+        return crash_line(FLAVOUR, self.output)
 
 
 def run_mpi(nprocs: int, args: list[str], *, timeout: float = 120, env: dict[str, str] | None = None,
             python: bool = True, cwd: str | None = None) -> MPIResult:
     """Run ``mpiexec -n nprocs [python] args`` and return its status and output.
 
-    ``timeout`` is enforced twice: by MPICH's MPIEXEC_TIMEOUT (kills all ranks) and by the
-    subprocess call (kills mpiexec) a few seconds later.
+    ``timeout`` is enforced twice: by MPIEXEC_TIMEOUT (mpiexec kills all ranks; MPICH, Open MPI
+    and Intel MPI read it) and by the subprocess call (kills mpiexec) a few seconds later.
     """
-    assert MPIEXEC is not None, "no mpiexec found next to the Python interpreter or on PATH"
     # Do not inherit the rank variables of an enclosing mpiexec (tests may run under one).
-    full_env = clean_env(MPIEXEC_TIMEOUT=str(int(timeout)), PYTHONUNBUFFERED="1", **(env or {}))
-    cmd = [MPIEXEC, "-n", str(nprocs)] + ([sys.executable] if python else []) + list(args)
+    full_env = clean_env(**timeout_env(int(timeout)), PYTHONUNBUFFERED="1", **(env or {}))
+    cmd = mpiexec_command(nprocs) + ([sys.executable] if python else []) + list(args)
     before = _shm_segments()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 15,
@@ -73,15 +118,18 @@ def run_mpi(nprocs: int, args: list[str], *, timeout: float = 120, env: dict[str
 
 
 def _shm_segments() -> set[str]:
+    if not FLAVOUR.shm_prefixes:
+        return set()
     try:
-        return {name for name in os.listdir("/dev/shm") if name.startswith("mpich_shm_")}
+        return {name for name in os.listdir("/dev/shm") if name.startswith(FLAVOUR.shm_prefixes)}
     except OSError:
         return set()
 
 
 def _remove_leftover_segments(before: set[str]) -> None:
-    """MPICH's shared-memory files survive a job whose ranks were killed (tests do that on
-    purpose); remove the ones this job created so repeated test runs do not fill /dev/shm."""
+    """The MPI's shared-memory files (MPICH's ``mpich_shm_*``, Open MPI's ``sm_segment.*``)
+    survive a job whose ranks were killed (tests do that on purpose); remove the ones this job
+    created so repeated test runs do not fill /dev/shm."""
     for name in _shm_segments() - before:
         try:
             os.remove(os.path.join("/dev/shm", name))

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import numpy as np
+from mpi_helpers import clean_env
 
 from hpcbsp.bench.bsf import k_max_agrees, measured_k_max
 
@@ -29,7 +30,7 @@ def test_k_max_target_is_fifteen_percent_or_both_beyond():
 
 
 def test_quick_run_prints_one_line_per_series(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "MPIR_"))}
+    env = clean_env()
     proc = subprocess.run([sys.executable, "-m", "hpcbsp.bench", "bsf", "--quick", "--no-plot",
                            "--apps", "jacobi", "--out-dir", str(tmp_path), "--timeout", "240"],
                           capture_output=True, text=True, timeout=300, env=env, stdin=subprocess.DEVNULL)

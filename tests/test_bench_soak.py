@@ -45,7 +45,7 @@ def test_counts_come_from_pytest_and_a_bad_end_is_never_counted_as_good():
 
 
 def test_the_soak_runs_an_item_and_writes_its_summary(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "hpcbsp.bench", "soak", "--rounds", "1", "--hogs", "1",
+    res = subprocess.run([sys.executable, "-m", "hpcbsp.bench", "soak", "--repeats", "1", "--hogs", "1",
                           "--items", "calibrate", "--out-dir", str(tmp_path)], capture_output=True, text=True,
                          timeout=600, env=dict(os.environ, MPIEXEC_TIMEOUT="300"))
     assert res.returncode == 0, res.stdout + res.stderr + (tmp_path / "soak.log").read_text()

@@ -13,7 +13,7 @@ from mpi_helpers import clean_env
 
 
 def test_the_watch_bench_alternates_and_its_ratios_follow_from_its_figures():
-    res = subprocess.run([sys.executable, "-m", "hpcbsp.bench", "watch", "--rounds", "2", "--iters", "200",
+    res = subprocess.run([sys.executable, "-m", "hpcbsp.bench", "watch", "--repeats", "2", "--iters", "200",
                           "--n", "20000"], capture_output=True, text=True, timeout=300,
                          env=clean_env(MPIEXEC_TIMEOUT="280"))
     assert res.returncode == 0, res.stdout + res.stderr

@@ -33,6 +33,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from mpi_helpers import clean_env
 
 pytestmark = pytest.mark.serial_only  # launches its own processes: runs in the serial pass, not once per rank
 
@@ -184,7 +185,7 @@ def check_untouched(before: dict[str, str], after: dict[str, str], argv: list[st
 
 
 def env() -> dict[str, str]:
-    e = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_"))}
+    e = clean_env()
     e["PYTHONUNBUFFERED"] = "1"
     e["MPLBACKEND"] = "Agg"
     return e

@@ -39,7 +39,7 @@ from cluster_helpers import (
 )
 from mpi_helpers import _remove_leftover_segments as remove_leftover_segments
 from mpi_helpers import _shm_segments as shm_segments
-from mpi_helpers import clean_env
+from mpi_helpers import clean_env, mpich_only
 
 from hpcbsp.runtime.launch import find_mpiexec
 
@@ -61,7 +61,9 @@ def _unavailable() -> str | None:
     return None
 
 
-pytestmark = [pytest.mark.slurm, *unavailable_marks(_unavailable())]
+pytestmark = [pytest.mark.slurm, *unavailable_marks(_unavailable()),
+              mpich_only("the emulated cluster's rsh launcher and task prolog (slurm/local-cluster.sh) set MPICH's transport, "
+                "and these tests start jobs with hydra's options and srun --mpi=pmi2")]
 
 # Every superstep each rank puts a block to the next rank; rank 0 says when 20 supersteps are done.
 PROGRAM = """\

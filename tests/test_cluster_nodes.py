@@ -46,7 +46,7 @@ from cluster_helpers import (
     unavailable_marks,
     wait_final,
 )
-from mpi_helpers import clean_env
+from mpi_helpers import clean_env, mpich_only
 
 from hpcbsp.runtime.launch import find_mpiexec
 
@@ -71,7 +71,9 @@ def _unavailable() -> str | None:
     return None
 
 
-pytestmark = [pytest.mark.slurm, *unavailable_marks(_unavailable())]
+pytestmark = [pytest.mark.slurm, *unavailable_marks(_unavailable()),
+              mpich_only("the emulated cluster's rsh launcher and task prolog (slurm/local-cluster.sh) set MPICH's transport, "
+                "and these tests start jobs with hydra's options and srun --mpi=pmi2")]
 
 
 def _env(**extra: str) -> dict[str, str]:

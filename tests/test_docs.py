@@ -41,7 +41,7 @@ import pytest
 
 # Launcher and MPI variables of an enclosing job or mpiexec must not leak into the blocks; why
 from cluster_helpers import skip_or_fail
-from mpi_helpers import clean_env
+from mpi_helpers import clean_env, mpich_only
 from test_slurm_jobs import _slurm_unavailable
 
 REPO = Path(__file__).resolve().parents[1]
@@ -264,6 +264,7 @@ _SLURM_DOCS = [doc for doc in DOCS if any(b.marker("slurm") is not None and b.ru
 
 
 @pytest.mark.slurm
+@mpich_only("the Slurm blocks launch with srun --mpi=pmi2 and hydra's options on the emulated cluster")
 @pytest.mark.parametrize("doc", _SLURM_DOCS, ids=_doc_id)
 def test_doc_slurm_blocks_run_as_written(doc: Path, tmp_path: Path):
     skip_or_fail(_slurm_unavailable())  # asked here, not at import: collecting must not wait on Slurm

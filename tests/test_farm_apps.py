@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import subprocess
 import sys
 
 import numpy as np
 import pytest
-from mpi_helpers import run_mpi
+from mpi_helpers import clean_env, run_mpi
 
 from hpcbsp.cost.modelfile import load_model
 
@@ -68,8 +67,7 @@ def test_one_rank_solve_prints_no_prediction_but_the_command_that_gives_one(app,
     command = res.stdout.split("run it on 2 or more ranks: ", 1)[1].strip().splitlines()[0]
     assert " -n 2 " in command and command.endswith(f"-m hpcbsp.apps.bsf.{app} --n 100")
     # The command it names works as written and does predict.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_", "MPIR_"))}
-    env["MPIEXEC_TIMEOUT"] = "120"
+    env = clean_env(MPIEXEC_TIMEOUT="120")
     again = subprocess.run(shlex.split(command), capture_output=True, text=True, timeout=150,
                            env=env, cwd=tmp_path, stdin=subprocess.DEVNULL)
     assert again.returncode == 0, again.stdout + again.stderr

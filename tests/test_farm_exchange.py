@@ -14,7 +14,7 @@ import os
 import numpy as np
 import pytest
 from mpi4py import MPI
-from mpi_helpers import run_mpi
+from mpi_helpers import clean_env, run_mpi
 from test_farm_skeleton import serial_reference, weighted_mean_problem
 
 import hpcbsp
@@ -173,7 +173,7 @@ def test_calibrate_with_emulated_compute(tmp_path):
     import subprocess
     import sys
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "HYDRA_", "MPIR_"))}
+    env = clean_env()
     proc = subprocess.run([sys.executable, "-m", "hpcbsp.cli.cost", "calibrate", "--workers", "1,2", "--repeats", "1",
                            "--exchange", "tree", "--emulate-compute", "--out-dir", str(tmp_path), "--timeout", "120",
                            "--", "python", "-m", "hpcbsp.apps.bsf.jacobi", "--n", "100", "--max-iter", "4"],

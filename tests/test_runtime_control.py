@@ -31,7 +31,7 @@ def test_control_step_falls_back_to_allreduce_without_persistent_collectives(bsp
     libraries have none, and the plain Allreduce must give the same agreement and divergence.
     (White box on purpose: freeing the control step's persistent request is how an MPI-3
     library is imitated on this one.)"""
-    assert bsp._control._persistent is not None  # MPICH 5 has MPI_Allreduce_init
+    assert bsp._control._persistent is not None  # MPICH 5, Open MPI 5 and Intel MPI 2021 have MPI_Allreduce_init
     bsp._control.free()                           # now as on an MPI-3 library
     x = bsp.coarray(1, dtype=np.int64)
     x.put((bsp.pid + 1) % bsp.nprocs, [bsp.pid + 10])
@@ -130,7 +130,7 @@ def test_the_compiled_step_raises_the_mpi_error_and_refuses_null_addresses():
 
 
 def test_an_empty_sync_takes_the_compiled_step_unless_told_not_to(bsp, monkeypatch):
-    """The MPICH wheel's libmpi is found (one library, MPI initialised); HPCBSP_COMPILED_SYNC=0
+    """The MPI wheel's libmpi is found (MPICH, Open MPI or Intel MPI: one library, MPI initialised); HPCBSP_COMPILED_SYNC=0
     gives the Python path, and both count supersteps and refuse a diverged rank alike."""
     assert native.mpi_functions() is not None
     assert bsp.extension.compiled_sync

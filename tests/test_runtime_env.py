@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from mpi_helpers import clean_env
 
 from hpcbsp.runtime.environment import setting
 from hpcbsp.runtime.errors import BadInput
@@ -45,7 +46,7 @@ def test_a_program_with_a_bad_variable_ends_in_one_line(var, value):
             "    box = bsp.mailbox(lambda r: None, np.int64)\n"
             "    bsp.sync()\n"
             "hpcbsp.run(prog)\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "HYDRA_"))}
+    env = clean_env()
     env[var] = value
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=env, timeout=120, stdin=subprocess.DEVNULL)

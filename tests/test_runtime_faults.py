@@ -11,6 +11,7 @@ from mpi_helpers import run_mpi
 
 from hpcbsp import BSPError
 from hpcbsp.runtime.launch import check_world, detect_launch
+from hpcbsp.util.mpiflavour import running_flavour
 
 HERE = os.path.dirname(__file__)
 PROGRAMS = os.path.join(HERE, "programs")
@@ -84,14 +85,15 @@ def test_python_m_hpcbsp_script_failure_ends_job():
 
 def test_srun_without_pmi_gives_a_clear_error():
     # A singleton that Slurm's environment says is one of 2 tasks: what srun without
-    # --mpi=pmi2 produces with MPICH.
+    # --mpi=pmi2 produces with MPICH (without --mpi=pmix with Open MPI); the message names the
+    # plugin of the MPI in use.
     env = {"SLURM_STEP_ID": "0", "SLURM_NTASKS": "2", "SLURM_STEP_NUM_TASKS": "2", "SLURM_JOB_ID": "7"}
     import subprocess
     code = "import hpcbsp\nwith hpcbsp.BSP() as bsp: pass"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          env={**os.environ, **env})
     assert res.returncode != 0
-    assert "srun --mpi=pmi2" in res.stderr and "world of size 1" in res.stderr
+    assert f"srun --mpi={running_flavour().srun_mpi}" in res.stderr and "world of size 1" in res.stderr
 
 
 def test_check_world_cases():

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from cluster_helpers import FINAL_STATES, job_records, skip_or_fail, wait_final
-from mpi_helpers import clean_env
+from mpi_helpers import clean_env, mpich_only
 
 REPO = Path(__file__).resolve().parents[1]
 SLURM = REPO / "slurm"
@@ -48,7 +48,9 @@ def _env(**extra: str) -> dict[str, str]:
     return clean_env(slurm=True, **{"HPCBSP_VENV": str(VENV), "PYTHONUNBUFFERED": "1", **extra})
 
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm,
+              mpich_only("the batch scripts and these tests use srun --mpi=pmi2 (Open MPI needs pmix, Intel MPI "
+                         "I_MPI_PMI_LIBRARY) and MPICH's shared-memory names")]
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -5,8 +5,9 @@
                                [--hosts FILE | --launch srun]
 
 Run it **without** mpiexec: it launches one job of max(K) + 1 ranks itself (``HPCBSP_WAIT=yield``
-and ``MPIR_CVAR_ENABLE_HEAVY_YIELD=1``, so that waiting ranks give their cores away): on this
-machine, or with ``--hosts FILE`` one rank on each host of FILE (``mpiexec -f FILE -ppn 1``;
+and the MPI's own yield setting, ``MPIR_CVAR_ENABLE_HEAVY_YIELD=1`` for MPICH, so that waiting
+ranks give their cores away, :mod:`hpcbsp.util.mpiflavour`): on this machine, or with ``--hosts
+FILE`` one rank on each host of FILE (``mpiexec -f FILE -ppn 1`` or Open MPI's equivalent;
 through the emulated cluster's launcher when FILE is its host file), or with ``--launch srun``
 one task per node of the Slurm allocation (:mod:`hpcbsp.util.jobcommand`).  In that job, for
 every app (BSF Jacobi, BSF Cimmino) and exchange (linear, tree):
@@ -42,6 +43,7 @@ import numpy as np
 
 from hpcbsp.util.args import OneLineParser, add_iters, add_n, add_repeats, check_out_dir, positive_int
 from hpcbsp.util.jobcommand import LAUNCHES, JobCommandError, job_command
+from hpcbsp.util.mpiflavour import child_env, mpiexec_flavour, root_refusal, timeout_env
 
 APPS = ("jacobi", "cimmino")
 EXCHANGE_FORMS = ("linear", "tree")
@@ -250,7 +252,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out-dir", default=os.path.join("runs", "bench-bsf"), metavar="DIR",
                    help="outputs (default runs/bench-bsf)")
     p.add_argument("--hosts", metavar="FILE", default=None,
-                   help="one rank on each host of FILE (MPICH host file; the local cluster's: "
+                   help="one rank on each host of FILE (one host a line, host or host:slots; the local cluster's: "
                         "/run/hpcbsp-slurm/hosts); default: every rank on this machine")
     p.add_argument("--launch", choices=LAUNCHES, default="mpiexec",
                    help="start the job with mpiexec (default) or srun (one task per node of the allocation)")
@@ -290,14 +292,19 @@ def main(argv: list[str]) -> int:
     if not mpiexec and args.launch == "mpiexec":
         ps.error("no mpiexec found beside this Python or on PATH")
     ranks = max(args.workers + args.calibrate) + 1
+    flavour = mpiexec_flavour(mpiexec)
     try:
-        launch = job_command(mpiexec or "mpiexec", ranks, hosts=args.hosts, launch=args.launch)
+        launch = job_command(mpiexec or "mpiexec", ranks, hosts=args.hosts, launch=args.launch, flavour=flavour)
     except JobCommandError as exc:
         ps.error(str(exc))
+    refusal = root_refusal(flavour) if args.launch == "mpiexec" else None
+    if refusal:
+        ps.error(f"{mpiexec}: {refusal}")
     os.makedirs(args.out_dir, exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "OMPI_"))}
-    env.update({"HPCBSP_WAIT": "yield", "MPIR_CVAR_ENABLE_HEAVY_YIELD": "1",
-                "MPIEXEC_TIMEOUT": str(int(args.timeout)), "PYTHONUNBUFFERED": "1"})
+    # Without an enclosing job's launcher variables; waiting ranks give their cores away, in
+    # hpcbsp's control step (HPCBSP_WAIT) and inside the MPI library (its own yield setting).
+    env = child_env(os.environ)
+    env.update({**flavour.yield_env, **timeout_env(int(args.timeout)), "HPCBSP_WAIT": "yield", "PYTHONUNBUFFERED": "1"})
     cmd = [*launch, sys.executable, "-m", "hpcbsp.bench", "bsf", "--inner", *argv]
     where = (f"one rank on each of {ranks} hosts of {args.hosts}" if args.hosts else
              f"{ranks} tasks on {ranks} nodes by srun" if args.launch == "srun" else f"on {os.cpu_count()} CPUs here")

@@ -1,9 +1,9 @@
 """Soak: the fault and timing-sensitive tests and CLIs, again and again, on a loaded machine.
 
-    python -m hpcbsp.bench soak [--rounds 12] [--hogs 2] [--timeout 300] [--out-dir runs/soak]
+    python -m hpcbsp.bench soak [--repeats 12] [--hogs 2] [--timeout 300] [--out-dir runs/soak]
 
 Run it from a source checkout (it needs ``tests/``), without mpiexec: while ``--hogs``
-processes keep CPUs busy, it runs each item ``--rounds`` times, in turn:
+processes keep CPUs busy, it runs each item ``--repeats`` times, in turn:
 
 * ``faults``: ``tests/test_runtime_faults.py`` (a rank that raises, crashes, is SIGKILLed, is
   stopped, computes long; aborts, Ctrl-C of a script, SIGUSR1), every test one run;
@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..util.args import OneLineParser, positive_int
+from ..util.args import OneLineParser, add_repeats, positive_int
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
@@ -109,7 +109,7 @@ def _counts(item: str, outcome: str, output: str) -> tuple[int, int]:
 
 def main(argv: list[str]) -> int:
     parser = OneLineParser(prog="python -m hpcbsp.bench soak", description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=positive_int, default=12, help="runs of each item (default 12)")
+    add_repeats(parser, "runs of each item, in turn (rounds)", default=12)
     parser.add_argument("--hogs", type=int, default=2, help="busy processes beside the runs (default 2)")
     parser.add_argument("--timeout", type=positive_int, default=300,
                         help="seconds after which a run is a hang (default 300)")
@@ -139,10 +139,10 @@ def main(argv: list[str]) -> int:
         return 2
     hogs = [_hog() for _ in range(args.hogs)]
     tally = {i: {"runs": 0, "failed": 0, "hung": 0, "jobs": 0, "seconds": 0.0} for i in chosen}
-    print(f"soak: {args.rounds} rounds of {', '.join(chosen)} beside {args.hogs} CPU hogs; "
+    print(f"soak: {args.repeats} rounds of {', '.join(chosen)} beside {args.hogs} CPU hogs; "
           f"hang after {args.timeout} s; log {out / 'soak.log'}", flush=True)
     try:
-        for rnd in range(1, args.rounds + 1):
+        for rnd in range(1, args.repeats + 1):
             for item in chosen:
                 outcome, output, seconds = run_once(items[item], args.timeout)
                 runs, bad = _counts(item, outcome, output)
@@ -170,7 +170,7 @@ def main(argv: list[str]) -> int:
     total = {k: sum(t[k] for t in tally.values()) for k in ("runs", "failed", "hung")}
     print(f"total: {total['runs']} runs, {total['failed']} failed, {total['hung']} hung "
           f"(beside {args.hogs} CPU hogs, load average {os.getloadavg()[0]:.1f} at the end)")
-    (out / "summary.json").write_text(json.dumps({"hogs": args.hogs, "rounds": args.rounds, "items": tally,
+    (out / "summary.json").write_text(json.dumps({"hogs": args.hogs, "rounds": args.repeats, "items": tally,
                                                   "total": total}, indent=2))
     return 0 if total["failed"] == 0 and total["hung"] == 0 else 1
 

@@ -1,9 +1,9 @@
 """The failure detector's cost: empty sync and FA-BSP histogram with it on and off, side by side.
 
-    python -m hpcbsp.bench watch [--ranks 2] [--rounds 4] [--iters 20000] [--n 2000000]
+    python -m hpcbsp.bench watch [--ranks 2] [--repeats 4] [--iters 20000] [--n 2000000]
                                  [--hosts FILE | --launch srun]
 
-Run it **without** mpiexec: it launches ``2 x --rounds`` jobs of ``--ranks`` ranks, alternating
+Run it **without** mpiexec: it launches ``2 x --repeats`` jobs of ``--ranks`` ranks, alternating
 the detector on (its defaults: a heartbeat every second between the nodes' watchers, a look at
 the node's ranks every second) and off (``HPCBSP_HEARTBEAT_TIMEOUT=0``) in the order on, off,
 off, on, ... so that a drift of the machine favours neither.  Each job measures the empty sync
@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 
-from ..util.args import OneLineParser, positive_int
+from ..util.args import OneLineParser, add_iters, add_n, add_repeats, positive_int
 from ..util.jobcommand import JobCommandError, job_command
 
 #: The largest cost the detector may have (issue 31): 2 %.
@@ -60,12 +60,9 @@ def _inner(args: argparse.Namespace) -> int:
 def main(argv: list[str]) -> int:
     parser = OneLineParser(prog="python -m hpcbsp.bench watch", description=__doc__.split("\n")[0])
     parser.add_argument("--ranks", type=positive_int, default=2, help="ranks per job (default 2)")
-    parser.add_argument("--rounds", type=positive_int, default=4,
-                        help="jobs on each side, alternating (default 4)")
-    parser.add_argument("--iters", type=positive_int, default=20_000,
-                        help="empty syncs per measured round (default 20,000)")
-    parser.add_argument("--n", type=positive_int, default=2_000_000,
-                        help="histogram updates per rank (default 2,000,000)")
+    add_repeats(parser, "jobs on each side, alternating", default=4)
+    add_iters(parser, "empty syncs per measured round", default=20_000)
+    add_n(parser, "histogram updates", per="per rank", default=2_000_000)
     parser.add_argument("--hosts", metavar="FILE", help="one rank on each host of FILE (mpiexec -f)")
     parser.add_argument("--launch", choices=("mpiexec", "srun"), default="mpiexec",
                         help="how to start the jobs (default mpiexec; srun inside an allocation)")
@@ -86,8 +83,8 @@ def main(argv: list[str]) -> int:
     order = [("on", "off"), ("off", "on")]
     sides: dict[str, list[dict[str, float]]] = {"on": [], "off": []}
     print(f"failure detector on vs off: {args.ranks} ranks{' across ' + args.hosts if args.hosts else ''}, "
-          f"{args.rounds} jobs each, alternating", flush=True)
-    for i in range(args.rounds):
+          f"{args.repeats} jobs each, alternating", flush=True)
+    for i in range(args.repeats):
         for side in order[i % 2]:
             env = dict(os.environ, HPCBSP_HEARTBEAT_TIMEOUT="0" if side == "off" else "")
             res = subprocess.run(prefix + inner, capture_output=True, text=True, env=env, timeout=600)

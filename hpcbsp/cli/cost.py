@@ -314,7 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="limit per run in seconds, fractions allowed (default 300)")
     p.add_argument("--mpiexec", metavar="PATH", help="mpiexec to use (default: the one beside this Python)")
     p.add_argument("--hosts", metavar="FILE",
-                   help="one rank on each host of FILE (mpiexec -f FILE -ppn 1; the local cluster's "
+                   help="one rank on each host of FILE (mpiexec -f FILE -ppn 1, or Open MPI's equivalent; the local cluster's "
                         "/run/hpcbsp-slurm/hosts goes through its launcher); default: all ranks here")
     p.add_argument("--launch", choices=LAUNCHES, default="mpiexec",
                    help="start each run with mpiexec (default) or srun (one task per node of the Slurm allocation)")

@@ -1,4 +1,12 @@
-"""``hpcbsp info``: what this installation and this launch look like."""
+"""``hpcbsp info``: what this installation and this launch look like.
+
+The MPI part names the library and its version, which implementation that is (MPICH, Open MPI,
+Intel MPI: :mod:`hpcbsp.util.mpiflavour`), the mpiexec beside this Python and whether it belongs
+to the same MPI, the launcher that started this job, the transport between nodes (the variables
+set that choose it, or that the library chooses) and the environment variables that matter for
+that MPI: those set (``mpi_settings``) and what each of the important ones does
+(``mpi_variables``).
+"""
 from __future__ import annotations
 
 import json
@@ -8,8 +16,9 @@ import sys
 from typing import Any
 
 from .. import __version__
-from ..runtime.launch import detect_launch, machine_id, transport_advice, transport_settings
+from ..runtime.launch import detect_launch, find_mpiexec, machine_id, transport_advice, transport_settings
 from ..util.args import OneLineParser
+from ..util.mpiflavour import library_flavour, library_name, mpiexec_flavour
 
 
 def gather_info() -> dict[str, Any]:
@@ -21,31 +30,44 @@ def gather_info() -> dict[str, Any]:
     from .. import kernels
 
     world = MPI.COMM_WORLD
+    library = MPI.Get_library_version()
+    flavour = library_flavour(library)
     host = socket.gethostname()
     hosts = world.gather(host, root=0)
     machines = world.gather(machine_id(), root=0)
-    transports = world.gather(transport_settings(), root=0)
+    transports = world.gather(transport_settings(flavour=flavour), root=0)
     launch = detect_launch()
-    library = MPI.Get_library_version()
     device = next((line.split(":", 1)[1].strip() for line in library.splitlines()
                    if line.strip().startswith("MPICH Device:")), None)
+    mpiexec = find_mpiexec()
+    mpiexec_kind = mpiexec_flavour(mpiexec) if mpiexec else None
     info: dict[str, Any] = {
         "hpcbsp": __version__,
         "python": platform.python_version(),
         "numpy": numpy.__version__,
         "mpi4py": mpi4py.__version__,
-        "mpi_library": MPI.Get_library_version().strip().splitlines()[0].strip(),
+        "mpi_library": library_name(library),
+        "mpi": flavour.title,
         "mpi_standard": "{}.{}".format(*MPI.Get_version()),
         "world_size": world.Get_size(),
         **launch.as_dict(),
+        # The MPI's own launcher and the mpiexec of this environment, which must be the same MPI's.
+        "mpi_launcher": flavour.launcher,
+        "mpiexec": (f"{mpiexec} ({mpiexec_kind.title})" if mpiexec and mpiexec_kind else None),
+        "mpiexec_mismatch": (f"{mpiexec} is {mpiexec_kind.title}'s but mpi4py runs on {flavour.title}: "
+                             "launch with the mpiexec of the same MPI"
+                             if mpiexec_kind and mpiexec_kind.known and flavour.known
+                             and mpiexec_kind is not flavour else None),
         "hosts": sorted(set(hosts)) if hosts else None,
         # Ranks per host, and what the environment tells MPI about its transport (rank 0's; the
         # MPICH device names the netmods it was built with). None where MPI does not say.
         "ranks_per_host": ({h: hosts.count(h) for h in sorted(set(hosts))} if hosts else None),
         "mpi_device": device,
         "transport": (transports[0] or "chosen by the MPI library") if transports else None,
-        "transport_advice": (transport_advice(hosts, machines or [], transports[0])
+        "transport_advice": (transport_advice(hosts, machines or [], transports[0], flavour)
                              if hosts and transports else None),
+        "mpi_settings": flavour.settings() or "none set (the library's defaults)",
+        "mpi_variables": [f"{name}: {what}" for name, what in flavour.variables] or None,
         "kernels": kernels.compiled_status(),
         "exact_sum": ("extraction fast path on" if kernels.exact_sum_fast_path_enabled() else
                       "integer bins only (the build or the floating-point environment rules out "
@@ -57,8 +79,9 @@ def gather_info() -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(
         prog="hpcbsp info",
-        description="Report hpcbsp's versions, the MPI library, the world size, how the job was "
-                    "launched (mpiexec, srun, singleton) and which kernels are compiled. Run it "
+        description="Report hpcbsp's versions, the MPI library (MPICH, Open MPI, Intel MPI) and the "
+                    "variables that matter to it, the world size, how the job was launched (mpiexec, "
+                    "srun, singleton), the transport between nodes and which kernels are compiled. Run it "
                     "under your launcher (e.g. `srun --mpi=pmi2 -n 4 hpcbsp info`) to check a launch.")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
@@ -83,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         for key, value in info.items():
             if key == "kernels":
                 value = ", ".join(f"{k}: {'compiled' if v else 'NOT compiled'}" for k, v in value.items())
+            elif key == "mpi_variables" and value:
+                value = ("\n" + " " * (width + 2)).join(value)
             elif isinstance(value, list):
                 value = ", ".join(map(str, value))
             elif isinstance(value, dict):
@@ -90,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
             if value is None or key == "launch_error":
                 continue
             print(f"{key:<{width}}  {value}")
+    if info["mpiexec_mismatch"] and info["launcher"] == "singleton":
+        print(f"warning: {info['mpiexec_mismatch']}", file=sys.stderr)
     if launch_error:
         print(f"error: {launch_error}", file=sys.stderr)
         return 1

@@ -35,6 +35,7 @@ from ..farm.timings import REPORT_ENV
 from ..runtime.launch import find_mpiexec
 from ..util.args import plural
 from ..util.jobcommand import JobCommandError, job_command
+from ..util.mpiflavour import child_env, mpiexec_flavour, program_output, root_refusal, timeout_env
 from .errors import CostInputError
 from .farmmodel import model_from_farm_runs
 from .modelfile import CalibratedModel, save_model
@@ -52,10 +53,11 @@ def _command(command: Sequence[str]) -> list[str]:
 
 
 def _clean_env(report: str, timeout: float, farm_env: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_"))}
+    # Without the launcher's variables of an enclosing job (any MPI's) and MPICH's settings.
+    env = child_env(os.environ, drop=("MPIR_",))
     env.update(farm_env or {})
     env[REPORT_ENV] = report
-    env["MPIEXEC_TIMEOUT"] = str(max(1, math.ceil(timeout)))  # whole seconds: 0.5 must not become 0 (none)
+    env.update(timeout_env(timeout))  # whole seconds: 0.5 must not become 0 (none)
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -87,13 +89,13 @@ def run_once(command: Sequence[str], workers: int, repeat: int, out_dir: str, *,
         raise CostInputError(f"cannot start {cmd[0]}: {exc.strerror or exc}") from None
     with open(log, "w") as fh:
         fh.write(f"$ {' '.join(cmd)}\n{proc.stdout}\n--- stderr ---\n{proc.stderr}")
-    # Cut off by MPIEXEC_TIMEOUT: mpiexec says so with status 255, but a launcher may also end
+    # Cut off by MPIEXEC_TIMEOUT: mpiexec says so with a status of its own (255 from hydra), but a launcher may also end
     # the job quietly; a run that reached the limit without a report was cut off either way.
     if (proc.returncode != 0 or not os.path.exists(report)) and time.monotonic() - t0 >= limit:
         raise CostInputError(f"the run at K = {workers} timed out after {limit} s (--timeout {timeout:g}); "
                              f"give a larger --timeout or a smaller problem (log: {log})")
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+    if proc.returncode != 0:  # the program's last line, not one of the MPI's own (Open MPI adds a block)
+        last = (program_output(mpiexec_flavour(mpiexec), proc.stderr).strip().splitlines() or ["(no output)"])[-1]
         raise CostInputError(f"the run at K = {workers} failed with status {proc.returncode}: {last} (log: {log})")
     try:
         with open(report) as fh:
@@ -163,6 +165,9 @@ def calibrate(command: Sequence[str], *, workers: Sequence[int] = (1, 2, 3), rep
         job_command(mpiexec, max(int(w) for w in workers) + 1, hosts=hosts, launch=launch)
     except JobCommandError as exc:
         raise CostInputError(str(exc)) from None
+    refusal = root_refusal(mpiexec_flavour(mpiexec)) if launch == "mpiexec" else None
+    if refusal:  # found before any run, not as K failed runs
+        raise CostInputError(f"{mpiexec}: {refusal}")
     where = ", one per host of " + hosts if hosts else ", by srun" if launch == "srun" else ""
     os.makedirs(out_dir, exist_ok=True)
     rows: list[dict[str, Any]] = []

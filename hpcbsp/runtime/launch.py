@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..util.launcher import expected_world_size, int_env, launcher_name
+from ..util.mpiflavour import IMPI, MPICH, OPENMPI, Flavour, running_flavour
 from .errors import BadInput
 
 
@@ -47,25 +48,36 @@ def detect_launch(env: dict[str, str] | None = None) -> LaunchInfo:
 def check_world(world_size: int, env: dict[str, str] | None = None) -> None:
     """Raise :class:`BadInput` when the launcher started more ranks than MPI can see.
 
-    The classic case is ``srun`` without ``--mpi=pmi2`` for an MPICH build: every task comes up as
-    rank 0 of a world of size 1 and would silently run the whole program alone.
+    The classic case is ``srun`` without ``--mpi=pmi2`` for an MPICH build (``--mpi=pmix`` for Open
+    MPI): every task comes up as rank 0 of a world of size 1 and would silently run the whole
+    program alone.  The message names the plugin of the MPI in use.
     """
     env = dict(os.environ) if env is None else env
     expected = expected_world_size(env)
     if world_size != 1 or expected is None or expected <= 1:
         return
+    flavour = running_flavour()
     if "SLURM_STEP_ID" in env:
         raise BadInput(
             f"srun started {expected} tasks but MPI sees a world of size 1 on each: the MPI library "
-            "could not reach Slurm's process manager. Launch with `srun --mpi=pmi2 ...` (MPICH; "
-            "`srun --mpi=list` shows what this Slurm offers), or run `mpiexec -n "
+            f"could not reach Slurm's process manager. Launch with {srun_advice(flavour)} "
+            "(`srun --mpi=list` shows what this Slurm offers), or run `mpiexec -n "
             f"{expected} ...` inside the allocation."
         )
     raise BadInput(
         f"the launcher started {expected} processes but MPI sees a world of size 1: mpiexec and "
-        "the MPI library that mpi4py uses do not belong together. Use the mpiexec of the same MPI "
-        f"(for the embedded MPICH: {find_mpiexec() or 'the mpiexec in your venv'})."
+        f"the MPI library that mpi4py uses ({flavour.title}) do not belong together. Use the mpiexec "
+        f"of the same MPI (for this environment's: {find_mpiexec() or 'the mpiexec in your venv'})."
     )
+
+
+def srun_advice(flavour: Flavour) -> str:
+    """How ``srun`` must start the ranks of ``flavour``'s MPI, for a message."""
+    if flavour is IMPI:
+        return ("`srun --mpi=pmi2 ...` with I_MPI_PMI_LIBRARY set to Slurm's libpmi2.so (Intel MPI)")
+    if flavour.srun_mpi:
+        return f"`srun --mpi={flavour.srun_mpi} ...` ({flavour.title})"
+    return "`srun --mpi=PLUGIN ...`, the PMI plugin your MPI library needs (pmi2 for MPICH, pmix for Open MPI)"
 
 
 def find_mpiexec() -> str | None:
@@ -92,22 +104,35 @@ def rerun_command(nprocs: int, argv: list[str] | None = None) -> str:
         target = [sys.argv[0]] if sys.argv and sys.argv[0] else []
     args = list(sys.argv[1:] if argv is None else argv)
     return shlex.join([find_mpiexec() or "mpiexec", "-n", str(nprocs), sys.executable, *target, *args])
-#: Environment variables that choose the transport of MPICH's netmods (UCX, libfabric/OFI).
-_TRANSPORT_VARS = ("UCX_TLS", "UCX_NET_DEVICES", "FI_PROVIDER", "FI_TCP_IFACE", "MPIR_CVAR_CH4_NETMOD")
+def _flavour(flavour: Flavour | None) -> Flavour:
+    return running_flavour() if flavour is None else flavour
 
 
-def transport_settings(env: dict[str, str] | None = None) -> dict[str, str]:
-    """The transport variables set for this process (empty: the MPI library chooses)."""
+def transport_settings(env: dict[str, str] | None = None, flavour: Flavour | None = None) -> dict[str, str]:
+    """The variables set for this process that choose the transport of ``flavour`` (default: the
+    MPI mpi4py loaded; an MPI hpcbsp does not know: those of every flavour known), empty when
+    the MPI library chooses."""
     env = dict(os.environ) if env is None else env
-    return {var: env[var] for var in _TRANSPORT_VARS if env.get(var)}
+    flavour = _flavour(flavour)
+    names = flavour.transport_vars if flavour.known else tuple(
+        dict.fromkeys(v for f in (MPICH, OPENMPI, IMPI) for v in f.transport_vars))
+    return {var: env[var] for var in names if env.get(var)}
 
 
-def forces_tcp(settings: dict[str, str]) -> bool:
-    """Whether ``settings`` confine MPICH's inter-process traffic to TCP sockets (UCX's ``tcp``
-    transport only, or libfabric's ``tcp`` provider through the OFI netmod)."""
+def forces_tcp(settings: dict[str, str], flavour: Flavour | None = None) -> bool:
+    """Whether ``settings`` confine the MPI's traffic between nodes to TCP sockets: for MPICH,
+    UCX's ``tcp`` transport only, or libfabric's ``tcp`` provider through the OFI netmod; for
+    Open MPI, the ``ob1`` PML with the ``tcp`` BTL (or UCX's ``tcp`` only); for Intel MPI,
+    libfabric's ``tcp`` provider."""
+    flavour = _flavour(flavour)
     ucx_tcp = settings.get("UCX_TLS", "").replace(" ", "") in {"tcp", "tcp,self"}
-    ofi_tcp = (settings.get("FI_PROVIDER", "").startswith("tcp")
-               and settings.get("MPIR_CVAR_CH4_NETMOD", "").lower() == "ofi")
+    if flavour is OPENMPI:
+        btl = settings.get("OMPI_MCA_btl", "").replace(" ", "").split(",")
+        return ucx_tcp or (settings.get("OMPI_MCA_pml", "") == "ob1" and "tcp" in btl)
+    provider = settings.get("FI_PROVIDER", "").startswith("tcp")
+    if flavour is IMPI:
+        return provider or settings.get("I_MPI_OFI_PROVIDER", "").startswith("tcp")
+    ofi_tcp = provider and settings.get("MPIR_CVAR_CH4_NETMOD", "").lower() == "ofi"
     return ucx_tcp or ofi_tcp
 
 
@@ -120,15 +145,24 @@ def machine_id() -> str:
         return ""
 
 
-def transport_advice(hosts: list[str], machines: list[str], settings: dict[str, str]) -> str | None:
+def transport_advice(hosts: list[str], machines: list[str], settings: dict[str, str],
+                     flavour: Flavour | None = None) -> str | None:
     """Advice when ranks on several hosts of one machine (emulated nodes) may still talk
-    through shared memory: MPICH's UCX sees one machine and uses its shared-memory transports
-    between them, so no byte crosses the emulated network. None when nothing is to be said."""
+    through shared memory: the MPI (MPICH's UCX, say) sees one machine and uses its shared-memory
+    transports between them, so no byte crosses the emulated network. None when nothing is to be
+    said."""
+    flavour = _flavour(flavour)
     several_hosts = len(set(hosts)) > 1
     one_machine = len(set(machines)) == 1 and machines and machines[0]
-    if several_hosts and one_machine and not forces_tcp(settings):
-        return ("the ranks run on several hosts of one machine (emulated nodes) and no TCP "
-                "transport is set, so MPICH may move their messages through shared memory: set "
-                "MPIR_CVAR_CH4_NETMOD=ofi FI_PROVIDER=tcp (or UCX_TLS=tcp) for traffic over the "
-                "links; slurm/local-cluster.sh's launcher and task prolog set the first")
-    return None
+    if not (several_hosts and one_machine and not forces_tcp(settings, flavour)):
+        return None
+    name = flavour.title if flavour.known else "the MPI library"
+    tcp = " ".join(f"{k}={v}" for k, v in flavour.tcp_env.items())
+    advice = (f"the ranks run on several hosts of one machine (emulated nodes) and no TCP "
+              f"transport is set, so {name} may move their messages through shared memory: ")
+    if flavour is MPICH:
+        return advice + (f"set {tcp} (or UCX_TLS=tcp) for traffic over the links; "
+                         "slurm/local-cluster.sh's launcher and task prolog set the first")
+    if tcp:
+        return advice + f"set {tcp} for traffic over the links"
+    return advice + "set its TCP transport for traffic over the links (see its documentation)"

@@ -1,10 +1,10 @@
 """How a rank waits for the others: spinning, or giving its core away (``BSP(wait=...)``).
 
-MPICH's blocking calls busy-poll: a rank that reached a ``sync`` first keeps its core at 100 %
-until the last rank arrives.  With one rank per core that is the fastest way to wait; with more
-ranks than cores (a laptop, a 2-core CI box, the BSF validation runs of ``python -m hpcbsp.bench
-bsf``) the waiting ranks take the cores the working ones need, and every time measured is a
-time of oversubscription.
+MPI's blocking calls busy-poll (MPICH's, Open MPI's and Intel MPI's by default): a rank that
+reached a ``sync`` first keeps its core at 100 % until the last rank arrives.  With one rank per
+core that is the fastest way to wait; with more ranks than cores (a laptop, a 2-core CI box, the
+BSF validation runs of ``python -m hpcbsp.bench bsf``) the waiting ranks take the cores the
+working ones need, and every time measured is a time of oversubscription.
 
 Modes (``BSP(wait=MODE)`` or ``$HPCBSP_WAIT``; the same on every rank):
 
@@ -28,7 +28,9 @@ proper that follow it start only once every rank has arrived and stay blocking M
 can be told to yield inside those too with ``MPIR_CVAR_ENABLE_HEAVY_YIELD=1`` in the launch
 environment (measured on the development machine: a rank blocked 1 s in a ``Barrier`` used
 0.43 s of CPU by default, 0.10 s with that setting, 0.02 s polled with the naps of this module;
-``MPIR_CVAR_CH4_PROGRESS_THROTTLE`` and ``MPIR_CVAR_POLLS_BEFORE_YIELD`` made no difference).
+``MPIR_CVAR_CH4_PROGRESS_THROTTLE`` and ``MPIR_CVAR_POLLS_BEFORE_YIELD`` made no difference);
+Open MPI with ``OMPI_MCA_mpi_yield_when_idle=1`` (its own choice when a node has more ranks than
+slots), Intel MPI's busy waits back off with ``I_MPI_THREAD_YIELD`` (:mod:`hpcbsp.util.mpiflavour`).
 
 The resolved mode is agreed by all ranks when the context is created (a MAX reduction: one rank
 asking to yield makes all yield), because blocking and non-blocking control steps never match.

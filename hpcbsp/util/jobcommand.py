@@ -1,31 +1,40 @@
 """The command line that starts an MPI job of N ranks, one per host where hosts are given.
 
 Programs that launch jobs of their own (``hpcbsp-cost calibrate``, ``python -m hpcbsp.bench
-bsf``) start them in one of three ways:
+bsf``) start them in one of three ways, spelled for the MPI the ``mpiexec`` belongs to
+(:mod:`hpcbsp.util.mpiflavour`: MPICH, Open MPI, Intel MPI):
 
-* ``mpiexec -n N`` on this machine (no host file);
-* ``mpiexec -f FILE -ppn 1 -n N``: one rank on each of the first N hosts listed in FILE (MPICH
-  hydra's host file: one host a line, ``host`` or ``host:slots``, ``#`` comments).  When FILE is
-  the host file of the local emulated cluster (``slurm/local-cluster.sh``, which writes an
-  ``rsh`` launcher beside it), the job goes through that launcher
-  (``-launcher rsh -launcher-exec DIR/rsh``), so that each rank runs inside its node;
-* ``srun -N N -n N --mpi=pmi2``: one task per node of the Slurm allocation (``--mpi=pmi2`` is
-  what MPICH needs; ``srun --mpi=list`` shows what a site's Slurm offers).
+* ``mpiexec -n N`` on this machine (no host file); Open MPI is also told that it may start more
+  ranks than cores (``--map-by :OVERSUBSCRIBE``), which MPICH and Intel MPI do when asked;
+* one rank on each of the first N hosts listed in FILE (one host a line, ``host`` or
+  ``host:slots``, ``#`` comments): ``mpiexec -f FILE -ppn 1 -n N`` for the hydras of MPICH and
+  Intel MPI, ``mpiexec --host H1,..,HN --map-by ppr:1:node -n N`` for Open MPI (whose host
+  files have another syntax).  When FILE is the host file of the local emulated cluster
+  (``slurm/local-cluster.sh``, which writes an ``rsh`` launcher beside it), the job goes
+  through that launcher (``-launcher rsh -launcher-exec DIR/rsh``; Open MPI: ``--prtemca
+  plm_ssh_agent DIR/rsh``), so that each rank runs inside its node;
+* ``srun -N N -n N --mpi=PLUGIN``: one task per node of the Slurm allocation, with the PMI
+  plugin of that MPI (``pmi2`` for MPICH and Intel MPI, ``pmix`` for Open MPI; none for an MPI
+  hpcbsp does not know, which then gets Slurm's default; ``srun --mpi=list`` shows what a
+  site's Slurm offers).
 
 A job restarted on part of the hosts (``hpcbsp supervise``) names them with ``only``: hydra's
-``-hosts a,b,c`` instead of ``-f FILE`` (the launcher is still the one FILE implies), or
-``srun --exclude=...`` with ``exclude``.  :func:`probe_command` is the cheap check that a host
-answers, through the launcher the job would use.
+``-hosts a,b,c`` instead of ``-f FILE`` (Open MPI: ``--host``; the launcher is still the one FILE
+implies), or ``srun --exclude=...`` with ``exclude``.  :func:`probe_command` is the cheap check
+that a host answers, through the launcher the job would use.
 
-Bad input (an unreadable or empty host file, fewer hosts than ranks) raises :class:`JobCommandError`
-with one line that names the file and what to do; callers print it and exit 2 before any job
-starts.  Nothing here imports hpcbsp or MPI.
+Bad input (an unreadable or empty host file, fewer hosts than ranks, a host file for an mpiexec of
+an MPI this module cannot tell) raises :class:`JobCommandError` with one line that names the file
+or program and what to do; callers print it and exit 2 before any job starts.  Nothing here
+imports MPI.
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
 from typing import Sequence
+
+from .mpiflavour import Flavour, local_args, mpiexec_flavour
 
 #: How a job is started: on this machine, across the hosts of a host file, or by Slurm's srun.
 LAUNCHES: tuple[str, ...] = ("mpiexec", "srun")
@@ -67,29 +76,33 @@ def local_cluster_launcher(hostfile: str | os.PathLike) -> str | None:
 
 def job_command(mpiexec: str, ranks: int, *, hosts: str | None = None, launch: str = "mpiexec",
                 only: Sequence[str] | None = None, exclude: Sequence[str] = (),
-                kill_on_bad_exit: bool = False) -> list[str]:
+                kill_on_bad_exit: bool = False, flavour: Flavour | None = None) -> list[str]:
     """argv prefix that starts ``ranks`` ranks (append the program and its arguments).
 
     ``hosts``: a host file, one rank per host (needs ``launch="mpiexec"``); ``only``: just these
-    hosts of that file, in this order (``-hosts``; the file still picks the launcher);
-    ``launch="srun"``: one task per node of the Slurm allocation, none on the nodes in ``exclude``;
-    with ``kill_on_bad_exit``, a task that fails or is killed ends the step at once (``srun -K``;
-    a job that lost a rank cannot go on).
+    hosts of that file, in this order (the file still picks the launcher); ``launch="srun"``: one
+    task per node of the Slurm allocation, none on the nodes in ``exclude``; with
+    ``kill_on_bad_exit``, a task that fails or is killed ends the step at once (``srun -K``; a job
+    that lost a rank cannot go on).  ``flavour``: the MPI the job runs on (default: the one
+    ``mpiexec`` belongs to, :func:`~hpcbsp.util.mpiflavour.mpiexec_flavour`).
     """
     if launch not in LAUNCHES:
         raise JobCommandError(f"unknown launch {launch!r}: choose from {', '.join(LAUNCHES)}")
     if launch == "srun":
         if hosts is not None or only is not None:
             raise JobCommandError("a host file is for mpiexec; srun places the tasks on the allocation's nodes")
-        cmd = ["srun", "-N", str(ranks), "-n", str(ranks), "--mpi=pmi2"]
+        flavour = flavour or mpiexec_flavour(mpiexec)
+        plugin = [f"--mpi={flavour.srun_mpi}"] if flavour.srun_mpi else []
+        cmd = ["srun", "-N", str(ranks), "-n", str(ranks), *plugin]
         cmd += ["--kill-on-bad-exit=1"] if kill_on_bad_exit else []
         return cmd + ([f"--exclude={','.join(exclude)}"] if exclude else [])
     if exclude:
         raise JobCommandError("exclude is for srun; with mpiexec name the hosts to use (only)")
+    flavour = flavour or mpiexec_flavour(mpiexec)
     if hosts is None:
         if only is not None:
             raise JobCommandError("only names hosts of a host file; give the host file too")
-        return [mpiexec, "-n", str(ranks)]
+        return [mpiexec, *local_args(flavour), "-n", str(ranks)]
     listed = read_hosts(hosts)
     if only is not None:
         unknown = [h for h in only if h not in listed]
@@ -99,12 +112,12 @@ def job_command(mpiexec: str, ranks: int, *, hosts: str | None = None, launch: s
     if len(listed) < ranks:
         raise JobCommandError(f"host file {hosts}: lists {len(listed)} host(s), but {ranks} ranks need one "
                               f"host each; list more hosts or run fewer workers")
-    cmd = [mpiexec, "-f", str(hosts), "-ppn", "1"] if only is None else \
-        [mpiexec, "-hosts", ",".join(listed), "-ppn", "1"]
-    rsh = local_cluster_launcher(hosts)
-    if rsh is not None:
-        cmd += ["-launcher", "rsh", "-launcher-exec", rsh]
-    return cmd + ["-n", str(ranks)]
+    if not flavour.known:
+        raise JobCommandError(f"cannot tell which MPI {mpiexec} belongs to (MPICH, Open MPI or Intel MPI: "
+                              "`mpiexec --version` names none), so not how to place one rank per host of "
+                              f"{hosts}; use the mpiexec of one of those, or --launch srun inside an allocation")
+    return [mpiexec, *flavour.hostfile_args(listed[:ranks], str(hosts), local_cluster_launcher(hosts),
+                                            subset=only is not None), "-n", str(ranks)]
 
 
 #: Seconds ssh may take to connect when :func:`probe_command` checks a host.

