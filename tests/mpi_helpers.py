@@ -8,6 +8,7 @@ MPI's launcher does, naming the flavour in use.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -100,21 +101,60 @@ def run_mpi(nprocs: int, args: list[str], *, timeout: float = 120, env: dict[str
             python: bool = True, cwd: str | None = None) -> MPIResult:
     """Run ``mpiexec -n nprocs [python] args`` and return its status and output.
 
-    ``timeout`` is enforced twice: by MPIEXEC_TIMEOUT (mpiexec kills all ranks; MPICH, Open MPI
-    and Intel MPI read it) and by the subprocess call (kills mpiexec) a few seconds later.
+    After ``timeout`` seconds the job is a hang: every process under mpiexec is sent SIGUSR1 (an
+    hpcbsp rank prints its stacks, each line prefixed by its rank), and 3 s later the whole job
+    is killed; the result says ``timed_out`` and its stderr, stacks included, is also written to
+    this process's stderr, which pytest shows with the failure.  MPIEXEC_TIMEOUT (read by MPICH,
+    Open MPI and Intel MPI) is set 10 s later as a second bound.
     """
     # Do not inherit the rank variables of an enclosing mpiexec (tests may run under one).
-    full_env = clean_env(**timeout_env(int(timeout)), PYTHONUNBUFFERED="1", **(env or {}))
+    full_env = clean_env(**timeout_env(int(timeout) + 10), PYTHONUNBUFFERED="1", **(env or {}))
     cmd = mpiexec_command(nprocs) + ([sys.executable] if python else []) + list(args)
     before = _shm_segments()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env,
+                            cwd=cwd, stdin=subprocess.DEVNULL, start_new_session=True)
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 15,
-                              env=full_env, cwd=cwd, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired as exc:
-        return MPIResult(-9, _text(exc.stdout), _text(exc.stderr), True)
+        out, err = proc.communicate(timeout=timeout)
+        return MPIResult(proc.returncode, out, err, False)
+    except subprocess.TimeoutExpired:
+        for pid in _descendants(proc.pid):
+            try:
+                os.kill(pid, signal.SIGUSR1)
+            except OSError:
+                pass
+        try:
+            out, err = proc.communicate(timeout=3)
+        except subprocess.TimeoutExpired:
+            for pid in [proc.pid, *_descendants(proc.pid)]:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            out, err = proc.communicate()
+        sys.stderr.write(f"run_mpi: {' '.join(cmd)} still ran after {timeout:g} s; its output, with "
+                         f"the ranks' stacks (SIGUSR1):\n{out}{err}\n")
+        return MPIResult(-9, out, err, True)
     finally:
         _remove_leftover_segments(before)
-    return MPIResult(proc.returncode, proc.stdout, proc.stderr, False)
+
+
+def _descendants(root: int) -> list[int]:
+    """The processes below ``root`` (mpiexec: its proxies and the ranks), from /proc."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as fh:
+                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(name))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 def _shm_segments() -> set[str]:
