@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import threading
 import time
 import traceback
 
@@ -61,5 +62,11 @@ def abort_job(message: str) -> None:
     sys.stderr.write(message)
     sys.stderr.flush()
     time.sleep(0.2)
+    # MPI_Abort from a watchdog thread while the main thread waits inside MPI can block for good
+    # (a soak run hung 90 s here): leave anyway.  A rank that exits without MPI_Finalize makes
+    # the launcher end the job (hydra at once).
+    watchdog = threading.Timer(5.0, os._exit, (1,))
+    watchdog.daemon = True
+    watchdog.start()
     MPI.COMM_WORLD.Abort(1)
     os._exit(1)  # MPICH's Abort has been seen to return here; nothing more may run or print
