@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcbsp.runtime import nodewatch
+from hpcbsp.runtime import nodeclean, nodewatch
 from hpcbsp.runtime.nodewatch import verdict
 
 HERE = Path(__file__).parent
@@ -220,10 +220,10 @@ def test_leftovers_of_dead_jobs_are_removed_and_nothing_else(tmp_path):
             with open(path, "wb") as fh:
                 fh.write(b"\0" * 4096)
         for path in (old, mapped):
-            os.utime(path, (now - 2 * nodewatch.STALE_AGE, now - 2 * nodewatch.STALE_AGE))
+            os.utime(path, (now - 2 * nodeclean.STALE_AGE, now - 2 * nodeclean.STALE_AGE))
         with open(mapped, "r+b") as fh:
             view = mmap.mmap(fh.fileno(), 4096)  # a live job maps it
-            nodewatch.remove_stale(str(marker), now=now)
+            nodeclean.remove_stale(str(marker), now=now)
             view.close()
         assert not dead.exists() and not old_start.exists()
         assert live.exists() and other_host.exists()

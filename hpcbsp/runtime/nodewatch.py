@@ -65,14 +65,18 @@ import sys
 import time
 from typing import Callable
 
+if __package__:
+    from . import nodeclean
+else:  # run as the watcher's script (python -I -S nodewatch.py): its sibling, by path
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import nodeclean  # type: ignore[no-redef]
+
 __all__ = ["probe", "verdict", "Watch", "main"]
 
 #: Seconds without any registered rank after which a watcher that got none gives up.
 IDLE_LIMIT = 30.0
 #: Seconds between the scans of the ranks' mapped ``/dev/shm`` files.
 SCAN_PERIOD = 2.0
-#: Age in seconds below which a segment of an earlier job is never removed (it may be in setup).
-STALE_AGE = 60.0
 _STOPS = {signal.SIGHUP, signal.SIGINT, signal.SIGTERM}
 
 
@@ -190,7 +194,7 @@ class Watch:
             if self.ever and not self.tidied:  # (after the first rank's answer: it waits for it)
                 self.tidied = True
                 try:
-                    remove_stale(self.marker)
+                    nodeclean.remove_stale(self.marker)
                 except OSError:
                     pass
             now = time.monotonic()
@@ -342,7 +346,7 @@ class Watch:
             self.ranks[fds[0]] = _Rank(rank, size, pid, fds[0])
             self.ever += 1
             self.poll.register(fds[0], select.EPOLLIN)
-            parent = _ppid(pid)
+            parent = nodeclean.ppid(pid)
             if parent:
                 self.launchers.add(parent)
             self.scan_shm(pid)
@@ -412,7 +416,7 @@ class Watch:
     def scan_shm(self, pid: int | None = None) -> None:
         """Remember the ``/dev/shm`` files the ranks (or rank ``pid``) map now."""
         for p in [pid] if pid is not None else [r.pid for r in self.ranks.values()]:
-            self.shm.update(_mapped_shm(p))
+            self.shm.update(nodeclean.mapped_shm(p))
 
     def finish(self) -> None:
         try:
@@ -420,7 +424,7 @@ class Watch:
         except OSError:
             pass
         if self.abnormal and self.shm:
-            mapped = set().union(*(_mapped_shm(p) for p in _children(self.launchers)))
+            mapped = set().union(*(nodeclean.mapped_shm(p) for p in nodeclean.children(self.launchers)))
             for path in self.shm - mapped:
                 try:
                     os.unlink(path)
@@ -440,104 +444,10 @@ def _to_stderr(line: str) -> None:
         pass  # the job's output is gone (its node's launcher was killed too): nobody to tell
 
 
-# -- /proc helpers ------------------------------------------------------------------------------
-def _stat(pid: int | str) -> list[str]:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return []
-
-
-def _ppid(pid: int) -> int:
-    fields = _stat(pid)
-    return int(fields[1]) if len(fields) > 1 else 0
-
-
 def _running(pid: int) -> bool:
     state, code = probe(pid)
     return state not in ("gone", "Z", "X", "x") and code == 0
 
-
-def _children(parents: set[int]) -> list[int]:
-    """The living processes whose parent is in ``parents`` (the job's other ranks here)."""
-    out: list[int] = []
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return out
-    wanted = {str(p) for p in parents}
-    for name in names:
-        if name.isdigit():
-            fields = _stat(name)
-            if len(fields) > 1 and fields[1] in wanted and fields[0] not in ("Z", "X", "x"):
-                out.append(int(name))
-    return out
-
-
-def _mapped_shm(pid: int) -> set[str]:
-    """The files under ``/dev/shm`` process ``pid`` maps and that still exist by that name."""
-    out: set[str] = set()
-    try:
-        with open(f"/proc/{pid}/maps") as fh:
-            for line in fh:
-                at = line.find("/dev/shm/")
-                if at >= 0 and not line.endswith("(deleted)\n"):
-                    out.add(line[at:].rstrip("\n"))
-    except OSError:
-        pass
-    return out
-
-
-def remove_stale(marker: str, now: float | None = None) -> None:
-    """Remove this user's leftovers of earlier jobs on this node that are provably dead: failure
-    markers whose launcher (pid and start time in the name) no longer runs, and MPICH segments
-    (``/dev/shm/mpich_shm_*``) owned by this user, older than :data:`STALE_AGE` and mapped by no
-    process this watcher can see (all of them as root; all of this user's otherwise)."""
-    now = time.time() if now is None else now
-    head, _, _ = os.path.basename(marker).rpartition("-")  # .../hpcbsp-failed-UID-HOST-PID
-    head, _, _ = head.rpartition("-")
-    tmp = os.path.dirname(marker)
-    try:
-        names = os.listdir(tmp)
-    except OSError:
-        names = []
-    for name in names:
-        if not name.startswith(head + "-"):
-            continue
-        pid, _, start = name[len(head) + 1:].removesuffix(".first").partition("-")
-        fields = _stat(pid) if pid.isdigit() else []
-        if len(fields) > 19 and fields[19] == start:
-            continue  # that launcher still runs
-        try:  # a marker, or the file an earlier version of the watch kept beside it
-            (os.remove if name.endswith(".first") else os.rmdir)(os.path.join(tmp, name))
-        except OSError:
-            pass
-    uid = os.getuid()
-    stale = []
-    try:
-        entries = list(os.scandir("/dev/shm"))
-    except OSError:
-        return
-    for entry in entries:
-        try:
-            st = entry.stat(follow_symlinks=False)
-        except OSError:
-            continue
-        if entry.name.startswith("mpich_shm_") and st.st_uid == uid and now - st.st_mtime > STALE_AGE:
-            stale.append(entry.path)
-    if not stale:
-        return
-    mapped: set[str] = set()
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            mapped |= _mapped_shm(int(name))
-    for path in stale:
-        if path not in mapped:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
 
 
 def main(argv: list[str]) -> int:

@@ -1,0 +1,107 @@
+"""What the node's watcher (:mod:`.nodewatch`) reads in ``/proc`` and removes after a job: the
+``/dev/shm`` files the ranks map, and the leftovers of this user's earlier jobs that are provably
+dead.  The standard library only: it runs inside the watcher, started as a script.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+__all__ = ["STALE_AGE", "stat", "ppid", "children", "mapped_shm", "remove_stale"]
+
+#: Age in seconds below which a segment of an earlier job is never removed (it may be in setup).
+STALE_AGE = 60.0
+
+
+def stat(pid: int | str) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def ppid(pid: int) -> int:
+    fields = stat(pid)
+    return int(fields[1]) if len(fields) > 1 else 0
+
+
+def children(parents: set[int]) -> list[int]:
+    """The living processes whose parent is in ``parents`` (the job's other ranks here)."""
+    out: list[int] = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    wanted = {str(p) for p in parents}
+    for name in names:
+        if name.isdigit():
+            fields = stat(name)
+            if len(fields) > 1 and fields[1] in wanted and fields[0] not in ("Z", "X", "x"):
+                out.append(int(name))
+    return out
+
+
+def mapped_shm(pid: int) -> set[str]:
+    """The files under ``/dev/shm`` process ``pid`` maps and that still exist by that name."""
+    out: set[str] = set()
+    try:
+        with open(f"/proc/{pid}/maps") as fh:
+            for line in fh:
+                at = line.find("/dev/shm/")
+                if at >= 0 and not line.endswith("(deleted)\n"):
+                    out.add(line[at:].rstrip("\n"))
+    except OSError:
+        pass
+    return out
+
+
+def remove_stale(marker: str, now: float | None = None) -> None:
+    """Remove this user's leftovers of earlier jobs on this node that are provably dead: failure
+    markers whose launcher (pid and start time in the name) no longer runs, and MPICH segments
+    (``/dev/shm/mpich_shm_*``) owned by this user, older than :data:`STALE_AGE` and mapped by no
+    process this watcher can see (all of them as root; all of this user's otherwise)."""
+    now = time.time() if now is None else now
+    head, _, _ = os.path.basename(marker).rpartition("-")  # .../hpcbsp-failed-UID-HOST-PID
+    head, _, _ = head.rpartition("-")
+    tmp = os.path.dirname(marker)
+    try:
+        names = os.listdir(tmp)
+    except OSError:
+        names = []
+    for name in names:
+        if not name.startswith(head + "-"):
+            continue
+        pid, _, start = name[len(head) + 1:].removesuffix(".first").partition("-")
+        fields = stat(pid) if pid.isdigit() else []
+        if len(fields) > 19 and fields[19] == start:
+            continue  # that launcher still runs
+        try:  # a marker, or the file an earlier version of the watch kept beside it
+            (os.remove if name.endswith(".first") else os.rmdir)(os.path.join(tmp, name))
+        except OSError:
+            pass
+    uid = os.getuid()
+    stale = []
+    try:
+        entries = list(os.scandir("/dev/shm"))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if entry.name.startswith("mpich_shm_") and st.st_uid == uid and now - st.st_mtime > STALE_AGE:
+            stale.append(entry.path)
+    if not stale:
+        return
+    mapped: set[str] = set()
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            mapped |= mapped_shm(int(name))
+    for path in stale:
+        if path not in mapped:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
