@@ -113,3 +113,17 @@ def wait_final(job_id: str, timeout: float) -> list[dict[str, str]]:
             subprocess.run(["scancel", job_id], timeout=30, env=_slurm_env(), stdin=subprocess.DEVNULL)
             pytest.fail(f"job {job_id} still {', '.join(running)} after {timeout} s; cancelled it")
         time.sleep(0.5)
+
+
+def tagged_pids(node: str, tag: str) -> list[int]:
+    """The processes on ``node`` that belong to the job tagged ``tag`` (its environment)."""
+    out = subprocess.run(["ip", "netns", "pids", node], capture_output=True, text=True, timeout=10).stdout
+    pids = []
+    for pid in map(int, out.split()):
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        if f"HPCBSP_FAULT_TAG={tag}".encode() in env.split(b"\0"):
+            pids.append(pid)
+    return pids

@@ -117,7 +117,7 @@ def run_mpi(nprocs: int, args: list[str], *, timeout: float = 120, env: dict[str
         out, err = proc.communicate(timeout=timeout)
         return MPIResult(proc.returncode, out, err, False)
     except subprocess.TimeoutExpired:
-        for pid in _descendants(proc.pid):
+        for pid in descendants(proc.pid):
             try:
                 os.kill(pid, signal.SIGUSR1)
             except OSError:
@@ -125,7 +125,7 @@ def run_mpi(nprocs: int, args: list[str], *, timeout: float = 120, env: dict[str
         try:
             out, err = proc.communicate(timeout=3)
         except subprocess.TimeoutExpired:
-            for pid in [proc.pid, *_descendants(proc.pid)]:
+            for pid in [proc.pid, *descendants(proc.pid)]:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except OSError:
@@ -138,7 +138,7 @@ def run_mpi(nprocs: int, args: list[str], *, timeout: float = 120, env: dict[str
         _remove_leftover_segments(before)
 
 
-def _descendants(root: int) -> list[int]:
+def descendants(root: int) -> list[int]:
     """The processes below ``root`` (mpiexec: its proxies and the ranks), from /proc."""
     children: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):

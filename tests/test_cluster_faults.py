@@ -35,6 +35,7 @@ from cluster_helpers import (
     RSH,
     cluster_nodes,
     cluster_required,  # noqa: F401  (the fixture behind unavailable_marks)
+    tagged_pids,
     unavailable_marks,
 )
 from mpi_helpers import _remove_leftover_segments as remove_leftover_segments
@@ -88,20 +89,6 @@ with hpcbsp.BSP(timeout=None if sys.argv[2] == "none" else float(sys.argv[2])) a
 """
 
 
-def _tagged_pids(node: str, tag: str) -> list[int]:
-    """The processes on ``node`` that belong to the job tagged ``tag`` (its environment)."""
-    out = subprocess.run(["ip", "netns", "pids", node], capture_output=True, text=True, timeout=10).stdout
-    pids = []
-    for pid in map(int, out.split()):
-        try:
-            env = Path(f"/proc/{pid}/environ").read_bytes()
-        except OSError:
-            continue
-        if f"HPCBSP_FAULT_TAG={tag}".encode() in env.split(b"\0"):
-            pids.append(pid)
-    return pids
-
-
 @pytest.fixture(autouse=True)
 def _remove_shared_memory_of_killed_ranks():
     before = shm_segments()
@@ -145,7 +132,7 @@ def _finish(proc: subprocess.Popen, tag: str, bound: float, nodes: list[str] | N
         pytest.fail(f"the job still ran {bound} s after the fault:\n{out[-4000:]}")
     elapsed = time.monotonic() - t0
     deadline = time.monotonic() + 10
-    while (left := {n: _tagged_pids(n, tag) for n in (NODES[:4] if nodes is None else nodes)}) and any(left.values()):
+    while (left := {n: tagged_pids(n, tag) for n in (NODES[:4] if nodes is None else nodes)}) and any(left.values()):
         if time.monotonic() > deadline:
             for pids in left.values():
                 for pid in pids:
@@ -167,7 +154,7 @@ def _cut_link_and_finish(proc: subprocess.Popen, tag: str, link: str, cut: str,
     finally:
         subprocess.run(["ip", "link", "set", link, "up"], check=True, timeout=10)
     deadline = time.monotonic() + 30
-    while (stray := _tagged_pids(cut, tag)) and time.monotonic() < deadline:
+    while (stray := tagged_pids(cut, tag)) and time.monotonic() < deadline:
         time.sleep(0.5)
     for pid in stray:
         os.kill(pid, 9)
@@ -177,7 +164,7 @@ def _cut_link_and_finish(proc: subprocess.Popen, tag: str, link: str, cut: str,
 def test_a_node_whose_processes_are_all_killed_ends_the_job(tmp_path: Path) -> None:
     proc, tag, _ = _start(tmp_path)
     lost = NODES[2]  # rank 2's node
-    victims = _tagged_pids(lost, tag)
+    victims = tagged_pids(lost, tag)
     assert victims, f"no process of the job on {lost}"
     for pid in victims:
         os.kill(pid, 9)
@@ -211,7 +198,7 @@ def test_a_frozen_node_ends_the_job_with_no_setting(tmp_path: Path) -> None:
     # included); nobody set a timeout.  The other nodes' watchers stop hearing from it.
     proc, tag, _ = _start(tmp_path, timeout="none")
     lost = NODES[2]
-    frozen = _tagged_pids(lost, tag)
+    frozen = tagged_pids(lost, tag)
     assert frozen, f"no process of the job on {lost}"
     try:
         for pid in frozen:

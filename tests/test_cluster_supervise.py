@@ -35,6 +35,7 @@ from cluster_helpers import (
     RSH,
     cluster_nodes,
     cluster_required,  # noqa: F401  (the fixture behind unavailable_marks)
+    tagged_pids,
     unavailable_marks,
 )
 from mpi_helpers import _remove_leftover_segments as remove_leftover_segments
@@ -62,20 +63,6 @@ def _unavailable() -> str | None:
 
 
 pytestmark = [pytest.mark.slurm, *unavailable_marks(_unavailable())]
-
-
-def _tagged_pids(node: str, tag: str) -> list[int]:
-    """The processes on ``node`` that belong to the job tagged ``tag`` (its environment)."""
-    out = subprocess.run(["ip", "netns", "pids", node], capture_output=True, text=True, timeout=10).stdout
-    pids = []
-    for pid in map(int, out.split()):
-        try:
-            env = Path(f"/proc/{pid}/environ").read_bytes()
-        except OSError:
-            continue
-        if f"HPCBSP_FAULT_TAG={tag}".encode() in env.split(b"\0"):
-            pids.append(pid)
-    return pids
 
 
 @pytest.fixture(autouse=True)
@@ -133,7 +120,7 @@ def test_a_lost_node_is_left_out_and_the_job_resumes_from_its_checkpoint(tmp_pat
             if proc.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"the job wrote no checkpoint:\n{lines.text()[-4000:]}")
             time.sleep(0.05)
-        victims = _tagged_pids(lost, tag)
+        victims = tagged_pids(lost, tag)
         assert victims, f"no process of the job on {lost}"
         for pid in victims:
             os.kill(pid, 9)
@@ -166,7 +153,7 @@ def test_a_lost_node_is_left_out_and_the_job_resumes_from_its_checkpoint(tmp_pat
 
     assert np.array_equal(np.load(out), reference(N, STEPS, 0.25)), "the temperatures differ from the serial run's"
     deadline = time.monotonic() + 10
-    while any((left := {n: _tagged_pids(n, tag) for n in NODES[:4]}).values()):
+    while any((left := {n: tagged_pids(n, tag) for n in NODES[:4]}).values()):
         if time.monotonic() > deadline:
             for pids in left.values():
                 for pid in pids:

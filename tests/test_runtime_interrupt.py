@@ -21,7 +21,15 @@ import time
 
 import numpy as np
 import pytest
-from mpi_helpers import _remove_leftover_segments, _shm_segments, clean_env, hydra_only, mpiexec_command, openmpi_only
+from mpi_helpers import (
+    _remove_leftover_segments,
+    _shm_segments,
+    clean_env,
+    descendants,
+    hydra_only,
+    mpiexec_command,
+    openmpi_only,
+)
 
 import hpcbsp
 from hpcbsp.apps.heat import reference
@@ -30,25 +38,6 @@ from hpcbsp.runtime.partition import Block
 pytestmark = pytest.mark.serial_only  # launches its own MPI jobs: runs in the serial pass, not once per rank
 
 N, EVERY = 2000, 7
-
-
-def _descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (Linux /proc)."""
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as fh:
-                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(name))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
 
 
 def _alive(pid: int) -> bool:
@@ -61,7 +50,7 @@ def _alive(pid: int) -> bool:
 
 def _python_ranks(pid: int) -> list[int]:
     ranks = []
-    for p in _descendants(pid):
+    for p in descendants(pid):
         try:
             with open(f"/proc/{p}/cmdline", "rb") as fh:
                 if b"hpcbsp.apps.heat" in fh.read() and _alive(p):

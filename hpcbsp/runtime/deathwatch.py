@@ -37,6 +37,7 @@ import time
 
 from mpi4py import MPI
 
+from . import nodeclean
 from .environment import setting
 from .errors import BadInput
 
@@ -187,17 +188,8 @@ def _forget() -> None:
 
 
 def _start_time(pid: int) -> str:
-    fields = _stat(pid)
+    fields = nodeclean.stat(pid)
     return fields[19] if len(fields) > 19 else "0"
-
-
-def _stat(pid: int | str) -> list[str]:
-    """The fields of ``/proc/PID/stat`` after the command name (state, ppid, ...); [] if gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return []
 
 
 def claim() -> None:
