@@ -38,10 +38,10 @@ def test_a_hung_run_is_stopped_with_every_ranks_stack(tmp_path):
 
 
 def test_counts_come_from_pytest_and_a_bad_end_is_never_counted_as_good():
-    assert soak._counts("faults", "fail", "== 3 failed, 14 passed in 60.2s ==") == (17, 3)
-    assert soak._counts("faults", "pass", "17 passed in 50.0s") == (17, 0)
-    assert soak._counts("faults", "hang", "....") == (1, 1)  # no count: a hang or a crash of pytest
-    assert soak._counts("calibrate", "pass", "whatever") == (1, 0)
+    assert soak.counts("faults", "fail", "== 3 failed, 14 passed in 60.2s ==") == (17, 3)
+    assert soak.counts("faults", "pass", "17 passed in 50.0s") == (17, 0)
+    assert soak.counts("faults", "hang", "....") == (1, 1)  # no count: a hang or a crash of pytest
+    assert soak.counts("calibrate", "pass", "whatever") == (1, 0)
 
 
 def test_the_soak_runs_an_item_and_writes_its_summary(tmp_path):

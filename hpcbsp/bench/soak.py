@@ -95,7 +95,7 @@ def _group(pgid: int) -> list[int]:
     return pids
 
 
-def _counts(item: str, outcome: str, output: str) -> tuple[int, int]:
+def counts(item: str, outcome: str, output: str) -> tuple[int, int]:
     """``(runs, failures)`` of one run: pytest's own counts for the test items."""
     if item == "calibrate":
         return 1, int(outcome != "pass")
@@ -145,7 +145,7 @@ def main(argv: list[str]) -> int:
         for rnd in range(1, args.repeats + 1):
             for item in chosen:
                 outcome, output, seconds = run_once(items[item], args.timeout)
-                runs, bad = _counts(item, outcome, output)
+                runs, bad = counts(item, outcome, output)
                 t = tally[item]
                 t["jobs"] += 1
                 t["runs"] += runs
