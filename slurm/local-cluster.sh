@@ -237,10 +237,44 @@ check_network_free() {
   done
 }
 
+# Room in the kernel's neighbour (ARP) table.  The table is one for all network namespaces, and
+# its hard limit (net.ipv4.neigh.default.gc_thresh3, 1024 by default) counts every namespace's
+# entries: with N nodes that each talk to every other (MPI between all ranks, and the failure
+# detector's heartbeats), N·(N − 1) entries; at 33 nodes 1,056.  Past the limit the kernel logs
+# "neighbour: arp_cache: neighbor table overflow", packets to unresolved peers are dropped, the
+# heartbeats stop, and the job is ended as if a node had died (seen at 33 nodes).  Raised here for
+# the cluster's size, the old values kept in $CLUSTER and put back by `stop`.
+neigh_room() {
+  local nodes=$1 need k old
+  need=$((2 * (nodes + 1) * (nodes + 1)))
+  old=$(sysctl -n net.ipv4.neigh.default.gc_thresh1 net.ipv4.neigh.default.gc_thresh2 \
+        net.ipv4.neigh.default.gc_thresh3 2>/dev/null | paste -sd, -) || return 0
+  [[ -n $old ]] || return 0
+  (( ${old##*,} >= 2 * need )) && return 0
+  printf 'neigh=%s\n' "$old" >>"$CLUSTER"
+  k=0
+  for v in $((need / 4)) "$need" $((2 * need)); do
+    k=$((k + 1))
+    sysctl -qw "net.ipv4.neigh.default.gc_thresh$k=$v" || say "could not raise net.ipv4.neigh.default.gc_thresh$k to $v"
+  done
+}
+
+neigh_restore() {
+  local old k v
+  old=$(cluster_get neigh)
+  [[ -n $old ]] || return 0
+  k=0
+  for v in ${old//,/ }; do
+    k=$((k + 1))
+    sysctl -qw "net.ipv4.neigh.default.gc_thresh$k=$v" || true
+  done
+}
+
 make_nodes() {
   local nodes=$1 subnet=$2 rate=$3 i name link
   mkdir -p "$RUN" "$UTS"
   printf 'nodes=%s\nsubnet=%s\nrate=%s\n' "$nodes" "$subnet" "$rate" >"$CLUSTER"
+  neigh_room "$nodes"
   ip link add "$BRIDGE" type bridge
   ip addr add "$subnet.1/24" dev "$BRIDGE"
   ip link set "$BRIDGE" up
@@ -372,6 +406,7 @@ remove_nodes() {
     rmdir "$UTS" 2>/dev/null || true
   fi
   hosts_block_remove
+  neigh_restore
   rm -f "$CLUSTER" "$HOSTFILE" "$RSH" "$TASK_PROLOG"
   rm -rf "$STATE/d/$NODE_PREFIX"*
 }

@@ -137,7 +137,8 @@ def test_unwritable_output_is_refused_before_any_work(module, argv):
     assert code == 2 and "cannot" in err and "/proc/no" in err and "Traceback" not in err, err
 
 
-MODEL_ARGS = {"latency": 1e-5, "t_c": 1e-4, "t_map": 1.0, "t_a": 1e-6, "t_p": 1e-3, "list_length": 100}
+MODEL_ARGS = {"latency": 1e-5, "t_c": 1e-4, "t_map": 1.0, "t_a": 1e-6, "t_p": 1e-3, "list_length": 100,
+              "t_0": -0.005, "order_share": 0.25}
 
 
 def test_missing_output_folders_are_created(tmp_path):

@@ -13,18 +13,28 @@ from hpcbsp.farm.model import BSFModel, BSFParams, plateau_starts
 
 
 def t_by_hand(p: BSFParams, k: int, comm: str, gran: str) -> float:
-    """The BSF iteration time written out term by term (independent of bsf.basis)."""
+    """The BSF iteration time written out term by term (independent of model.basis).
+
+    Linear: K one-by-one exchanges of 2L + t_c.  Tree: the binomial tree over K + 1 ranks has
+    D = bit_length(K) = ⌈log2(K + 1)⌉ levels; 2·D supersteps of L per worker, the order down D
+    levels and K results into the master (φ the order's share of t_c).
+    """
     length = p.list_length
     share = (math.ceil(length / k) if gran == "ceil" else length / k)  # elements on the slowest worker
-    exchanges = k if comm == "linear" else 1 + math.log2(k)
-    return (exchanges * (2 * p.latency + p.t_c) + p.t_map * share / length + (share - 1) * p.t_a
+    if comm == "linear":
+        exchange = k * (2 * p.latency + p.t_c)
+    else:
+        levels = int(k).bit_length()
+        exchange = 2 * levels * k * p.latency + (p.order_share * levels + (1 - p.order_share) * k) * p.t_c
+    return (exchange + p.t_0 + p.t_map * share / length + (share - 1) * p.t_a
             + (k - 1) * p.t_a + p.t_p)
 
 
 params_st = st.builds(
     BSFParams,
     latency=st.floats(1e-7, 1e-3), t_c=st.floats(1e-7, 1e-2), t_map=st.floats(1e-3, 10.0),
-    t_a=st.floats(0.0, 1e-5), t_p=st.floats(0.0, 1e-2), list_length=st.integers(1, 5000))
+    t_a=st.floats(0.0, 1e-5), t_p=st.floats(0.0, 1e-2), list_length=st.integers(1, 5000),
+    t_0=st.floats(-1e-4, 1e-3), order_share=st.floats(0.0, 1.0))
 
 
 @given(params_st, st.sampled_from(["linear", "tree"]), st.sampled_from(["continuous", "ceil"]))
@@ -87,10 +97,28 @@ def test_hand_computed_linear_case():
 
 
 def test_hand_computed_tree_case():
-    # T(K) = 1 + log2 K + 100/K: dT/dK = 0 at K = 100·ln 2 = 69.31; T(69) = 8.55780 < T(70) = 8.55785.
+    # L = 0, t_c = 1, φ = 0.5, t_Map = 100: T(K) = 0.5·D + 0.5·K + 100/K with D = ⌈log2(K + 1)⌉:
+    # T(13) = 2 + 6.5 + 7.692308 = 16.192308 (D = 4), T(14) = 2 + 7 + 7.142857 = 16.142857,
+    # T(15) = 2 + 7.5 + 6.666667 = 16.166667, T(16) = 2.5 + 8 + 6.25 = 16.75 (D = 5): K_max = 14.
     model = BSFModel(BSFParams(0.0, 1.0, 100.0, 0.0, 0.0, 1000), comm="tree")
-    assert model.k_bsf() == pytest.approx(100 * math.log(2))
-    assert model.k_max_closed() == model.k_max_numeric() == 69
+    np.testing.assert_allclose(model.time([13, 14, 15, 16]), [16.192308, 16.142857, 16.166667, 16.75], atol=1e-6)
+    assert model.k_max() == model.k_max_closed() == model.k_max_numeric() == 14
+    assert model.k_bsf() == 14.0
+    # With L = 0.01 each of the 2·D supersteps costs 0.01 per worker, 2·4·K·0.01 at D = 4:
+    # T(12) = 0.96 + 2 + 6 + 8.333333 = 17.293333, T(13) = 1.04 + 16.192308 = 17.232308,
+    # T(14) = 1.12 + 16.142857 = 17.262857: K_max = 13.
+    slow = BSFModel(BSFParams(0.01, 1.0, 100.0, 0.0, 0.0, 1000), comm="tree")
+    np.testing.assert_allclose(slow.time([12, 13, 14]), [17.293333, 17.232308, 17.262857], atol=1e-6)
+    assert slow.k_max() == 13
+
+
+def test_t_0_shifts_time_not_the_linear_boundary():
+    # t_0 = -0.5 per iteration: T(K) = K + 100/K - 0.5, the boundary stays sqrt(100/1) = 10.
+    base = BSFParams(0.0, 1.0, 100.0, 0.0, 0.0, 100)
+    model = BSFModel(BSFParams(0.0, 1.0, 100.0, 0.0, 0.0, 100, t_0=-0.5))
+    np.testing.assert_allclose(model.time([1, 10]), [100.5, 19.5], rtol=1e-12)
+    assert model.k_bsf() == pytest.approx(10.0) and model.k_max() == BSFModel(base).k_max() == 10
+    assert model.speedup([10])[0] == pytest.approx(100.5 / 19.5)
 
 
 def test_note_table_values():

@@ -6,7 +6,8 @@ Oracles (no value below comes from hpcbsp's own code; each is arithmetic written
   the skeleton's Algorithm 2 executes it: T_1 = 2L + t_c + t_Map + (l − 1)·t_a + t_p and
   T_K = K·(2L + t_c) + t_Map/K + (l/K − 1)·t_a + (K − 1)·t_a + t_p, speedup a = T_1/T_K,
   efficiency e = a/K, boundary K_BSF = sqrt((t_Map + l·t_a)/(2L + t_c + t_a));
-* its tree (log-depth) form: c(K) = 1 + log2 K exchanges, dT/dK = 0 a quadratic in K;
+* the farm's tree form (this project's, not the paper's): D = ⌈log2(K + 1)⌉ levels, 2·D·K
+  latencies, φ·D + (1 − φ)·K transfers (tests/test_cost_bsf.py checks it by hand);
 * Ezhova's BSF simulator (github.com/ezhova-nadezhda/BSF-simulator, mpiapp.cpp), whose 2017
   formula is printed verbatim by its code: T_K = K·(L + t_s) + t_w/K + K·L + t_r + t_p.
 
@@ -52,18 +53,13 @@ def test_ceil_share_by_hand():
     assert BSFModel(LINEAR, granularity="ceil").time([3])[0] == pytest.approx(0.1895, rel=1e-12)
 
 
-def test_tree_boundary_by_hand():
-    # L = 0, t_c = 1, t_Map = 99, t_a = 0.01, t_p = 0, l = 100:
-    # T(K) = (1 + log2 K) + 99/K + (100/K − 1)·0.01 + (K − 1)·0.01 = 1 + log2 K + 100/K + 0.01·K − 0.02
-    # dT/dK = 1/(K ln 2) − 100/K² + 0.01 = 0  ⇔  K² + 144.2695·K − 10000 = 0
-    # K = (−144.2695 + sqrt(144.2695² + 40000))/2 = (−144.2695 + 246.6043)/2 = 51.1674
-    model = BSFModel(BSFParams(0.0, 1.0, 99.0, 0.01, 0.0, 100), comm="tree")
-    assert model.k_bsf() == pytest.approx(51.1674, abs=1e-4)
-    # T(51) = 1 + 5.672425 + 1.960784 + 0.51 − 0.02 = 9.123209
-    # T(52) = 1 + 5.700440 + 1.923077 + 0.52 − 0.02 = 9.123517  → K_max = 51
-    assert model.time([51])[0] == pytest.approx(9.123209, abs=1e-6)
-    assert model.time([52])[0] == pytest.approx(9.123517, abs=1e-6)
-    assert model.k_max() == 51 and model.k_max_numeric() == 51
+def test_tree_with_the_paper_parameters_by_hand():
+    # The farm's tree with LINEAR's parameters (φ = 0.5): D(5) = ⌈log2 6⌉ = 3 levels,
+    # T_5 = 2·3·5·0.001 + (0.5·3 + 0.5·5)·0.002 + 0.5/5 + (20 − 1)·0.0001 + 4·0.0001 + 0.004
+    #     = 0.03 + 0.008 + 0.1 + 0.0019 + 0.0004 + 0.004 = 0.1443;  T_1 equals the linear T_1.
+    t = BSFModel(LINEAR, comm="tree").time([1, 5])
+    assert t[0] == pytest.approx(0.5179, rel=1e-12)
+    assert t[1] == pytest.approx(0.1443, rel=1e-12)
 
 
 def test_ezhova_simulator_formula_by_hand():

@@ -29,10 +29,13 @@ def test_recovers_a_noiseless_linear_model():
 
 
 def test_cross_validation_picks_the_generating_form():
-    tree = BSFModel(BSFParams(1e-4, 5e-3, 2.0, 1e-6, 1e-3, 2000), comm="tree")
-    cm = fit_runs(runs_of(tree, [1, 2, 3, 4, 6, 8, 12, 16]), list_length=2000, n_boot=0)
+    # The tree form only when asked (a fit has no L: the tree's transfers alone, L = 0 here).
+    tree = BSFModel(BSFParams(0.0, 5e-3, 2.0, 1e-6, 1e-3, 2000), comm="tree")
+    cm = fit_runs(runs_of(tree, [1, 2, 3, 4, 6, 8, 12, 16]), list_length=2000, n_boot=0, comms=["linear", "tree"])
     assert cm.fit["chosen"] == "tree/continuous"
     assert cm.model.k_max() == tree.k_max()
+    assert fit_runs(runs_of(tree, [1, 2, 3, 4, 6, 8, 12, 16]), list_length=2000,
+                    n_boot=0).fit["chosen"].startswith("linear/")  # not asked: linear
     linear = BSFModel(BSFParams(1e-4, 5e-3, 2.0, 1e-6, 1e-3, 2000), comm="linear")
     assert fit_runs(runs_of(linear, [1, 2, 3, 4, 6, 8, 12, 16]), list_length=2000,
                     n_boot=0).fit["chosen"].startswith("linear/")

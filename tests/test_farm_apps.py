@@ -90,7 +90,7 @@ def test_cost_model_refuses_a_one_rank_farm_report():
     from hpcbsp.farm.timings import summarise
 
     samples = {k: [1e-3, 1e-3] for k in ("seconds", "map_s", "fold_s", "master_fold_s", "compute_s")}
-    alone = summarise(samples, workers=1, list_length=10, iterations=2, total_s=2e-3, latency=0.0,
+    alone = summarise(samples, workers=1, list_length=10, iterations=2, total_s=2e-3, superstep_s=0.0,
                       exchange_measured=False).as_dict()
     with pytest.raises(CostInputError, match="one rank measures no communication"):
         model_from_farm(alone)

@@ -24,7 +24,8 @@ from hpcbsp.apps.bsf.system import diagonally_dominant_system
 from hpcbsp.cost.farmmodel import format_farm_parameters, model_from_farm
 from hpcbsp.farm import FarmEmulation, parse_emulation, run_farm
 from hpcbsp.farm.emulation import emulation_from_env, measure_map, wait_split
-from hpcbsp.farm.model import exchange_count
+from hpcbsp.farm.model import exchange_count, latency_count, tree_levels
+from hpcbsp.farm.skeleton import _tree_rounds  # private on purpose: the model's D(K) is the skeleton's
 
 mpi = pytest.mark.mpi(min_size=2)
 PROGRAM = os.path.join(os.path.dirname(__file__), "programs", "farm_tree_vs_linear.py")
@@ -75,7 +76,12 @@ def test_tree_equals_linear_on_more_ranks_oversubscribed(nprocs):
 
 
 def test_exchange_count_of_the_model():
-    assert exchange_count(8.0, "linear") == 8 and exchange_count(8.0, "tree") == 4.0  # 1 + log2 8
+    # K = 8 workers, 9 ranks: the binomial tree has D = 4 levels (the farm's _tree_rounds(9) = 4);
+    # transfers: 8 (linear), φ·4 + (1 − φ)·8 (tree); latencies: 2·8 and 2·4·8.
+    assert exchange_count(8.0, "linear") == 8 and exchange_count(8.0, "tree", 0.25) == 0.25 * 4 + 0.75 * 8
+    assert [latency_count(np.array([8.0]), c)[0] for c in ("linear", "tree")] == [16.0, 64.0]
+    assert [tree_levels(np.array([float(k)]))[0] for k in (1, 2, 3, 4, 7, 8, 15, 16, 31, 32)] == \
+        [_tree_rounds(k + 1) for k in (1, 2, 3, 4, 7, 8, 15, 16, 31, 32)]
 
 
 @mpi

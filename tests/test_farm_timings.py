@@ -28,7 +28,7 @@ def test_exact_iterations_give_back_the_parameters(k, length):
     per = per_iteration_params({kk: np.asarray(v) for kk, v in samples.items()}, k, length, p.latency)
     np.testing.assert_allclose(per["exchange"], 2 * p.latency + p.t_c, rtol=1e-9)
     np.testing.assert_allclose(per["t_a"], p.t_a, rtol=1e-9)
-    t = summarise(samples, workers=k, list_length=length, iterations=10, total_s=1.0, latency=p.latency)
+    t = summarise(samples, workers=k, list_length=length, iterations=10, total_s=1.0, superstep_s=k * p.latency)
     assert (t.t_c, t.t_map, t.t_p) == pytest.approx((p.t_c, p.t_map, p.t_p), rel=1e-9)
     # The model from these parameters reproduces the measured T at the measured K.
     model = model_from_farm(t.as_dict(), n_boot=0, granularity="ceil").model
@@ -40,13 +40,13 @@ def test_time_below_the_work_clips_the_exchange_at_zero():
     samples = synthetic_samples(p, 2, 4)
     samples["seconds"] = [0.001] * 4  # less than the Map alone: clock noise
     per = per_iteration_params({k: np.asarray(v) for k, v in samples.items()}, 2, 10, p.latency)
-    assert (per["exchange"] == 0).all() and (per["t_c"] == 0).all()
+    assert (per["t_c"] == 0).all() and (per["exchange"] == 2 * p.latency).all()
 
 
 def test_bootstrap_over_iterations_brackets_the_point_estimate():
     p = BSFParams(latency=2e-5, t_c=3e-4, t_map=0.02, t_a=1e-7, t_p=5e-5, list_length=1000)
     samples = synthetic_samples(p, 1, 40, noise=0.05, seed=4)
-    t = summarise(samples, workers=1, list_length=1000, iterations=40, total_s=1.0, latency=p.latency)
+    t = summarise(samples, workers=1, list_length=1000, iterations=40, total_s=1.0, superstep_s=p.latency)
     cm = model_from_farm(t.as_dict(), n_boot=100, seed=1)
     lo, hi = cm.k_max_interval()
     assert lo is not None and hi is not None and lo <= cm.model.k_max() <= hi
@@ -66,11 +66,11 @@ def test_spread_band_spans_what_single_iterations_measured():
     p = BSFParams(latency=1e-5, t_c=1e-4, t_map=0.1, t_a=0.0, t_p=0.0, list_length=100)
     samples = synthetic_samples(p, 1, 20)
     samples["seconds"] = [t + (1.08e-3 if i % 2 else 0.0) for i, t in enumerate(samples["seconds"])]
-    t = summarise(samples, workers=1, list_length=100, iterations=20, total_s=1.0, latency=p.latency)
+    t = summarise(samples, workers=1, list_length=100, iterations=20, total_s=1.0, superstep_s=p.latency)
     spread = model_from_farm(t.as_dict(), n_boot=400, seed=3, spread=True)
     assert spread.k_max_interval() == (9, 29)
     assert spread.boot_method == "single iterations (spread)"
     # Iterations that agree give no spread at all.
     calm = summarise(synthetic_samples(p, 1, 20), workers=1, list_length=100, iterations=20, total_s=1.0,
-                     latency=p.latency)
+                     superstep_s=p.latency)
     assert model_from_farm(calm.as_dict(), n_boot=100, spread=True).k_max_interval() == (29, 29)

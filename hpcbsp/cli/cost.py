@@ -53,6 +53,17 @@ def _workers(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def share(text: str) -> float:
+    """A fraction within [0, 1] (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be within 0 and 1, got {text}")
+    return value
+
+
 def _emit(args: argparse.Namespace, doc: Any, text: str) -> None:
     if args.json:
         print(json.dumps(doc, indent=1, allow_nan=False))
@@ -66,7 +77,8 @@ def cmd_bsf(args: argparse.Namespace) -> int:
     from hpcbsp.cost.modelfile import CalibratedModel, provenance, save_model
     from hpcbsp.cost.predict import format_prediction, prediction
 
-    params = BSFParams(args.latency, args.t_c, args.t_map, args.t_a, args.t_p, args.list_length)
+    params = BSFParams(args.latency, args.t_c, args.t_map, args.t_a, args.t_p, args.list_length, t_0=args.t_0,
+                       order_share=args.order_share)
     model = BSFModel(params, args.comm, args.granularity)
     cm = CalibratedModel(model, fit={"source": "bsf command line"}, provenance=provenance(source="bsf"))
     _check_positive_time(model, args.workers)
@@ -255,13 +267,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("bsf", "Evaluate the BSF model for given cost parameters: T, speedup, efficiency per K and K_max "
                    "(closed form and numeric argmax).", cmd_bsf)
-    p.add_argument("--latency", type=seconds, required=True, metavar="S", help="L: latency of one message [s]")
+    p.add_argument("--latency", type=seconds, required=True, metavar="S",
+                   help="L: latency of one message, per worker a superstep spans [s]")
     p.add_argument("--t-c", type=seconds, required=True, metavar="S",
                    help="t_c: master-worker exchange of one order and one result, latency excluded [s]")
     p.add_argument("--t-map", type=seconds, required=True, metavar="S", help="t_Map: Map over the whole list on one worker [s]")
     p.add_argument("--t-a", type=seconds, required=True, metavar="S", help="t_a: one Reduce operation [s]")
     p.add_argument("--t-p", type=seconds, required=True, metavar="S", help="t_p: master compute and stop test [s]")
     p.add_argument("--list-length", type=positive_int, required=True, metavar="N", help="l: length of the map list")
+    p.add_argument("--t-0", type=float, default=0.0, metavar="S",
+                   help="t_0: constant per iteration of the exchange, may be negative (default 0, as in the paper) [s]")
+    p.add_argument("--order-share", type=share, default=0.5, metavar="F",
+                   help="the order's share of an exchange's bytes, for the tree form (default 0.5)")
     _form_options(p, default=True)
     p.add_argument("--workers", type=_workers, metavar="LIST",
                    help="worker counts, e.g. 1,2,4,...,4096 or 1-16 (default: powers of 2 past K_max)")
@@ -346,8 +363,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _form_options(p: argparse.ArgumentParser, *, default: bool) -> None:
     p.add_argument("--comm", choices=COMM_FORMS, default="linear" if default else None,
-                   help="master-worker communication: one by one (linear in K) or tree collectives (log K)"
-                        + (" (default linear)" if default else " (default: chosen from the runs)"))
+                   help="master-worker communication: one by one (linear) or the farm's binomial tree"
+                        + (" (default linear)" if default else " (default linear; a fit cannot tell the tree's "
+                           "latency from its transfers)"))
     p.add_argument("--granularity", choices=GRANULARITIES, default="continuous" if default else None,
                    help="the slowest worker's share: l/K (continuous) or ceil(l/K) (ceil)"
                         + (" (default continuous)" if default else " (default: chosen from the runs)"))

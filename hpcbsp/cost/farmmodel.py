@@ -58,11 +58,17 @@ def model_from_farm(report: Mapping[str, Any], *, n_boot: int = 200, seed: int =
 
 
 def _parse_report(report: Mapping[str, Any]) -> tuple[BSFParams, int, dict[str, np.ndarray], str]:
-    """A farm report's parameters, worker count, per-iteration samples and exchange (checked)."""
+    """A farm report's parameters, worker count, per-iteration samples and exchange (checked).
+
+    Reports written before ``superstep_s`` existed give the superstep itself as ``latency``;
+    L is that per worker."""
     if not report.get("exchange_measured", True) or report.get("nprocs") == 1:
         raise CostInputError(ONE_RANK)
     try:
-        params = BSFParams.from_dict({"list_length": None, **report})
+        data = {"list_length": None, **report}
+        if "superstep_s" not in report:
+            data["latency"] = float(report["latency"]) / max(int(report["workers"]), 1)
+        params = BSFParams.from_dict(data)
         if params.list_length is None:
             raise KeyError("list_length")
         workers = int(report["workers"])
@@ -77,18 +83,39 @@ def _parse_report(report: Mapping[str, Any]) -> tuple[BSFParams, int, dict[str, 
     return params, workers, samples, comm
 
 
+def transfer_line(v: np.ndarray, transfers: np.ndarray) -> tuple[float, float]:
+    """(t_c, t_0): the line ``transfers = v·t_c + t_0`` through the medians of each v.
+
+    Every run's iterations measure the exchange less its latencies (``transfers``) at the run's
+    v(K); the medians per v are robust to a slow iteration, and a line through them separates
+    the per-worker transfer t_c from the per-iteration constant t_0.  With one v only (runs at
+    one K) t_0 cannot be told from t_c: t_0 = 0 and t_c is the median ratio.  A fitted slope
+    that is not positive falls back to the same.
+    """
+    levels = np.unique(v)
+    if levels.size >= 2:
+        med = np.array([np.median(transfers[v == x]) for x in levels])
+        slope, intercept = np.polyfit(levels, med, 1)
+        if slope > 0:
+            return float(slope), float(intercept)
+    return float(max(np.median(transfers / v), 0.0)), 0.0
+
+
 def model_from_farm_runs(reports: Sequence[Mapping[str, Any]], *, n_boot: int = 200, seed: int = 0,
                          granularity: str = "continuous", spread: bool = False) -> CalibratedModel:
     """The BSF model the farm runs measured of themselves, their iterations pooled.
 
-    Each run's iterations are decomposed at the run's own K (:func:`per_iteration_params`); the
-    model's coefficients are the medians over all of them: one exchange 2L + t_c as the
-    iterations measured it directly (T less the model's work terms, per exchange), t_Map, t_a and
-    t_p.  L is the median of the runs' own measurements.  Runs at several small K measure the
-    exchange many times over, where a fit of T(K) would infer it from the small differences
-    between the T of a few K (on 33 emulated nodes the fit's exchange swung by a factor of 1.6
-    between two calibrations, the pooled one by 2 %).  Bootstrap and ``spread``: as
-    :func:`model_from_farm`, over the pooled iterations.
+    Each run's iterations are decomposed at the run's own K (:func:`per_iteration_params`): the
+    work terms t_Map, t_a and t_p (medians over all iterations) and the exchange.  L is the
+    median of the runs' own one-byte supersteps, per worker.  The exchange less its latencies
+    λ(K)·L is v(K)·t_c + t_0: with runs at two or more K the line through the medians at each
+    K gives t_c and t_0 (:func:`transfer_line`).  On 33 emulated nodes at 10 Mbit/s the runs at
+    K = 1..3 give t_c = 27 ms, the line rate of one order and one result, and t_0 = −10 ms; the
+    ratio at one K, which this replaced, read 17 ms at K = 1 and 24 ms at K = 3 and predicted
+    T(32) 15 % short (docs/performance.md).  A fit of T(K) would infer the exchange from the
+    small differences between the T of a few K (on 33 emulated nodes it swung by a factor of
+    1.6 between two calibrations).  Bootstrap and ``spread``: as :func:`model_from_farm`, over
+    the pooled iterations, each iteration's t_c taken with the line's t_0.
     """
     if not reports:
         raise CostInputError("no farm report to model")
@@ -100,13 +127,18 @@ def model_from_farm_runs(reports: Sequence[Mapping[str, Any]], *, n_boot: int = 
         if c != comm or p.list_length != length:
             raise CostInputError(f"farm reports of different programs: exchange {c} and {comm}, "
                                  f"list length {p.list_length} and {length}")
-    per = [per_iteration_params(samples, workers, length, p.latency, comm) for p, workers, samples, _ in parsed]
-    pooled = {k: np.concatenate([q[k] for q in per]) for k in ("exchange", "t_map", "t_a", "t_p")}
     latency = float(np.median([p.latency for p, _, _, _ in parsed]))
-    exchange = float(np.median(pooled["exchange"]))
-    model = BSFModel(BSFParams(latency=latency, t_c=max(exchange - 2.0 * latency, 0.0),
-                               t_map=float(np.median(pooled["t_map"])), t_a=float(np.median(pooled["t_a"])),
-                               t_p=float(np.median(pooled["t_p"])), list_length=length), comm, granularity)
+    share = float(np.median([p.order_share for p, _, _, _ in parsed]))
+    first_pass = [per_iteration_params(samples, workers, length, latency, comm, share)
+                  for _, workers, samples, _ in parsed]
+    t_c, t_0 = transfer_line(np.concatenate([q["v"] for q in first_pass]),
+                             np.concatenate([q["transfers"] for q in first_pass]))
+    per = [per_iteration_params(samples, workers, length, latency, comm, share, t_0)
+           for _, workers, samples, _ in parsed]
+    pooled = {k: np.concatenate([q[k] for q in per]) for k in ("exchange", "t_map", "t_a", "t_p")}
+    model = BSFModel(BSFParams(latency=latency, t_c=t_c, t_map=float(np.median(pooled["t_map"])),
+                               t_a=float(np.median(pooled["t_a"])), t_p=float(np.median(pooled["t_p"])),
+                               list_length=length, t_0=t_0, order_share=share), comm, granularity)
     columns = [pooled[k] for k in ("exchange", "t_map", "t_a", "t_p")]
     n_iter = columns[0].size
     boot = None

@@ -6,8 +6,12 @@ The model is linear in its coefficients, ``T(K) = basis(K) @ [2L + t_c, t_Map, t
 coefficient >= 0.  Times span orders of magnitude across K, so the residual minimised is the
 relative one, ``(T̂ − T)/T``: each row of the system is divided by its measured time.
 
-Forms (``linear``/``tree`` communication × ``continuous``/``ceil`` granularity) are chosen by
-how well they extrapolate, which is what a prediction does:
+Forms (``continuous``/``ceil`` granularity, and the ``linear`` or, when asked, the ``tree``
+communication) are chosen by how well they extrapolate, which is what a prediction does.  The
+tree form is compared only when asked (``comms``): a fit of T(K) has no L of its own (L = 0,
+everything in t_c), and without its latencies the farm's tree, v(K) = φ·D + (1 − φ)·K transfers,
+is too close to the linear K for a few noisy runs to tell apart (both picked from the same
+linear runs); ``hpcbsp-cost calibrate`` measures L and the exchange form of the program instead.
 
 * **forward validation** when the runs cover at least :data:`MIN_FORWARD_WORKERS` distinct worker
   counts: fit on the lowest m counts, score on all higher ones, for every m from half the counts
@@ -35,7 +39,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..farm.model import COMM_FORMS, GRANULARITIES, BSFModel, BSFParams, basis
+from ..farm.model import GRANULARITIES, BSFModel, BSFParams, basis
 from .errors import CostInputError
 from .modelfile import CalibratedModel, provenance
 from .nnls import nnls
@@ -221,8 +225,8 @@ def choose_forward(runs: Runs, forms: list[tuple[str, str]], list_length: int | 
 
 def candidate_forms(comms: Sequence[str] | None, granularities: Sequence[str] | None,
                     list_length: int | None) -> list[tuple[str, str]]:
-    """The forms to compare, in order of preference."""
-    comms = list(comms or COMM_FORMS)
+    """The forms to compare, in order of preference (linear only unless ``comms`` says otherwise)."""
+    comms = list(comms or ("linear",))
     if granularities:
         grans = list(granularities)
     else:

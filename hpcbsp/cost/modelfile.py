@@ -3,7 +3,7 @@
 Layout (``"format": "hpcbsp-bsf-model/1"``)::
 
     {"format": ..., "comm": "linear"|"tree", "granularity": "continuous"|"ceil",
-     "params": {"latency", "t_c", "t_map", "t_a", "t_p", "list_length"},
+     "params": {"latency", "t_c", "t_map", "t_a", "t_p", "list_length", "t_0", "order_share"},
      "k_bsf": float|null, "k_max": int|null, "k_max_interval": [lo, hi]|null,
      "bootstrap": {"method": str, "coefficients": [[2L+t_c, t_map, t_a, t_p], ...]}|null,
      "fit": {...how it was obtained...}, "provenance": {...host, date, ...}}
@@ -37,8 +37,10 @@ class CalibratedModel:
     model : BSFModel
         The point estimate.
     boot_coefficients : (n, 4) array or None
-        Bootstrap replicates of the coefficient vector (see :func:`hpcbsp.farm.model.basis`);
-        they give the intervals of K_max and the band of the speedup curve.
+        Bootstrap replicates of the coefficient vector ``[2L + t_c, t_Map, t_a, t_p]`` (see
+        :func:`hpcbsp.farm.model.basis`); each replicate keeps the point model's L, t_0 and order
+        share (:meth:`BSFParams.from_coefficients`).  They give the intervals of K_max and the
+        band of the speedup curve.
     fit : dict
         How the model was obtained (source, rows, worker counts used, cross-validation scores).
     provenance : dict
@@ -57,7 +59,8 @@ class CalibratedModel:
         if self.boot_coefficients is None:
             return []
         length = self.model.params.list_length
-        return [self.model.with_params(BSFParams.from_coefficients(c, length)) for c in self.boot_coefficients]
+        like = self.model.params
+        return [self.model.with_params(BSFParams.from_coefficients(c, length, like)) for c in self.boot_coefficients]
 
     def k_max_interval(self, level: float = 0.95) -> tuple[int | None, int | None]:
         """Percentile interval of K_max over the bootstrap; (k, k) without a bootstrap.

@@ -16,19 +16,31 @@ l         list length
 
 one iteration on K workers costs (``g(K)`` is the slowest worker's share of the list)::
 
-    T(K) = c(K)·(2L + t_c) + t_Map·g(K) + (l·g(K) − 1)·t_a + (K − 1)·t_a + t_p
+    T(K) = λ(K)·L + v(K)·t_c + t_0 + t_Map·g(K) + (l·g(K) − 1)·t_a + (K − 1)·t_a + t_p
 
-* ``comm="linear"``: the master exchanges with the workers one by one, ``c(K) = K``;
-* ``comm="tree"``: the order is broadcast and the results gathered along a binomial tree,
-  ``c(K) = 1 + log2 K`` (one exchange's worth at K = 1, one more per tree level); the master still
-  folds the K partial results itself, hence the ``(K − 1)·t_a`` term in both forms;
+where λ(K) counts latencies and v(K) transfers, by the exchange's form:
+
+* ``comm="linear"``: the master exchanges with the workers one by one, λ(K) = 2K and v(K) = K,
+  so the exchange is [S21]'s ``K·(2L + t_c)``;
+* ``comm="tree"``: the farm's binomial tree over P = K + 1 ranks, D(K) = ⌈log2(K + 1)⌉ levels
+  (:func:`tree_levels`).  The order goes down the D levels, one message per level on the path;
+  the K partial results come up and all of them pass the master's link (the master folds them
+  itself, hence the ``(K − 1)·t_a`` term in both forms).  With φ the order's share of an
+  exchange's bytes (``order_share``, order / (order + result)): v(K) = φ·D + (1 − φ)·K.  Each
+  level is a superstep each way, and a superstep's synchronisation costs L for every worker it
+  spans (the linear form's 2K latencies are its two supersteps' 2·K·L): λ(K) = 2·D·K;
+* ``t_0``: a constant per iteration of the exchange, which may be negative.  [S21] has none
+  (t_0 = 0); the farm's calibration measures it (a rate-limited link lets a few KiB of every
+  message burst leave at once, which no per-worker term can express: on the emulated cluster's
+  10 Mbit/s links t_0 ≈ −10 ms against t_c ≈ 27 ms, docs/performance.md);
 * ``granularity="continuous"``: ``g(K) = 1/K``; ``granularity="ceil"``: ``g(K) = ⌈l/K⌉/l``, the
-  slowest worker holds ⌈l/K⌉ elements, which produces the staircase real runs show.
+  slowest worker holds ⌈l/K⌉ elements, which produces the staircase real runs show.  The tree's
+  D(K) is an integer in both (the tree has that many levels).
 
-T(1) = 2L + t_c + t_Map + (l − 1)·t_a + t_p in every form, so the speedup a(K) = T(1)/T(K) has
-a(1) = 1 exactly.  In the continuous linear form T(K) = A·K + B/K + C with A = 2L + t_c + t_a,
-B = t_Map + l·t_a, C = t_p − 2·t_a and the scalability boundary is K_BSF = sqrt(B/A); in the
-continuous tree form dT/dK = 0 is the quadratic t_a·K² + (2L + t_c)/ln 2·K − B = 0.
+T(1) = 2L + t_c + t_0 + t_Map + (l − 1)·t_a + t_p in every form, so the speedup a(K) = T(1)/T(K)
+has a(1) = 1 exactly.  In the continuous linear form T(K) = A·K + B/K + C with A = 2L + t_c + t_a,
+B = t_Map + l·t_a, C = t_p + t_0 − 2·t_a and the scalability boundary is K_BSF = sqrt(B/A); the
+tree form has no closed form (its D(K) is a staircase): its K_max is the argmax found by search.
 
 When l is unknown (``list_length=None``) the model has no t_a term of its own: t_a is taken as 0,
 so t_Map stands for the whole parallel work B and ``ceil`` granularity is unavailable.
@@ -46,9 +58,9 @@ the abstract of [S21] could be retrieved where this module was checked (issue 17
 formulas below are cited by what they compute, not by equation number; the linear form follows
 the skeleton's Algorithm 2 term by term (K one-by-one exchanges, a worker fold of l/K − 1 ⊕,
 a master fold of K − 1 ⊕), and tests/test_cost_bsf_paper.py checks every function against values
-worked out by hand from these equations, and against [E17].  The tree form's log2 K exchanges are
-this project's (the farm's binomial tree); later BSF papers' boundary with a t_c/(t_a·ln 2) term
-has the same shape but was not checked against them.
+worked out by hand from these equations, and against [E17].  The tree form and t_0 are this
+project's: the farm's binomial tree counted superstep by superstep, as measured on 33 emulated
+nodes (issue 29; an earlier tree form of 1 + log2 K whole exchanges missed those runs by 43–54 %).
 """
 from __future__ import annotations
 
@@ -89,12 +101,20 @@ class BSFParams:
     t_a: float
     t_p: float
     list_length: int | None = None
+    #: Constant per iteration of the exchange (seconds, may be negative); 0 in [S21].
+    t_0: float = 0.0
+    #: The order's share of an exchange's bytes, order / (order + result): the tree form's φ.
+    order_share: float = 0.5
 
     def __post_init__(self) -> None:
         for name in ("latency", "t_c", "t_map", "t_a", "t_p"):
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 raise CostInputError(f"BSF parameter {name} must be a finite number >= 0, got {value!r}")
+        if not math.isfinite(self.t_0):
+            raise CostInputError(f"BSF parameter t_0 must be a finite number, got {self.t_0!r}")
+        if not (math.isfinite(self.order_share) and 0.0 <= self.order_share <= 1.0):
+            raise CostInputError(f"BSF parameter order_share must be within [0, 1], got {self.order_share!r}")
         if self.list_length is not None and int(self.list_length) < 1:
             raise CostInputError(f"list length must be a positive integer, got {self.list_length!r}")
         if self.list_length is None and self.t_a != 0:
@@ -110,11 +130,19 @@ class BSFParams:
         return np.array([self.exchange, self.t_map, self.t_a, self.t_p], dtype=float)
 
     @classmethod
-    def from_coefficients(cls, coef: Iterable[float], list_length: int | None) -> "BSFParams":
-        """Parameters from fitted coefficients; the exchange cannot be split, so it all goes to t_c."""
+    def from_coefficients(cls, coef: Iterable[float], list_length: int | None,
+                          like: "BSFParams | None" = None) -> "BSFParams":
+        """Parameters from coefficients ``[2L + t_c, t_Map, t_a, t_p]`` (fitted, or a bootstrap
+        replicate).  Without ``like`` the exchange cannot be split, so it all goes to t_c (L = 0,
+        t_0 = 0); with ``like`` (the point estimate a replicate varies) its L, t_0 and order share
+        are kept and t_c = exchange − 2L."""
         exchange, t_map, t_a, t_p = (max(0.0, float(c)) for c in coef)
-        return cls(latency=0.0, t_c=exchange, t_map=t_map, t_a=t_a if list_length else 0.0, t_p=t_p,
-                   list_length=list_length)
+        if like is None:
+            return cls(latency=0.0, t_c=exchange, t_map=t_map, t_a=t_a if list_length else 0.0, t_p=t_p,
+                       list_length=list_length)
+        return cls(latency=like.latency, t_c=max(exchange - 2.0 * like.latency, 0.0), t_map=t_map,
+                   t_a=t_a if list_length else 0.0, t_p=t_p, list_length=list_length, t_0=like.t_0,
+                   order_share=like.order_share)
 
     def as_dict(self) -> dict[str, float | int | None]:
         return asdict(self)
@@ -125,7 +153,8 @@ class BSFParams:
             length = data.get("list_length")
             return cls(latency=float(data["latency"]), t_c=float(data["t_c"]), t_map=float(data["t_map"]),
                        t_a=float(data.get("t_a", 0.0)), t_p=float(data["t_p"]),
-                       list_length=None if length is None else int(length))
+                       list_length=None if length is None else int(length), t_0=float(data.get("t_0", 0.0)),
+                       order_share=float(data.get("order_share", 0.5)))
         except KeyError as exc:
             raise CostInputError(f"BSF parameters lack {exc.args[0]!r}") from None
         except (TypeError, ValueError) as exc:
@@ -158,21 +187,36 @@ def share(workers: np.ndarray, granularity: str, list_length: int | None) -> np.
     return 1.0 / workers
 
 
-def exchange_count(workers: np.ndarray, comm: str) -> np.ndarray:
-    """c(K): K exchanges for the one-by-one (linear) exchange, 1 + log2 K for the tree."""
-    return workers if comm == "linear" else 1.0 + np.log2(workers)
+def tree_levels(workers: np.ndarray) -> np.ndarray:
+    """D(K) = ⌈log2(K + 1)⌉: the levels of the farm's binomial tree over K + 1 ranks."""
+    return np.maximum(1.0, np.ceil(np.log2(np.asarray(workers, dtype=float) + 1.0) - 1e-12))
+
+
+def exchange_count(workers: np.ndarray, comm: str, order_share: float = 0.5) -> np.ndarray:
+    """v(K), the transfers t_c is charged for: K (linear); φ·D(K) + (1 − φ)·K (tree), φ the order share."""
+    if comm == "linear":
+        return np.asarray(workers, dtype=float)
+    return order_share * tree_levels(workers) + (1.0 - order_share) * np.asarray(workers, dtype=float)
+
+
+def latency_count(workers: np.ndarray, comm: str) -> np.ndarray:
+    """λ(K), the latencies L is charged for: 2K (linear: two supersteps, L per worker each); 2·D(K)·K (tree)."""
+    k = np.asarray(workers, dtype=float)
+    return 2.0 * k if comm == "linear" else 2.0 * tree_levels(k) * k
 
 
 def basis(workers: Iterable[int] | int | np.ndarray, comm: str, granularity: str,
-          list_length: int | None) -> np.ndarray:
+          list_length: int | None, order_share: float = 0.5) -> np.ndarray:
     """Design matrix of T(K): one row per K, columns matching :data:`COEFFICIENTS`.
 
-    ``T(K) = basis(K) @ [2L + t_c, t_Map, t_a, t_p]``.  Without a list length the t_a column is
-    zero (t_a is then part of t_Map).
+    ``T(K) = basis(K) @ [2L + t_c, t_Map, t_a, t_p]`` for the linear form, and for the tree form
+    when L = 0 (as in a fit of T(K), which cannot tell L from t_c); t_0 is part of t_p there.
+    The exchange column is v(K) (:func:`exchange_count`).  Without a list length the t_a column
+    is zero (t_a is then part of t_Map).
     """
     check_form(comm, granularity, list_length)
     k = as_workers(workers)
-    exchanges = exchange_count(k, comm)
+    exchanges = exchange_count(k, comm, order_share)
     g = share(k, granularity, list_length)
     if list_length:
         folds = (list_length * g - 1.0) + (k - 1.0)  # worker folds its share, master folds K results
@@ -199,15 +243,17 @@ class BSFModel:
     def time(self, workers: Iterable[int] | int | np.ndarray) -> np.ndarray:
         """Predicted seconds per iteration T(K) for each K.
 
-        [S21] §3, the iteration time on K workers:
-        ``T_K = c(K)·(2L + t_c) + t_Map·g(K) + (l·g(K) − 1)·t_a + (K − 1)·t_a + t_p``, which at K = 1
-        is the paper's ``T_1 = 2L + t_c + t_Map + (l − 1)·t_a + t_p``; with t_a = 0 and c(K) = K it
-        is [E17]'s ``K·(2L + t_s) + t_w/K + t_r + t_p``.
+        [S21] §3, the iteration time on K workers (linear form, t_0 = 0):
+        ``T_K = K·(2L + t_c) + t_Map·g(K) + (l·g(K) − 1)·t_a + (K − 1)·t_a + t_p``, which at K = 1
+        is the paper's ``T_1 = 2L + t_c + t_Map + (l − 1)·t_a + t_p``; with t_a = 0 it is [E17]'s
+        ``K·(2L + t_s) + t_w/K + t_r + t_p``.  The tree form and t_0: the module's docstring.
         """
-        x = basis(workers, self.comm, self.granularity, self.params.list_length)
-        c = self.params.coefficients()
-        # Column by column, not a matrix product: equal rows then give bit-equal times, so a(1) == 1.
-        return x[:, 0] * c[0] + x[:, 1] * c[1] + x[:, 2] * c[2] + x[:, 3] * c[3]
+        p = self.params
+        x = basis(workers, self.comm, self.granularity, p.list_length, p.order_share)
+        lam = latency_count(as_workers(workers), self.comm)
+        # Term by term, not a matrix product: equal rows then give bit-equal times, so a(1) == 1.
+        return (lam * p.latency + x[:, 0] * p.t_c + p.t_0 + x[:, 1] * p.t_map + x[:, 2] * p.t_a
+                + x[:, 3] * p.t_p)
 
     def speedup(self, workers: Iterable[int] | int | np.ndarray) -> np.ndarray:
         """a(K) = T(1)/T(K): [S21]'s speedup a_BSF(K) = T_1/T_K."""
@@ -220,41 +266,35 @@ class BSFModel:
 
     # -- the scalability boundary ---------------------------------------------------------------
     def aggregate(self) -> dict[str, float]:
-        """The continuous form's aggregate coefficients.
+        """The continuous linear form's aggregate coefficients ``T = A·K + B/K + C``.
 
-        Linear: ``T = A·K + B/K + C``; tree: ``T = A·(1 + log2 K) + t_a·K + B/K + C`` ([S21]'s T_K
-        with its terms collected: A = 2L + t_c (+ t_a, linear), B = t_Map + l·t_a, C = t_p − 2·t_a).
+        A = 2L + t_c + t_a, B = t_Map + l·t_a, C = t_p + t_0 − 2·t_a ([S21]'s T_K with its terms
+        collected).  The tree form has no such aggregate: its parameters are given instead.
         """
         p = self.params
         length = p.list_length or 0
         b = p.t_map + length * p.t_a
         if self.comm == "linear":
-            return {"A": p.exchange + p.t_a, "B": b, "C": p.t_p - 2.0 * p.t_a}
-        return {"A": p.exchange, "t_a": p.t_a, "B": b, "C": p.t_p - 2.0 * p.t_a}
+            return {"A": p.exchange + p.t_a, "B": b, "C": p.t_p + p.t_0 - 2.0 * p.t_a}
+        return {"L": p.latency, "t_c": p.t_c, "order_share": p.order_share, "t_a": p.t_a, "B": b,
+                "C": p.t_p + p.t_0 - 2.0 * p.t_a}
 
     def k_bsf(self) -> float | None:
-        """The real-valued closed-form boundary of the continuous form; None if T never turns up.
+        """The real-valued boundary of the continuous form; None if T never turns up.
 
-        Linear: sqrt(B/A), [S21]'s scalability boundary
-        K_BSF = sqrt((t_Map + l·t_a)/(2L + t_c + t_a)), the root of dT_K/dK = 0.  Tree: the
-        positive root of t_a·K² + A/ln2·K − B = 0, that is
-        ½·(sqrt((A/(t_a·ln2))² + 4B/t_a) − A/(t_a·ln2)) (B·ln2/A when t_a = 0).  For ``ceil``
-        granularity this is the boundary of the continuous envelope.
+        Linear: the closed form sqrt(B/A), [S21]'s scalability boundary
+        K_BSF = sqrt((t_Map + l·t_a)/(2L + t_c + t_a)), the root of dT_K/dK = 0.  Tree: no closed
+        form (D(K) is a staircase); the argmax of the continuous-share speedup found by search,
+        as a float.  For ``ceil`` granularity this is the boundary of the continuous envelope.
         """
+        if self.comm == "tree":
+            k = replace(self, granularity="continuous").k_max_numeric()
+            return None if k is None else float(k)
         agg = self.aggregate()
         a, b = agg["A"], agg["B"]
-        if self.comm == "linear":
-            if a <= 0:
-                return None
-            return math.sqrt(b / a)
-        t_a = agg["t_a"]
-        q = a / math.log(2.0)
-        if q > 0:
-            # The positive root of t_a·K² + q·K − B = 0 in the cancellation-free form (also t_a = 0).
-            return 2.0 * b / (q + math.sqrt(q * q + 4.0 * t_a * b))
-        if t_a > 0:
-            return math.sqrt(b / t_a)
-        return None
+        if a <= 0:
+            return None
+        return math.sqrt(b / a)
 
     def k_limit(self, k_limit: int | None = None) -> int:
         """Largest K worth considering: the list length (a worker needs an element) or a bound."""
@@ -266,8 +306,11 @@ class BSFModel:
     def k_max_closed(self, k_limit: int | None = None) -> int | None:
         """Integer K_max from the closed form: the better of ⌊K_BSF⌋ and ⌈K_BSF⌉ (first on ties).
 
-        None when the model has no turnover (K_BSF infinite or beyond the limit).
+        None when the model has no turnover (K_BSF infinite or beyond the limit).  The tree form
+        has no closed form: the numeric argmax of its continuous-share form.
         """
+        if self.comm == "tree":
+            return replace(self, granularity="continuous").k_max_numeric(k_limit)
         k = self.k_bsf()
         limit = self.k_limit(k_limit)
         if limit == 1:
@@ -308,9 +351,9 @@ class BSFModel:
         """The scalability boundary used in reports.
 
         The closed form for continuous granularity (the tests check it equals the brute-force
-        argmax), the plateau search for ``ceil``.
+        argmax), the plateau search for ``ceil``; the search for the tree form.
         """
-        if self.granularity == "continuous":
+        if self.granularity == "continuous" and self.comm == "linear":
             return self.k_max_closed(k_limit)
         return self.k_max_numeric(k_limit)
 

@@ -17,8 +17,9 @@ down a binomial tree over the P = K + 1 ranks and the partial results come back 
 holds the order puts it to r + 2^d; in result round d (d = 0 … D−1) every rank r ≡ 2^d (mod
 2^(d+1)) puts the rows it holds, its own and its subtree's [r, r + 2^d), to r − 2^d.  The master
 ends with the same K partial results in the same slots and folds them itself, as in the model's
-tree form (c(K) = 1 + log2 K exchanges, master fold of K results), so both exchanges give
-bit-identical results.
+tree form (:mod:`hpcbsp.farm.model`: 2·D supersteps, the order down D levels, all K results
+through the master's link, master fold of K results), so both exchanges give bit-identical
+results.
 
 With emulated compute (:mod:`hpcbsp.farm.emulation`) the workers wait instead of mapping and
 folding, and the run makes exactly ``max_iter`` iterations: a simulation of compute.
@@ -232,7 +233,8 @@ def run_farm(bsp: BSP, problem: BSFProblem, x0: Any, *, max_iter: int = 1000, re
     timings = None
     if master:
         timings = summarise(samples, workers=workers, list_length=length, iterations=iterations,
-                            total_s=total, latency=latency, exchange=exchange, emulated=times)
+                            total_s=total, superstep_s=latency, exchange=exchange, emulated=times,
+                            order_share=(n + 1) / (n + 1 + slot))
         append_report(timings, report, label=label, nprocs=bsp.nprocs)
     timings, iterations, converged = bsp.broadcast((timings, iterations, converged) if master else None)
     return FarmResult(x, iterations, converged, timings)
@@ -356,7 +358,7 @@ def _run_alone(bsp: BSP, problem: BSFProblem, x: np.ndarray, r_shape: tuple[int,
         if checkpoint is not None:
             checkpoint.maybe_save(bsp, x, iterations, converged)
     timings = summarise(samples, workers=1, list_length=length, iterations=iterations,
-                        total_s=time.perf_counter() - t_loop, latency=0.0, exchange_measured=False,
+                        total_s=time.perf_counter() - t_loop, superstep_s=0.0, exchange_measured=False,
                         emulated=times)
     append_report(timings, report, label=label, nprocs=1)
     bsp.sync("farm:done")  # keep the superstep structure visible in the ledger

@@ -4,10 +4,12 @@ Per iteration the master records its iteration time T and the parts it can attri
 workers' Map times (summed: t_Map is the Map of the *whole* list on one worker), the folds
 (workers' local Reduce plus the master's fold of the K partial results: l − 1 ⊕ in all), and its
 compute + stop time t_p.  What remains of T after the model's own work terms at this K is the
-master-worker exchange: ``c(K)·(2L + t_c)`` with c(K) = K for the farm's one-by-one (linear)
-exchange and c(K) = 1 + log2 K for its tree exchange: the model of :mod:`hpcbsp.farm.model`, whose
-:func:`~hpcbsp.farm.model.basis` gives every term here.
-L is measured separately (one-byte put and sync), so t_c = exchange − 2L.
+master-worker exchange: ``λ(K)·L + v(K)·t_c`` in the model of :mod:`hpcbsp.farm.model`, whose
+:func:`~hpcbsp.farm.model.basis` and :func:`~hpcbsp.farm.model.latency_count` give every term
+here (linear: λ = 2K, v = K; tree: λ = 2·D·K, v = φ·D + (1 − φ)·K).
+L is measured separately: a one-byte put and sync (``superstep_s``), per worker it spans
+(L = superstep_s / K), so t_c = (exchange − λ(K)·L) / v(K).  A run at one K cannot tell a
+constant t_0 from t_c; the calibration over several K can (:mod:`hpcbsp.cost.farmmodel`).
 
 Taking the model's terms (rather than, say, the slowest worker's clock) means the calibrated
 model reproduces the measured T at the measured K; the test of the model is at other K.
@@ -25,7 +27,7 @@ import numpy as np
 from ..runtime.environment import setting
 from ..runtime.errors import BadInput
 from ..util.outputs import OutputError, prepare_output
-from .model import BSFParams, basis
+from .model import BSFParams, basis, latency_count
 
 #: Environment variable naming a file to which the master appends one JSON line per farm run.
 REPORT_ENV = "HPCBSP_FARM_REPORT"
@@ -42,7 +44,7 @@ class FarmTimings:
     list_length: int
     iterations: int
     total_s: float                  #: the whole iteration loop, exit message included
-    latency: float                  #: L: median one-byte put + sync
+    latency: float                  #: L: median one-byte put + sync, per worker (superstep_s / K)
     t_c: float                      #: exchange − 2L, clipped at 0
     t_map: float
     t_a: float
@@ -55,6 +57,10 @@ class FarmTimings:
     exchange: str = "linear"        #: the farm's exchange: "linear" (one by one) or "tree"
     #: With emulated compute, the waits' times ``{"t_map", "t_a", "measured"}``; None when real.
     emulated: Optional[dict[str, Any]] = None
+    #: The median one-byte superstep itself (seconds; L = superstep_s / K).
+    superstep_s: float = 0.0
+    #: The order's share of an exchange's bytes, order / (order + partial result): the tree's φ.
+    order_share: float = 0.5
 
     def model_params(self) -> BSFParams:
         """The measured BSF parameters (:class:`hpcbsp.farm.model.BSFParams`)."""
@@ -69,41 +75,50 @@ class FarmTimings:
 
 
 def per_iteration_params(samples: dict[str, np.ndarray], workers: int, list_length: int,
-                         latency: float, exchange: str = "linear") -> dict[str, np.ndarray]:
+                         latency: float, exchange: str = "linear", order_share: float = 0.5,
+                         t_0: float = 0.0) -> dict[str, np.ndarray]:
     """BSF parameters from each iteration's measurements (arrays, one value per iteration).
 
-    The model's own work terms at K (the ``t_map``, ``t_a`` and ``t_p`` columns of
-    :func:`hpcbsp.farm.model.basis`, ceil granularity: the farm's split) are taken off T; what
-    remains, divided by the exchange column c(K), is one exchange 2L + t_c.
+    ``latency`` is L, per worker.  The model's own work terms at K (the ``t_map``, ``t_a`` and
+    ``t_p`` columns of :func:`hpcbsp.farm.model.basis`, ceil granularity: the farm's split) are
+    taken off T; what remains is the exchange.  Less its latencies λ(K)·L and the constant
+    ``t_0`` (known only from runs at several K), divided by v(K), it is one transfer t_c.
+    ``transfers`` is the exchange less its latencies (v(K)·t_c + t_0), ``exchange`` one
+    exchange 2L + t_c.
     """
     t = samples["seconds"]
     t_map = samples["map_s"]
     folds = max(list_length - 1, 1)
     t_a = (samples["fold_s"] + samples["master_fold_s"]) / folds if list_length > 1 else np.zeros_like(t)
     t_p = samples["compute_s"]
-    c_k, g, fold_count, _ = basis([workers], exchange, "ceil", list_length)[0]
+    v_k, g, fold_count, _ = basis([workers], exchange, "ceil", list_length, order_share)[0]
+    lam = float(latency_count(np.array([float(workers)]), exchange)[0])
     work = t_map * g + fold_count * t_a + t_p
-    per_exchange = np.maximum(t - work, 0.0) / c_k
-    t_c = np.maximum(per_exchange - 2.0 * latency, 0.0)
-    return {"t_map": t_map, "t_a": t_a, "t_p": t_p, "t_c": t_c, "exchange": per_exchange}
+    transfers = np.maximum(t - work, 0.0) - lam * latency
+    t_c = np.maximum((transfers - t_0) / v_k, 0.0)
+    return {"t_map": t_map, "t_a": t_a, "t_p": t_p, "t_c": t_c, "exchange": 2.0 * latency + t_c,
+            "transfers": transfers, "v": np.full_like(t, v_k)}
 
 
 def summarise(samples: dict[str, list[float]], *, workers: int, list_length: int, iterations: int,
-              total_s: float, latency: float, exchange_measured: bool = True, exchange: str = "linear",
-              emulated: dict[str, Any] | None = None) -> FarmTimings:
+              total_s: float, superstep_s: float, exchange_measured: bool = True, exchange: str = "linear",
+              emulated: dict[str, Any] | None = None, order_share: float = 0.5) -> FarmTimings:
     """Medians over iterations of the per-iteration parameters (``exchange_measured``: see
-    :class:`FarmTimings`)."""
+    :class:`FarmTimings`); ``superstep_s`` the one-byte superstep measured, L = superstep_s / K."""
     arrays = {k: np.asarray(v, dtype=float) for k, v in samples.items()}
+    latency = superstep_s / max(workers, 1)
     if iterations == 0 or arrays["seconds"].size == 0:
         return FarmTimings(workers, list_length, 0, total_s, latency, 0.0, 0.0, 0.0, 0.0, 0.0, samples,
-                           exchange_measured=exchange_measured, exchange=exchange, emulated=emulated)
-    per = per_iteration_params(arrays, workers, list_length, latency, exchange)
+                           exchange_measured=exchange_measured, exchange=exchange, emulated=emulated,
+                           superstep_s=superstep_s, order_share=order_share)
+    per = per_iteration_params(arrays, workers, list_length, latency, exchange, order_share)
     return FarmTimings(
         workers=workers, list_length=list_length, iterations=iterations, total_s=total_s,
         latency=latency, t_c=float(np.median(per["t_c"])), t_map=float(np.median(per["t_map"])),
         t_a=float(np.median(per["t_a"])), t_p=float(np.median(per["t_p"])),
         seconds_per_iteration=float(np.median(arrays["seconds"])), samples=samples,
-        exchange_measured=exchange_measured, exchange=exchange, emulated=emulated)
+        exchange_measured=exchange_measured, exchange=exchange, emulated=emulated, superstep_s=superstep_s,
+        order_share=order_share)
 
 
 def report_path(path: str | None = None) -> str | None:
