@@ -112,6 +112,18 @@ def test_calibration_over_several_k_separates_t_0_from_t_c(comm):
     assert abs(far - oracle(55, comm, P0)) > 1e-3 * oracle(55, comm, P0)
 
 
+@pytest.mark.parametrize("comm", ["linear", "tree"])
+def test_a_disturbed_run_does_not_move_the_line(comm):
+    # One of the two runs at K = 2 had every iteration 0.3 s slower (a busy machine): interference
+    # only adds time, so the least run median at each K is taken and the model is unchanged.
+    by_k = {k: [farm_report(k, comm, p=P0), farm_report(k, comm, p=P0)] for k in (1, 2, 3)}
+    slow = farm_report(2, comm, p=P0)
+    slow["samples"] = {**slow["samples"], "seconds": [t + 0.3 for t in slow["samples"]["seconds"]]}
+    by_k[2][1] = slow
+    cm, _, _ = model_from_reports(by_k, P0.list_length, n_boot=0)
+    assert (cm.model.params.t_c, cm.model.params.t_0) == pytest.approx((P0.t_c, P0.t_0), rel=1e-6)
+
+
 def _cli(*args: str) -> dict:
     out = subprocess.run([sys.executable, "-m", "hpcbsp.cli.cost", *args, "--json"], capture_output=True,
                          text=True, timeout=120)
