@@ -145,7 +145,8 @@ def _job(env: MPIEnv, launch: str, ranks: int, args: list[str], *, tag: str = ""
                             f"which this Slurm does not have (none of {', '.join(PMI2_LIBRARIES)})")
             run_env["I_MPI_PMI_LIBRARY"] = lib
         cmd = job_command(env.mpiexec, ranks, launch="srun", kill_on_bad_exit=True, flavour=env.flavour)
-        cmd += ["--time=3", "--distribution=cyclic"]
+        # (the first nodes, as the host file's: rank r on node r + 1, whatever else the cluster runs)
+        cmd += ["--time=3", f"--nodelist={','.join(NODES[:ranks])}"]
     else:
         cmd = job_command(env.mpiexec, ranks, hosts=str(HOSTFILE), flavour=env.flavour)
     return cmd + [env.python, *args], run_env
