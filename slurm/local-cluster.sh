@@ -44,6 +44,12 @@ readonly CLUSTER="$RUN/cluster"      # what runs: nodes=N subnet=A.B.C rate=RATE
 readonly HOSTFILE="$RUN/hosts"       # for mpiexec -f
 readonly RSH="$RUN/rsh"              # for mpiexec -launcher rsh -launcher-exec
 readonly TASK_PROLOG="$RUN/task-prolog"
+# Each MPI's TCP transport over a node's eth0, set by the rsh launcher and the task prolog unless
+# the job chose a transport: MPICH's and Intel MPI's (libfabric's tcp provider; Intel MPI reads
+# I_MPI_FABRICS, MPICH the netmod), and Open MPI's (ob1 and the tcp BTL). hpcbsp/util/mpiflavour.py
+# has the same (Flavour.cluster_tcp_env), which tests/test_cluster_mpis.py checks against these.
+readonly CLUSTER_TCP_HYDRA="MPIR_CVAR_CH4_NETMOD=ofi FI_PROVIDER=tcp FI_TCP_IFACE=eth0 I_MPI_FABRICS=shm:ofi"
+readonly CLUSTER_TCP_OPENMPI="OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,sm,tcp OMPI_MCA_btl_tcp_if_include=eth0 PRTE_MCA_oob_tcp_if_include=eth0"
 readonly UTS="$RUN/uts"              # one persistent UTS namespace (a hostname) per node
 readonly BRIDGE=hpcbsp-br0
 readonly NODE_PREFIX=hpcbsp-node     # node i: network namespace and hostname hpcbsp-node<i>
@@ -296,23 +302,29 @@ make_nodes() {
   say "made $nodes nodes $(node_name 1)..$(node_name "$nodes") on $BRIDGE ($subnet.0/24)${rate:+, links shaped to $rate}"
 }
 
-# The plain-MPI path (hostfile and MPICH hydra's rsh launcher) and Slurm's task prolog, which both
-# choose MPICH's TCP transport unless the caller chose one: between the namespaces MPICH would
-# otherwise still pass messages through shared memory (its UCX netmod sees one machine), and no
-# byte would cross the links. The OFI netmod with libfabric's tcp provider, not UCX_TLS=tcp:
-# with UCX's tcp transport a flood of small messages (the FA-BSP apps' naive mode) stalled.
+# The plain-MPI path (hostfile and an rsh launcher for MPICH's and Intel MPI's hydra and for Open
+# MPI's PRRTE) and Slurm's task prolog, which both choose each MPI's TCP transport unless the
+# caller chose one: between the namespaces an MPI would otherwise still pass messages through
+# shared memory (MPICH's UCX netmod, Open MPI's UCX PML and libfabric's shm provider see one
+# machine), and no byte would cross the links. For MPICH the OFI netmod with libfabric's tcp
+# provider, not UCX_TLS=tcp: with UCX's tcp transport a flood of small messages (the FA-BSP apps'
+# naive mode) stalled. The variables are hpcbsp/util/mpiflavour.py's (Flavour.cluster_tcp_env;
+# tests/test_cluster_mpis.py checks that these exports match it).
 write_launchers() {
   local nodes=$1 subnet=$2 i
   : >"$HOSTFILE"
   for ((i = 1; i <= nodes; i++)); do printf '%s\n' "$(node_name "$i")" >>"$HOSTFILE"; done
   cat >"$RSH" <<EOF
 #!/bin/sh
-$MARK: MPICH hydra's rsh launcher for the local cluster.
-#   mpiexec -f $HOSTFILE -launcher rsh -launcher-exec $RSH -n 4 python ...
-# Hydra calls it as \`rsh [OPTIONS] HOST COMMAND...\`: it runs COMMAND through /bin/sh on HOST
-# (inside that node's network and UTS namespaces), with MPICH's transport set to TCP (OFI netmod,
-# libfabric's tcp provider) unless the caller set UCX_TLS, MPIR_CVAR_CH4_NETMOD or FI_PROVIDER
-# (HPCBSP_CLUSTER_TRANSPORT=any leaves MPICH's choice alone).
+$MARK: the rsh launcher of the local cluster (MPICH's and Intel MPI's hydra, Open MPI's PRRTE).
+#   mpiexec -f $HOSTFILE -launcher rsh -launcher-exec $RSH -n 4 python ...      (hydra)
+#   mpiexec --hostfile $HOSTFILE --prtemca plm_ssh_agent $RSH -n 4 python ...   (Open MPI)
+# Called as \`rsh [OPTIONS] HOST COMMAND...\`: it runs COMMAND through /bin/sh on HOST (inside that
+# node's network and UTS namespaces), with each MPI's transport set to TCP over the node's eth0:
+# MPICH's and Intel MPI's libfabric tcp provider unless the caller set UCX_TLS,
+# MPIR_CVAR_CH4_NETMOD, FI_PROVIDER, I_MPI_FABRICS or I_MPI_OFI_PROVIDER; Open MPI's ob1 PML with
+# the tcp BTL unless the caller set OMPI_MCA_pml or OMPI_MCA_btl
+# (HPCBSP_CLUSTER_TRANSPORT=any leaves every MPI's choice alone).
 while [ \$# -gt 0 ]; do case \$1 in -*) shift ;; *) break ;; esac; done
 host=\${1:-}
 [ \$# -gt 0 ] && shift
@@ -323,15 +335,22 @@ if [ -z "\$host" ] || [ ! -e "/var/run/netns/\$host" ] || [ ! -e "$UTS/\$host" ]
   echo "hpcbsp rsh: '\$host' is not a node of the local cluster (nodes: \$(tr '\n' ' ' < $HOSTFILE))" >&2
   exit 255
 fi
-if [ "\${HPCBSP_CLUSTER_TRANSPORT:-tcp}" = tcp ] && [ -z "\${UCX_TLS:-}\${MPIR_CVAR_CH4_NETMOD:-}\${FI_PROVIDER:-}" ]; then
-  export MPIR_CVAR_CH4_NETMOD=ofi FI_PROVIDER=tcp FI_TCP_IFACE=eth0
+if [ "\${HPCBSP_CLUSTER_TRANSPORT:-tcp}" = tcp ]; then
+  if [ -z "\${UCX_TLS:-}\${MPIR_CVAR_CH4_NETMOD:-}\${FI_PROVIDER:-}\${I_MPI_FABRICS:-}\${I_MPI_OFI_PROVIDER:-}" ]; then
+    export $CLUSTER_TCP_HYDRA
+  fi
+  if [ -z "\${OMPI_MCA_pml:-}\${OMPI_MCA_btl:-}" ]; then
+    export $CLUSTER_TCP_OPENMPI
+  fi
 fi
-# Hydra tells the proxy to call back to mpiexec's host by name. The nodes resolve each other
-# (/etc/hosts), but this machine's own name means the loopback there: when mpiexec runs here,
-# the proxy calls back to this machine's address on the bridge instead.
+# Hydra tells the proxy to call back to mpiexec's host by name (MPICH: --control-port HOST:PORT;
+# Intel MPI: --upstream-host HOST). The nodes resolve each other (/etc/hosts), but this machine's
+# own name means the loopback there: when mpiexec runs here, the proxy calls back to this
+# machine's address on the bridge instead. (Open MPI's prted gets addresses, not a name.)
 case \$* in
-  *"--control-port $NODE_PREFIX"[0-9]*:*) cmd=\$* ;;
-  *) cmd=\$(printf '%s' "\$*" | sed "s/--control-port [^ :]*:/--control-port $subnet.1:/") ;;
+  *"--control-port $NODE_PREFIX"[0-9]*:* | *"--upstream-host $NODE_PREFIX"[0-9]*" "*) cmd=\$* ;;
+  *) cmd=\$(printf '%s' "\$*" | sed -e "s/--control-port [^ :]*:/--control-port $subnet.1:/" \\
+                                     -e "s/--upstream-host [^ ]*/--upstream-host $subnet.1/") ;;
 esac
 # Not exec: this shell stays outside the node, so that when every process on the node is killed
 # (a lost node) it can say which node went, which hydra itself does not. It says so on
@@ -360,13 +379,16 @@ EOF
   cat >"$TASK_PROLOG" <<EOF
 #!/bin/sh
 $MARK: Slurm's TaskProlog; "export NAME=VALUE" lines set the task's environment.
-# MPICH's TCP transport between the emulated nodes, unless the job chose one
-# (HPCBSP_CLUSTER_TRANSPORT=any leaves MPICH's choice alone).
+# Each MPI's TCP transport between the emulated nodes, unless the job chose one (the same
+# variables and conditions as the rsh launcher; HPCBSP_CLUSTER_TRANSPORT=any leaves every MPI's
+# choice alone).
 [ "\${HPCBSP_CLUSTER_TRANSPORT:-tcp}" = tcp ] || exit 0
-[ -z "\${UCX_TLS:-}\${MPIR_CVAR_CH4_NETMOD:-}\${FI_PROVIDER:-}" ] || exit 0
-echo "export MPIR_CVAR_CH4_NETMOD=ofi"
-echo "export FI_PROVIDER=tcp"
-echo "export FI_TCP_IFACE=eth0"
+if [ -z "\${UCX_TLS:-}\${MPIR_CVAR_CH4_NETMOD:-}\${FI_PROVIDER:-}\${I_MPI_FABRICS:-}\${I_MPI_OFI_PROVIDER:-}" ]; then
+  for v in $CLUSTER_TCP_HYDRA; do echo "export \$v"; done
+fi
+if [ -z "\${OMPI_MCA_pml:-}\${OMPI_MCA_btl:-}" ]; then
+  for v in $CLUSTER_TCP_OPENMPI; do echo "export \$v"; done
+fi
 exit 0
 EOF
   chmod 755 "$TASK_PROLOG"
@@ -408,7 +430,7 @@ remove_nodes() {
   hosts_block_remove
   neigh_restore
   rm -f "$CLUSTER" "$HOSTFILE" "$RSH" "$TASK_PROLOG"
-  rm -rf "$STATE/d/$NODE_PREFIX"*
+  rm -rf "$STATE/d/$NODE_PREFIX"* "$STATE/tmp/$NODE_PREFIX"*
 }
 
 # --- slurm.conf ----------------------------------------------------------------------------------
@@ -434,14 +456,17 @@ SlurmdLogFile=$LOGS/slurmd.log"
     node_lines=""
     for ((i = 1; i <= nodes; i++)); do
       node_lines+="NodeName=$(node_name "$i") NodeAddr=$(node_addr "$subnet" "$i") CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN"$'\n'
-      mkdir -p "$STATE/d/$(node_name "$i")"
+      mkdir -p "$STATE/d/$(node_name "$i")" "$STATE/tmp/$(node_name "$i")"
     done
     node_lines=${node_lines%$'\n'}
     # One slurmd per node on this machine: each has its own spool, pid and log file (%n: the node).
-    per_node_files="SlurmdSpoolDir=$STATE/d/%n
+    # TmpFS per node too: Slurm's PMIx plugin (srun --mpi=pmix) makes its directory for a step
+    # there, named by job and step only, and the nodes share this machine's /tmp.
+    per_node_files="TmpFS=$STATE/tmp/%n
+SlurmdSpoolDir=$STATE/d/%n
 SlurmdPidFile=$RUN/slurmd-%n.pid
 SlurmdLogFile=$LOGS/slurmd-%n.log"
-    task_prolog="# MPICH's TCP transport between the emulated nodes (see $TASK_PROLOG).
+    task_prolog="# Each MPI's TCP transport between the emulated nodes (see $TASK_PROLOG).
 TaskProlog=$TASK_PROLOG"
   fi
   local tmp
@@ -456,7 +481,8 @@ AuthInfo=cred_expire=10
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-# No default MPI plugin: an MPICH program is launched with \`srun --mpi=pmi2\`, as on most sites.
+# No default MPI plugin: an MPICH program is launched with \`srun --mpi=pmi2\`, an Open MPI 5 one
+# with \`srun --mpi=pmix\` (Open MPI 5 has no PMI-2 client), as on most sites.
 MpiDefault=none
 # Containers rarely allow cgroups: track processes through /proc and bind no tasks.
 ProctrackType=proctrack/linuxproc
@@ -708,7 +734,8 @@ cmd_start() {
   wait_idle "$nodes"
   trap - EXIT
   if ((nodes > 1)); then
-    say "plain MPI across the nodes: mpiexec -f $HOSTFILE -launcher rsh -launcher-exec $RSH -n $nodes ..."
+    say "plain MPI across the nodes: mpiexec -f $HOSTFILE -launcher rsh -launcher-exec $RSH -n $nodes ... (MPICH, Intel MPI)"
+    say "  or mpiexec --hostfile $HOSTFILE --prtemca plm_ssh_agent $RSH -n $nodes ... (Open MPI)"
   fi
 }
 

@@ -2,6 +2,14 @@
 prints each as its docstring says (its figures are for a quiet machine: their size is not
 asserted here).
 
+Not even that a printed ratio is at least 0.005 (shown as 0.01): the server's waits poll and give the core away
+between polls (``sched_yield``, naps) while the raw Send/Recv and the bare Allreduce block inside
+MPI, so under competing load each wait of the server can cost a scheduler time slice
+(milliseconds) against about 10 us for the baseline.  Measured under Open MPI on a loaded 2-core
+machine: push+pull 3.8 ms against raw Send/Recv 0.011 ms, a true ratio of 0.003 that the
+two-decimal print shows as ``0.00x``.  That the figures are positive is checked on the measured
+values themselves (the MPI test below, every round) and on the printed times.
+
 Oracles: the command line (ranks, parameters, rounds, iterations; the message size computed here
 from the wire's 16-byte header and 4 bytes per float32), the definition of each printed ratio
 (the median of per-round ratios lies within their printed range), and under MPI the
@@ -17,7 +25,7 @@ from mpi_helpers import run_mpi
 
 PARAMS, ITERS, ROUNDS = 4096, 10, 2  # (--quick: 10 iterations, 2 rounds)
 ROW = re.compile(r"^(?P<name>\S.*?)\s+(?P<ours>\d+\.\d{3}) ms\s+(?P<base_name>\S.*?)\s+(?P<base>\d+\.\d{3}) ms"
-                 r"\s+ratio = (?P<ratio>\d+\.\d\d)x \((?P<lo>\d+\.\d\d)-(?P<hi>\d+\.\d\d) over the rounds\)")
+                 r"\s+ratio = (?P<ratio>\d+\.\d+)x \((?P<lo>\d+\.\d+)-(?P<hi>\d+\.\d+) over the rounds\)")
 
 
 @pytest.mark.serial_only
@@ -34,8 +42,11 @@ def test_the_elastic_bench_on_two_ranks_prints_each_comparison_with_consistent_f
         "bsp.allreduce alone": "bare Allreduce"}, res.stdout
     for name, row in rows.items():
         ratio, lo, hi = float(row["ratio"]), float(row["lo"]), float(row["hi"])
-        assert 0 < lo <= ratio <= hi and math.isfinite(hi), (name, row.group(0))
-        assert float(row["ours"]) >= 0 and float(row["base"]) >= 0
+        # (lo may print as 0.00 under load: see the module's docstring)
+        assert 0 <= lo <= ratio <= hi and math.isfinite(hi), (name, row.group(0))
+        # A time measured as zero (a baseline that did nothing) shows here, and as an infinite
+        # or zero ratio; a 16 KiB message takes microseconds, printed to the microsecond.
+        assert float(row["ours"]) > 0 and float(row["base"]) > 0, (name, row.group(0))
 
 
 @pytest.mark.mpi(min_size=1)

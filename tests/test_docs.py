@@ -334,11 +334,12 @@ def _shell_reads(path: Path) -> set[str]:
     """Upper-case variables a shell script reads from its environment: used but never assigned
     in the script, or used with a default (``${NAME:-default}``)."""
     code = "\n".join(re.sub(r"(^|\s)#.*$", "", line) for line in path.read_text().splitlines())
-    used = set(re.findall(r"\$\{?([A-Z][A-Z0-9_]*)", code))
+    # (names start upper-case; MPI libraries' own may go on in lower case: OMPI_MCA_pml)
+    used = set(re.findall(r"\$\{?([A-Z][A-Za-z0-9_]*)", code))
     assigned = set(re.findall(r"(?m)^\s*(?:readonly\s+|local\s+|export\s+|declare\s+(?:-\w+\s+)*)?"
-                              r"([A-Z][A-Z0-9_]*)=", code))
-    assigned |= set(re.findall(r"\bfor\s+([A-Z][A-Z0-9_]*)\s+in\b", code))
-    defaulted = set(re.findall(r"\$\{([A-Z][A-Z0-9_]*):?[-=?]", code))
+                              r"([A-Z][A-Za-z0-9_]*)=", code))
+    assigned |= set(re.findall(r"\bfor\s+([A-Z][A-Za-z0-9_]*)\s+in\b", code))
+    defaulted = set(re.findall(r"\$\{([A-Z][A-Za-z0-9_]*):?[-=?]", code))
     return ((used - assigned) | defaulted) - _SHELL_OWN
 
 
@@ -360,7 +361,7 @@ def _documented() -> set[str]:
     for line in (REPO / "docs" / "environment.md").read_text().splitlines():
         cells = line.split("|")
         if line.startswith("|") and len(cells) > 2:
-            names |= set(re.findall(r"`([A-Z][A-Z0-9_]+)`", cells[1]))
+            names |= set(re.findall(r"`([A-Z][A-Za-z0-9_]+)`", cells[1]))
     return names
 
 

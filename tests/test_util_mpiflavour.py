@@ -139,3 +139,14 @@ def test_the_mpis_own_messages_are_told_from_the_programs(flavour, output, progr
     assert program_output(flavour, output) == program
     assert program_output(UNKNOWN, output) == program
     assert program_output(flavour, program) == program
+
+
+@pytest.mark.parametrize("flavour", [MPICH, OPENMPI, IMPI], ids=lambda f: f.name)
+def test_the_emulated_clusters_variables_force_tcp_over_the_named_interface(flavour):
+    # Oracle: hpcbsp.runtime.launch.forces_tcp, which hpcbsp info uses to judge a job's settings.
+    from hpcbsp.runtime.launch import forces_tcp
+
+    env = flavour.cluster_tcp_env("br7")
+    assert forces_tcp(env, flavour), env
+    assert [name for name, value in env.items() if value == "br7"] == list(flavour.iface_vars)
+    assert flavour.iface_vars  # every known MPI is told which interface to use

@@ -26,7 +26,12 @@ from PyPI; ``docs/cluster.md``, "Your site's MPI"):
 * **one rank per host of a host file**: ``-f FILE -ppn 1`` (hydra) or ``--host H1,..,HN --map-by
   ppr:1:node`` (Open MPI, whose host files have another syntax); a launcher script instead of
   ssh: ``-launcher rsh -launcher-exec PATH`` (hydra) or ``--prtemca plm_ssh_agent PATH``.
-* **srun**: the PMI plugin (``--mpi=pmi2`` for MPICH and Intel MPI, ``--mpi=pmix`` for Open MPI).
+* **srun**: the PMI plugin (``--mpi=pmi2`` for MPICH and Intel MPI, ``--mpi=pmix`` for Open MPI,
+  whose version 5 has no PMI-2 client; Intel MPI also needs Slurm's ``libpmi2.so`` in
+  ``I_MPI_PMI_LIBRARY``).  ``srun --mpi=list`` shows the plugins a Slurm has.
+* **emulated nodes** (``slurm/local-cluster.sh``: network namespaces of one machine): the
+  variables that keep each MPI's traffic between nodes on TCP over a node's link
+  (:meth:`Flavour.cluster_tcp_env`), which the cluster's launcher and task prolog set.
 * **settings**: which variables make blocking calls yield the core, which choose TCP between
   nodes, which prefixes tune the library (shown by ``hpcbsp info``).
 * **the launcher's variables**: those a rank's environment gets from mpiexec, which a child
@@ -53,6 +58,8 @@ from typing import Mapping
 FLAVOUR_NAMES: tuple[str, ...] = ("mpich", "openmpi", "impi")
 #: Variable that ends an mpiexec job after so many seconds, for every flavour known here.
 TIMEOUT_ENV = "MPIEXEC_TIMEOUT"
+#: The network interface of an emulated node of ``slurm/local-cluster.sh`` (its only link).
+CLUSTER_IFACE = "eth0"
 #: What Open MPI needs to run as root (it refuses otherwise); hpcbsp never sets them itself.
 OPENMPI_ROOT_VARS: tuple[str, ...] = ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")
 
@@ -80,6 +87,7 @@ class Flavour:
     timeout_status: tuple[int, ...] = ()             # mpiexec's exit status when MPIEXEC_TIMEOUT cut a job off
     yield_env: Mapping[str, str] = field(default_factory=dict)   # blocking MPI calls give the core away
     tcp_env: Mapping[str, str] = field(default_factory=dict)     # traffic between nodes over TCP sockets
+    iface_vars: tuple[str, ...] = ()                 # variables that name the network interface for that TCP
     transport_vars: tuple[str, ...] = ()             # variables that choose the transport
     setting_prefixes: tuple[str, ...] = ()           # prefixes of the variables that tune it
     shm_prefixes: tuple[str, ...] = ()               # its files in /dev/shm (left behind by killed ranks)
@@ -103,6 +111,14 @@ class Flavour:
         args = ["-hosts", ",".join(hosts), "-ppn", "1"] if subset else ["-f", hostfile, "-ppn", "1"]
         return args + (["-launcher", "rsh", "-launcher-exec", rsh] if rsh else [])
 
+    def cluster_tcp_env(self, iface: str = CLUSTER_IFACE) -> dict[str, str]:
+        """The variables that put this MPI's traffic between nodes on TCP sockets over the network
+        interface ``iface`` only, launcher included (Open MPI's PRRTE daemons call back over it):
+        what the emulated cluster's launcher and task prolog set (``slurm/local-cluster.sh``), where
+        every node is a network namespace of one machine whose only link is ``eth0`` and any
+        shared-memory transport would bypass the links."""
+        return {**self.tcp_env, **{name: iface for name in self.iface_vars}}
+
     def settings(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
         """The variables of ``env`` (default: this process's) that tune this MPI or its transport."""
         env = os.environ if env is None else env
@@ -123,6 +139,7 @@ MPICH = Flavour(
     timeout_status=(255,),
     yield_env={"MPIR_CVAR_ENABLE_HEAVY_YIELD": "1"},
     tcp_env={"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp"},
+    iface_vars=("FI_TCP_IFACE",),
     transport_vars=("MPIR_CVAR_CH4_NETMOD", "UCX_TLS", "UCX_NET_DEVICES", "FI_PROVIDER", "FI_TCP_IFACE"),
     setting_prefixes=("MPIR_CVAR_", "MPICH_", "HYDRA_", "UCX_", "FI_"),
     shm_prefixes=("mpich_shm_",),
@@ -144,6 +161,8 @@ OPENMPI = Flavour(
     timeout_status=(241, 255),
     yield_env={"OMPI_MCA_mpi_yield_when_idle": "1"},
     tcp_env={"OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "self,sm,tcp"},
+    # (the ranks' TCP BTL, and the out-of-band channel between mpiexec and its daemons)
+    iface_vars=("OMPI_MCA_btl_tcp_if_include", "PRTE_MCA_oob_tcp_if_include"),
     transport_vars=("OMPI_MCA_pml", "OMPI_MCA_btl", "OMPI_MCA_osc", "OMPI_MCA_btl_tcp_if_include",
                     "OMPI_MCA_btl_tcp_if_exclude", "UCX_TLS", "UCX_NET_DEVICES"),
     setting_prefixes=("OMPI_MCA_", "PRTE_MCA_", "PMIX_MCA_", "OMPI_ALLOW_RUN_AS_ROOT", "UCX_"),
@@ -169,6 +188,7 @@ IMPI = Flavour(
     # Intel MPI 2021 has no heavy yield of its own; its back-off in busy-wait loops, 2: sched_yield.
     yield_env={"I_MPI_THREAD_YIELD": "2"},
     tcp_env={"I_MPI_FABRICS": "shm:ofi", "FI_PROVIDER": "tcp"},
+    iface_vars=("FI_TCP_IFACE",),
     transport_vars=("I_MPI_FABRICS", "I_MPI_OFI_PROVIDER", "FI_PROVIDER", "FI_TCP_IFACE"),
     setting_prefixes=("I_MPI_", "FI_"),
     crash_pattern=r"KILLED BY SIGNAL: (\d+ \([^)]*\))",
