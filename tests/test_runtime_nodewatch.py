@@ -302,6 +302,31 @@ def test_one_node_speaks_for_a_lost_one_and_the_others_follow_it(tmp_path):
     assert said == [] and w.failed and w.kill_at is not None
 
 
+def test_a_follower_whose_job_goes_on_says_the_line_itself(tmp_path):
+    # b does not hear c, but d (the observer) does, or d's line did not end the job: 2 periods
+    # and a half later b's rank still runs, so b says the line before it ends its rank.  Oracle:
+    # the rank (a sleeping child) is killed, and exactly the observer's line was said.
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    said = []
+    w = nodewatch.Watch(listener, str(tmp_path / "marker"), period=0.1, timeout=0.5, say=said.append, host="b")
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        w.ranks[-1] = nodewatch._Rank(1, 4, child.pid, -1)  # private on purpose: a rank without a pipe
+        for h in ("a", "c", "d"):
+            w.add_peer(h, ("127.0.0.1", 9), [ord(h) - ord("a")], 0.0)
+        for h in ("a", "d"):
+            w.peers[h].heard = 10.0
+        w.beat(10.2)
+        assert said == [] and w.kill_at is not None
+        w.kill_at = 10.25  # the 2.5 periods are over (on the clock beat is given)
+        w.beat(10.3)
+        assert child.wait(timeout=10) == -signal.SIGKILL
+        assert len(said) == 1 and said[0].startswith("[hpcbsp] node c (rank 2) has not been heard from"), said
+    finally:
+        if child.poll() is None:
+            child.kill()
+
+
 @pytest.mark.parametrize("sig, named", [(signal.SIGTERM, False), (signal.SIGKILL, True)])
 def test_a_first_death_reaped_before_the_watch_looks_is_judged_by_the_others(sig, named):
     # The launcher (here the test) reaps rank 0 before the (stopped) watcher reads how it ended.

@@ -164,6 +164,7 @@ class Watch:
         self.stopped: dict[int, float] = {}  # pid -> since when the rank is stopped
         self.failed = False  # this watcher has ended the job
         self.kill_at: float | None = None  # when this node's ranks are to be killed
+        self.unsaid = ""  # the line the observer was to say, said here if the job goes on regardless
         self.tidied = False  # earlier jobs' leftovers removed (remove_stale)
         self.ranks: dict[int, _Rank] = {}  # by pipe fd
         self.ever = 0  # ranks registered so far
@@ -215,6 +216,13 @@ class Watch:
         has been silent for the timeout or a rank of this node has been stopped for it."""
         self.send(b"hb " + self.host.encode())
         if self.kill_at is not None and now >= self.kill_at:
+            # The observer had 2 periods and a half to end the job.  Its ranks still run here, so
+            # it did not: a partial loss (this node does not hear the lost one, the observer does;
+            # seen when the emulated cluster's neighbour table overflowed) must not end a job
+            # without a word.
+            if self.unsaid and any(_running(r.pid) for r in self.ranks.values()):
+                self.say(self.unsaid)
+                time.sleep(0.2)
             self.kill_ranks()
         if self.failed:
             return
@@ -257,6 +265,7 @@ class Watch:
             pass
         if not speak:  # the observer says it and ends the job; this node follows if it does not
             self.kill_at = time.monotonic() + 2 * self.period + 0.5
+            self.unsaid = line
             return
         self.say(line)
         time.sleep(0.2)  # let the launcher forward the line before the kills end its job
