@@ -36,6 +36,13 @@ def test_the_elastic_bench_on_two_ranks_prints_each_comparison_with_consistent_f
         ratio, lo, hi = float(row["ratio"]), float(row["lo"]), float(row["hi"])
         assert 0 < lo <= ratio <= hi and math.isfinite(hi), (name, row.group(0))
         assert float(row["ours"]) >= 0 and float(row["base"]) >= 0
+    # Every round's ratio follows each comparison, so a bimodal result shows (not only the median).
+    rounds = [line for line in lines if line.strip().startswith("every round:")]
+    assert len(rounds) == len(rows), res.stdout
+    for line, row in zip(rounds, (m for m in map(ROW.match, lines) if m)):
+        each = [float(r.rstrip("x")) for r in line.split(":", 1)[1].split()]
+        assert len(each) == ROUNDS, line
+        assert min(each) == float(row["lo"]) and max(each) == float(row["hi"]), (line, row.group(0))
 
 
 @pytest.mark.mpi(min_size=1)
