@@ -47,6 +47,13 @@ def test_the_elastic_bench_on_two_ranks_prints_each_comparison_with_consistent_f
         # A time measured as zero (a baseline that did nothing) shows here, and as an infinite
         # or zero ratio; a 16 KiB message takes microseconds, printed to the microsecond.
         assert float(row["ours"]) > 0 and float(row["base"]) > 0, (name, row.group(0))
+    # Every round's ratio follows each comparison, so a bimodal result shows (not only the median).
+    rounds = [line for line in lines if line.strip().startswith("every round:")]
+    assert len(rounds) == len(rows), res.stdout
+    for line, row in zip(rounds, (m for m in map(ROW.match, lines) if m)):
+        each = [float(r.rstrip("x")) for r in line.split(":", 1)[1].split()]
+        assert len(each) == ROUNDS, line
+        assert min(each) == float(row["lo"]) and max(each) == float(row["hi"]), (line, row.group(0))
 
 
 @pytest.mark.mpi(min_size=1)

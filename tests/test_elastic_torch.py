@@ -279,6 +279,71 @@ def test_cli_bad_torch_options_are_one_line_and_status_2(args: list[str], messag
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
+CUDA = torch.cuda.is_available()
+NO_CUDA_REASON = ("torch here has no CUDA device (torch.cuda.is_available() is False: a CPU build, "
+                  "or no GPU on this machine); the refusal of --device cuda is tested instead")
+
+
+@pytest.mark.skipif(CUDA, reason="this torch has CUDA: --device cuda is accepted here (the runs "
+                                 "on the GPU are tested below)")
+@pytest.mark.parametrize("mpi", [False, True], ids=["simulated", "mpiexec-2"])
+def test_device_cuda_without_cuda_is_one_line_and_status_2_before_any_work(tmp_path: Path, mpi: bool) -> None:
+    out = tmp_path / "out"  # prepare_dir makes it at the start of the work: it must not exist after
+    args = ["--model", "student", "--dataset", "teacher", "--teacher-dim", "16", "--n", "400",
+            "--policy", "bsp", "--duration", "0.5", "--device", "cuda", "--out", str(out)]
+    if mpi:
+        from mpi_helpers import run_mpi
+
+        res = run_mpi(2, ["-m", "hpcbsp.apps.elastic.train", *args], timeout=120)
+        code, err = res.returncode, res.stderr
+        assert not res.timed_out
+    else:
+        proc = subprocess.run([*TRAIN, "--simulate", *args], capture_output=True, text=True, timeout=120)
+        code, err = proc.returncode, proc.stderr
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err  # once, from rank 0, under mpiexec too
+    assert "--device cuda: this torch build sees no CUDA device" in lines[0] and "use --device cpu" in lines[0]
+    assert not out.exists()  # refused before any work
+
+
+def test_device_other_than_cpu_for_a_numpy_model_is_refused() -> None:
+    proc = subprocess.run([*TRAIN, "--simulate", "--model", "softmax", "--device", "cuda", "--duration", "0.5"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert "--model softmax computes with numpy on the CPU; --device is for the torch models" in proc.stderr
+
+
+@pytest.mark.skipif(not CUDA, reason=NO_CUDA_REASON)
+def test_device_cuda_trains_as_the_cpu_does(tmp_path: Path) -> None:
+    """On a GPU: the simulated BSP run on cuda follows the CPU's within float rounding (the
+    same schedule, the same updates; the loss agrees to a few per cent), and a real run under
+    mpiexec (server + 2 workers, each worker's model on the GPU) trains and says where."""
+    from mpi_helpers import run_mpi
+
+    common = ["--model", "student", "--dataset", "teacher", "--teacher-dim", "16", "--n", "400",
+              "--policy", "bsp", "--duration", "1", "--no-plot"]
+    finals = {}
+    for device in ("cpu", "cuda"):
+        out = tmp_path / device
+        subprocess.run([*TRAIN, "--simulate", *common, "--device", device, "--out", str(out)],
+                       check=True, capture_output=True, timeout=300)
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["config"]["model"]["device"].startswith(device)
+        finals[device] = summary["runs"][0]
+    a, b = finals["cpu"], finals["cuda"]
+    assert a["updates"] == b["updates"] > 0
+    assert abs(a["final_loss"] - b["final_loss"]) < 0.05 * a["final_loss"]
+    out = tmp_path / "mpi"
+    res = run_mpi(3, ["-m", "hpcbsp.apps.elastic.train", *common, "--policy", "bsp,allreduce",
+                      "--device", "cuda", "--slowdown", "1,1", "--out", str(out)], timeout=300)
+    assert not res.timed_out and res.returncode == 0, res.output[-2000:]
+    assert "device cuda" in res.stdout
+    runs = json.loads((out / "summary.json").read_text())["runs"]
+    assert {r["policy"] for r in runs} == {"bsp", "allreduce"} and all(r["updates"] > 0 for r in runs)
+
+
 def test_simulated_torch_run_killed_and_restarted_matches_an_uninterrupted_run(tmp_path: Path) -> None:
     common = [*TRAIN, "--simulate", "--model", "student", "--dataset", "teacher", "--teacher-dim", "16",
               "--teacher-samples", "400", "--policy", "ssp,allreduce", "--duration", "1.5", "--no-plot"]

@@ -20,7 +20,8 @@ model of ``P`` parameters (default 1,048,576: 4 MiB each way):
   step, ledger, the library's reduction) is shown too.
 
 Each ratio is taken within a round (the two ways measured minutes apart would see this
-machine's speed drift) and the median over the rounds is printed with their range.  Figures are
+machine's speed drift); the median over the rounds is printed with their range, and then every
+round's ratio, in order, so that a bimodal result cannot hide behind a median.  Figures are
 meaningful only on a quiet machine with at least as many cores as ranks.
 """
 from __future__ import annotations
@@ -129,7 +130,8 @@ def _row(name: str, ours: list[float], base_name: str, base: list[float], target
     ratios = [b / o for b, o in zip(base, ours)]
     return (f"{name:20s} {1e3 * statistics.median(ours):8.3f} ms   {base_name} "
             f"{1e3 * statistics.median(base):8.3f} ms   ratio = {statistics.median(ratios):.2f}x "
-            f"({min(ratios):.2f}-{max(ratios):.2f} over the rounds)  {target}")
+            f"({min(ratios):.2f}-{max(ratios):.2f} over the rounds)  {target}\n"
+            f"{'':20s} every round: " + " ".join(f"{r:.2f}x" for r in ratios))
 
 
 def main(argv: list[str]) -> int:

@@ -25,46 +25,22 @@ gives, a real run goes on from the server's last saved state (see ``hpcbsp.apps.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from hpcbsp.util.args import (
-    OneLineParser,
-    add_alias,
-    add_checkpoint,
-    add_json,
-    add_ledger,
-    add_n,
-    add_quiet,
-    add_repeats,
-    add_seed,
-    check_checkpoint,
-    check_memory,
-    check_outputs,
-    fraction,
-    integer,
-    ledger_output,
-    nonnegative_float,
-    nonnegative_int,
-    positive_float,
-    positive_int,
-    positive_seconds,
-)
+from hpcbsp.elastic.data import DatasetUnavailable, load_dataset
+from hpcbsp.elastic.models import TorchUnavailable
+from hpcbsp.elastic.policies import REGISTRY, PolicyError, PolicyOptions
+from hpcbsp.elastic.timing import TimingModel
 from hpcbsp.util.launcher import launcher_rank, launcher_size
 from hpcbsp.util.outputs import OutputError, prepare_dir
 from hpcbsp.util.progress import Progress
-from hpcbsp.elastic.data import DATASETS, DEFAULT_SAMPLES, DIGITS_SAMPLES, DatasetUnavailable, load_dataset
-from .experiment import PolicyRun, TrainConfig, build_model, model_info, model_report, run_mpi, run_simulated, warm_up
-from hpcbsp.elastic.models import MODELS, TorchUnavailable
-from hpcbsp.elastic.policies import REGISTRY, PolicyError, PolicyOptions
-from .report import compare, format_table, write_outputs
+
+from .cli import PROG, build_parser, check_args, check_checkpoint_dir, finish, say, show_progress
+from .experiment import PolicyRun, TrainConfig, build_model, model_report, run_mpi, run_simulated, warm_up
 from .resume import CheckpointError, CheckpointPlan
-from hpcbsp.elastic.timing import TimingModel
-from hpcbsp.elastic.wire import FORMATS
 
 if TYPE_CHECKING:
     from hpcbsp.elastic.world import World
@@ -74,105 +50,11 @@ __all__ = ["main", "build_parser"]
 DEFAULT_SLOWDOWN = (1.0, 1.0, 1.5, 3.0)
 #: Largest --jitter (lognormal sigma of iteration times) accepted.
 MAX_JITTER = 3.0
-PROG = "python -m hpcbsp.apps.elastic.train"
 #: Bounds that keep a run finite: a simulated run handles every iteration as an event (about
 #: 30-100 us each with training, so 2 million take minutes), and every evaluation runs the model
 #: over the test set.
 MAX_SIMULATED_ITERATIONS = 2_000_000
 MAX_EVALUATIONS = 100_000
-#: Fewest samples --n accepts: two per class of the datasets with the most classes (10).
-MIN_SAMPLES = 20
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0],
-                formatter_class=argparse.RawDescriptionHelpFormatter,
-                epilog="Example: mpiexec -n 5 python -m hpcbsp.apps.elastic.train --policy all --duration 8")
-    g = p.add_argument_group("policies")
-    g.add_argument("--policy", default="all",
-                   help=f"comma-separated policies or 'all' ({', '.join(REGISTRY)}); default all")
-    g.add_argument("--R", type=integer, default=20, help="ElasticBSP lookahead: most iterations between barriers (default 20)")
-    g.add_argument("--s", type=integer, default=3, help="SSP staleness bound (default 3)")
-    g.add_argument("--s-lower", type=integer, default=3, help="DSSP lower bound s_L (default 3)")
-    g.add_argument("--s-upper", type=integer, default=15, help="DSSP upper bound s_U (default 15)")
-    g.add_argument("--backup", type=integer, default=1, help="backup workers b: the first n-b gradients count (default 1)")
-    g.add_argument("--window", type=integer, default=3,
-                   help="ElasticBSP/DSSP predict an iteration time as the median of the last WINDOW intervals (default 3)")
-    g = p.add_argument_group("workers and timing")
-    g.add_argument("--slowdown", default=None,
-                   help="per-worker iteration-time multipliers, one per worker, e.g. 1,1,1.5,3 "
-                        "(default: 1,1,1.5,3 for 4 workers, else all 1 but the last worker at 3)")
-    g.add_argument("--workers", type=positive_int, default=None, help="number of workers with --simulate (default 4)")
-    g.add_argument("--base-delay", type=nonnegative_float, default=0.02,
-                   help="iteration time of a worker at slowdown 1, seconds (default 0.02; "
-                        "> 0 with --simulate, where 0 would stop the virtual clock)")
-    g.add_argument("--jitter", type=nonnegative_float, default=0.1, help="lognormal sigma of iteration-time noise (default 0.1)")
-    g.add_argument("--change-at", type=nonnegative_float, default=None,
-                   help="time (s) at which --change-worker changes speed (default: never)")
-    g.add_argument("--change-worker", type=nonnegative_int, default=0, help="worker whose speed changes (default 0)")
-    g.add_argument("--change-factor", type=positive_float, default=2.0, help="its iteration-time factor after the change (default 2)")
-    g.add_argument("--stall-prob", type=fraction, default=0.0, help="probability that an iteration stalls (default 0)")
-    g.add_argument("--stall-factor", type=positive_float, default=10.0, help="how much longer a stalled iteration takes (default 10)")
-    g = p.add_argument_group("training")
-    g.add_argument("--dataset", choices=DATASETS, default="digits",
-                   help="digits (scikit-learn's bundled images; extra 'digits'), generated clusters, or teacher "
-                        "(random inputs labelled by a fixed random network) (default digits)")
-    g.add_argument("--model", choices=MODELS, default="softmax",
-                   help="softmax, mlp (numpy); cnn, resnet, student (PyTorch, extra 'torch'); default softmax")
-    g.add_argument("--hidden", type=positive_int, default=32, help="MLP/student hidden units (default 32)")
-    g.add_argument("--lr", type=positive_float, default=0.05, help="SGD learning rate (default 0.05)")
-    g.add_argument("--lr-decay", type=nonnegative_float, default=0.0,
-                   help="learning-rate rule: update k uses lr / (1 + LR_DECAY * k) (default 0: constant)")
-    g.add_argument("--batch", type=positive_int, default=16, help="mini-batch size per worker (default 16)")
-    g.add_argument("--duration", type=positive_float, default=10.0, help="seconds of training per policy (default 10)")
-    g.add_argument("--eval-every", type=positive_float, default=0.25, help="seconds between test-accuracy evaluations (default 0.25)")
-    add_n(g, "samples of the dataset (20%% of them held out for testing)", per="in total", default=None,
-          shown_default=f"the dataset's: {DIGITS_SAMPLES:,} digits (fewer: a seeded subset), "
-                        f"{DEFAULT_SAMPLES['generated']:,} generated, {DEFAULT_SAMPLES['teacher']:,} teacher; "
-                        f"at least {MIN_SAMPLES}",
-          old=("--teacher-samples",))
-    add_repeats(g, "runs per policy, each with other mini-batches and timing noise; medians reported",
-                default=1)
-    add_seed(g, "the data, the workers' shards and mini-batches, the model's initial weights and "
-                "the iteration-time noise")
-    g = p.add_argument_group("PyTorch models and the wire")
-    g.add_argument("--depth", type=positive_int, default=2,
-                   help="student: hidden layers; resnet: residual blocks (default 2)")
-    g.add_argument("--device", default="cpu", help="where a torch model computes: cpu, cuda, cuda:1... (default cpu)")
-    g.add_argument("--threads", type=positive_int, default=1, help="torch threads per rank (default 1: ranks are the parallelism)")
-    g.add_argument("--compute", choices=("auto", "real", "sleep"), default="auto",
-                   help="MPI iteration times: real = measured compute x slowdown (the extra is slept), "
-                        "sleep = --base-delay x slowdown; auto = real for torch models (default auto)")
-    g.add_argument("--grad-dtype", choices=FORMATS, default=None,
-                   help="gradients on the wire (default: the weights' dtype, float32 for torch); "
-                        "float16/bfloat16 halve the push (allreduce always sums full precision)")
-    g.add_argument("--teacher-dim", type=positive_int, default=64, help="--dataset teacher: inputs per sample (default 64)")
-    g = p.add_argument_group("run")
-    g.add_argument("--simulate", action="store_true", help="virtual clock instead of MPI (no mpiexec needed)")
-    g.add_argument("--out-dir", dest="out", type=Path, default=Path("runs/elastic"), metavar="DIR",
-                   help="output folder (default runs/elastic; checked before the run)")
-    add_alias(g, "--out", dest="out", type=Path)  # the old spelling
-    g.add_argument("--no-plot", action="store_true", help="do not write accuracy.png")
-    add_quiet(g)
-    add_ledger(g, "the training world's own supersteps, its ranks' meeting points between policy "
-                  "runs (the parameter server's and the allreduce baseline's messages are not "
-                  "among them); real runs only, not --simulate")
-    add_json(g, "the comparison per policy, the model, the workers and the files written")
-    g.add_argument("--timeout", type=positive_seconds, default=None,
-                   help="longest single wait in an MPI run before failing (default: "
-                        "$HPCBSP_SYNC_TIMEOUT, else 60 s)")
-    g = p.add_argument_group("checkpoint and restart")
-    add_checkpoint(g, None, checkpoint_help="one subdirectory per policy run and repeat; without "
-                                            "--restart DIR must be new or empty",
-                   restart_help="per policy run (one without a checkpoint starts afresh, a finished "
-                                "one is not run again); with --simulate the result is bit-identical "
-                                "to an uninterrupted run")
-    g.add_argument("--checkpoint-every", type=float, default=None, metavar="SECONDS",
-                   help="seconds between saves: virtual with --simulate (default 1), wall-clock "
-                        "otherwise (default 30; each save pauses the server for about a second "
-                        "per million pushes logged)")
-    g.add_argument("--die-after-saves", type=int, default=None, help=argparse.SUPPRESS)  # tests
-    return p
 
 
 def _policies(text: str) -> list[str]:
@@ -270,29 +152,6 @@ def _fail(message: str, rank: int | None = None) -> int:
     return 2
 
 
-def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """The checks of the shared options that need no MPI and no data, before any work (a usage
-    error exits 2): --n against the dataset and the memory, --ledger, --checkpoint/--restart."""
-    if args.n is not None:
-        if args.n < MIN_SAMPLES:
-            parser.error(f"--n {args.n} is too few samples: at least {MIN_SAMPLES}")
-        if args.dataset == "digits" and args.n > DIGITS_SAMPLES:
-            parser.error(f"--n {args.n:,}: --dataset digits has {DIGITS_SAMPLES:,} images (give at "
-                         "most that many, or --dataset generated or teacher, of any size)")
-        features = {"generated": 20, "teacher": args.teacher_dim}.get(args.dataset, 64)
-        # the samples, their standardised copy and the train/test split of it (float64)
-        check_memory(parser, 3 * 8.0 * args.n * features, f"--n {args.n} ({args.dataset})",
-                     "use a smaller --n")
-    if args.ledger and args.simulate:
-        parser.error("--ledger needs a real run under mpiexec: a simulated run (--simulate) "
-                     "has no supersteps")
-    check_outputs(parser, [ledger_output(args.ledger)])
-    # A simulated run's checkpoint folder is checked here; a real run's on rank 0, in the
-    # training world (the other ranks may not see the same files).
-    check_checkpoint(parser, args, lambda _: _check_checkpoint_dir(args) if args.simulate else None,
-                     (ValueError, OutputError))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -314,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         data = _load_data(args)
         if args.simulate:
             model = build_model(config, data)
-            _say(args, model_report(config, model, simulated=True))
+            say(args, model_report(config, model, simulated=True))
     except (ValueError, PolicyError, DatasetUnavailable, TorchUnavailable, CheckpointError, OutputError) as exc:
         return _fail(str(exc))
     if args.simulate:
@@ -323,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
                     for rep in range(args.repeats) for name in policies]
         except CheckpointError as exc:
             return _fail(str(exc))
-        return _finish(args, config, runs, model)
+        return finish(args, config, runs, model)
     return _main_mpi(args, policies, data, plan)
 
 
@@ -343,24 +202,6 @@ def _checkpoint_plan(args: argparse.Namespace) -> CheckpointPlan | None:
                           die_after=args.die_after_saves, quiet=args.quiet)
 
 
-def _check_checkpoint_dir(args: argparse.Namespace) -> None:
-    """--checkpoint DIR can be written (OutputError) and, without --restart, holds nothing."""
-    directory = Path(args.checkpoint)
-    prepare_dir(directory, "--checkpoint")
-    if directory.is_dir() and any(directory.iterdir()) and not args.restart:
-        raise ValueError(f"--checkpoint {directory} is not empty: add --restart to resume "
-                         "from the checkpoints in it, or choose an empty or new directory")
-
-
-def _say(args: argparse.Namespace, line: str) -> None:
-    """A line of the run's text report: on stdout, or with --json on stderr (stdout is for the
-    JSON object), or nowhere with --json --quiet."""
-    if not args.json:
-        print(line, flush=True)
-    elif not args.quiet:
-        print(line, file=sys.stderr, flush=True)
-
-
 def _run_sim(config: TrainConfig, name: str, data: Any, repeat: int,
              plan: CheckpointPlan | None, args: argparse.Namespace) -> PolicyRun:
     show = Progress(f"simulated {name} repeat {repeat}", float(config.duration), enabled=not args.quiet,
@@ -368,7 +209,7 @@ def _run_sim(config: TrainConfig, name: str, data: Any, repeat: int,
     run = run_simulated(config, name, data, repeat, checkpoint=plan, progress=lambda t: show(min(t, config.duration)))
     acc = run.curve[-1][1] if run.curve else float("nan")
     resumed = _resumed(run, "virtual s")
-    _say(args, f"[simulated] {run.label:24s} repeat {repeat}: {config.duration:g} virtual s, "
+    say(args, f"[simulated] {run.label:24s} repeat {repeat}: {config.duration:g} virtual s, "
                f"{run.log.updates} updates, final accuracy {acc:.3f}{resumed}")
     return run
 
@@ -404,7 +245,7 @@ def _main_mpi(args: argparse.Namespace, policies: list[str], data: Any,
                      f"{exc.size}: mpiexec -n 5 {PROG} ..., or use --simulate", rank)
     if isinstance(outcome, str):
         return _fail(outcome, rank)
-    return _finish(args, *outcome) if rank == 0 else 0
+    return finish(args, *outcome) if rank == 0 else 0
 
 
 def _train_world(world: World, args: argparse.Namespace, policies: list[str], data: Any,
@@ -418,11 +259,11 @@ def _train_world(world: World, args: argparse.Namespace, policies: list[str], da
     except (ValueError, RuntimeError) as exc:
         return str(exc)
     if world.is_server:
-        _say(args, model_report(config, model))
+        say(args, model_report(config, model))
     error = None
     if world.is_server and plan is not None:  # the checkpoints live where rank 0 (the server) writes
         try:
-            _check_checkpoint_dir(args)
+            check_checkpoint_dir(args)
             plan.check("mpi", policies, args.repeats)
         except (ValueError, CheckpointError, OutputError) as exc:
             error = str(exc)
@@ -436,76 +277,21 @@ def _train_world(world: World, args: argparse.Namespace, policies: list[str], da
         for rep in range(args.repeats):
             for name in policies:
                 if world.is_server:
-                    _say(args, f"[mpi] {name}: {config.n_workers} workers, {config.duration:g} s "
+                    say(args, f"[mpi] {name}: {config.n_workers} workers, {config.duration:g} s "
                                f"(repeat {rep})")
                 run = run_mpi(world.comm, config, name, data, rep,
-                              progress=None if args.quiet else _progress(config.duration),
+                              progress=None if args.quiet else show_progress(config.duration),
                               checkpoint=plan)
                 if run is not None:
                     runs.append(run)
                     if run.resumed_at is not None:
-                        _say(args, f"  [{run.label}]{_resumed(run, 's')}")
+                        say(args, f"  [{run.label}]{_resumed(run, 's')}")
                 world.bsp.sync()
     except CheckpointError as exc:  # raised on every rank alike: a usage error, not a crash
         return str(exc)
     if args.ledger:  # (collective; checked before the work by check_args)
         world.bsp.ledger.save(args.ledger)
     return _Trained(config, runs, model)
-
-
-def _progress(duration: float):
-    """Progress of a real run's policies on stderr (the server's rank), with the accuracy."""
-    shows: dict[str, Progress] = {}
-
-    def show(label: str, t: float, log: Any) -> None:
-        bar = shows.setdefault(label, Progress(label, float(duration), unit="s", every_s=1.0))
-        acc = log.curve[-1][1] if log.curve else float("nan")
-        bar(min(t, duration), f"accuracy {acc:.3f}, updates {log.updates}")
-    return show
-
-
-def _finish(args: argparse.Namespace, config: TrainConfig, runs: list[PolicyRun],
-            model: Any = None) -> int:
-    """Rank 0's report: the comparison as text (or, with --json, one JSON object) and the files."""
-    cfg = {"argv": vars(args), "timing": asdict(config.timing),
-           "options": asdict(config.options), "model": model_info(config, model)}
-    comparison = compare(runs)
-    if not args.json:
-        print(format_table(comparison))
-    written, skipped = write_outputs(args.out, runs, cfg, slowdown=config.timing.slowdown,
-                                     plot=not args.no_plot)
-    if args.json:
-        print(json.dumps(_finite({
-            "mode": "simulated" if args.simulate else "mpi", "workers": config.n_workers,
-            "dataset": args.dataset, "samples": args.n, "model": cfg["model"], "repeats": args.repeats,
-            "seed": args.seed, "duration_s": config.duration, "comparison": comparison,
-            "written": [str(p) for p in written], "plot_skipped": skipped, "ledger": args.ledger}),
-            default=_plain))
-        return 0
-    if skipped:
-        print(skipped)
-    print("wrote " + ", ".join(str(p) for p in written))
-    if args.ledger:
-        print(f"ledger written to {args.ledger}")
-    return 0
-
-
-def _finite(x: Any) -> Any:
-    """``x`` with every NaN or infinity as None (JSON has neither)."""
-    if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_finite(v) for v in x]
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
-
-
-def _plain(x: Any) -> Any:
-    """numpy scalars as Python numbers, for json.dumps."""
-    if hasattr(x, "item"):
-        return x.item()
-    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ class TorchModelError(ValueError):
     """A module, loss or data the adapter cannot use (the message says what and what to do)."""
 
 
-def _check_device(device: str) -> torch.device:
+def check_device(device: str) -> torch.device:
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as exc:
@@ -117,7 +117,7 @@ class TorchModel(Model):
                                   f"values, not n_features = {self.n_features}")
         self.n_classes = n_classes
         self.loss = loss if loss is not None else nn.functional.cross_entropy
-        self.device = _check_device(device)
+        self.device = check_device(device)
         self.eval_batch = int(eval_batch)
         self.module = module.to(device=self.device, dtype=torch.float32)
         self._params = list(self.module.parameters())
