@@ -12,7 +12,7 @@ import sys
 import numpy as np
 from mpi_helpers import clean_env
 
-from hpcbsp.bench.bsf import k_max_agrees, measured_k_max
+from hpcbsp.bench.bsf import flat_top, k_max_agrees, measured_k_max
 
 
 def test_measured_k_max_is_the_least_k_of_the_fastest_mean():
@@ -21,6 +21,15 @@ def test_measured_k_max_is_the_least_k_of_the_fastest_mean():
     assert measured_k_max(workers, seconds) == 3
     # Still falling at the last K: the turnover lies beyond the measured range.
     assert measured_k_max(np.array([1, 2, 3]), np.array([3.0, 2.0, 1.0])) is None
+
+
+def test_flat_top_is_every_k_within_two_percent_of_the_best():
+    # Means per K: 10, 5, 4.05, 4.0, 4.07, 4.1, 5 (K = 3 twice: 4.0 and 4.1): best 4.0 (K = 4), 2 % above
+    # it is 4.08, so K = 3..5 (4.05, 4.0, 4.07) are on the flat top and K = 6 (4.1) is not.
+    workers = np.array([1, 2, 3, 3, 4, 5, 6, 7])
+    seconds = np.array([10.0, 5.0, 4.0, 4.1, 4.0, 4.07, 4.1, 5.0])
+    assert flat_top(workers, seconds) == (3, 5)
+    assert flat_top(np.array([1, 2]), np.array([2.0, 1.0])) == (2, 2)
 
 
 def test_k_max_target_is_fifteen_percent_or_both_beyond():
