@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -53,6 +54,28 @@ def cluster_required(request: pytest.FixtureRequest) -> None:
     mark = request.node.get_closest_marker("unavailable")
     pytest.fail(f"CI=true, so this test may not skip, but: {mark.args[0] if mark else 'unknown'}",
                 pytrace=False)
+
+
+def cluster_unavailable(nodes: int = 4, *, root_for: str = "the test enters the emulated nodes' namespaces",
+                        launch: bool = True, srun: bool = False, mpiexec: bool = False) -> str | None:
+    """Why a cluster test cannot run here (its skip reason), or None.
+
+    ``nodes``: emulated nodes the test needs; ``launch``: the plain-MPI path (the cluster's host
+    file and rsh launcher); ``srun``: Slurm's srun; ``mpiexec``: this environment's mpiexec.
+    """
+    from hpcbsp.runtime.launch import find_mpiexec
+
+    if os.geteuid() != 0:
+        return f"needs root: {root_for} (slurm/local-cluster.sh)"
+    if len(cluster_nodes()) < nodes:
+        return (f"no local cluster of {nodes} or more emulated nodes runs "
+                "(as root: slurm/local-cluster.sh start --nodes 4)")
+    missing = [what for what, need, there in (
+        ("srun", srun, shutil.which("srun") is not None),
+        ("this environment's mpiexec", mpiexec, find_mpiexec() is not None),
+        (f"the local cluster's hostfile {HOSTFILE}", launch, HOSTFILE.exists()),
+        (f"the local cluster's launcher {RSH}", launch, RSH.exists())) if need and not there]
+    return f"missing: {', '.join(missing)}" if missing else None
 
 
 def cluster_nodes() -> list[str]:

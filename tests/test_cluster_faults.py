@@ -35,6 +35,7 @@ from cluster_helpers import (
     RSH,
     cluster_nodes,
     cluster_required,  # noqa: F401  (the fixture behind unavailable_marks)
+    cluster_unavailable,
     tagged_pids,
     unavailable_marks,
 )
@@ -53,13 +54,7 @@ SLACK = 25.0
 
 
 def _unavailable() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root: the test enters the emulated nodes' namespaces (slurm/local-cluster.sh)"
-    if len(NODES) < 4:
-        return "no local cluster of 4 or more emulated nodes runs (as root: slurm/local-cluster.sh start --nodes 4)"
-    if MPIEXEC is None or not (HOSTFILE.exists() and RSH.exists()):
-        return "this environment's mpiexec, or the local cluster's hostfile or launcher, is missing"
-    return None
+    return cluster_unavailable(4, mpiexec=True)
 
 
 pytestmark = [pytest.mark.slurm, *unavailable_marks(_unavailable()),

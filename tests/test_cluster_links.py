@@ -13,7 +13,6 @@ its links to 10mbit and restores the rate they had.  Without it the tests skip a
 """
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from cluster_helpers import (
     LINK_PREFIX,
     cluster_nodes,
     cluster_required,  # noqa: F401  (the fixture behind unavailable_marks)
+    cluster_unavailable,
     unavailable_marks,
 )
 
@@ -54,11 +54,7 @@ c.sendall(data); assert c.recv(1) == b"k"; print(time.perf_counter() - t0)
 
 
 def _unavailable() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root: the test enters the emulated nodes' namespaces and reshapes their links"
-    if len(NODES) < 2:
-        return "no local cluster of emulated nodes runs (as root: slurm/local-cluster.sh start --nodes 4)"
-    return None
+    return cluster_unavailable(2, launch=False, root_for="the test enters the emulated nodes' namespaces and reshapes their links")
 
 
 pytestmark = [pytest.mark.slurm, pytest.mark.serial_only, *unavailable_marks(_unavailable())]

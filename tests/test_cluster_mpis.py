@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -42,9 +41,9 @@ import numpy as np
 import pytest
 from cluster_helpers import (
     HOSTFILE,
-    RSH,
     cluster_nodes,
     cluster_required,  # noqa: F401  (the fixture behind unavailable_marks)
+    cluster_unavailable,
     link_bytes,
     unavailable_marks,
 )
@@ -108,16 +107,7 @@ def _environment(flavour: Flavour) -> MPIEnv | str:
 
 
 def _cluster_unavailable() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root: the launcher enters the emulated nodes' namespaces (slurm/local-cluster.sh)"
-    if len(NODES) < 4:
-        return ("no local cluster of 4 or more emulated nodes runs "
-                "(as root: slurm/local-cluster.sh start --nodes 4)")
-    if shutil.which("srun") is None:
-        return "srun is missing"
-    if not (HOSTFILE.exists() and RSH.exists()):
-        return f"the local cluster's hostfile {HOSTFILE} or launcher {RSH} is missing"
-    return None
+    return cluster_unavailable(4, srun=True, root_for="the launcher enters the emulated nodes' namespaces")
 
 
 cluster = pytest.mark.parametrize("launch", ["mpiexec", "srun"])

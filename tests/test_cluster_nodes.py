@@ -25,9 +25,7 @@ test skips and says why; under CI it fails instead (see cluster_helpers).
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -41,6 +39,7 @@ from cluster_helpers import (
     RSH,
     cluster_nodes,
     cluster_required,  # noqa: F401  (the fixture behind unavailable_marks)
+    cluster_unavailable,
     job_records,
     link_bytes,
     unavailable_marks,
@@ -59,16 +58,7 @@ MIB = 1 << 20
 
 
 def _unavailable() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root: the launcher enters the emulated nodes' namespaces (slurm/local-cluster.sh)"
-    if len(NODES) < 4:
-        return ("no local cluster of 4 or more emulated nodes runs "
-                "(as root: slurm/local-cluster.sh start --nodes 4)")
-    if shutil.which("srun") is None or MPIEXEC is None:
-        return "srun or this environment's mpiexec is missing"
-    if not (HOSTFILE.exists() and RSH.exists()):
-        return f"the local cluster's hostfile {HOSTFILE} or launcher {RSH} is missing"
-    return None
+    return cluster_unavailable(4, srun=True, mpiexec=True, root_for="the launcher enters the emulated nodes' namespaces")
 
 
 pytestmark = [pytest.mark.slurm, *unavailable_marks(_unavailable()),

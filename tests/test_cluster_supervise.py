@@ -32,9 +32,9 @@ import numpy as np
 import pytest
 from cluster_helpers import (
     HOSTFILE,
-    RSH,
     cluster_nodes,
     cluster_required,  # noqa: F401  (the fixture behind unavailable_marks)
+    cluster_unavailable,
     tagged_pids,
     unavailable_marks,
 )
@@ -43,7 +43,6 @@ from mpi_helpers import _shm_segments as shm_segments
 from mpi_helpers import clean_env
 
 from hpcbsp.apps.heat import reference
-from hpcbsp.runtime.launch import find_mpiexec
 
 PYTHON = sys.executable
 NODES = cluster_nodes()
@@ -53,13 +52,7 @@ RELAUNCH_BOUND = 60.0
 
 
 def _unavailable() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root: the test enters the emulated nodes' namespaces (slurm/local-cluster.sh)"
-    if len(NODES) < 4:
-        return "no local cluster of 4 or more emulated nodes runs (as root: slurm/local-cluster.sh start --nodes 4)"
-    if find_mpiexec() is None or not (HOSTFILE.exists() and RSH.exists()):
-        return "this environment's mpiexec, or the local cluster's hostfile or launcher, is missing"
-    return None
+    return cluster_unavailable(4, mpiexec=True)
 
 
 pytestmark = [pytest.mark.slurm, *unavailable_marks(_unavailable())]
