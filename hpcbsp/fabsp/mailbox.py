@@ -269,8 +269,7 @@ class Mailbox:
         if passing is not None:
             self._engine.count_sent(self, self.format.size(passing))
             self._forward(hops, passing, True)
-        for part, origin in deliveries:
-            args = self.format.handler_args(part)
+        for args, origin in deliveries:
             if self._with_source:
                 self._handler(*args, origin)
             else:

@@ -1,0 +1,78 @@
+"""The relay's compiled envelopes (hpcbsp.kernels.envelopes) against their numpy oracles
+(hpcbsp.kernels.reference: structured-field assignment and boolean masks)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hpcbsp.kernels import reference
+from hpcbsp.kernels.envelopes import split_envelopes, wrap_envelopes
+
+#: Record types of 1, 2, 4, 8, 12 (packed), 16 and 24 bytes: the copy's constant-size paths
+#: (4, 8, 12, 16) and its general one.
+DTYPES = [np.dtype(np.uint8), np.dtype(np.int16), np.dtype(np.float32), np.dtype(np.int64),
+          np.dtype([("k", np.int32), ("v", np.float64)]), np.dtype([("a", np.int64), ("b", np.float64)]),
+          np.dtype([("a", np.int64), ("b", np.int64), ("c", np.float64)])]
+
+
+def _wire(dtype: np.dtype, with_from: bool) -> np.dtype:
+    return np.dtype([("to", np.int32)] + ([("from", np.int32)] if with_from else []) + [("rec", dtype)])
+
+
+def _records(dtype: np.dtype, n: int, seed: int) -> np.ndarray:
+    recs = np.zeros(n, dtype=dtype)
+    recs.view(np.uint8)[:] = np.random.default_rng(seed).integers(0, 256, recs.nbytes, dtype=np.uint8)
+    return recs
+
+
+@pytest.mark.parametrize("with_from", [False, True])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("n", [0, 1, 257])
+def test_wrap_writes_the_envelopes_numpy_writes(dtype, with_from, n):
+    wire = _wire(dtype, with_from)
+    recs = _records(dtype, n, n)
+    dests = np.random.default_rng(7).integers(0, 9, n)
+    got = wrap_envelopes(recs, dests, 5, wire)
+    assert got.dtype == wire and got.tobytes() == reference.wrap_envelopes(recs, dests, 5, wire).tobytes()
+    one = wrap_envelopes(recs, 3, 5, wire)  # one destination for all
+    assert one.tobytes() == reference.wrap_envelopes(recs, 3, 5, wire).tobytes()
+
+
+@pytest.mark.parametrize("with_from", [False, True])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("mine_share", [0.0, 0.3, 1.0])
+def test_split_gives_what_the_masks_give_in_arrival_order(dtype, with_from, mine_share):
+    rng = np.random.default_rng(3)
+    n, p, me = 500, 7, 2
+    wire = _wire(dtype, with_from)
+    env = np.zeros(n, dtype=wire)
+    env.view(np.uint8)[:] = rng.integers(0, 256, env.nbytes, dtype=np.uint8)
+    env["to"] = np.where(rng.random(n) < mine_share, me, rng.choice([0, 1, 3, 4, 5, 6], n))
+    hops = rng.integers(0, p, p).astype(np.int64)
+    mine, origins, passing, nxt = split_envelopes(env, me, hops, dtype)
+    want_mine, want_origins, want_passing, want_next = reference.split_envelopes(env, me, hops, dtype)
+    assert mine.dtype == dtype and mine.tobytes() == want_mine.tobytes()
+    assert mine.flags.c_contiguous, "the handler gets them as they are"
+    if with_from:
+        np.testing.assert_array_equal(origins, want_origins)
+    else:
+        assert origins is None
+    assert passing.tobytes() == want_passing.tobytes()
+    np.testing.assert_array_equal(nxt, want_next)
+
+
+def test_split_names_an_envelope_addressed_outside_the_ranks():
+    """A corrupt message is refused, naming the envelope and its address."""
+    wire = _wire(np.dtype(np.int64), False)
+    env = np.zeros(4, dtype=wire)
+    env["to"] = [0, 1, 9, 1]
+    with pytest.raises(ValueError, match=r"envelope 2 is addressed to rank 9, outside \[0, 3\)"):
+        split_envelopes(env, 0, np.arange(3, dtype=np.int64), np.dtype(np.int64))
+    env["to"][2] = -1
+    with pytest.raises(ValueError, match="addressed to rank -1"):
+        split_envelopes(env, 0, np.arange(3, dtype=np.int64), np.dtype(np.int64))
+
+
+def test_an_array_that_is_no_envelope_is_refused():
+    with pytest.raises(ValueError, match="is not an envelope"):
+        wrap_envelopes(np.arange(3), 1, 0, np.dtype([("rec", np.int64)]))
