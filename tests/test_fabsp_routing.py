@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from hpcbsp import BadInput, UsageError
+from hpcbsp.fabsp.aggregation import Unwrapped
 from hpcbsp.fabsp.formats import Fixed, Ragged
 from hpcbsp.fabsp.relay import Relay, Straight
 from hpcbsp.fabsp.routing import (
@@ -164,8 +165,10 @@ def test_envelopes_keep_order_and_origin():
     assert relay.peers.tolist() == [0, 3]
     assert fmt.wire.names == ("to", "from", "rec") and fmt.unit == 10
     dests = np.array([2, 3, 1, 2, 3, 2])
-    _, _, env, owned = fmt.outgoing(dests, np.arange(6), None, 4, 1, "here", "call")
-    hops = relay.outgoing(fmt, env, dests)
+    _, _, batch, owned = fmt.outgoing(dests, np.arange(6), None, 4, 1, "here", "call")
+    assert isinstance(batch, Unwrapped), "wrapped as the buffers take them"
+    hops = relay.outgoing(fmt, batch, dests)
+    env = batch.wrapped()
     assert owned and env["rec"].tolist() == [0, 1, 2, 3, 4, 5] and env["to"].tolist() == dests.tolist(), \
         "the format fills the address when it lays the records out"
     assert hops.tolist() == [0, 3, 1, 0, 3, 0], "2 via 0 (along the row), 3 straight down, 1 is here"

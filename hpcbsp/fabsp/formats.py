@@ -10,8 +10,10 @@ arrived batch by them (:meth:`~RecordFormat.split`), for the relay.  Two formats
   records themselves, or with address fields an envelope ``(to, [from,] rec)`` (4 or 8 bytes
   more); buffers of ``buffer`` wire records (:class:`~.aggregation.Aggregator`, whose compiled
   porter fills them from a send to many destinations).  Envelopes are made and split by compiled
-  passes (:mod:`hpcbsp.kernels.envelopes`): no Python and no numpy structured-field copy per
-  record on the way, whether a rank sends, relays or receives.
+  passes (:mod:`hpcbsp.kernels.envelopes`): a send's records are wrapped as the porter appends
+  them (:class:`~.aggregation.Unwrapped`), an arrived batch is split in one pass that moves this
+  rank's records, bare, within the message itself; no Python and no numpy structured-field copy
+  per record, whether a rank sends, relays or receives.
 * :class:`Ragged`: variable-size records, a 1-D array of the dtype of any length each.  A batch
   is ``(heads, values)`` (:mod:`.ragged`: a head is the record's length and its address fields,
   8 bytes direct, 16 routed); messages of up to ``buffer`` values' bytes, never splitting a
@@ -25,10 +27,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..kernels.envelopes import split_envelopes, wrap_envelopes
+from ..kernels.envelopes import split_envelopes
 from ..runtime.errors import UsageError
 from ..runtime.records import as_records, check_pids
-from .aggregation import Aggregator, Buffers, take_rows
+from .aggregation import Aggregator, Buffers, Unwrapped, take_rows
 from .ragged import WORD, RaggedAggregator, check_lengths, count_records, gather_records, head_dtype, unpack
 
 
@@ -51,8 +53,9 @@ class RecordFormat(Protocol):
                  where: str, call: str) -> tuple[int, int | np.ndarray, Any, bool]:
         """A ``send``'s arguments checked (:class:`UsageError` naming ``where``, ``call`` for a
         pid): ``(n, dests, batch, owned)``, the batch of ``n`` records in wire layout with its
-        address fields filled (``to``: the destination, ``from``: ``me``), ``owned`` if it is a
-        fresh array the buffers may keep."""
+        address fields filled (``to``: the destination, ``from``: ``me``; or records that the
+        buffers wrap as they take them, :class:`~.aggregation.Unwrapped`), ``owned`` if it is
+        a fresh array the buffers may keep."""
 
     def size(self, batch: Any) -> int:
         """Records in a batch."""
@@ -95,7 +98,7 @@ class Fixed:
         return Aggregator(nprocs, self.wire, buffer)
 
     def outgoing(self, pid: int | np.ndarray, records: object, lengths: object, nprocs: int, me: int,
-                 where: str, call: str) -> tuple[int, int | np.ndarray, np.ndarray, bool]:
+                 where: str, call: str) -> tuple[int, int | np.ndarray, np.ndarray | Unwrapped, bool]:
         recs = as_records(records, self.dtype, where)
         if lengths is not None:
             raise UsageError(f"{where}: lengths= is for ragged mailboxes (bsp.mailbox(..., ragged=True))")
@@ -103,7 +106,9 @@ class Fixed:
         dests = check_pids(pid, nprocs, n, me, call)
         if self._bare:
             return n, dests, recs, False
-        return n, dests, wrap_envelopes(recs, dests, me, self.wire), True
+        # Wrapped as the buffers take them (one pass), or at once for one destination.
+        batch = Unwrapped(np.ascontiguousarray(recs), dests, me, self.wire)
+        return n, dests, (batch.wrapped() if isinstance(dests, int) else batch), True
 
     def size(self, batch: np.ndarray) -> int:
         return batch.shape[0]

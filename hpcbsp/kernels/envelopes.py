@@ -1,5 +1,6 @@
 """Envelopes of routed records (FA-BSP's relay), compiled: wrap records with their address in
-one pass, split an arrived batch into this rank's records and those passing on in one pass.
+one pass (into an array, or straight into the next hops' buffers), split an arrived batch into
+this rank's records and those passing on in one pass.
 
 An envelope is ``to`` (int32), ``from`` (int32, when the origin travels) and the record, packed
 with no padding (the wire dtype of :class:`hpcbsp.fabsp.formats.Fixed`).  Numpy oracles:
@@ -35,16 +36,31 @@ def split_envelopes(env: np.ndarray, me: int, hops: np.ndarray, dtype: np.dtype
     ``(mine, origins, passing, next_hops)``: the records of ``dtype`` addressed to ``me`` and
     their ``from`` (None if the envelope has none), the envelopes for other ranks and
     ``hops[to]`` of each (``hops``: C-contiguous int64, one per rank).  ``ValueError`` for a
-    ``to`` outside the ranks."""
+    ``to`` outside the ranks.
+
+    ``env`` is consumed: ``mine`` is moved into its memory (a view of it, no allocation) when
+    it is a writable C-contiguous array, else into a copy of it."""
     n = env.shape[0]
     rec_off = _rec_offset(env.dtype)
-    mine = np.empty(n, dtype=dtype)
+    if not (env.flags.c_contiguous and env.flags.writeable):
+        env = env.copy()
     origins = np.empty(n if rec_off == 8 else 0, dtype=np.int32)
     passing = np.empty(n, dtype=env.dtype)
     nxt = np.empty(n, dtype=np.int64)
-    nm, npass = MODULES["_envelopes"].split(_rows(env), rec_off, me, hops, _rows(mine), origins,
-                                            _rows(passing), nxt)
-    return mine[:nm], (origins[:nm] if rec_off == 8 else None), passing[:npass], nxt[:npass]
+    rows = _rows(env)
+    nm, npass = MODULES["_envelopes"].split(rows, rec_off, me, hops, origins, _rows(passing), nxt)
+    mine = rows.reshape(-1)[:nm * dtype.itemsize].view(dtype)
+    return mine, (origins[:nm] if rec_off == 8 else None), passing[:npass], nxt[:npass]
+
+
+def wrap_append(dests: np.ndarray, nexts: np.ndarray, recs: np.ndarray, start: int, me: int, wire: np.dtype,
+                bufs: np.ndarray, fill: np.ndarray, capacity: int) -> tuple[int, int]:
+    """:func:`hpcbsp.kernels.append_by_dest` for records not yet wrapped: the envelope of
+    ``wire`` dtype of record i (to ``dests[i]``, from ``me``) goes straight into the buffer of
+    ``nexts[i]`` (both C-contiguous int64, checked ranks), in one pass; same arguments and
+    result otherwise.  Numpy oracle: :func:`wrap_envelopes`, then appending one at a time."""
+    return MODULES["_envelopes"].wrap_append(dests, nexts, _rows(recs), start, me, _rec_offset(wire),
+                                             bufs, fill, capacity)
 
 
 def _rec_offset(wire: np.dtype) -> int:
