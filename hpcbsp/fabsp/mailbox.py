@@ -43,7 +43,8 @@ Routing.  With ``routing="2d"`` or ``"3d"`` a record hops through a grid of rank
 dimension per hop (:mod:`.routing`), so D is about 2 sqrt(P) or 3 cbrt(P) and a record takes up
 to 2 or 3 messages; it carries its destination (and its source, for ``with_source``): a
 fixed-size record travels in an envelope 4 or 8 bytes larger, a ragged one has a head of 16
-bytes instead of 8 (:mod:`.relay`).  The ranks on the way pass it on when they receive it (as a
+bytes instead of 8 (:mod:`.relay`), except where every route is one hop (2 ranks), where
+records travel bare.  The ranks on the way pass it on when they receive it (as a
 handler would).  Per-pair FIFO order holds with every routing.  The default
 (``$HPCBSP_ROUTING``, else by P: direct up to 256 ranks, 2-D up to 32,768, 3-D beyond) suits
 memory; a mailbox may choose, by name or with a :class:`~.routing.Routing` object.
