@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hpcbsp.kernels import reference
-from hpcbsp.kernels.envelopes import split_envelopes, wrap_append, wrap_envelopes
+from hpcbsp.kernels.envelopes import Scratch, split_envelopes, wrap_append, wrap_envelopes
 
 #: Record types of 1, 2, 4, 8, 12 (packed), 16 and 24 bytes: the copy's constant-size paths
 #: (4, 8, 12, 16) and its general one.
@@ -101,6 +101,24 @@ def test_wrap_append_fills_next_hops_buffers_with_the_envelopes_in_order(dtype, 
         assert fill[h] == len(lists[h])
         if fill[h]:
             assert bufs[h][:fill[h]].tobytes() == b"".join(lists[h])
+
+
+def test_split_with_scratch_reuses_its_memory_and_gives_the_same_results():
+    """Oracle: split without scratch (fresh arrays) on copies of the same batches."""
+    rng = np.random.default_rng(5)
+    wire = _wire(np.dtype(np.int64), True)
+    hops = np.array([0, 0, 2, 0], dtype=np.int64)
+    scratch = Scratch()
+    seen = []
+    for n in (300, 100, 500):
+        env = np.zeros(n, dtype=wire)
+        env["to"], env["from"], env["rec"] = rng.integers(0, 4, n), rng.integers(0, 4, n), rng.integers(0, 99, n)
+        want = split_envelopes(env.copy(), 1, hops, np.dtype(np.int64))
+        got = split_envelopes(env, 1, hops, np.dtype(np.int64), scratch)
+        for g, w in zip(got, want):
+            assert g.tobytes() == w.tobytes()
+        seen.append(got[2])
+    assert np.shares_memory(seen[0], seen[1]), "the second batch reused the first one's memory"
 
 
 def test_split_copies_a_batch_it_may_not_move_in():

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..kernels.envelopes import split_envelopes
+from ..kernels.envelopes import Scratch, split_envelopes
 from ..runtime.errors import UsageError
 from ..runtime.records import as_records, check_pids
 from .aggregation import Aggregator, Buffers, Unwrapped, take_rows
@@ -90,6 +90,7 @@ class Fixed:
         #: What travels: the records, or their envelopes.
         self.wire = dtype if self._bare else np.dtype(fields + [("rec", dtype)])
         self.unit = self.wire.itemsize
+        self._scratch = Scratch()  # for what passes through this rank (split)
 
     def check_buffer(self, buffer: int, where: str) -> None:
         pass  # one record always fits
@@ -115,7 +116,9 @@ class Fixed:
 
     def split(self, batch: np.ndarray, me: int, hops: np.ndarray
               ) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None, np.ndarray | None]:
-        here, origins, passing, next_hops = split_envelopes(batch, me, hops, self.dtype)
+        # What passes on lies in scratch memory reused by the next split: the buffers copy it
+        # (passing records always go through Aggregator.append: their next hops are an array).
+        here, origins, passing, next_hops = split_envelopes(batch, me, hops, self.dtype, self._scratch)
         if not passing.shape[0]:
             return (here if here.shape[0] else None), origins, None, None
         return (here if here.shape[0] else None), origins, passing, next_hops

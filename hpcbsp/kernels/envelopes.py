@@ -30,7 +30,24 @@ def wrap_envelopes(recs: np.ndarray, dests: int | np.ndarray, me: int, wire: np.
     return out
 
 
-def split_envelopes(env: np.ndarray, me: int, hops: np.ndarray, dtype: np.dtype
+class Scratch:
+    """Memory that :func:`split_envelopes` reuses from one batch to the next for what passes on
+    (grown as needed): no fresh pages per batch.  What it returns from here is valid until its
+    next use."""
+
+    def __init__(self) -> None:
+        self._arrays: dict[str, np.ndarray] = {}
+
+    def get(self, name: str, n: int, dtype: np.dtype) -> np.ndarray:
+        """``n`` items of ``dtype`` (uninitialised), the same memory as last time if it fits."""
+        a = self._arrays.get(name)
+        if a is None or a.dtype != dtype or a.shape[0] < n:
+            a = self._arrays[name] = np.empty(max(n, 2 * a.shape[0] if a is not None else n), dtype=dtype)
+        return a[:n]
+
+
+def split_envelopes(env: np.ndarray, me: int, hops: np.ndarray, dtype: np.dtype,
+                    scratch: Scratch | None = None
                     ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]:
     """Split arrived envelopes (1-D, ``to``, [``from``,] ``rec``) in arrival order:
     ``(mine, origins, passing, next_hops)``: the records of ``dtype`` addressed to ``me`` and
@@ -39,14 +56,17 @@ def split_envelopes(env: np.ndarray, me: int, hops: np.ndarray, dtype: np.dtype
     ``to`` outside the ranks.
 
     ``env`` is consumed: ``mine`` is moved into its memory (a view of it, no allocation) when
-    it is a writable C-contiguous array, else into a copy of it."""
+    it is a writable C-contiguous array, else into a copy of it.  With ``scratch``,
+    ``origins``, ``passing`` and ``next_hops`` are views of its memory, valid until its next use
+    (the caller copies what it keeps); else fresh arrays."""
     n = env.shape[0]
     rec_off = _rec_offset(env.dtype)
     if not (env.flags.c_contiguous and env.flags.writeable):
         env = env.copy()
-    origins = np.empty(n if rec_off == 8 else 0, dtype=np.int32)
-    passing = np.empty(n, dtype=env.dtype)
-    nxt = np.empty(n, dtype=np.int64)
+    fresh = scratch.get if scratch is not None else (lambda _, k, dt: np.empty(k, dtype=dt))
+    origins = fresh("origins", n if rec_off == 8 else 0, np.dtype(np.int32))
+    passing = fresh("passing", n, env.dtype)
+    nxt = fresh("next", n, np.dtype(np.int64))
     rows = _rows(env)
     nm, npass = MODULES["_envelopes"].split(rows, rec_off, me, hops, origins, _rows(passing), nxt)
     mine = rows.reshape(-1)[:nm * dtype.itemsize].view(dtype)
