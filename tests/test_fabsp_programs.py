@@ -87,6 +87,6 @@ def test_benchmark_quick_run():
     for needle in ("histogram: FA-BSP / BSP =", "index_gather: FA-BSP / BSP =",
                    "FA-BSP / naive =", "hidden fraction of communication",
                    "histogram: FA-BSP / bale tuned C (151.6 M", "index_gather: FA-BSP / bale tuned C (67.9 M",
-                   "(issued from C)", "rate over direct: 2d "):
+                   "(issued from C)", "rate over direct (medians): 2d "):
         assert needle in out, out
     assert "CHECK FAILED" not in out
