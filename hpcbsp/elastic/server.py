@@ -140,7 +140,7 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
     assert wired is not None
     with shared if shared is not None else nullcontext():
         if shared is not None:
-            coord.keep_weights_in(shared.array)
+            coord.keep_weights_in(shared.array, shared.stores.sgd_step)
         try:
             result = _serve(comm, coord, policy, shared, mode, *wired, duration=duration, eval_fn=eval_fn,
                             eval_every=eval_every, progress=progress, timeout=timeout, resume=resume,

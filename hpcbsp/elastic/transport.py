@@ -13,20 +13,32 @@ Memory model: every rank holds the window's passive-target lock (``Lock_all``) f
 run, and ``Win.Sync`` orders the shared stores and loads around the messages that announce them
 (the separate-memory model of MPI-3 shared windows, which MPICH implements as unified).
 
+How the server writes the window (:class:`WindowStores`): where the two processes' cores sit
+decides what a store to a line the worker has just read costs.  On this project's 2-vCPU VM,
+in some launches (stretches of minutes, the hypervisor's placement, which the guest cannot
+see), the server's update of 1 M float32 weights in the window took 1.5-2.0 ms with ordinary
+stores against 0.17 ms in other launches, while the same update with non-temporal stores took
+0.31-0.34 ms in both (docs/performance.md, "The bimodal push+pull on one node").  So the server
+measures the two kinds of store on its own updates and uses the faster, trying the other now
+and then: the fast case either way.
+
 h-relation: none of its own; a reply becomes a 16-byte header, and each worker returns an
 8-byte acknowledgement.
 """
 from __future__ import annotations
 
 import sys
+import time
+from typing import Callable
 
 import numpy as np
 from mpi4py import MPI
 
+from ..kernels.update import sgd_step
 from ..runtime.arena import on_one_node
 from ..runtime.environment import setting
 
-__all__ = ["TRANSPORTS", "TRANSPORT_ENV", "SharedWeights", "open_transport"]
+__all__ = ["TRANSPORTS", "TRANSPORT_ENV", "SharedWeights", "WindowStores", "open_transport"]
 
 TRANSPORTS = ("auto", "messages")
 TRANSPORT_ENV = "HPCBSP_PS_TRANSPORT"
@@ -36,6 +48,55 @@ class TransportError(RuntimeError):
     """The ranks could not agree on a transport (a bad choice, or the server failed to start)."""
 
 
+class WindowStores:
+    """The server's SGD update of the weights in the window, with whichever stores its own
+    updates measure faster: ordinary ones, or non-temporal ones (``sgd_step(..., streaming=True)``,
+    the same bits; see the module docstring).
+
+    The first two updates try one kind each; after that each update uses the kind with the lower
+    mean time, except every ``EXPLORE``-th, which tries the other so that a change of placement
+    during the run is seen.  A kind's mean is a running one (exponential, weight ``ALPHA`` for the
+    newest) while it stays in use; a kind used again after the other starts afresh from its new
+    time (its old mean is stale).  So a change shows at the next try, and a try that was luckily
+    fast is undone by the updates after it.  ``clock`` and ``step`` are for tests (default
+    ``time.perf_counter`` and :func:`~hpcbsp.kernels.update.sgd_step`).
+    """
+
+    ALPHA = 0.25
+    EXPLORE = 64
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter,
+                 step: Callable[..., np.ndarray] = sgd_step):
+        self._clock = clock
+        self._step = step
+        self.mean_s: list[float | None] = [None, None]  # [ordinary, non-temporal]
+        self.used = [0, 0]                              # updates made with each
+        self._last: bool | None = None
+
+    def streaming_next(self) -> bool:
+        """Whether the next update uses non-temporal stores."""
+        n = self.used[0] + self.used[1]
+        ordinary, streaming = self.mean_s
+        if ordinary is None or streaming is None:
+            return ordinary is not None  # one of each first
+        best = streaming < ordinary
+        return (not best) if n % self.EXPLORE == self.EXPLORE - 1 else best
+
+    def sgd_step(self, w: np.ndarray, g: np.ndarray, lr: float) -> np.ndarray:
+        """``w -= lr * g`` in place (the window's weights), timed, with the kind of store chosen."""
+        streaming = self.streaming_next()
+        start = self._clock()
+        self._step(w, g, lr, streaming=streaming)
+        took = self._clock() - start
+        mean = self.mean_s[streaming]
+        if mean is not None and streaming == self._last:
+            took = mean + self.ALPHA * (took - mean)
+        self.mean_s[streaming] = took
+        self.used[streaming] += 1
+        self._last = streaming
+        return w
+
+
 class SharedWeights:
     """The weights in a shared-memory window of the server's communicator (see the module
     docstring): ``array`` is rank 0's part, seen by every rank of ``comm``."""
@@ -43,6 +104,7 @@ class SharedWeights:
     def __init__(self, win: MPI.Win, array: np.ndarray):
         self.win = win
         self.array = array
+        self.stores = WindowStores()  # the server's updates of ``array``
 
     def __enter__(self) -> "SharedWeights":
         return self
