@@ -225,7 +225,7 @@ def test_hpcbsp_run_refuses_a_bad_value_before_the_program_starts(tmp_path):
                           timeout=120, env=clean_env(HPCBSP_ROUTING="5d"), stdin=subprocess.DEVNULL)
     assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        "[hpcbsp] error: environment variable HPCBSP_ROUTING='5d' is not one of auto, direct, 2d, 3d: "
+        "[hpcbsp] error: environment variable HPCBSP_ROUTING='5d' is not one of auto, direct, 2d, 3d, node: "
         "correct it or unset it (docs/environment.md)"]
 
 
