@@ -114,7 +114,7 @@ def test_routing_choice_and_bad_values(monkeypatch):
     assert resolve_routing(given, 4, "here") is given, "a Routing object is used as it is"
     with pytest.raises(UsageError, match=r"here: routing Grid2D\(4, dims=\(2, 2\)\) is for 4 ranks, this program has 5"):
         resolve_routing(given, 5, "here")
-    with pytest.raises(UsageError, match=r"here: routing must be one of auto, direct, 2d, 3d \(or a Routing\); got '4d'"):
+    with pytest.raises(UsageError, match=r"here: routing must be one of auto, direct, 2d, 3d, node \(or a Routing\); got '4d'"):
         resolve_routing("4d", 4, "here")
     monkeypatch.setenv("HPCBSP_ROUTING", "grid")  # the variable's own check (hpcbsp.util.settings)
     with pytest.raises(BadInput, match=r"environment variable HPCBSP_ROUTING='grid' is not one of auto, direct"):
@@ -241,3 +241,53 @@ def test_a_ragged_record_too_large_for_a_routed_message_is_refused():
     fmt.check_buffer(5, "here")   # 40 bytes: 24 + two values
     with pytest.raises(UsageError, match=r"a record of 3 values is larger than the mailbox's buffer allows \(2 values\)"):
         fmt.outgoing(0, np.arange(3), None, 4, 0, "here", "call")
+
+
+HOST_MAPS = [["a"], ["a", "a", "b"], ["a", "b", "a", "c", "b", "a", "a"], [f"n{r // 4}" for r in range(23)],
+             [f"n{(r * 7) % 5}" for r in range(31)], [f"n{r}" for r in range(9)]]
+
+
+@pytest.mark.parametrize("hosts", HOST_MAPS)
+def test_node_routes_reach_their_destination_and_cross_between_two_nodes_through_one_pair(hosts):
+    """Oracle: every route walked hop by hop: at most 3 hops, the destination reached, hops on
+    one node or between two; and for each ordered pair of nodes, one (sender, receiver) pair of
+    ranks carries every record that crosses between them (one message per node pair and
+    direction per flush).  The per-rank sender counts are checked against the generic count
+    (a pass over every rank's next hops)."""
+    from hpcbsp.fabsp.routing import NodeAware
+
+    p = len(hosts)
+    r = NodeAware(p, hosts)
+    table = [r.next_hops(m) for m in range(p)]
+    crossings: dict[tuple[str, str], set[tuple[int, int]]] = {}
+    for src in range(p):
+        for dest in range(p):
+            at, steps = src, 0
+            while at != dest:
+                nxt = int(table[at][dest])
+                if hosts[nxt] != hosts[at]:
+                    crossings.setdefault((hosts[at], hosts[nxt]), set()).add((at, nxt))
+                    assert hosts[nxt] == hosts[dest], "a record crosses once, to its destination's node"
+                at, steps = nxt, steps + 1
+                assert steps <= 3, (src, dest)
+    nodes = sorted(set(hosts))
+    assert set(crossings) == {(a, b) for a in nodes for b in nodes if a != b}
+    assert all(len(pairs) == 1 for pairs in crossings.values()), crossings
+    generic = np.array([np.count_nonzero(np.bincount(h, minlength=p)) - 1 for h in table])
+    assert r.neighbour_counts().tolist() == generic.tolist()
+
+
+def test_node_routing_is_chosen_where_ranks_share_nodes_and_sized_by_ranks_per_node():
+    from hpcbsp.fabsp.routing import NodeAware, default_routing, resolve_routing
+
+    assert default_routing(8, ["a"] * 4 + ["b"] * 4) == "node"
+    assert default_routing(8, ["a"] * 8) == "direct"            # one node: nothing to aggregate
+    assert default_routing(8, [f"n{i}" for i in range(8)]) == "direct"  # a rank a node: same as direct
+    assert default_routing(300, None) == "2d"
+    route = resolve_routing("node", 6, "test", ["x", "y", "x", "y", "x", "y"])
+    assert isinstance(route, NodeAware) and route.dims == (2, 3)
+    # 1,024 ranks, 16 a node: 15 ranks of its node and ceil(63 / 16) = 4 other nodes' gateways.
+    assert buffers_per_rank(1024, "node", per_node=16) == 15 + 4
+    assert buffers_per_rank(64, "node", per_node=1) == 63  # a rank a node: every other rank
+    a, b = NodeAware(4, ["a", "a", "b", "b"]), NodeAware(4, ["a", "b", "a", "b"])
+    assert a.signature() != b.signature()  # same shape, other placement: mailboxes must not mix

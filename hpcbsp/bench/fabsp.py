@@ -194,6 +194,8 @@ def _overlap(bsp: BSP, args: argparse.Namespace, imbalance: int) -> bool:
 
 #: Rank counts of the sizing table (computed, not run).
 SIZING_P = (4, 16, 64, 256, 1024, 10_000, 100_000)
+#: Ranks a node in the sizing of the "node" routing (a typical many-core node's MPI ranks).
+SIZING_PER_NODE = 16
 
 
 def _memory(bsp: BSP, args: argparse.Namespace) -> bool:
@@ -234,11 +236,12 @@ def _memory(bsp: BSP, args: argparse.Namespace) -> bool:
               + f"  (target for 2d >= {TARGET_ROUTED}x: {'met' if ratio['2d'] >= TARGET_ROUTED else 'NOT met'})")
     _say(bsp, "  computed by the same sizing code (hpcbsp.fabsp.routing.buffers_per_rank): buffers "
               "per rank of one mailbox, MiB at 64 KiB each")
-    _say(bsp, "  " + f"{'P':>9}" + "".join(f"{r:>22}" for r in ROUTINGS))
+    names = [f"node ({SIZING_PER_NODE}/node)" if r == "node" else r for r in ROUTINGS]
+    _say(bsp, "  " + f"{'P':>9}" + "".join(f"{r:>22}" for r in names))
     for p in SIZING_P:
         cells = []
         for routing in ROUTINGS:
-            b = buffers_per_rank(p, routing)
+            b = buffers_per_rank(p, routing, per_node=SIZING_PER_NODE)
             cells.append(f"{b:>9,} ({b * 64 / 1024:8.1f} MiB)")
         _say(bsp, "  " + f"{p:>9,}" + "".join(f"{c:>22}" for c in cells))
     return ok_all

@@ -43,11 +43,15 @@ Routing.  With ``routing="2d"`` or ``"3d"`` a record hops through a grid of rank
 dimension per hop (:mod:`.routing`), so D is about 2 sqrt(P) or 3 cbrt(P) and a record takes up
 to 2 or 3 messages; it carries its destination (and its source, for ``with_source``): a
 fixed-size record travels in an envelope 4 or 8 bytes larger, a ragged one has a head of 16
-bytes instead of 8 (:mod:`.relay`), except where every route is one hop (2 ranks), where
-records travel bare.  The ranks on the way pass it on when they receive it (as a
-handler would).  Per-pair FIFO order holds with every routing.  The default
-(``$HPCBSP_ROUTING``, else by P: direct up to 256 ranks, 2-D up to 32,768, 3-D beyond) suits
-memory; a mailbox may choose, by name or with a :class:`~.routing.Routing` object.
+bytes instead of 8 (:mod:`.relay`), except where every route is one hop (a grid on 2 ranks),
+where records travel bare.  The ranks on the way pass it on when they receive it (as a
+handler would).  With ``routing="node"`` a record for a rank on another node goes through one
+rank of each of the two nodes (up to 3 messages), so that two nodes exchange one aggregated
+message per direction instead of one per pair of their ranks, and D is the node's other ranks
+plus about (nodes / ranks per node).  Per-pair FIFO order holds with every routing.  The default
+(``$HPCBSP_ROUTING``, else: by node where ranks share nodes and there are several, else by P:
+direct up to 256 ranks, 2-D up to 32,768, 3-D beyond) suits memory; a mailbox may choose, by
+name or with a :class:`~.routing.Routing` object.
 
 Composition.  A mailbox is its routing's relay (:mod:`.relay`: where records go next, what
 arrived for whom) and its record format (:mod:`.formats`: fixed or ragged, how records are laid
@@ -100,9 +104,9 @@ class Mailbox:
         A name for error messages (default: the handler's name).
     routing
         ``"direct"`` (a buffer per destination), ``"2d"`` or ``"3d"`` (through a grid of ranks,
-        O(sqrt P) or O(cbrt P) buffers, see the module notes), ``"auto"``, or a
-        :class:`~.routing.Routing` of P ranks; default ``$HPCBSP_ROUTING``, else ``"auto"`` (by
-        P).  Ranks must agree on it.
+        O(sqrt P) or O(cbrt P) buffers, see the module notes), ``"node"`` (by node), ``"auto"``,
+        or a :class:`~.routing.Routing` of P ranks; default ``$HPCBSP_ROUTING``, else ``"auto"``
+        (by node where ranks share nodes, else by P).  Ranks must agree on it.
     ragged
         Variable-size records: a record is a 1-D array of ``dtype`` of any length; ``send(pid,
         values, lengths)`` and ``handler(values, lengths[, source])`` (see the module notes).
@@ -129,7 +133,7 @@ class Mailbox:
                              "or nothing")
         self.ragged = bool(ragged)
         #: The routing strategy, and what moves this mailbox's records on this rank.
-        self.route = resolve_routing(routing, bsp.nprocs, where)
+        self.route = resolve_routing(routing, bsp.nprocs, where, bsp.hosts)
         self.routing = self.route.name
         self.relay = self.route.relay(bsp.pid, bool(with_source))
         #: How records are laid out on the wire (with the relay's address fields) and buffered.
