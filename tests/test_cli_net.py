@@ -424,7 +424,7 @@ def test_validate_max_mape_judges_the_computed_mape(workdir, monkeypatch):
 BENCH = {
     "kernels": {"--n": SIZE, "--repeats": COUNT, "--repeat": COUNT, "--nprocs": SIZE, "--table": SIZE,
                 "--seed": SEED, "--quick": FLAG, "--fsum": FLAG, "--only": st.sampled_from(["sum", "x"])},
-    "fabsp": {"--updates": SIZE, "--naive-updates": SIZE, "--table": SIZE, "--repeats": COUNT, "--chunk": SIZE,
+    "fabsp": {"--updates": SIZE, "--naive-updates": SIZE, "--rma-updates": SIZE, "--table": SIZE, "--repeats": COUNT, "--chunk": SIZE,
               "--seed": SEED, "--quick": FLAG, "--imbalance": COUNT},
     "snn": {"--n": SIZE, "--neurons": SIZE, "--fanout": COUNT, "--time-ms": REAL, "--repeats": COUNT,
             "--rounds": COUNT, "--quick": FLAG, "--json": FLAG},

@@ -57,12 +57,14 @@ def test_every_record_handled_once_by_its_owner_in_order_per_source(bsp, buffer)
 def test_routed_records_arrive_once_in_order_per_source_counting_every_hop(bsp, routing):
     """Through a grid of ranks (at 3 ranks, 2-D: 1 -> 2 and 2 -> 1 pass through 0).  Oracle for
     the ledger: a record takes one hop per grid coordinate in which its source and destination
-    differ (coordinates by ``np.unravel_index``), each hop an envelope of 8 + 4 + 4 bytes."""
+    differ (coordinates by ``np.unravel_index``), each hop an envelope of 8 + 4 + 4 bytes; at 2
+    ranks (one line of the grid: every route one hop) the bare record, 8 bytes."""
     p, me, n = bsp.nprocs, bsp.pid, 700
     batches: list[tuple[int, np.ndarray]] = []
     box = bsp.mailbox(lambda recs, src: batches.append((src, recs.copy())), np.int64,
                       buffer=5, max_pending=2, with_source=True, routing=routing)
-    assert box.routing == routing and box.format.unit == 16
+    unit = 16 if p > grid_dims(p, routing)[-1] else 8
+    assert box.routing == routing and box.format.unit == unit
     dests, values = _records_from(me, p, n)
     for start in range(0, n, 90):
         box.send(dests[start:start + 90], values[start:start + 90])
@@ -78,7 +80,7 @@ def test_routed_records_arrive_once_in_order_per_source_counting_every_hop(bsp, 
         diff = np.stack(np.unravel_index(d, dims)) != np.array(np.unravel_index(src, dims))[:, None]
         hops += int(diff.sum())
     rec = bsp.ledger[-1]
-    assert rec.bytes_out == 16 * rec.msgs_out and rec.bytes_in == 16 * rec.msgs_in
+    assert rec.bytes_out == unit * rec.msgs_out and rec.bytes_in == unit * rec.msgs_in
     assert bsp.allreduce(rec.msgs_out) == bsp.allreduce(rec.msgs_in) == hops
     assert box.memory()["buffers"] <= box.peers + SPARES  # partly filled ones and spares
 
@@ -471,7 +473,8 @@ def test_ragged_records_arrive_whole_once_in_order_per_source(bsp, routing):
     directly or through a grid (at 3 ranks 1 -> 2 and 2 -> 1 pass through 0).  Oracle: every
     rank regenerates every rank's records and compares them one by one; the ledger counts each
     hop (one per grid coordinate in which source and destination differ, by
-    ``np.unravel_index``) with its values and head (8 bytes direct, 16 routed)."""
+    ``np.unravel_index``) with its values and head (8 bytes direct or where every route is one hop,
+    16 routed)."""
     p, me, n = bsp.nprocs, bsp.pid, 300
     got: dict[int, list[list[int]]] = {s: [] for s in range(p)}
 
@@ -495,7 +498,8 @@ def test_ragged_records_arrive_whole_once_in_order_per_source(bsp, routing):
             want.append([-5, -6, -7])
         assert got[src] == want, f"records from rank {src}"
     rec = bsp.ledger[-1]
-    dims, head = grid_dims(p, routing), 8 if routing == "direct" else 16
+    dims = grid_dims(p, routing)
+    head = 16 if p > dims[-1] else 8  # a head carries no address where every route is one hop
     hops = values = 0   # over every rank: records times hops, their values times hops
     for src in range(p):
         d, k, _ = _ragged_from(src, p, n)

@@ -86,6 +86,7 @@ def test_benchmark_quick_run():
     out = res.stdout
     for needle in ("histogram: FA-BSP / BSP =", "index_gather: FA-BSP / BSP =",
                    "FA-BSP / naive =", "hidden fraction of communication",
-                   "histogram: FA-BSP / bale tuned C (151.6 M", "index_gather: FA-BSP / bale tuned C (67.9 M"):
+                   "histogram: FA-BSP / bale tuned C (151.6 M", "index_gather: FA-BSP / bale tuned C (67.9 M",
+                   "(issued from C)", "rate over direct (medians): 2d "):
         assert needle in out, out
     assert "CHECK FAILED" not in out

@@ -43,7 +43,8 @@ Routing.  With ``routing="2d"`` or ``"3d"`` a record hops through a grid of rank
 dimension per hop (:mod:`.routing`), so D is about 2 sqrt(P) or 3 cbrt(P) and a record takes up
 to 2 or 3 messages; it carries its destination (and its source, for ``with_source``): a
 fixed-size record travels in an envelope 4 or 8 bytes larger, a ragged one has a head of 16
-bytes instead of 8 (:mod:`.relay`).  The ranks on the way pass it on when they receive it (as a
+bytes instead of 8 (:mod:`.relay`), except where every route is one hop (a grid on 2 ranks),
+where records travel bare.  The ranks on the way pass it on when they receive it (as a
 handler would).  With ``routing="node"`` a record for a rank on another node goes through one
 rank of each of the two nodes (up to 3 messages), so that two nodes exchange one aggregated
 message per direction instead of one per pair of their ranks, and D is the node's other ranks
@@ -273,8 +274,7 @@ class Mailbox:
         if passing is not None:
             self._engine.count_sent(self, self.format.size(passing))
             self._forward(hops, passing, True)
-        for part, origin in deliveries:
-            args = self.format.handler_args(part)
+        for args, origin in deliveries:
             if self._with_source:
                 self._handler(*args, origin)
             else:

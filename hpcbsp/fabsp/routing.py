@@ -13,7 +13,9 @@ in here.
 * :class:`Grid2D` and :class:`Grid3D` route through a grid of ranks, as bale's conveyors do: a
   record moves along one grid dimension per hop, so each rank sends only to the ranks that differ
   from it in one grid coordinate, about 2 sqrt(P) (2-D) or 3 cbrt(P) (3-D) of them.  A record
-  passes through other ranks, so it travels in an envelope that names its destination.
+  passes through other ranks, so it travels in an envelope that names its destination; except
+  where the ranks fill one line of the grid (2 ranks), where every route is one hop and records
+  travel bare.
 
 * :class:`NodeAware` routes by node, as YGM's node-remote routing does: records for a rank on
   the same node go straight to it; records for another node go first to the rank of this node
@@ -134,6 +136,15 @@ class GridRouting(Routing):
 
     def next_hops(self, me: int) -> np.ndarray:
         return self.grid.next_hops(me)
+
+    def relay(self, me: int, with_source: bool) -> Straight | Relay:
+        """As :meth:`Routing.relay`; but when the ranks fill no more than one line of the grid
+        (P <= the last extent: 2 ranks), every route is one hop and no record ever passes
+        through another rank, so records travel bare, as with :class:`Direct` (the same on
+        every rank: it depends on P only)."""
+        if self.nprocs <= self.dims[-1]:
+            return Straight(me, self.nprocs)
+        return super().relay(me, with_source)
 
     def neighbour_counts(self) -> np.ndarray:
         return self.grid.neighbour_counts()
