@@ -198,6 +198,13 @@ class NodeAware(Routing):
         # (the whole map: two runs with as many nodes but other placements must not mix)
         return f"{self.name} {'x'.join(map(str, self.dims))} {zlib.crc32(self.node.tobytes()):08x}"
 
+    def relay(self, me: int, with_source: bool) -> Straight | Relay:
+        """As :meth:`Routing.relay`; but on one node, or with one rank a node, every route is one
+        hop, so records travel bare, as with :class:`Direct` (the same on every rank)."""
+        if len(self.members) == 1 or int(self.size.max()) == 1:
+            return Straight(me, self.nprocs)
+        return super().relay(me, with_source)
+
     def gateway(self, a: int, b: np.ndarray | int) -> np.ndarray:
         """The rank(s) of node ``a`` that talk to node(s) ``b``."""
         return self.members[a][np.asarray(b, dtype=np.int64) % self.size[a]]
