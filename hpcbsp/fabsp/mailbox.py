@@ -49,9 +49,8 @@ handler would).  With ``routing="node"`` a record for a rank on another node goe
 rank of each of the two nodes (up to 3 messages), so that two nodes exchange one aggregated
 message per direction instead of one per pair of their ranks, and D is the node's other ranks
 plus about (nodes / ranks per node).  Per-pair FIFO order holds with every routing.  The default
-(``$HPCBSP_ROUTING``, else: by node where ranks share nodes and there are several, else by P:
-direct up to 256 ranks, 2-D up to 32,768, 3-D beyond) suits memory; a mailbox may choose, by
-name or with a :class:`~.routing.Routing` object.
+(``$HPCBSP_ROUTING``, else by P: direct up to 256 ranks, 2-D up to 32,768, 3-D beyond) suits
+memory; a mailbox may choose, by name or with a :class:`~.routing.Routing` object.
 
 Composition.  A mailbox is its routing's relay (:mod:`.relay`: where records go next, what
 arrived for whom) and its record format (:mod:`.formats`: fixed or ragged, how records are laid
@@ -106,7 +105,7 @@ class Mailbox:
         ``"direct"`` (a buffer per destination), ``"2d"`` or ``"3d"`` (through a grid of ranks,
         O(sqrt P) or O(cbrt P) buffers, see the module notes), ``"node"`` (by node), ``"auto"``,
         or a :class:`~.routing.Routing` of P ranks; default ``$HPCBSP_ROUTING``, else ``"auto"``
-        (by node where ranks share nodes, else by P).  Ranks must agree on it.
+        (by P).  Ranks must agree on it.
     ragged
         Variable-size records: a record is a 1-D array of ``dtype`` of any length; ``send(pid,
         values, lengths)`` and ``handler(values, lengths[, source])`` (see the module notes).

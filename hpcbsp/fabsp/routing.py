@@ -235,10 +235,11 @@ ROUTINGS: dict[str, type[Routing]] = {"direct": Direct, "2d": Grid2D, "3d": Grid
 
 
 def default_routing(nprocs: int, hosts: Sequence[str] | None = None) -> str:
-    """The routing a mailbox gets when neither it nor ``$HPCBSP_ROUTING`` chooses one: by node
-    where ranks share nodes and there is more than one (``hosts``, one name a rank), else by P."""
-    if hosts is not None and 1 < len(set(hosts)) < len(hosts):
-        return "node"
+    """The routing a mailbox gets when neither it nor ``$HPCBSP_ROUTING`` chooses one: by P.
+
+    Not by node yet, even where ranks share nodes (``hosts``): across a link that is the
+    bottleneck its envelopes cost more bytes than its fewer messages save (docs/performance.md,
+    "Routing by node across 4 emulated nodes"); ``routing="node"`` asks for it."""
     if nprocs <= DIRECT_UP_TO:
         return "direct"
     return "2d" if nprocs <= TWO_D_UP_TO else "3d"

@@ -226,9 +226,8 @@ _PACKAGE: tuple[Setting, ...] = (
             "irregular apps' `--routing`): `direct` (a buffer for every other rank), `2d` or `3d` "
             "(records hop through a grid of ranks; about 2 sqrt(p) or 3 cbrt(p) buffers per rank, up to "
             "2 or 3 messages per record), `node` (records for another node go through one rank of "
-            "each node: one message per node pair, up to 3 per record), `auto` (node where ranks "
-            "share nodes and there are several; else direct up to 256 ranks, 2d up to 32,768, 3d "
-            "beyond). Give every rank the same value. See `hpcbsp/fabsp/routing.py`.",
+            "each node: one message per node pair, up to 3 per record), `auto` (direct up to 256 ranks, "
+            "2d up to 32,768, 3d beyond). Give every rank the same value. See `hpcbsp/fabsp/routing.py`.",
             "`auto`", "one of `auto`, `direct`, `2d`, `3d`, `node`", "`fabsp/routing.py`",
             _choice("auto", "direct", "2d", "3d", "node"), "auto"),
     Setting("HPCBSP_WAIT",
