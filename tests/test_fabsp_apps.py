@@ -43,6 +43,34 @@ def test_histogram(bsp, mode):
 
 
 @mpi
+@pytest.mark.parametrize("routing", ["direct", "2d", "3d", "node"])
+def test_the_reported_mailbox_memory_is_the_routings_and_within_its_bound(routing):
+    """The apps' memory line (``report.mailbox_memory``), on a context of its own with one
+    mailbox.  Oracles: the ranks a rank sends to, counted here from every rank's next hops (the
+    distinct next hops other than itself; a rank that only receives counts 0), the most over
+    ranks; the buffers held at most that many plus the messages in flight and the spares (the
+    mailbox's documented bound), in bytes of 50 records: 8 bytes bare, 12 in an envelope (4
+    bytes of destination) where a route can pass through another rank (2d and 3d from 3 ranks
+    on; routing by node on one node sends bare)."""
+    from hpcbsp.apps.irregular.report import mailbox_memory
+    from hpcbsp.fabsp.aggregation import SPARES
+    from hpcbsp.fabsp.routing import resolve_routing
+
+    with hpcbsp.BSP() as b:
+        owner, off = histogram.updates_of(b.pid, b.nprocs, 3000, 37, seed=5)
+        histogram.histogram_fabsp(b, owner, off, 37, chunk=500, buffer=50, max_pending=2, routing=routing)
+        memory = mailbox_memory(b)
+        route = resolve_routing(routing, b.nprocs, "test", b.hosts)
+    senders = [len(set(route.next_hops(m).tolist()) - {m}) for m in range(b.nprocs)]
+    unit = 12 if routing in ("2d", "3d") and b.nprocs > 2 else 8
+    assert memory is not None and memory["routing"] == routing
+    assert memory["peers"] == memory["model_peers"] == max(senders)
+    assert memory["buffers"] <= max(senders) + 2 + SPARES
+    assert memory["buffer_bytes"] == memory["buffers"] * 50 * unit
+    assert memory["bound_bytes"] == (max(senders) + 2 + SPARES) * 50 * unit
+
+
+@mpi
 @pytest.mark.parametrize("mode", MODES + ["rma", "rma-python"])
 def test_index_gather(bsp, mode):
     p, me, n, table = bsp.nprocs, bsp.pid, 2000, 23
