@@ -1,8 +1,12 @@
 """Handler scheduling of an FA-BSP engine: receiving mailbox messages and running handlers.
 
 Arrived messages are received (``Improbe`` + ``Recv`` of the exact size, any source, any tag) into
-an inbox, in arrival order; records a rank sends to itself are put there directly.  Handlers run
-on the inbox one batch at a time and never nested: a handler that sends and has to wait for a
+an inbox, in arrival order; records a rank sends to itself are put there directly.  A pump
+receives what has arrived (up to :data:`AHEAD_BYTES` at a time) before it runs handlers, and
+consecutive small batches of one mailbox in the inbox are handed to its handler as one batch (up
+to ``buffer`` records; with the source, only batches of one source): per-pair order is kept, and
+a handler's fixed cost is paid once per pass instead of once per message (issue 33: toposort's
+many small batches).  Handlers run on the inbox one batch at a time and never nested: a handler that sends and has to wait for a
 free send slot receives meanwhile, but the records wait in the inbox until it returns.  While a
 mailbox is being created (:meth:`Handlers.holding`), messages are received but no handler runs,
 and messages for a mailbox that does not exist yet on this rank are kept until it does.
@@ -26,6 +30,9 @@ from .notices import POISON_TAG, FailureNotices
 
 if TYPE_CHECKING:
     from .mailbox import Mailbox
+
+#: Bytes a pump receives ahead before running handlers on them (then it handles and goes on).
+AHEAD_BYTES = 1 << 20
 
 
 class Handlers:
@@ -94,19 +101,28 @@ class Handlers:
                 busy = True
             if limit is not None and count >= limit:
                 break
-            if not self.receive(1):
+            got = self.receive(limit - count if limit is not None else 1 << 30, AHEAD_BYTES)
+            if not got:
                 break
-            count += 1
+            count += got
         return busy or count > 0
 
-    def receive(self, limit: int) -> int:
-        """Move up to ``limit`` arrived messages into the inbox; return how many."""
-        got = 0
+    def receive(self, limit: int, max_bytes: int = 0) -> int:
+        """Move up to ``limit`` arrived messages into the inbox (stopping once ``max_bytes``
+        were received, if given); return how many."""
+        got = nbytes = 0
         comm, status = self.comm, self._status
-        while got < limit:
+        misses = 0
+        while got < limit and (not max_bytes or nbytes < max_bytes):
             msg = comm.Improbe(MPI.ANY_SOURCE, MPI.ANY_TAG, status)
             if msg is None:
-                break
+                # MPICH's probe makes progress and may find what that progress brought in only
+                # at the next call: receiving ahead (max_bytes), stop at a second miss in a row.
+                misses += 1
+                if not max_bytes or misses > 1:
+                    break
+                continue
+            misses = 0
             src, tag = status.Get_source(), status.Get_tag()
             raw = np.empty(status.Get_count(MPI.BYTE), dtype=np.uint8)
             msg.Recv([raw, MPI.BYTE])
@@ -114,6 +130,7 @@ class Handlers:
                 self._notices.heard(src, raw)
                 continue
             got += 1
+            nbytes += raw.size
             self.traffic.bytes_in += raw.size
             if tag < len(self.boxes):
                 batch, n = self.boxes[tag].decode(raw)
@@ -136,6 +153,8 @@ class Handlers:
                     return
                 index, src, batch, n = self._inbox.popleft()
                 box = self.current = self.boxes[index]
+                if self._inbox and self._inbox[0][0] == index and n < box.buffer:
+                    batch, n = self._merged(box, index, src, batch, n)
                 box.call_handler(batch, src)
                 self.handled += n
                 box.handled += n
@@ -149,3 +168,16 @@ class Handlers:
         finally:
             self.running = False
             self.current = None
+
+    def _merged(self, box: "Mailbox", index: int, src: int, batch: object, n: int) -> tuple[object, int]:
+        """``batch`` and the batches of ``box`` right behind it in the inbox, as one batch of at
+        most ``box.buffer`` records (those of other sources only if ``box.merges(src, ...)``)."""
+        parts, inbox = [batch], self._inbox
+        while inbox:
+            head = inbox[0]
+            if head[0] != index or n + head[3] > box.buffer or not box.merges(src, head[1]):
+                break
+            inbox.popleft()
+            parts.append(head[2])
+            n += head[3]
+        return (box.merge(parts) if len(parts) > 1 else batch), n

@@ -259,6 +259,16 @@ class Mailbox:
         """Records in an outgoing message."""
         return self.format.count(msg)
 
+    def merges(self, a: int, b: int) -> bool:
+        """May batches from sources ``a`` and ``b`` go to one handler call (the engine's side)?
+        Yes unless the handler takes the MPI source (direct routing with the source; routed
+        records carry their origin)."""
+        return a == b or not self._with_source or bool(self.relay.fields)
+
+    def merge(self, batches: list[Any]) -> Any:
+        """Arrived batches as one, in order (the engine's side)."""
+        return self.format.concat(batches)
+
     def call_handler(self, batch: Any, source: int) -> None:
         """Run the handler on one batch from ``source`` (the engine's side; not for user code).
 

@@ -85,6 +85,7 @@ class Part:
         self.colsum = np.zeros(self.nlocal, dtype=np.int64)
         np.add.at(self.colsum, local, self.cols)
         self.claimed = np.zeros(self.nlocal, dtype=bool)
+        self._slot = np.zeros(self.nlocal, dtype=np.int64)      # scratch of ``ready``
         self.rperm = np.full(self.nlocal, -1, dtype=np.int64)   # of rows pid, pid + P, ...
         self.cperm = np.full(self.nlocal, -1, dtype=np.int64)   # of columns pid, pid + P, ...
         self.level = np.zeros(self.nlocal, dtype=np.int64)      # (fabsp) 1 + its pivots' levels
@@ -102,8 +103,11 @@ class Part:
 
     def ready(self, local_rows: np.ndarray) -> np.ndarray:
         """Of ``local_rows``, those with one nonzero left and not claimed yet (now claimed)."""
-        rows = np.unique(local_rows)
-        rows = rows[(self.count[rows] == 1) & ~self.claimed[rows]]
+        rows = local_rows[(self.count[local_rows] == 1) & ~self.claimed[local_rows]]
+        if rows.size > 1:  # each once, in O(k): of a repeated row, the index whose write
+            index = np.arange(rows.size)   # to its slot survived (whichever that is)
+            self._slot[rows] = index
+            rows = rows[self._slot[rows] == index]
         self.claimed[rows] = True
         return rows
 
