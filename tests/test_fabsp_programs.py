@@ -76,8 +76,8 @@ def test_index_gather_app_routed_through_a_grid_of_nine():
 def test_benchmark_link_section_counts_the_bytes_per_update():
     """Section 4 on one host: the payload bytes per histogram update it prints, FA-BSP and BSP,
     against an oracle computed here from the updates themselves (8 bytes per update whose
-    owner is another rank, over all updates of both ranks: the ledger's counting rule); one
-    host's interface carries nothing of it, and it says so."""
+    owner is another rank, over all updates of both ranks: the ledger's counting rule); on one
+    host it says that no link was crossed."""
     import numpy as np
 
     from hpcbsp.apps.irregular.histogram import updates_of
@@ -94,7 +94,7 @@ def test_benchmark_link_section_counts_the_bytes_per_update():
         assert line is not None, out
         assert float(line.group(1)) == pytest.approx(want, abs=0.005), (want, line.group(0))
     assert "100 Mbit/s = 12.50 MB/s each way" in out, out
-    assert "index_gather: FA-BSP / BSP =" in out and "wire: nothing on the interface" in out, out
+    assert "index_gather: FA-BSP / BSP =" in out and "wire: one host, no link crossed" in out, out
     assert "hidden fraction" not in out and "CHECK FAILED" not in out, out
 
 

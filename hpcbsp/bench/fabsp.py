@@ -31,10 +31,10 @@ Side by side in one run, on the same ranks:
 4. link (``--sections link``; on by default with ``--link-rate``): histogram and index-gather,
    FA-BSP and plain BSP, with what they moved: payload bytes per update (the ledger's bytes out
    of every rank, over every update, local ones included) and the bytes that left each host on
-   its network interface (``/sys/class/net/IFACE/statistics``, IFACE from ``$FI_TCP_IFACE``, else
+   its network interface (``/proc/net/dev``: the node's own namespace; IFACE ``$FI_TCP_IFACE``, else
    eth0; headers included), the busiest host's bytes per second in and out, and that rate
    against ``--link-rate`` (the rate each host's link is shaped to, in each direction).  Across
-   the emulated cluster of docs/cluster.md; on one host the interface carries nothing of it.
+   the emulated cluster of docs/cluster.md; on one host no link is crossed and none is read.
 
 Every time is the slowest rank's, best of ``--repeat`` runs; every run's result is checked
 against the apps' serial oracles (exit status 1 if one fails).  Absolute figures depend on the
@@ -236,14 +236,19 @@ def link_rate(text: str) -> float:
 
 
 def _nic_bytes() -> tuple[int, int] | None:
-    """(tx, rx) bytes of this host's interface to the other nodes, or None if it has none."""
+    """(tx, rx) bytes of this host's interface to the other nodes (``/proc/net/dev``, which shows
+    the network namespace of the reading process: an emulated node's own), or None if it has none."""
     iface = os.environ.get("FI_TCP_IFACE") or "eth0"
-    base = f"/sys/class/net/{iface}/statistics/"
     try:
-        with open(base + "tx_bytes") as tx, open(base + "rx_bytes") as rx:
-            return int(tx.read()), int(rx.read())
-    except (OSError, ValueError):
-        return None
+        with open("/proc/net/dev") as dev:
+            for line in dev:
+                name, _, counters = line.partition(":")
+                if name.strip() == iface:
+                    fields = counters.split()
+                    return int(fields[8]), int(fields[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def _link(bsp: BSP, args: argparse.Namespace) -> bool:
@@ -251,8 +256,10 @@ def _link(bsp: BSP, args: argparse.Namespace) -> bool:
     from mpi4py import MPI
 
     hosts = bsp.gather_all(MPI.Get_processor_name())
-    first_on_host = hosts.index(hosts[bsp.pid]) == bsp.pid  # this rank reads its host's counters
     nhosts = len(set(hosts))
+    # One rank per host reads its counters; on one host no link is crossed (and the host's own
+    # interface carries other traffic), so none does.
+    first_on_host = nhosts > 1 and hosts.index(hosts[bsp.pid]) == bsp.pid
     rate = args.link_rate
     _say(bsp, f"  {bsp.nprocs} ranks on {nhosts} host(s); link rate "
               f"{'not given (--link-rate)' if rate is None else f'{rate / 1e6:g} Mbit/s = {rate / 8e6:.2f} MB/s each way'}")
@@ -282,7 +289,7 @@ def _link(bsp: BSP, args: argparse.Namespace) -> bool:
             wire = (f"wire {wire_tx / updates:5.2f} B/update (all hosts' interfaces, headers too), "
                     f"busiest host {busiest / best / 1e6:6.2f} MB/s"
                     + (f" = {busiest * 8 / best / rate:4.0%} of the link" if rate else "")) \
-                if wire_tx else "wire: nothing on the interface (one host, or no counters)"
+                if wire_tx else ("wire: one host, no link crossed" if nhosts == 1 else "wire: no counters")
             _say(bsp, f"  {app:<13} {mode:<6} {best:8.3f} s {rates[mode]:>13,.0f} per s per rank;  "
                       f"payload {payload / updates:5.2f} B/update;  {wire}")
         _say(bsp, f"  {app}: FA-BSP / BSP = {rates['fabsp'] / rates['bsp']:.2f}x")
