@@ -31,8 +31,8 @@ Side by side in one run, on the same ranks:
 4. link (``--sections link``; on by default with ``--link-rate``): histogram and index-gather,
    FA-BSP and plain BSP, with what they moved: payload bytes per update (the ledger's bytes out
    of every rank, over every update, local ones included) and the bytes that left each host on
-   its network interface (``/proc/net/dev``: the node's own namespace; IFACE ``$FI_TCP_IFACE``, else
-   eth0; headers included), the busiest host's bytes per second in and out, and that rate
+   its network interface (``--iface``, default eth0, the emulated nodes' link; read from
+   ``/proc/net/dev``, the node's own namespace; headers included), the busiest host's bytes per second in and out, and that rate
    against ``--link-rate`` (the rate each host's link is shaped to, in each direction).  Across
    the emulated cluster of docs/cluster.md; on one host no link is crossed and none is read.
 
@@ -43,7 +43,6 @@ machine and its load; the ratios are what the run is for.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 import time
@@ -235,10 +234,9 @@ def link_rate(text: str) -> float:
     return float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)]
 
 
-def _nic_bytes() -> tuple[int, int] | None:
-    """(tx, rx) bytes of this host's interface to the other nodes (``/proc/net/dev``, which shows
-    the network namespace of the reading process: an emulated node's own), or None if it has none."""
-    iface = os.environ.get("FI_TCP_IFACE") or "eth0"
+def _nic_bytes(iface: str) -> tuple[int, int] | None:
+    """(tx, rx) bytes of this host's interface ``iface`` to the other nodes (``/proc/net/dev``,
+    which shows the network namespace of the reading process: an emulated node's own), or None."""
     try:
         with open("/proc/net/dev") as dev:
             for line in dev:
@@ -272,9 +270,9 @@ def _link(bsp: BSP, args: argparse.Namespace) -> bool:
             best = float("inf")
             for i in range(args.repeat):
                 mark = len(bsp.ledger)
-                nic0 = _nic_bytes() if first_on_host else None
+                nic0 = _nic_bytes(args.iface) if first_on_host else None
                 out = runner(bsp, mode, args.updates, args.table, args.seed, args.chunk, i == 0)
-                nic1 = _nic_bytes() if first_on_host else None
+                nic1 = _nic_bytes(args.iface) if first_on_host else None
                 seconds = float(bsp.allreduce(out.seconds, op="max"))
                 ok_all = ok_all and bool(bsp.allreduce(0 if out.ok is False else 1, op="min"))
                 payload = int(bsp.allreduce(sum(r.bytes_out for r in list(bsp.ledger)[mark:]), op="sum"))
@@ -388,6 +386,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--link-rate", type=link_rate, default=None, metavar="RATE",
                         help="the rate each host's link is shaped to (100mbit, 1gbit, ...): section 4 "
                              "reports the busiest host's rate against it (and runs by default)")
+    parser.add_argument("--iface", default="eth0", metavar="NAME",
+                        help="section 4: the network interface between the hosts (default eth0)")
     parser.add_argument("--sections", default=None, metavar="LIST",
                         help=f"comma-separated, of {', '.join(SECTIONS)} (default: the first three, "
                              "and link with --link-rate)")

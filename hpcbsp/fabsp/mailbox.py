@@ -5,9 +5,10 @@
 >>> bsp.sync()                    # returns when every record everywhere has been handled
 
 Semantics.  ``handler(records)`` (or ``handler(records, source)`` with ``with_source=True``) runs
-on the receiving rank with a batch of records of the mailbox's dtype, one batch at a time, at a
-point the runtime chooses: inside ``send``, ``bsp.progress()`` or ``bsp.sync()`` on that rank,
-never concurrently with another handler.  Handlers may send to any mailbox, their own included;
+on the receiving rank with a batch of records of the mailbox's dtype (those of one message or of
+several that arrived together), one batch at a time, at a point the runtime chooses: inside
+``send``, ``bsp.progress()`` or ``bsp.sync()`` on that rank, never concurrently with another
+handler.  Handlers may send to any mailbox, their own included;
 ``sync`` returns on every rank only when all records sent in the superstep, including those sent
 by handlers at any depth, have been handled.  Records from one rank to another through one
 mailbox are handled in the order they were sent (per-pair FIFO); there is no order between
