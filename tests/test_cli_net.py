@@ -432,6 +432,10 @@ BENCH = {
     "zipline": {"--repeats": COUNT, "--n": st.sampled_from(["10,100", "0", "x"]), "--R": st.sampled_from(["15", "x"]),
                 "--quick": FLAG, "--no-baseline": FLAG},
 }
+# bench fabsp's options for runs across nodes (issue 33, item 1)
+BENCH["fabsp"].update({"--link-rate": st.sampled_from(["100mbit", "1gbit", "2e6", "0", "fast"]),
+                       "--sections": st.sampled_from(["link", "overlap,link", "memory,x", "", "x"]),
+                       "--iface": st.sampled_from(["eth0", "lo"])})
 
 
 @pytest.mark.parametrize("bench", sorted(BENCH))

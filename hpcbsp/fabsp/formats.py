@@ -69,6 +69,9 @@ class RecordFormat(Protocol):
     def take(self, batch: Any, index: np.ndarray) -> Any:
         """The records ``index`` of a batch, in that order, as a new batch."""
 
+    def concat(self, batches: list[Any]) -> Any:
+        """Batches as one, in order."""
+
     def handler_args(self, batch: Any) -> tuple[np.ndarray, ...]:
         """What the handler gets of a delivered batch (before the source)."""
 
@@ -125,6 +128,9 @@ class Fixed:
 
     def take(self, batch: np.ndarray, index: np.ndarray) -> np.ndarray:
         return take_rows(batch, index)
+
+    def concat(self, batches: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(batches)
 
     def handler_args(self, batch: np.ndarray) -> tuple[np.ndarray, ...]:
         return (batch,)  # delivered records are bare (split took them out of their envelopes)
@@ -201,6 +207,9 @@ class Ragged:
 
     def take(self, batch: tuple[np.ndarray, np.ndarray], index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return gather_records(batch[0], batch[1], index)
+
+    def concat(self, batches: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+        return np.concatenate([b[0] for b in batches]), np.concatenate([b[1] for b in batches])
 
     def handler_args(self, batch: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, ...]:
         heads, values = batch

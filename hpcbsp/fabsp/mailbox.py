@@ -5,9 +5,10 @@
 >>> bsp.sync()                    # returns when every record everywhere has been handled
 
 Semantics.  ``handler(records)`` (or ``handler(records, source)`` with ``with_source=True``) runs
-on the receiving rank with a batch of records of the mailbox's dtype, one batch at a time, at a
-point the runtime chooses: inside ``send``, ``bsp.progress()`` or ``bsp.sync()`` on that rank,
-never concurrently with another handler.  Handlers may send to any mailbox, their own included;
+on the receiving rank with a batch of records of the mailbox's dtype (those of one message or of
+several that arrived together), one batch at a time, at a point the runtime chooses: inside
+``send``, ``bsp.progress()`` or ``bsp.sync()`` on that rank, never concurrently with another
+handler.  Handlers may send to any mailbox, their own included;
 ``sync`` returns on every rank only when all records sent in the superstep, including those sent
 by handlers at any depth, have been handled.  Records from one rank to another through one
 mailbox are handled in the order they were sent (per-pair FIFO); there is no order between
@@ -262,6 +263,16 @@ class Mailbox:
     def count(self, msg: np.ndarray) -> int:
         """Records in an outgoing message."""
         return self.format.count(msg)
+
+    def merges(self, a: int, b: int) -> bool:
+        """May batches from sources ``a`` and ``b`` go to one handler call (the engine's side)?
+        Yes unless the handler takes the MPI source (direct routing with the source; routed
+        records carry their origin)."""
+        return a == b or not self._with_source or bool(self.relay.fields)
+
+    def merge(self, batches: list[Any]) -> Any:
+        """Arrived batches as one, in order (the engine's side)."""
+        return self.format.concat(batches)
 
     def call_handler(self, batch: Any, source: int) -> None:
         """Run the handler on one batch from ``source`` (the engine's side; not for user code).
