@@ -101,8 +101,8 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
     transport : str, optional
         How the weights reach the workers (:mod:`.transport`): ``"auto"`` (default:
         ``$HPCBSP_PS_TRANSPORT``, else ``auto``: a shared-memory window where every rank is on
-        one node and a probe finds it fast, else messages), ``"window"`` (no probe) or
-        ``"messages"``; agreed with the workers (messages if any rank asks for them).
+        one node, else messages) or ``"messages"``; agreed with the workers (messages if any
+        rank asks for them).
     """
     if duration is None and max_updates is None:
         raise ValueError("serve() needs a stop condition: duration or max_updates")

@@ -20,11 +20,7 @@ see), the server's update of 1 M float32 weights in the window took 1.5-2.0 ms w
 stores against 0.17 ms in other launches, while the same update with non-temporal stores took
 0.31-0.34 ms in both (docs/performance.md, "The bimodal push+pull on one node").  So the server
 measures the two kinds of store on its own updates and uses the faster, trying the other now
-and then.  Even with non-temporal stores a slow placement leaves the window behind messages (the
-worker then reads the weights from memory, not from a cache), so ``auto`` first probes the new
-window (:func:`slow_window`: the workers read it, the server writes it both ways, twice) and
-sends the weights as messages where ordinary stores take more than ``SLOW_FACTOR`` times as long
-as non-temporal ones.  ``window`` skips the probe.
+and then: the fast case either way.
 
 h-relation: none of its own; a reply becomes a 16-byte header, and each worker returns an
 8-byte acknowledgement.
@@ -42,14 +38,9 @@ from ..kernels.update import sgd_step
 from ..runtime.arena import on_one_node
 from ..runtime.environment import setting
 
-__all__ = ["TRANSPORTS", "TRANSPORT_ENV", "SharedWeights", "WindowStores", "open_transport", "slow_window"]
+__all__ = ["TRANSPORTS", "TRANSPORT_ENV", "SharedWeights", "WindowStores", "open_transport"]
 
-TRANSPORTS = ("auto", "window", "messages")
-#: ``auto`` sends messages where ordinary stores into the window take this many times as long as
-#: non-temporal ones (fast placements: about 0.6; slow ones: 5-8).
-SLOW_FACTOR = 2.0
-#: Windows smaller than this are not probed (the probe would cost more than it could save).
-PROBE_MIN_BYTES = 256 * 1024
+TRANSPORTS = ("auto", "messages")
 TRANSPORT_ENV = "HPCBSP_PS_TRANSPORT"
 
 
@@ -162,7 +153,7 @@ def open_transport(comm: MPI.Comm, transport: str | None, problem: str | None, c
     itemsize = np.dtype(dtype).itemsize
     # One Allreduce, element-wise: whether every rank can start and wants a window, and the
     # least and the greatest number of values and value size given (they must be the same).
-    mine = np.array([problem is None, choice != "messages" and one_node, count, -count, itemsize, -itemsize],
+    mine = np.array([problem is None, choice == "auto" and one_node, count, -count, itemsize, -itemsize],
                     dtype=np.int64)
     agreed = np.empty_like(mine)
     comm.Allreduce(mine, agreed, op=MPI.MIN)
@@ -184,35 +175,4 @@ def open_transport(comm: MPI.Comm, transport: str | None, problem: str | None, c
     win.Lock_all()
     # (A worker given another size than the server's sees another length here: its caller
     # checks, inside the run that closes the window.)
-    weights = SharedWeights(win, raw[:raw.size // itemsize * itemsize].view(dtype))
-    probe = comm.allreduce(choice == "auto", op=MPI.LAND) and count * itemsize >= PROBE_MIN_BYTES
-    if probe and slow_window(comm, weights):
-        weights.close()
-        return None
-    return weights
-
-
-def slow_window(comm: MPI.Comm, weights: SharedWeights, repeats: int = 2) -> bool:
-    """Collective on the server's communicator, on a new window (all zeros): whether ordinary
-    stores into it, right after the workers read it, take more than :data:`SLOW_FACTOR` times as
-    long as non-temporal ones (the fastest of ``repeats`` tries each).  The server decides; every
-    rank returns its answer.  The window is left all zeros (each pass writes ``0 - 0 * 0``)."""
-    me = comm.Get_rank()
-    array = weights.array
-    zeros = np.zeros(array.size if me == 0 else 0, dtype=array.dtype)
-    scratch = np.empty(array.size if me != 0 else 0, dtype=array.dtype)
-    best = [np.inf, np.inf]  # [ordinary, non-temporal]
-    for streaming in [False, True] * repeats:
-        weights.sync()
-        comm.Barrier()
-        if me != 0:
-            np.copyto(scratch, array)  # as a worker pulls: the lines are in its cache now
-        weights.sync()
-        comm.Barrier()
-        weights.sync()
-        if me == 0:
-            start = time.perf_counter()
-            sgd_step(array, zeros, 0.0, streaming=streaming)
-            best[streaming] = min(best[streaming], time.perf_counter() - start)
-    weights.sync()
-    return bool(comm.bcast(best[0] > SLOW_FACTOR * best[1] if me == 0 else None, root=0))
+    return SharedWeights(win, raw[:raw.size // itemsize * itemsize].view(dtype))

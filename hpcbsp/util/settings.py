@@ -250,13 +250,10 @@ _PACKAGE: tuple[Setting, ...] = (
             "How the parameter server's weights reach the workers, as `serve(..., transport=)` and "
             "`work(..., transport=)` set it for one run: `auto` (an MPI shared-memory window where the "
             "server and every worker are on one node: each worker copies the weights once, the server "
-            "only updates them; messages otherwise, and where a probe of the new window finds the "
-            "cores placed so that the server's stores into it are slow), `window` (the window on one "
-            "node without the probe), `messages` (the weights as messages in 1 MiB pieces, also on one "
-            "node). A rank that says `messages` gets messages for all; one that says `window` skips "
-            "the probe. See `hpcbsp/elastic/transport.py`.",
-            "`auto`", "one of `auto`, `window`, `messages`", "`elastic/transport.py`",
-            _choice("auto", "window", "messages"), "auto"),
+            "only updates them; messages otherwise), `messages` (the weights as messages in 1 MiB "
+            "pieces, also on one node). Ranks that differ get messages. See "
+            "`hpcbsp/elastic/transport.py`.",
+            "`auto`", "one of `auto`, `messages`", "`elastic/transport.py`", _choice("auto", "messages"), "auto"),
     Setting("HPCBSP_FARM_REPORT",
             "A file to which a BSF farm program (`hpcbsp.farm`, e.g. `hpcbsp.apps.bsf.jacobi`) appends "
             "its measured timings, one JSON line per run (missing folders are created); checked before "
