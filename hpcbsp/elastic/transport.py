@@ -20,7 +20,8 @@ see), the server's update of 1 M float32 weights in the window took 1.5-2.0 ms w
 stores against 0.17 ms in other launches, while the same update with non-temporal stores took
 0.31-0.34 ms in both (docs/performance.md, "The bimodal push+pull on one node").  So the server
 measures the two kinds of store on its own updates and uses the faster, trying the other now
-and then: the fast case either way.
+and then.  (In the slow launches the push+pull is still 0.6x a raw Send/Recv, against 0.8-1.2x
+in the fast ones: the worker then reads the weights from memory.)
 
 h-relation: none of its own; a reply becomes a 16-byte header, and each worker returns an
 8-byte acknowledgement.
