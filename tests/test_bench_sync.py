@@ -52,6 +52,8 @@ def test_the_sync_bench_runs_on_two_ranks_with_its_fine_grained_rows():
     put, a2a, ratio = figures(rf"MiB/rank +{NUM} ms \(.*?\) +pack\+Alltoallv +{NUM} ms \(.*?\) +"
                               rf"throughput ratio = {NUM}x", out)
     assert ratio_of(ratio, a2a, put, 0.01), (put, a2a, ratio)
+    median, low, high = figures(rf"the same ratio within each round .*?: median {NUM}x, {NUM}-{NUM} over the rounds", out)
+    assert low <= median <= high, (low, median, high)
     # 0.25 MiB of 8-byte words, as single-element puts: the median over the rounds lies in their range
     elements, median, low, high = figures(
         rf"32,768 single-word puts to random ranks and offsets, one put_elements call +{NUM} ms = "

@@ -264,6 +264,7 @@ def bench(bsp: "hpcbsp.BSP", iters: int, mib: float, rounds: int) -> dict[str, f
             "elements_s": med(elems), "elements_transport": transport,
             "singles_s": med(singles) if singles else float("nan"), "words": words,
             "elements_ratios": [e / q for e, q in zip(elems, puts)],
+            "put_ratios": [a / q for a, q in zip(a2a, puts)],
             "floor_parts_s": {key: med(v) if v else float("nan") for key, v in floor.items()},
             "floor_ratios": [sum(parts_) / q for *parts_, q in zip(*floor.values(), puts)],
             **{f"{key}_s": min(v) if v else float("nan") for key, v in parts.items()}}
@@ -310,6 +311,9 @@ def main(argv: list[str]) -> int:
         print(f"put {r['bytes'] / 2**20:.1f} MiB/rank  {1e3 * r['put_s']:8.2f} ms ({gbs(r['put_s']):.2f} GB/s)   "
               f"pack+Alltoallv {1e3 * r['alltoallv_s']:8.2f} ms ({gbs(r['alltoallv_s']):.2f} GB/s)   "
               f"throughput ratio = {r['alltoallv_s'] / r['put_s']:.2f}x  (target >= 0.9x)")
+        pr = r["put_ratios"]
+        print(f"  the same ratio within each round (put and Alltoallv timed back to back): median "
+              f"{statistics.median(pr):.2f}x, {min(pr):.2f}-{max(pr):.2f} over the rounds")
         print(f"hpput (unbuffered) {1e3 * r['hpput_s']:8.2f} ms ({gbs(r['hpput_s']):.2f} GB/s)   "
               f"throughput ratio = {r['alltoallv_s'] / r['hpput_s']:.2f}x of pack+Alltoallv")
         if r['words']:  # one rank alone sends nothing
