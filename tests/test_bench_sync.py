@@ -45,7 +45,7 @@ def test_the_sync_bench_runs_on_two_ranks_with_its_fine_grained_rows():
     assert ratio_of(ratio, sync, barrier, 0.01), (sync, barrier, ratio)
     # The floor the target names: one integer's allreduce, three ways; the ratio is to the fastest.
     ways = figures(rf"allreduce \(MAX, in place\) of one integer: Allreduce {NUM} us; persistent Allreduce "
-                   rf"\(MPI-4\), Start \+ Wait from Python {NUM} us; the same from C {NUM} us", out)
+                   rf"\(MPI-4; Start \+ Wait from Python\) {NUM} us; the same from C {NUM} us", out)
     floor, ratio = figures(rf"sync / the fastest allreduce of one integer \(the floor the target names\), "
                            rf"[^,]+ {NUM} us, = {NUM}x", out)
     assert floor == min(ways) and ratio_of(ratio, sync, floor, 0.01), (ways, floor, sync, ratio)

@@ -293,7 +293,7 @@ def main(argv: list[str]) -> int:
         print(f"  control step {'compiled' if r['compiled'] else 'in Python (compiled path not found)'}; "
               f"the same sync with it in Python (HPCBSP_COMPILED_SYNC=0) {r['python_sync_us']:6.2f} us = "
               f"{r['python_sync_us'] / r['barrier_us']:.2f}x Barrier")
-        names = {"plain": "Allreduce", "persistent": "persistent Allreduce (MPI-4), Start + Wait from Python",
+        names = {"plain": "Allreduce", "persistent": "persistent Allreduce (MPI-4; Start + Wait from Python)",
                  "c": "the same from C"}
         for b, what in (("one", "one integer"), ("record", "the sync's 80-byte control record")):
             figs = "; ".join(f"{names[how]} {r[f'{b}_{how}_us']:.2f} us" for how in names)
