@@ -151,6 +151,10 @@ def append_by_dest(const int64_t[::1] dest, const unsigned char[:, ::1] rows, Py
                 (<uint64_t*>b)[k] = (<const uint64_t*>src)[i]
             elif size == 4:
                 (<uint32_t*>b)[k] = (<const uint32_t*>src)[i]
+            elif size == 12:  # an int64 record in an envelope (to): a constant-size copy
+                memcpy(b + k * 12, src + i * 12, 12)
+            elif size == 16:  # ... with its origin, or a 16-byte record
+                memcpy(b + k * 16, src + i * 16, 16)
             else:
                 memcpy(b + k * size, src + i * size, size)
             fill[d] = k + 1

@@ -4,7 +4,47 @@
 numpy does it in two passes (``t = lr * g`` rounded to the arrays' dtype, then ``w - t``); this
 loop rounds the same two operations the same way (setup.py builds with ``-ffp-contract=off``: no
 fused multiply-add), so the bits are numpy's, while ``g`` and ``w`` are each read once.
+
+``sgd_step_streaming`` computes the same bits and writes them with non-temporal stores (SSE2's
+``movntps``/``movntpd``; plain stores where the CPU has no SSE2): the result goes to memory, not
+into this core's caches, and no copy of the lines held by another core's cache is fetched
+first.  For memory that another process reads next (a shared-memory window) that can be several
+times faster than ordinary stores, or slower: see hpcbsp/elastic/transport.py.
 """
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #if defined(__SSE2__)
+    #include <emmintrin.h>
+    #endif
+    static void hpcbsp_sgd_stream_f(float *out, const float *w, const float *g, float step, Py_ssize_t n) {
+        Py_ssize_t i = 0;
+        float t;
+    #if defined(__SSE2__)
+        for (; i < n && ((uintptr_t)(out + i) & 15); i++) { t = step * g[i]; out[i] = w[i] - t; }
+        __m128 s = _mm_set1_ps(step);
+        for (; i + 4 <= n; i += 4)
+            _mm_stream_ps(out + i, _mm_sub_ps(_mm_loadu_ps(w + i), _mm_mul_ps(s, _mm_loadu_ps(g + i))));
+        _mm_sfence();
+    #endif
+        for (; i < n; i++) { t = step * g[i]; out[i] = w[i] - t; }
+    }
+    static void hpcbsp_sgd_stream_d(double *out, const double *w, const double *g, double step, Py_ssize_t n) {
+        Py_ssize_t i = 0;
+        double t;
+    #if defined(__SSE2__)
+        for (; i < n && ((uintptr_t)(out + i) & 15); i++) { t = step * g[i]; out[i] = w[i] - t; }
+        __m128d s = _mm_set1_pd(step);
+        for (; i + 2 <= n; i += 2)
+            _mm_stream_pd(out + i, _mm_sub_pd(_mm_loadu_pd(w + i), _mm_mul_pd(s, _mm_loadu_pd(g + i))));
+        _mm_sfence();
+    #endif
+        for (; i < n; i++) { t = step * g[i]; out[i] = w[i] - t; }
+    }
+    """
+    void hpcbsp_sgd_stream_f(float *out, const float *w, const float *g, float step, Py_ssize_t n) nogil
+    void hpcbsp_sgd_stream_d(double *out, const double *w, const double *g, double step, Py_ssize_t n) nogil
 
 ctypedef fused real:
     float
@@ -21,3 +61,15 @@ def sgd_step(real[::1] out, const real[::1] w, const real[::1] g, double lr):
         for i in range(n):
             t = step * g[i]
             out[i] = w[i] - t
+
+
+def sgd_step_streaming(real[::1] out, const real[::1] w, const real[::1] g, double lr):
+    """:func:`sgd_step`'s bits, written with non-temporal stores (see the module docstring)."""
+    cdef Py_ssize_t n = out.shape[0]
+    if n == 0:
+        return
+    with nogil:
+        if real is float:
+            hpcbsp_sgd_stream_f(&out[0], &w[0], &g[0], <float>lr, n)
+        else:
+            hpcbsp_sgd_stream_d(&out[0], &w[0], &g[0], lr, n)

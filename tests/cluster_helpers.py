@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -150,3 +151,25 @@ def tagged_pids(node: str, tag: str) -> list[int]:
         if f"HPCBSP_FAULT_TAG={tag}".encode() in env.split(b"\0"):
             pids.append(pid)
     return pids
+
+
+class TimedLines:
+    """A child's output (stdout, with stderr merged into it by the caller), each line with the
+    monotonic time it came: a test reads when something was said, not only that it was."""
+
+    def __init__(self, proc: subprocess.Popen[str]):
+        self.lines: list[tuple[float, str]] = []
+        self._thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
+        self._thread.start()
+
+    def _read(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            self.lines.append((time.monotonic(), line.rstrip("\n")))
+
+    def text(self) -> str:
+        self._thread.join(timeout=5)
+        return "\n".join(line for _, line in self.lines)
+
+    def first(self, needle: str) -> tuple[float, str] | None:
+        return next(((t, line) for t, line in self.lines if needle in line), None)

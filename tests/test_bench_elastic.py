@@ -10,7 +10,7 @@ machine: push+pull 3.8 ms against raw Send/Recv 0.011 ms, a true ratio of 0.003 
 two-decimal print shows as ``0.00x``.  That the figures are positive is checked on the measured
 values themselves (the MPI test below, every round) and on the printed times.
 
-Oracles: the command line (ranks, parameters, rounds, iterations; the message size computed here
+Oracles: the command line (ranks, parameters, rounds, iterations, the gradients' wire format; the message size computed here
 from the wire's 16-byte header and 4 bytes per float32), the definition of each printed ratio
 (the median of per-round ratios lies within their printed range), and under MPI the
 measurements themselves: one per round, positive and finite, the same on every rank.
@@ -29,13 +29,16 @@ ROW = re.compile(r"^(?P<name>\S.*?)\s+(?P<ours>\d+\.\d{3}) ms\s+(?P<base_name>\S
 
 
 @pytest.mark.serial_only
-def test_the_elastic_bench_on_two_ranks_prints_each_comparison_with_consistent_figures():
-    res = run_mpi(2, ["-m", "hpcbsp.bench", "elastic", "--quick", "--params", str(PARAMS)], timeout=240)
+@pytest.mark.parametrize("grad_dtype", [None, "bfloat16"])
+def test_the_elastic_bench_on_two_ranks_prints_each_comparison_with_consistent_figures(grad_dtype):
+    extra = ["--grad-dtype", grad_dtype] if grad_dtype else []
+    res = run_mpi(2, ["-m", "hpcbsp.bench", "elastic", "--quick", "--params", str(PARAMS), *extra], timeout=240)
     assert res.returncode == 0 and not res.timed_out, res.output
     lines = res.stdout.splitlines()
     mib = (16 + 4 * PARAMS) / 2**20
-    assert lines[0] == (f"ranks: 2  model: {PARAMS:,} float32 parameters ({mib:.2f} MiB per message); "
-                        f"{ROUNDS} alternating rounds of {ITERS}"), res.stdout
+    assert lines[0] == (f"ranks: 2 on 1 host  model: {PARAMS:,} float32 parameters ({mib:.2f} MiB per message); "
+                        f"{ROUNDS} alternating rounds of {ITERS}"
+                        + (f"; gradients pushed as {grad_dtype}" if grad_dtype else "")), res.stdout
     rows = {m["name"]: m for m in map(ROW.match, lines) if m}
     assert {name: rows[name]["base_name"] for name in rows} == {
         "push+pull via server": "raw Send/Recv", "allreduce step": "bare Allreduce",
@@ -65,6 +68,7 @@ def test_the_bench_measures_one_figure_per_round_the_same_on_every_rank():
 
     r = launch_world(bench, PARAMS, 3, ROUNDS, min_ranks=1)
     assert r["bytes"] == 16 + 4 * PARAMS
+    assert r["hosts"] == MPI.COMM_WORLD.allgather(MPI.Get_processor_name())  # (rank order)
     two = MPI.COMM_WORLD.Get_size() > 1  # the push+pull comparison needs a server and a worker
     for key in ("server_s", "raw_s", "step_s", "bare_s", "reduce_s"):
         figures = r[key]

@@ -424,7 +424,7 @@ def test_validate_max_mape_judges_the_computed_mape(workdir, monkeypatch):
 BENCH = {
     "kernels": {"--n": SIZE, "--repeats": COUNT, "--repeat": COUNT, "--nprocs": SIZE, "--table": SIZE,
                 "--seed": SEED, "--quick": FLAG, "--fsum": FLAG, "--only": st.sampled_from(["sum", "x"])},
-    "fabsp": {"--updates": SIZE, "--naive-updates": SIZE, "--table": SIZE, "--repeats": COUNT, "--chunk": SIZE,
+    "fabsp": {"--updates": SIZE, "--naive-updates": SIZE, "--rma-updates": SIZE, "--table": SIZE, "--repeats": COUNT, "--chunk": SIZE,
               "--seed": SEED, "--quick": FLAG, "--imbalance": COUNT},
     "snn": {"--n": SIZE, "--neurons": SIZE, "--fanout": COUNT, "--time-ms": REAL, "--repeats": COUNT,
             "--rounds": COUNT, "--quick": FLAG, "--json": FLAG},
@@ -432,6 +432,10 @@ BENCH = {
     "zipline": {"--repeats": COUNT, "--n": st.sampled_from(["10,100", "0", "x"]), "--R": st.sampled_from(["15", "x"]),
                 "--quick": FLAG, "--no-baseline": FLAG},
 }
+# bench fabsp's options for runs across nodes (issue 33, item 1)
+BENCH["fabsp"].update({"--link-rate": st.sampled_from(["100mbit", "1gbit", "2e6", "0", "fast"]),
+                       "--sections": st.sampled_from(["link", "overlap,link", "memory,x", "", "x"]),
+                       "--iface": st.sampled_from(["eth0", "lo"])})
 
 
 @pytest.mark.parametrize("bench", sorted(BENCH))

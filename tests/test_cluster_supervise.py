@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -32,6 +31,7 @@ import numpy as np
 import pytest
 from cluster_helpers import (
     HOSTFILE,
+    TimedLines,
     cluster_nodes,
     cluster_required,  # noqa: F401  (the fixture behind unavailable_marks)
     cluster_unavailable,
@@ -65,27 +65,6 @@ def _remove_shared_memory_of_killed_ranks():
     remove_leftover_segments(before)
 
 
-class _Lines:
-    """The supervisor's output (stdout and stderr together), each line with the time it came."""
-
-    def __init__(self, proc: subprocess.Popen[str]):
-        self.lines: list[tuple[float, str]] = []
-        self._thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
-        self._thread.start()
-
-    def _read(self, proc: subprocess.Popen[str]) -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            self.lines.append((time.monotonic(), line.rstrip("\n")))
-
-    def text(self) -> str:
-        self._thread.join(timeout=5)
-        return "\n".join(line for _, line in self.lines)
-
-    def first(self, needle: str) -> tuple[float, str] | None:
-        return next(((t, line) for t, line in self.lines if needle in line), None)
-
-
 #: How the supervisor is started, and who names the lost node in its restart line.
 LAUNCHES = {
     "hosts": ([PYTHON, "-m", "hpcbsp", "supervise", "--hosts", str(HOSTFILE), "-n", "4"], "said by the launcher"),
@@ -105,7 +84,7 @@ def test_a_lost_node_is_left_out_and_the_job_resumes_from_its_checkpoint(tmp_pat
            "--checkpoint", str(ck), "--every", str(EVERY), "--restart", "--out", str(out)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             cwd=tmp_path, stdin=subprocess.DEVNULL)
-    lines = _Lines(proc)
+    lines = TimedLines(proc)
     lost = NODES[2]  # rank 2's node
     try:
         deadline = time.monotonic() + 90

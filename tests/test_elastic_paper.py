@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from mpi_helpers import hydra_only
 
 from hpcbsp.apps.elastic.paper import _compute_mode, main, summarise, t_interval
 
@@ -60,10 +61,33 @@ def test_bad_input_is_one_line_and_status_2(tmp_path: Path) -> None:
                           (["run", "--target", "2"], "--target must be an accuracy in (0, 1]"),
                           (["run", "--paced", "0"], "--paced must be a positive number of seconds"),
                           (["run", "--paced", "0.02", "--extra", "--base-delay 1"],
-                           "--paced sets train.py's --compute and --base-delay")):
+                           "--paced sets train.py's --compute and --base-delay"),
+                          (["run", "--hosts", str(tmp_path / "none")], "cannot read it"),
+                          (["run", "--hosts", str(_hosts(tmp_path, 4))], "lists 4 host(s), but 5 ranks need one")):
         proc = subprocess.run([sys.executable, "-m", "hpcbsp.apps.elastic.paper", *args],
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _hosts(tmp_path: Path, n: int) -> Path:
+    path = tmp_path / f"hosts{n}"
+    path.write_text("".join(f"node{i}  # one rank a node\n" for i in range(1, n + 1)))
+    return path
+
+
+@hydra_only("the command checked is hydra's -f FILE -ppn 1; Open MPI's spelling is tests/test_util_jobcommand.py's")
+def test_run_with_hosts_places_one_rank_a_host_the_server_on_the_first(tmp_path: Path) -> None:
+    """Oracle: hydra's own spelling of one rank a host (``-f FILE -ppn 1 -n workers+1``), and the
+    first host of the file is rank 0's (hydra fills hosts in file order), i.e. the server's."""
+    hosts = _hosts(tmp_path, 6)
+    proc = subprocess.run([sys.executable, "-m", "hpcbsp.apps.elastic.paper", "run", "--hosts", str(hosts),
+                           "--dry-run", "--json", "--out", str(tmp_path / "run")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    command = json.loads(proc.stdout)["command"].split()
+    at = command.index("-f")
+    assert command[at:at + 6] == ["-f", str(hosts), "-ppn", "1", "-n", "5"], command
+    assert "warning" not in proc.stderr  # the cores of this machine are not the job's
 
 
 def test_paced_runs_pass_the_pacing_to_train_and_the_report_says_so(tmp_path: Path) -> None:

@@ -110,7 +110,7 @@ def test_asp_streams_a_large_model_in_pieces_and_no_worker_sees_torn_weights(com
 
 
 @pytest.mark.mpi(min_size=2)
-@pytest.mark.parametrize("transport", ["messages", "auto"])
+@pytest.mark.parametrize("transport", ["messages", "auto", "window"])
 def test_bsp_server_in_closed_form_with_a_model_in_pieces(comm, transport) -> None:
     """As the small closed-form test, with 300,000 float64 weights (2.4 MB: 3 pieces per reply,
     sent whole to every worker at each barrier)."""
@@ -139,7 +139,7 @@ def test_a_bad_transport_or_weights_dtype_on_one_rank_stops_every_rank_with_its_
         with pytest.raises(TransportError, match=f"rank 0: the parameter server run could not start: rank {last} failed"):
             serve(comm, make_policy("asp"), np.zeros(5), 0.1, max_updates=3, timeout=TIMEOUT)
     elif comm.Get_rank() == last:
-        with pytest.raises(TransportError, match=f"rank {last}: transport 'pigeons' is not one of auto, messages"):
+        with pytest.raises(TransportError, match=f"rank {last}: transport 'pigeons' is not one of auto, window, messages"):
             work(comm, lambda w: w, 5, timeout=TIMEOUT, transport="pigeons")
     else:
         with pytest.raises(TransportError, match="could not start"):
@@ -300,3 +300,24 @@ def test_the_allreduce_step_updates_each_block_once_to_w_minus_scale_times_the_s
     buf[P] = 1.0 if bsp.pid == 0 else 0.0  # worker 0 votes to stop
     assert allreduce_step(bsp, buf, w, nxt, scale) is True
     assert w.tobytes() == w0.tobytes()
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("factor,probed", [(0.0, "messages"), (float("inf"), "window")])
+def test_auto_probes_the_window_and_every_rank_takes_the_servers_answer(comm, monkeypatch, factor, probed) -> None:
+    """``auto`` on one node makes the window, probes it, and keeps it or sends messages as the
+    server's probe says, on every rank alike.  Oracle: the threshold forced to either end (0:
+    ordinary stores are always "too slow", so messages; infinity: never, so the window); with
+    ``window`` no probe runs (messages never, whatever the threshold); a window below the probe's
+    size is not probed.  The window a probe leaves is all zeros, as it was made."""
+    from hpcbsp.elastic import transport as tr
+
+    monkeypatch.setattr(tr, "SLOW_FACTOR", factor)
+    count = tr.PROBE_MIN_BYTES // 4  # float32: just the size that is probed
+    for choice, size, want in (("auto", count, probed), ("window", count, "window"), ("auto", count - 1, "window")):
+        shared = tr.open_transport(comm, choice, None, size, np.dtype(np.float32))
+        got = "messages" if shared is None else "window"
+        assert comm.allgather(got) == [want] * comm.Get_size(), (choice, size)
+        if shared is not None:
+            assert not shared.array.any()  # (every rank sees rank 0's part)
+            shared.close()

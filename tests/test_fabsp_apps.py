@@ -14,7 +14,7 @@ from mpi4py import MPI
 import hpcbsp
 from hpcbsp.apps.irregular import bfs, histogram, index_gather, toposort, triangles
 from hpcbsp.apps.irregular.graphs import bfs_levels, erdos_renyi, rmat, triangles_dense
-from hpcbsp.apps.irregular.rma import gather_rma, histogram_rma
+from hpcbsp.apps.irregular.rma import FLUSH_EVERY, gather_rma, histogram_rma, issuer
 
 mpi = pytest.mark.mpi(min_size=2)
 MODES = ["fabsp", "bsp", "naive"]
@@ -23,7 +23,7 @@ MODES = ["fabsp", "bsp", "naive"]
 
 
 @mpi
-@pytest.mark.parametrize("mode", MODES + ["rma"])
+@pytest.mark.parametrize("mode", MODES + ["rma", "rma-python"])
 def test_histogram(bsp, mode):
     p, me, n, table = bsp.nprocs, bsp.pid, 3000, 37
     owner, off = histogram.updates_of(me, p, n, table, seed=5)
@@ -31,8 +31,8 @@ def test_histogram(bsp, mode):
         counts, _ = histogram.histogram_fabsp(bsp, owner, off, table, chunk=500, buffer=50)
     elif mode == "bsp":
         counts, _ = histogram.histogram_bsp(bsp, owner, off, table)
-    elif mode == "rma":  # one MPI_Accumulate per update
-        counts, _ = histogram_rma(bsp, owner, off, table)
+    elif mode.startswith("rma"):  # one MPI_Accumulate per update, from C or from Python
+        counts, _ = histogram_rma(bsp, owner, off, table, compiled=mode == "rma")
     else:
         counts, _ = histogram.histogram_naive(bsp, owner, off, table)
     whole = np.zeros(table * p, dtype=np.int64)
@@ -43,7 +43,35 @@ def test_histogram(bsp, mode):
 
 
 @mpi
-@pytest.mark.parametrize("mode", MODES + ["rma"])
+@pytest.mark.parametrize("routing", ["direct", "2d", "3d", "node"])
+def test_the_reported_mailbox_memory_is_the_routings_and_within_its_bound(routing):
+    """The apps' memory line (``report.mailbox_memory``), on a context of its own with one
+    mailbox.  Oracles: the ranks a rank sends to, counted here from every rank's next hops (the
+    distinct next hops other than itself; a rank that only receives counts 0), the most over
+    ranks; the buffers held at most that many plus the messages in flight and the spares (the
+    mailbox's documented bound), in bytes of 50 records: 8 bytes bare, 12 in an envelope (4
+    bytes of destination) where a route can pass through another rank (2d and 3d from 3 ranks
+    on; routing by node on one node sends bare)."""
+    from hpcbsp.apps.irregular.report import mailbox_memory
+    from hpcbsp.fabsp.aggregation import SPARES
+    from hpcbsp.fabsp.routing import resolve_routing
+
+    with hpcbsp.BSP() as b:
+        owner, off = histogram.updates_of(b.pid, b.nprocs, 3000, 37, seed=5)
+        histogram.histogram_fabsp(b, owner, off, 37, chunk=500, buffer=50, max_pending=2, routing=routing)
+        memory = mailbox_memory(b)
+        route = resolve_routing(routing, b.nprocs, "test", b.hosts)
+    senders = [len(set(route.next_hops(m).tolist()) - {m}) for m in range(b.nprocs)]
+    unit = 12 if routing in ("2d", "3d") and b.nprocs > 2 else 8
+    assert memory is not None and memory["routing"] == routing
+    assert memory["peers"] == memory["model_peers"] == max(senders)
+    assert memory["buffers"] <= max(senders) + 2 + SPARES
+    assert memory["buffer_bytes"] == memory["buffers"] * 50 * unit
+    assert memory["bound_bytes"] == (max(senders) + 2 + SPARES) * 50 * unit
+
+
+@mpi
+@pytest.mark.parametrize("mode", MODES + ["rma", "rma-python"])
 def test_index_gather(bsp, mode):
     p, me, n, table = bsp.nprocs, bsp.pid, 2000, 23
     whole = index_gather.global_table(p, table, seed=3)
@@ -54,11 +82,29 @@ def test_index_gather(bsp, mode):
         tgt, _ = index_gather.gather_fabsp(bsp, owner, off, local, chunk=300, buffer=40, max_pending=2)
     elif mode == "bsp":
         tgt, _ = index_gather.gather_bsp(bsp, owner, off, local)
-    elif mode == "rma":  # one MPI_Get per read
-        tgt, _ = gather_rma(bsp, owner, off, local)
+    elif mode.startswith("rma"):  # one MPI_Get per read, from C or from Python
+        tgt, _ = gather_rma(bsp, owner, off, local, compiled=mode == "rma")
     else:
         tgt, _ = index_gather.gather_naive(bsp, owner, off, local)
     np.testing.assert_array_equal(tgt, whole[g])
+
+
+@mpi
+def test_the_one_sided_baseline_runs_compiled_across_flushes(bsp):
+    """The rma mode's operations come from the C loop here (else the tests above checked only
+    the Python one), over several flush intervals; oracle: np.bincount of every rank's keys and
+    the whole table indexed."""
+    assert issuer() == "C"
+    p, me, table = bsp.nprocs, bsp.pid, 11
+    n = 2 * FLUSH_EVERY + 3
+    g = np.random.default_rng([8, me]).integers(0, table * p, n)
+    counts, _ = histogram_rma(bsp, g % p, g // p, table)
+    whole = sum(np.bincount(np.random.default_rng([8, r]).integers(0, table * p, n), minlength=table * p)
+                for r in range(p))
+    np.testing.assert_array_equal(counts, whole[me::p])
+    values = np.random.default_rng(4).integers(-10**12, 10**12, table * p)
+    tgt, _ = gather_rma(bsp, g % p, g // p, np.ascontiguousarray(values[me::p]))
+    np.testing.assert_array_equal(tgt, values[g])
 
 
 @mpi

@@ -57,12 +57,14 @@ def test_every_record_handled_once_by_its_owner_in_order_per_source(bsp, buffer)
 def test_routed_records_arrive_once_in_order_per_source_counting_every_hop(bsp, routing):
     """Through a grid of ranks (at 3 ranks, 2-D: 1 -> 2 and 2 -> 1 pass through 0).  Oracle for
     the ledger: a record takes one hop per grid coordinate in which its source and destination
-    differ (coordinates by ``np.unravel_index``), each hop an envelope of 8 + 4 + 4 bytes."""
+    differ (coordinates by ``np.unravel_index``), each hop an envelope of 8 + 4 + 4 bytes; at 2
+    ranks (one line of the grid: every route one hop) the bare record, 8 bytes."""
     p, me, n = bsp.nprocs, bsp.pid, 700
     batches: list[tuple[int, np.ndarray]] = []
     box = bsp.mailbox(lambda recs, src: batches.append((src, recs.copy())), np.int64,
                       buffer=5, max_pending=2, with_source=True, routing=routing)
-    assert box.routing == routing and box.format.unit == 16
+    unit = 16 if p > grid_dims(p, routing)[-1] else 8
+    assert box.routing == routing and box.format.unit == unit
     dests, values = _records_from(me, p, n)
     for start in range(0, n, 90):
         box.send(dests[start:start + 90], values[start:start + 90])
@@ -78,9 +80,53 @@ def test_routed_records_arrive_once_in_order_per_source_counting_every_hop(bsp, 
         diff = np.stack(np.unravel_index(d, dims)) != np.array(np.unravel_index(src, dims))[:, None]
         hops += int(diff.sum())
     rec = bsp.ledger[-1]
-    assert rec.bytes_out == 16 * rec.msgs_out and rec.bytes_in == 16 * rec.msgs_in
+    assert rec.bytes_out == unit * rec.msgs_out and rec.bytes_in == unit * rec.msgs_in
     assert bsp.allreduce(rec.msgs_out) == bsp.allreduce(rec.msgs_in) == hops
     assert box.memory()["buffers"] <= box.peers + SPARES  # partly filled ones and spares
+
+
+@mpi
+@pytest.mark.parametrize("layout", ["pairs", "alternate"])
+def test_records_routed_by_node_arrive_once_in_order_per_source(bsp, layout):
+    """``routing="node"`` with made-up nodes (one machine cannot have two): ranks 0,1 / 2 on two
+    nodes ("pairs") or 0,2 / 1 ("alternate").  Oracle for the ledger: each record's hops walked
+    here from the rule written out by hand (same node: 1 hop; else to this node's rank of local
+    index (other node mod this node's size), across to the other node's rank of local index
+    (this node mod its size), then on to the destination when that is another rank), and for
+    the data: every record once, in send order per source."""
+    from hpcbsp.fabsp.routing import NodeAware
+
+    p, me, n = bsp.nprocs, bsp.pid, 700
+    hosts = [f"n{r // 2}" if layout == "pairs" else f"n{r % 2}" for r in range(p)]
+    batches: list[tuple[int, np.ndarray]] = []
+    box = bsp.mailbox(lambda recs, src: batches.append((src, recs.copy())), np.int64, buffer=5,
+                      max_pending=2, with_source=True, routing=NodeAware(p, hosts))
+    assert box.routing == "node"
+    dests, values = _records_from(me, p, n)
+    for start in range(0, n, 90):
+        box.send(dests[start:start + 90], values[start:start + 90])
+    bsp.sync()
+    for src in range(p):
+        want = [v for d, v in zip(*_records_from(src, p, n)) if d == me]
+        got = [v for s, recs in batches if s == src for v in recs.tolist()]
+        assert got == want, f"records from rank {src}: all of them, once, in send order"
+    names = sorted(set(hosts), key=hosts.index)
+    node = [names.index(h) for h in hosts]
+    members = [[r for r in range(p) if node[r] == k] for k in range(len(names))]
+
+    def hops_of(src: int, dest: int) -> int:
+        if src == dest:
+            return 0
+        if node[src] == node[dest]:
+            return 1
+        a, b = node[src], node[dest]
+        out = members[a][b % len(members[a])]
+        into = members[b][a % len(members[b])]
+        return (out != src) + 1 + (into != dest)
+
+    hops = sum(hops_of(src, int(d)) for src in range(p) for d in _records_from(src, p, n)[0])
+    rec = bsp.ledger[-1]
+    assert bsp.allreduce(rec.msgs_out) == bsp.allreduce(rec.msgs_in) == hops
 
 
 @mpi
@@ -110,6 +156,51 @@ def test_a_send_is_not_overtaken_by_handler_sends_made_while_it_waits(bsp, routi
         mine = [v for v in got if v >= 0]
         assert mine == list(range(n)), "rank 0's records in send order"
         assert got.count(-1) == 2 * 200 * (p - 1)
+
+
+@mpi
+@pytest.mark.parametrize("with_source, routing, ragged", [
+    (False, "direct", False), (True, "direct", False), (True, "2d", False), (False, "direct", True)])
+def test_small_messages_waiting_together_reach_the_handler_merged(bsp, with_source, routing, ragged):
+    """Every other rank sends rank 0 forty one-record messages (a send, then two progress()
+    calls: the second flushes the partial buffer) while rank 0 sleeps, so they wait together in
+    its queue; its sync receives them ahead and hands consecutive batches of one mailbox to one
+    handler call (issue 33).  Oracles: the records encode their origin and index, so rank 0
+    checks by brute force that each arrived once, in send order per origin, and that with the
+    MPI source (direct routing) no call mixes origins and the source is the right one; merging
+    happened: fewer calls than messages."""
+    p, me, n = bsp.nprocs, bsp.pid, 40
+    calls: list[tuple[int, list[int]]] = []
+
+    def handler(*args: object) -> None:
+        recs = np.asarray(args[0])
+        calls.append((int(args[-1]) if with_source else -1, recs.tolist()))
+
+    box = bsp.mailbox(handler, np.int64, buffer=64, max_pending=2 * n, with_source=with_source,
+                      routing=routing, ragged=ragged)
+    bsp.sync()
+    if me == 0:
+        time.sleep(0.5)
+    else:
+        for i in range(n):
+            if ragged:
+                box.send(0, np.array([1000 * me + i]), [1])
+            else:
+                box.send(0, [1000 * me + i])
+            bsp.progress()
+            bsp.progress()
+    bsp.sync()
+    if me != 0:
+        assert calls == []
+        return
+    everything = [v for _, recs in calls for v in recs]
+    assert sorted(everything) == sorted(1000 * r + i for r in range(1, p) for i in range(n))
+    for r in range(1, p):
+        assert [v for v in everything if v // 1000 == r] == [1000 * r + i for i in range(n)]
+    if with_source:
+        for src, recs in calls:
+            assert {v // 1000 for v in recs} == {src}
+    assert len(calls) < n * (p - 1), "no two messages reached one handler call"
 
 
 @mpi
@@ -427,7 +518,8 @@ def test_ragged_records_arrive_whole_once_in_order_per_source(bsp, routing):
     directly or through a grid (at 3 ranks 1 -> 2 and 2 -> 1 pass through 0).  Oracle: every
     rank regenerates every rank's records and compares them one by one; the ledger counts each
     hop (one per grid coordinate in which source and destination differ, by
-    ``np.unravel_index``) with its values and head (8 bytes direct, 16 routed)."""
+    ``np.unravel_index``) with its values and head (8 bytes direct or where every route is one hop,
+    16 routed)."""
     p, me, n = bsp.nprocs, bsp.pid, 300
     got: dict[int, list[list[int]]] = {s: [] for s in range(p)}
 
@@ -451,7 +543,8 @@ def test_ragged_records_arrive_whole_once_in_order_per_source(bsp, routing):
             want.append([-5, -6, -7])
         assert got[src] == want, f"records from rank {src}"
     rec = bsp.ledger[-1]
-    dims, head = grid_dims(p, routing), 8 if routing == "direct" else 16
+    dims = grid_dims(p, routing)
+    head = 16 if p > dims[-1] else 8  # a head carries no address where every route is one hop
     hops = values = 0   # over every rank: records times hops, their values times hops
     for src in range(p):
         d, k, _ = _ragged_from(src, p, n)

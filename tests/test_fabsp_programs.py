@@ -73,6 +73,31 @@ def test_index_gather_app_routed_through_a_grid_of_nine():
     assert "check against the serial oracle: OK" in res.stdout
 
 
+def test_benchmark_link_section_counts_the_bytes_per_update():
+    """Section 4 on one host: the payload bytes per histogram update it prints, FA-BSP and BSP,
+    against an oracle computed here from the updates themselves (8 bytes per update whose
+    owner is another rank, over all updates of both ranks: the ledger's counting rule); on one
+    host it says that no link was crossed."""
+    import numpy as np
+
+    from hpcbsp.apps.irregular.histogram import updates_of
+
+    res = run_mpi(2, ["-m", "hpcbsp.bench", "fabsp", "--quick", "--sections", "link",
+                      "--link-rate", "100mbit"], timeout=120)
+    assert res.returncode == 0, res.output
+    out = res.stdout
+    n = 200_000  # --quick (table 10,000 per rank, seed 0: the defaults)
+    remote = sum(int(np.count_nonzero(updates_of(r, 2, n, 10_000, 0)[0] != r)) for r in (0, 1))
+    want = 8 * remote / (2 * n)
+    for mode in ("fabsp", "bsp"):
+        line = re.search(rf"histogram +{mode} .*payload +([0-9.]+) B/update", out)
+        assert line is not None, out
+        assert float(line.group(1)) == pytest.approx(want, abs=0.005), (want, line.group(0))
+    assert "100 Mbit/s = 12.50 MB/s each way" in out, out
+    assert "index_gather: FA-BSP / BSP =" in out and "wire: one host, no link crossed" in out, out
+    assert "hidden fraction" not in out and "CHECK FAILED" not in out, out
+
+
 def test_app_bad_option_under_mpiexec_is_one_line_and_status_2():
     res = run_mpi(2, ["-m", "hpcbsp.apps.irregular.histogram", "--table", "0"], timeout=60)
     assert res.returncode == 2
@@ -86,6 +111,9 @@ def test_benchmark_quick_run():
     out = res.stdout
     for needle in ("histogram: FA-BSP / BSP =", "index_gather: FA-BSP / BSP =",
                    "FA-BSP / naive =", "hidden fraction of communication",
-                   "histogram: FA-BSP / bale tuned C (151.6 M", "index_gather: FA-BSP / bale tuned C (67.9 M"):
+                   "histogram: FA-BSP / bale tuned C (151.6 M", "index_gather: FA-BSP / bale tuned C (67.9 M",
+                   "(issued from C)", "rate over direct (medians): 2d "):
         assert needle in out, out
     assert "CHECK FAILED" not in out
+    # The overlap run's compute sized to the communication, the hideable fraction (issue 33).
+    assert "(as long as the communication: --work-rounds 0)" in out and "(of the hideable" in out, out

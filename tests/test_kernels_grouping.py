@@ -106,7 +106,9 @@ def test_first_bad_destination_is_named_even_when_a_later_part_meets_one_first()
 
 
 # ---------------------------------------------------------------------------- append_by_dest
-@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.dtype([("k", np.int32), ("v", np.float64)])])
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.dtype([("k", np.int32), ("v", np.float64)]),
+                                   np.dtype([("to", np.int32), ("from", np.int32), ("rec", np.int64)]),
+                                   np.dtype([("to", np.int32), ("rec", np.int16)])])
 @pytest.mark.parametrize("capacity", [1, 3, 64])
 def test_append_by_dest_fills_buffers_in_order_and_stops_when_one_fills(dtype, capacity):
     """Oracle: a plain Python loop appending one record at a time to per-destination lists,

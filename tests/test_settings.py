@@ -37,7 +37,7 @@ CASES: dict[str, tuple[list[tuple[str, object]], list[str]]] = {
     "HPCBSP_ROUTING": ([("2d", "2d"), (" Direct ", "direct"), ("3d", "3d"), ("", "auto")], ["5d", "grid"]),
     "HPCBSP_WAIT": ([("Yield", "yield"), ("spin", "spin"), ("", "auto")], ["bogus", "nap"]),
     "HPCBSP_ELEMENTS_TRANSPORT": ([(" Messages ", "messages"), ("", "auto")], ["zz", "carrier-pigeon"]),
-    "HPCBSP_PS_TRANSPORT": ([("messages", "messages"), ("auto", "auto"), ("", "auto")], ["zz"]),
+    "HPCBSP_PS_TRANSPORT": ([("messages", "messages"), ("window", "window"), ("auto", "auto"), ("", "auto")], ["zz"]),
     "HPCBSP_FARM_EXCHANGE": ([("tree", "tree"), ("linear", "linear"), ("", "linear")], ["ring"]),
     "HPCBSP_FARM_EMULATE": ([("measure", (None, None)), ("t_map=0.5, t_a=1e-6", (0.5, 1e-6)),
                              ("t_map=0", (0.0, None)), ("off", None), ("0", None), ("", None)],
@@ -225,7 +225,7 @@ def test_hpcbsp_run_refuses_a_bad_value_before_the_program_starts(tmp_path):
                           timeout=120, env=clean_env(HPCBSP_ROUTING="5d"), stdin=subprocess.DEVNULL)
     assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        "[hpcbsp] error: environment variable HPCBSP_ROUTING='5d' is not one of auto, direct, 2d, 3d: "
+        "[hpcbsp] error: environment variable HPCBSP_ROUTING='5d' is not one of auto, direct, 2d, 3d, node: "
         "correct it or unset it (docs/environment.md)"]
 
 
@@ -262,7 +262,7 @@ def test_a_context_refuses_it_in_process(monkeypatch):
 
     monkeypatch.setenv("HPCBSP_PS_TRANSPORT", "zz")
     with pytest.raises(BadInput, match=r"^environment variable HPCBSP_PS_TRANSPORT='zz' is not one of auto, "
-                                       r"messages: correct it or unset it \(docs/environment.md\)$"):
+                                       r"window, messages: correct it or unset it \(docs/environment.md\)$"):
         hpcbsp.BSP()
     monkeypatch.setenv("HPCBSP_PS_TRANSPORT", "messages")
     with hpcbsp.BSP() as bsp:  # a good value: the context starts

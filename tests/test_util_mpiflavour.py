@@ -43,6 +43,14 @@ def test_the_library_version_names_the_flavour(text, flavour):
     assert library_name(text) == text.strip().splitlines()[0].strip()
 
 
+def test_the_library_name_drops_the_nul_that_ends_open_mpis_text():
+    """Open MPI's MPI_Get_library_version ends in the C string's NUL, which mpi4py passes on
+    (seen in `hpcbsp info` under Open MPI 5.0.11); the name printed must not carry it."""
+    text = "Open MPI v5.0.11, package: Open MPI root@host Distribution, ident: 5.0.11, repo rev: v5.0.11, Nov 2026\x00"
+    assert library_name(text) == text[:-1]
+    assert library_flavour(text) is OPENMPI
+
+
 def test_names_and_the_running_library():
     assert [by_name(n) for n in ("mpich", "openmpi", "impi")] == [MPICH, OPENMPI, IMPI]
     with pytest.raises(ValueError, match="unknown MPI flavour 'lam'"):

@@ -41,8 +41,8 @@ from typing import Any
 
 import numpy as np
 
-from hpcbsp.util.args import OneLineParser, add_iters, add_n, add_repeats, check_out_dir, positive_int
-from hpcbsp.util.jobcommand import LAUNCHES, JobCommandError, job_command
+from hpcbsp.util.args import OneLineParser, add_iters, add_n, add_placement, add_repeats, check_out_dir, positive_int
+from hpcbsp.util.jobcommand import JobCommandError, job_command
 from hpcbsp.util.mpiflavour import child_env, mpiexec_flavour, root_refusal, timeout_env
 
 APPS = ("jacobi", "cimmino")
@@ -265,11 +265,7 @@ def parser() -> argparse.ArgumentParser:
                    help="emulate a Map of S seconds for the whole list instead of measuring the app's")
     p.add_argument("--out-dir", default=os.path.join("runs", "bench-bsf"), metavar="DIR",
                    help="outputs (default runs/bench-bsf)")
-    p.add_argument("--hosts", metavar="FILE", default=None,
-                   help="one rank on each host of FILE (one host a line, host or host:slots; the local cluster's: "
-                        "/run/hpcbsp-slurm/hosts); default: every rank on this machine")
-    p.add_argument("--launch", choices=LAUNCHES, default="mpiexec",
-                   help="start the job with mpiexec (default) or srun (one task per node of the allocation)")
+    add_placement(p, "the bench's job")
     p.add_argument("--timeout", type=float, default=1800.0, metavar="S", help="limit for the MPI job (default 1800 s)")
     p.add_argument("--no-plot", action="store_true", help="skip the plots")
     p.add_argument("--report-only", action="store_true",

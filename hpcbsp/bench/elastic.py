@@ -1,6 +1,6 @@
 """Parameter-server push+pull vs raw Send/Recv, and an allreduce step vs bare MPI.Allreduce.
 
-    mpiexec -n 2 python -m hpcbsp.bench elastic [--params P] [--iters K] [--repeats R]
+    mpiexec -n 2 python -m hpcbsp.bench elastic [--params P] [--iters K] [--repeats R] [--grad-dtype D]
 
 Two comparisons, each measured side by side in alternating rounds, on a float32
 model of ``P`` parameters (default 1,048,576: 4 MiB each way):
@@ -11,6 +11,10 @@ model of ``P`` parameters (default 1,048,576: 4 MiB each way):
   sees, timed between its first and its last call of the gradient function (the run's set-up
   and teardown are not round trips).  Baseline: rank 1 ``Send``s the same bytes (16-byte header + ``4 P``) to rank 0 and
   ``Recv``s as many back, raw mpi4py.  Ratio = baseline time / server time (target >= 0.8x).
+  With ``--grad-dtype bfloat16`` (or ``float16``) the gradients travel in 2 bytes a value, as
+  ``train.py --grad-dtype`` sends them, while the baseline still moves float32 both ways: the
+  ratio then says what the compression gains (at most 4/3 where the link is the bottleneck: 6
+  bytes a parameter per round trip instead of 8) net of its encoding and decoding.
   Ranks other than 0 and 1 sit the comparison out.
 * **allreduce step**: one step of the allreduce baseline
   (:func:`hpcbsp.elastic.allreduce.allreduce_step`: ``bsp.reduce_scatter`` of ``P + 1`` values,
@@ -37,13 +41,13 @@ from mpi4py import MPI
 from hpcbsp.elastic.allreduce import allreduce_step
 from hpcbsp.elastic.policies import make_policy
 from hpcbsp.elastic.server import serve, work
-from hpcbsp.elastic.wire import HEADER_BYTES
+from hpcbsp.elastic.wire import FORMATS, HEADER_BYTES
 from hpcbsp.elastic.world import World, launch_world
 from hpcbsp.util.args import OneLineParser, add_iters, add_repeats, positive_int
 
 
 def _server_round(comm: MPI.Comm, grad: np.ndarray, w0: np.ndarray, iters: int,
-                  timeout: float) -> float | None:
+                  timeout: float, grad_format: str | None) -> float | None:
     """Seconds per push+pull through the server, as worker 1 sees it (None on other ranks)."""
     rank = comm.Get_rank()
     pair = comm.Split(0 if rank < 2 else MPI.UNDEFINED, rank)
@@ -51,14 +55,15 @@ def _server_round(comm: MPI.Comm, grad: np.ndarray, w0: np.ndarray, iters: int,
         return None
     try:
         if rank == 0:
-            serve(pair, make_policy("asp"), w0, 1e-6, max_updates=iters + 1, timeout=timeout)
+            serve(pair, make_policy("asp"), w0, 1e-6, max_updates=iters + 1, timeout=timeout,
+                  grad_format=grad_format)
             return None
         calls: list[float] = []
 
         def grad_fn(weights: np.ndarray) -> np.ndarray:
             calls.append(time.perf_counter())  # the first after the first reply, the last after
             return grad                        # the iters-th: iters round trips in between
-        work(pair, grad_fn, grad.size, dtype=np.float32, timeout=timeout)
+        work(pair, grad_fn, grad.size, dtype=np.float32, timeout=timeout, grad_format=grad_format)
         return (calls[-1] - calls[0]) / iters
     finally:
         pair.Free()
@@ -86,7 +91,7 @@ def _max(comm: MPI.Comm, value: float | None) -> float:
     return comm.allreduce(value if value is not None else 0.0, op=MPI.MAX)
 
 
-def bench(world: World, params: int, iters: int, rounds: int) -> dict[str, Any]:
+def bench(world: World, params: int, iters: int, rounds: int, grad_format: str | None = None) -> dict[str, Any]:
     bsp, comm = world.bsp, world.comm  # (comm: the baselines' and the server's own communicator)
     rng = np.random.default_rng(bsp.pid)
     grad = rng.standard_normal(params).astype(np.float32)
@@ -102,7 +107,7 @@ def bench(world: World, params: int, iters: int, rounds: int) -> dict[str, Any]:
     for _ in range(rounds):
         if bsp.nprocs > 1:
             comm.Barrier()
-            server.append(_max(comm, _server_round(comm, grad, w0, iters, world.timeout)))
+            server.append(_max(comm, _server_round(comm, grad, w0, iters, world.timeout, grad_format)))
             comm.Barrier()
             raw.append(_max(comm, _raw_round(comm, nbytes, iters)))
         comm.Barrier()
@@ -122,7 +127,7 @@ def bench(world: World, params: int, iters: int, rounds: int) -> dict[str, Any]:
             bsp.allreduce(buf, out=total)
         reduce_only.append(_max(comm, (time.perf_counter() - tic) / iters))
     return {"server_s": server, "raw_s": raw, "step_s": step, "bare_s": bare, "reduce_s": reduce_only,
-            "bytes": nbytes}
+            "bytes": nbytes, "hosts": comm.allgather(MPI.Get_processor_name())}
 
 
 def _row(name: str, ours: list[float], base_name: str, base: list[float], target: str) -> str:
@@ -139,17 +144,22 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--params", type=positive_int, default=1 << 20, help="float32 parameters (default 1048576)")
     add_iters(parser, "round trips or steps per round", default=50)
     add_repeats(parser, "alternating rounds, medians reported", default=5, dest="rounds", old=("--rounds",))
+    parser.add_argument("--grad-dtype", choices=FORMATS, default=None,
+                        help="gradients on the wire in the push+pull, as train.py --grad-dtype (default: "
+                             "float32, as the weights); the baseline stays float32")
     parser.add_argument("--quick", action="store_true", help="a short run (10 iterations, 2 rounds)")
     args = parser.parse_args(argv)
     if args.quick:
         args.iters, args.rounds = 10, 2
     # (one rank measures the allreduce step alone; a second adds the server)
-    r = launch_world(bench, args.params, args.iters, args.rounds, min_ranks=1)
+    r = launch_world(bench, args.params, args.iters, args.rounds, args.grad_dtype, min_ranks=1)
     if MPI.COMM_WORLD.Get_rank() == 0:
         p = MPI.COMM_WORLD.Get_size()
         mib = r["bytes"] / 2**20
-        print(f"ranks: {p}  model: {args.params:,} float32 parameters ({mib:.2f} MiB per message); "
-              f"{args.rounds} alternating rounds of {args.iters}")
+        hosts = len(set(r["hosts"]))
+        print(f"ranks: {p} on {hosts} host{'s' if hosts > 1 else ''}  model: {args.params:,} float32 parameters "
+              f"({mib:.2f} MiB per message); {args.rounds} alternating rounds of {args.iters}"
+              + (f"; gradients pushed as {args.grad_dtype}" if args.grad_dtype else ""))
         if p > 1:
             print(_row("push+pull via server", r["server_s"], "raw Send/Recv ", r["raw_s"], "(target >= 0.8x)"))
         else:

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 
-from ..util.args import OneLineParser, add_iters, add_n, add_repeats, positive_int
+from ..util.args import OneLineParser, add_iters, add_n, add_placement, add_repeats, positive_int
 from ..util.jobcommand import JobCommandError, job_command
 
 #: The largest cost the detector may have (issue 31): 2 %.
@@ -63,9 +63,7 @@ def main(argv: list[str]) -> int:
     add_repeats(parser, "jobs on each side, alternating", default=4)
     add_iters(parser, "empty syncs per measured round", default=20_000)
     add_n(parser, "histogram updates", per="per rank", default=2_000_000)
-    parser.add_argument("--hosts", metavar="FILE", help="one rank on each host of FILE (mpiexec -f)")
-    parser.add_argument("--launch", choices=("mpiexec", "srun"), default="mpiexec",
-                        help="how to start the jobs (default mpiexec; srun inside an allocation)")
+    add_placement(parser, "each job")
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.inner:

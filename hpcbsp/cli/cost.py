@@ -28,6 +28,7 @@ from hpcbsp.farm.model import COMM_FORMS, GRANULARITIES, BSFModel, BSFParams
 from hpcbsp.util.args import (
     OneLineParser,
     add_alias,
+    add_placement,
     nonnegative_float,
     nonnegative_int,
     positive_int,
@@ -35,7 +36,6 @@ from hpcbsp.util.args import (
     seconds,
     seed,
 )
-from hpcbsp.util.jobcommand import LAUNCHES
 from hpcbsp.util.launcher import launcher_rank
 from hpcbsp.util.outputs import OutputError, prepare_output
 
@@ -330,11 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=positive_seconds, default=300.0, metavar="S",
                    help="limit per run in seconds, fractions allowed (default 300)")
     p.add_argument("--mpiexec", metavar="PATH", help="mpiexec to use (default: the one beside this Python)")
-    p.add_argument("--hosts", metavar="FILE",
-                   help="one rank on each host of FILE (mpiexec -f FILE -ppn 1, or Open MPI's equivalent; the local cluster's "
-                        "/run/hpcbsp-slurm/hosts goes through its launcher); default: all ranks here")
-    p.add_argument("--launch", choices=LAUNCHES, default="mpiexec",
-                   help="start each run with mpiexec (default) or srun (one task per node of the Slurm allocation)")
+    add_placement(p, "each run")
     p.add_argument("--exchange", choices=("linear", "tree"),
                    help="the farm's exchange in every run (default: the program's own, linear unless it says)")
     p.add_argument("--emulate-compute", nargs="?", const="measure", metavar="t_map=S[,t_a=S]",

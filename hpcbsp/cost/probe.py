@@ -21,6 +21,7 @@ from typing import Any, Callable, TextIO
 
 import numpy as np
 
+from ..util.mpiflavour import library_name
 from .errors import CostInputError
 from .modelfile import provenance
 from .profile import FORMAT
@@ -172,7 +173,7 @@ def probe(bsp: Any, *, max_h: int = 256, repeats: int = 20, max_block_words: int
         "l_local_spread": [float(min(local)), float(max(local))],
         "repeats": repeats,
         "regimes": regimes,
-        **provenance(source="probe", mpi_library=MPI.Get_library_version().splitlines()[0].strip(),
+        **provenance(source="probe", mpi_library=library_name(MPI.Get_library_version()),
                      mpi4py=__import__("mpi4py").__version__, processor=platform.processor()),
     }
 

@@ -70,6 +70,11 @@ class Coordinator:
         release, and all waiting ones, are told to stop instead (no gradient is computed in vain).
     """
 
+    #: Attributes a snapshot leaves out (:mod:`.snapshot`): how the weights are updated in place
+    #: belongs to this run's transport (:meth:`keep_weights_in`), not to the state it resumes.
+    TRANSIENT = ("_step",)
+    _step: Callable[[np.ndarray, np.ndarray, float], np.ndarray] = staticmethod(sgd_step)
+
     def __init__(self, policy: SyncPolicy, n_workers: int, weights: np.ndarray | None, lr: float,
                  now: float = 0.0, max_updates: int | None = None, lr_decay: float = 0.0):
         self.policy = policy
@@ -149,10 +154,13 @@ class Coordinator:
             return Outcome(stop=tuple(decision.release) + self.stop(now), streamed=streamed)
         return Outcome(release=tuple(decision.release), streamed=streamed)
 
-    def keep_weights_in(self, storage: np.ndarray) -> None:
+    def keep_weights_in(self, storage: np.ndarray,
+                        step: Callable[[np.ndarray, np.ndarray, float], np.ndarray] = sgd_step) -> None:
         """Hold the weights in ``storage`` from now on (their values copied there), for a
         transport that shares them with the workers (a shared-memory window): flat, of the
-        weights' dtype and size, C-contiguous."""
+        weights' dtype and size, C-contiguous.  ``step(w, g, lr)`` makes the one-gradient
+        updates of them in place from now on (default :func:`~hpcbsp.kernels.update.sgd_step`;
+        the window's :class:`~.transport.WindowStores` picks its kind of store)."""
         if self.weights is None:
             raise ProtocolError("keep_weights_in: this coordinator holds no weights (timing only)")
         if storage.shape != self.weights.shape or storage.dtype != self.weights.dtype \
@@ -161,6 +169,7 @@ class Coordinator:
                              f"array of shape {self.weights.shape}")
         storage[:] = self.weights
         self.weights = storage
+        self._step = step
 
     def rejoin(self) -> tuple[int, ...]:
         """After a restart: the workers that were computing, to be sent the current weights.
@@ -209,6 +218,6 @@ class Coordinator:
                     sgd_step(self.weights[piece], direct[piece], lr)
                     stream.ready(piece)
             else:  # weights -= lr * gradient in one compiled pass, with numpy's rounding
-                sgd_step(self.weights, self._grads[idx[0]] if direct is None else direct, lr)
+                self._step(self.weights, self._grads[idx[0]] if direct is None else direct, lr)
         self.version += 1
         self.log.updates = self.version

@@ -101,8 +101,8 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
     transport : str, optional
         How the weights reach the workers (:mod:`.transport`): ``"auto"`` (default:
         ``$HPCBSP_PS_TRANSPORT``, else ``auto``: a shared-memory window where every rank is on
-        one node, else messages) or ``"messages"``; agreed with the workers (messages if any
-        rank asks for them).
+        one node and a probe finds it fast, else messages), ``"window"`` (no probe) or
+        ``"messages"``; agreed with the workers (messages if any rank asks for them).
     """
     if duration is None and max_updates is None:
         raise ValueError("serve() needs a stop condition: duration or max_updates")
@@ -140,7 +140,7 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
     assert wired is not None
     with shared if shared is not None else nullcontext():
         if shared is not None:
-            coord.keep_weights_in(shared.array)
+            coord.keep_weights_in(shared.array, shared.stores.sgd_step)
         try:
             result = _serve(comm, coord, policy, shared, mode, *wired, duration=duration, eval_fn=eval_fn,
                             eval_every=eval_every, progress=progress, timeout=timeout, resume=resume,

@@ -13,8 +13,10 @@ it back, exactly:
 * numpy arrays and scalars of numeric dtypes are their raw bytes in base64 (bit-exact);
 * a ``numpy.random.Generator`` is its bit generator's state;
 * an instance of a class in the allow-list (:data:`CLASSES`) is its class name and its
-  ``__dict__``; decoding makes the instance with ``cls.__new__`` and sets the attributes, so no
-  constructor and no code named by the file runs.
+  ``__dict__`` less the names its class lists in ``TRANSIENT`` (what belongs to the process, not
+  to the state: those fall back to the class's defaults when decoded); decoding makes the
+  instance with ``cls.__new__`` and sets the attributes, so no constructor and no code named by
+  the file runs.
 
 Anything else raises :class:`SnapshotError` naming where it was found.  So does a mutable object
 reachable twice (two attributes sharing one list or array): restoring would split it into two
@@ -127,8 +129,9 @@ class _Encoder:
         name = f"{type(obj).__module__}.{type(obj).__qualname__}"
         if name in _classes():
             self._once(obj, where)
+            skip = getattr(type(obj), "TRANSIENT", ())  # (a class's own: not part of its state)
             return {"__object__": name,
-                    "attrs": {k: self.encode(v, f"{where}.{k}") for k, v in vars(obj).items()}}
+                    "attrs": {k: self.encode(v, f"{where}.{k}") for k, v in vars(obj).items() if k not in skip}}
         raise SnapshotError(f"{where}: cannot snapshot a {type(obj).__name__} "
                             f"(not one of the supported types or allowed classes)")
 

@@ -10,17 +10,20 @@ in the order they were added (the mailbox's per-pair FIFO guarantee rests on thi
 Buffers are allocated on a destination's first record and recycled after their send completes
 (up to :data:`SPARES` are kept), so memory is ``capacity * itemsize`` per destination in use, plus
 the messages in flight, plus the spares.  A send to many destinations appends in one compiled
-pass (:meth:`Aggregator.append`, the porter ``kernels.append_by_dest``).  No MPI in here: the
+pass (:meth:`Aggregator.append`, the porter ``kernels.append_by_dest``); a routed send's
+records are wrapped in their envelopes in that same pass (:class:`Unwrapped`,
+:meth:`Aggregator.append_wrapped`).  No MPI in here: the
 caller ships what :meth:`Aggregator.put`, :meth:`~Aggregator.take` and
 :meth:`~Aggregator.drain` hand out.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Protocol
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Protocol
 
 import numpy as np
 
 from ..kernels import append_by_dest
+from ..kernels.envelopes import wrap_append, wrap_envelopes
 
 
 class Buffers(Protocol):
@@ -50,6 +53,21 @@ def take_rows(records: np.ndarray, index: np.ndarray) -> np.ndarray:
     return np.take(rows, index, axis=0).view(records.dtype).reshape(-1)
 
 
+class Unwrapped(NamedTuple):
+    """Records of a send whose envelopes (``wire``: ``to``, [``from``,] ``rec``) are written
+    only as they are appended to the buffers: to ``dests`` (an int or C-contiguous int64, checked
+    ranks), from ``me`` (:class:`.formats.Fixed` makes them; one pass instead of two)."""
+
+    recs: np.ndarray
+    dests: int | np.ndarray
+    me: int
+    wire: np.dtype
+
+    def wrapped(self) -> np.ndarray:
+        """The envelopes as an array (for a path that needs them at once)."""
+        return wrap_envelopes(self.recs, self.dests, self.me, self.wire)
+
+
 #: Whole buffers kept for reuse after their send completed.
 SPARES = 4
 
@@ -70,10 +88,16 @@ class Aggregator:
         #: The most buffers held at once (partly filled ones and spares; not those in flight).
         self.peak_buffers = 0
 
-    def put(self, dests: int | np.ndarray, recs: np.ndarray, owned: bool) -> Iterable[tuple[int, np.ndarray]]:
+    def put(self, dests: int | np.ndarray, recs: "np.ndarray | Unwrapped",
+            owned: bool) -> Iterable[tuple[int, np.ndarray]]:
         """Append record i for ``dests`` (an int: :meth:`add`) or ``dests[i]`` (an array:
-        :meth:`append`); ``(dest, message)`` for every buffer that becomes full, to be shipped
-        as it comes (before later records are appended)."""
+        :meth:`append`, or :meth:`append_wrapped` for records still to be wrapped);
+        ``(dest, message)`` for every buffer that becomes full, to be shipped as it comes
+        (before later records are appended)."""
+        if isinstance(recs, Unwrapped):
+            if isinstance(dests, int) or isinstance(recs.dests, int):
+                return self.put(dests, recs.wrapped(), True)
+            return self.append_wrapped(dests, recs)
         if isinstance(dests, int):
             full = self.add(dests, recs, owned)
             return [(dests, msg) for msg in full] if full else ()
@@ -127,10 +151,25 @@ class Aggregator:
         them out with :meth:`take` when it wants them handled in order with later ones)."""
         n = recs.shape[0]
         rows = np.ascontiguousarray(recs).view(np.uint8).reshape(n, self.dtype.itemsize)
+        return self._port(lambda i: append_by_dest(dests, rows, i, self._ptrs, self._fill, self.capacity))
+
+    def append_wrapped(self, nexts: np.ndarray, batch: "Unwrapped") -> Iterator[tuple[int, np.ndarray]]:
+        """:meth:`append` for records not yet in their envelopes (this object's dtype): record
+        i's envelope goes to the buffer of ``nexts[i]``, written there in the same compiled pass
+        (:func:`hpcbsp.kernels.envelopes.wrap_append`)."""
+        dests = batch.dests
+        assert isinstance(dests, np.ndarray) and batch.wire == self.dtype
+        return self._port(lambda i: wrap_append(dests, nexts, batch.recs, i, batch.me, batch.wire,
+                                                self._ptrs, self._fill, self.capacity))
+
+    def _port(self, step: Callable[[int], tuple[int, int]]) -> Iterator[tuple[int, np.ndarray]]:
+        """Drive a porter kernel: ``step(i)`` appends from record i on and says why it stopped
+        (:func:`hpcbsp.kernels.append_by_dest`'s result); full buffers are yielded, missing
+        ones installed."""
         i = 0
         while True:
             before = i
-            i, d = append_by_dest(dests, rows, i, self._ptrs, self._fill, self.capacity)
+            i, d = step(i)
             self.nbuffered += i - before
             if d == -1:
                 return

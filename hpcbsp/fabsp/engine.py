@@ -11,7 +11,8 @@ One engine serves all mailboxes of a context and is the context's sync hook (see
 
 Transport.  Each message is one full (or, at a flush, partial) aggregation buffer of one mailbox,
 sent with ``Issend`` on a duplicated communicator with the mailbox's index as tag and received
-with ``Improbe`` + ``Recv`` (exact size, any source).  Synchronous mode means a send completes
+with ``Improbe`` + ``Imrecv`` (exact size, any source; a message streaming in over a network does
+not block this rank's own sends: :mod:`.handlers`).  Synchronous mode means a send completes
 only once the receiver has matched it, so with at most ``max_pending`` sends per mailbox in
 flight neither the sender's buffers nor the receiver's unexpected-message queue can grow with the
 number of records a superstep produces.  Records to this rank itself skip MPI (a local FIFO).
@@ -297,7 +298,8 @@ class Engine:
                               "were never delivered: call sync() before leaving the BSP block",
                               stacklevel=3)
         # After a failure some sends can never be matched: they are kept (see .notices).
-        notices.keep_unmatched([u for b in self.boxes for u in b.window.unmatched()])
+        notices.keep_unmatched([u for b in self.boxes for u in b.window.unmatched()]
+                               + self.handlers.unfinished())
         notices.state = "closed"
         for comm in self._comms:
             try:

@@ -5,9 +5,10 @@
 >>> bsp.sync()                    # returns when every record everywhere has been handled
 
 Semantics.  ``handler(records)`` (or ``handler(records, source)`` with ``with_source=True``) runs
-on the receiving rank with a batch of records of the mailbox's dtype, one batch at a time, at a
-point the runtime chooses: inside ``send``, ``bsp.progress()`` or ``bsp.sync()`` on that rank,
-never concurrently with another handler.  Handlers may send to any mailbox, their own included;
+on the receiving rank with a batch of records of the mailbox's dtype (those of one message or of
+several that arrived together), one batch at a time, at a point the runtime chooses: inside
+``send``, ``bsp.progress()`` or ``bsp.sync()`` on that rank, never concurrently with another
+handler.  Handlers may send to any mailbox, their own included;
 ``sync`` returns on every rank only when all records sent in the superstep, including those sent
 by handlers at any depth, have been handled.  Records from one rank to another through one
 mailbox are handled in the order they were sent (per-pair FIFO); there is no order between
@@ -43,8 +44,12 @@ Routing.  With ``routing="2d"`` or ``"3d"`` a record hops through a grid of rank
 dimension per hop (:mod:`.routing`), so D is about 2 sqrt(P) or 3 cbrt(P) and a record takes up
 to 2 or 3 messages; it carries its destination (and its source, for ``with_source``): a
 fixed-size record travels in an envelope 4 or 8 bytes larger, a ragged one has a head of 16
-bytes instead of 8 (:mod:`.relay`).  The ranks on the way pass it on when they receive it (as a
-handler would).  Per-pair FIFO order holds with every routing.  The default
+bytes instead of 8 (:mod:`.relay`), except where every route is one hop (a grid on 2 ranks),
+where records travel bare.  The ranks on the way pass it on when they receive it (as a
+handler would).  With ``routing="node"`` a record for a rank on another node goes through one
+rank of each of the two nodes (up to 3 messages), so that two nodes exchange one aggregated
+message per direction instead of one per pair of their ranks, and D is the node's other ranks
+plus about (nodes / ranks per node).  Per-pair FIFO order holds with every routing.  The default
 (``$HPCBSP_ROUTING``, else by P: direct up to 256 ranks, 2-D up to 32,768, 3-D beyond) suits
 memory; a mailbox may choose, by name or with a :class:`~.routing.Routing` object.
 
@@ -99,9 +104,9 @@ class Mailbox:
         A name for error messages (default: the handler's name).
     routing
         ``"direct"`` (a buffer per destination), ``"2d"`` or ``"3d"`` (through a grid of ranks,
-        O(sqrt P) or O(cbrt P) buffers, see the module notes), ``"auto"``, or a
-        :class:`~.routing.Routing` of P ranks; default ``$HPCBSP_ROUTING``, else ``"auto"`` (by
-        P).  Ranks must agree on it.
+        O(sqrt P) or O(cbrt P) buffers, see the module notes), ``"node"`` (by node), ``"auto"``,
+        or a :class:`~.routing.Routing` of P ranks; default ``$HPCBSP_ROUTING``, else ``"auto"``
+        (by P).  Ranks must agree on it.
     ragged
         Variable-size records: a record is a 1-D array of ``dtype`` of any length; ``send(pid,
         values, lengths)`` and ``handler(values, lengths[, source])`` (see the module notes).
@@ -128,7 +133,7 @@ class Mailbox:
                              "or nothing")
         self.ragged = bool(ragged)
         #: The routing strategy, and what moves this mailbox's records on this rank.
-        self.route = resolve_routing(routing, bsp.nprocs, where)
+        self.route = resolve_routing(routing, bsp.nprocs, where, bsp.hosts)
         self.routing = self.route.name
         self.relay = self.route.relay(bsp.pid, bool(with_source))
         #: How records are laid out on the wire (with the relay's address fields) and buffered.
@@ -259,6 +264,16 @@ class Mailbox:
         """Records in an outgoing message."""
         return self.format.count(msg)
 
+    def merges(self, a: int, b: int) -> bool:
+        """May batches from sources ``a`` and ``b`` go to one handler call (the engine's side)?
+        Yes unless the handler takes the MPI source (direct routing with the source; routed
+        records carry their origin)."""
+        return a == b or not self._with_source or bool(self.relay.fields)
+
+    def merge(self, batches: list[Any]) -> Any:
+        """Arrived batches as one, in order (the engine's side)."""
+        return self.format.concat(batches)
+
     def call_handler(self, batch: Any, source: int) -> None:
         """Run the handler on one batch from ``source`` (the engine's side; not for user code).
 
@@ -269,8 +284,7 @@ class Mailbox:
         if passing is not None:
             self._engine.count_sent(self, self.format.size(passing))
             self._forward(hops, passing, True)
-        for part, origin in deliveries:
-            args = self.format.handler_args(part)
+        for args, origin in deliveries:
             if self._with_source:
                 self._handler(*args, origin)
             else:

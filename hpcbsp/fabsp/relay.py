@@ -5,18 +5,20 @@ A mailbox composes its routing's relay (:meth:`.routing.Routing.relay`) with its
 how records are laid out.  Both relays offer the same three things:
 
 * ``fields``: the address fields a record carries besides its data;
-* ``outgoing(fmt, batch, dests)``: fills those fields of a batch about to be sent and returns
-  its next hops (an int if one for all);
+* ``outgoing(fmt, batch, dests)``: the next hops of a batch about to be sent (an int if one
+  for all), whose address fields the format filled when it laid the records out;
 * ``arrived(fmt, batch, source)``: splits a received batch into ``deliveries`` (the handler's
-  batches, with their origin) and records passing through, with their next hops.
+  arguments, with their origin) and records passing through, with their next hops.
 
 :class:`Straight` (direct routing): every next hop is the destination, so records carry no
 address; all that arrives is for this rank, from the MPI source.  :class:`Relay` (any routing
 through other ranks): each record carries its final destination ``to`` (int32) and, when the
 handler takes the source, its origin ``from`` (int32); a rank hands the records addressed to it
-to the handler and passes the others on.  Envelopes keep their relative order on the way to each
-next hop; with the route fixed per (source, destination) this keeps per-pair FIFO order end to
-end.  No MPI in here.
+to the handler and passes the others on.  The format splits a batch (:meth:`.formats.Fixed.split`:
+one compiled pass, :mod:`hpcbsp.kernels.envelopes`, for fixed-size records; numpy passes over
+the heads for ragged ones), so relaying a batch costs no Python per record.  Envelopes keep
+their relative order on the way to each next hop; with the route fixed per (source,
+destination) this keeps per-pair FIFO order end to end.  No MPI in here.
 """
 from __future__ import annotations
 
@@ -31,19 +33,19 @@ from ..runtime.records import destination_slices
 TO = ("to", np.int32)
 FROM = ("from", np.int32)
 
-#: The handler's batches of an arrived batch: ``(records, origin)`` (origin -1: not carried).
-Deliveries = list[tuple[Any, int]]
+#: The handler's calls of an arrived batch: ``(arguments, origin)`` (origin -1: not carried).
+Deliveries = list[tuple[tuple[np.ndarray, ...], int]]
 
 
 class Addressed(Protocol):
-    """What a relay needs of a record format (:mod:`.formats`): a batch's address fields, a
-    selection of its records, its size."""
+    """What a relay needs of a record format (:mod:`.formats`): an arrived batch split by its
+    address fields, a selection of delivered records, the handler's arguments."""
 
-    def addresses(self, batch: Any) -> np.ndarray: ...
+    def split(self, batch: Any, me: int, hops: np.ndarray) -> tuple[Any, np.ndarray | None, Any, np.ndarray | None]: ...
 
     def take(self, batch: Any, index: np.ndarray) -> Any: ...
 
-    def size(self, batch: Any) -> int: ...
+    def handler_args(self, batch: Any) -> tuple[np.ndarray, ...]: ...
 
 
 class Straight:
@@ -63,7 +65,7 @@ class Straight:
         return dests
 
     def arrived(self, fmt: Addressed, batch: Any, source: int) -> tuple[Deliveries, Any, np.ndarray | None]:
-        return [(batch, source)], None, None
+        return [(fmt.handler_args(batch), source)], None, None
 
 
 class Relay:
@@ -82,12 +84,8 @@ class Relay:
         self._all_next = self.peers.size == self.nprocs - 1
 
     def outgoing(self, fmt: Addressed, batch: Any, dests: int | np.ndarray) -> int | np.ndarray:
-        """Address ``batch`` (record i to ``dests`` or ``dests[i]``, checked ranks); its next
-        hops (an int if one for all; this rank for its own)."""
-        addr = fmt.addresses(batch)
-        addr["to"] = dests
-        if self._with_source:
-            addr["from"] = self.me
+        """The next hops of ``batch`` (record i to ``dests`` or ``dests[i]``, checked ranks, its
+        address fields filled by the format): an int if one for all; this rank for its own."""
         if isinstance(dests, int):
             return int(self.hops[dests])
         return dests if self._all_next else self.hops[dests]
@@ -96,26 +94,15 @@ class Relay:
         """``(deliveries, passing, their next hops)`` of an arrived batch, each in arrival order
         (``passing`` None if nothing passes).  With the source, one delivery per origin in
         ascending rank; else one for all (origin -1)."""
-        to = fmt.addresses(batch)["to"]
-        if not to.size:
-            return [], None, None
-        mine = to == self.me
-        if mine.all():
-            here, passing, hops = batch, None, None
-        elif not mine.any():
-            return [], batch, self.hops[to]
-        else:
-            away = np.flatnonzero(~mine)
-            here, passing, hops = fmt.take(batch, np.flatnonzero(mine)), fmt.take(batch, away), self.hops[to[away]]
-        return self._by_origin(fmt, here), passing, hops
+        here, origins, passing, hops = fmt.split(batch, self.me, self.hops)
+        return ([] if here is None else self._by_origin(fmt, here, origins)), passing, hops
 
-    def _by_origin(self, fmt: Addressed, here: Any) -> Deliveries:
-        if not self._with_source:
-            return [(here, -1)]
-        origin = fmt.addresses(here)["from"]
-        first = int(origin[0])
-        if (origin == first).all():
-            return [(here, first)]
-        perm, counts = group_by_dest(origin, self.nprocs)  # stable: arrival order per origin
-        return [(fmt.take(here, perm[start:stop]), src) for src, start, stop in destination_slices(counts)]
-
+    def _by_origin(self, fmt: Addressed, here: Any, origins: np.ndarray | None) -> Deliveries:
+        if not self._with_source or origins is None:
+            return [(fmt.handler_args(here), -1)]
+        first = int(origins[0])
+        if (origins == first).all():
+            return [(fmt.handler_args(here), first)]
+        perm, counts = group_by_dest(origins, self.nprocs)  # stable: arrival order per origin
+        return [(fmt.handler_args(fmt.take(here, perm[start:stop])), src)
+                for src, start, stop in destination_slices(counts)]

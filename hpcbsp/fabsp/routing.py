@@ -13,11 +13,19 @@ in here.
 * :class:`Grid2D` and :class:`Grid3D` route through a grid of ranks, as bale's conveyors do: a
   record moves along one grid dimension per hop, so each rank sends only to the ranks that differ
   from it in one grid coordinate, about 2 sqrt(P) (2-D) or 3 cbrt(P) (3-D) of them.  A record
-  passes through other ranks, so it travels in an envelope that names its destination.
+  passes through other ranks, so it travels in an envelope that names its destination; except
+  where the ranks fill one line of the grid (2 ranks), where every route is one hop and records
+  travel bare.
+
+* :class:`NodeAware` routes by node, as YGM's node-remote routing does: records for a rank on
+  the same node go straight to it; records for another node go first to the rank of this node
+  that talks to that node, across to the rank of that node that talks to this one, and on to
+  their destination: at most 3 hops, and between two nodes one pair of ranks carries all their
+  records, so a superstep sends at most one aggregated message per node pair and direction
+  instead of one per rank pair.  It is built from the ranks' host names (``bsp.hosts``).
 
 Another routing is a subclass with its own ``next_hops`` (and ``neighbour_counts`` if the
-generic count, a pass over every rank's hops, is too slow): for instance one that sends
-records bound off-node through a node-local representative, built from a rank-to-node map.
+generic count, a pass over every rank's hops, is too slow).
 :func:`buffers_per_rank` sizes the memory of a named routing for any P.
 
 The grid.  Ranks are laid out row-major in a grid of ``k`` dimensions ``dims`` (most significant
@@ -35,7 +43,8 @@ line.
 """
 from __future__ import annotations
 
-from typing import ClassVar
+import zlib
+from typing import ClassVar, Sequence
 
 import numpy as np
 
@@ -128,6 +137,15 @@ class GridRouting(Routing):
     def next_hops(self, me: int) -> np.ndarray:
         return self.grid.next_hops(me)
 
+    def relay(self, me: int, with_source: bool) -> Straight | Relay:
+        """As :meth:`Routing.relay`; but when the ranks fill no more than one line of the grid
+        (P <= the last extent: 2 ranks), every route is one hop and no record ever passes
+        through another rank, so records travel bare, as with :class:`Direct` (the same on
+        every rank: it depends on P only)."""
+        if self.nprocs <= self.dims[-1]:
+            return Straight(me, self.nprocs)
+        return super().relay(me, with_source)
+
     def neighbour_counts(self) -> np.ndarray:
         return self.grid.neighbour_counts()
 
@@ -146,20 +164,92 @@ class Grid3D(GridRouting):
     k = 3
 
 
+class NodeAware(Routing):
+    """By node (the module notes): ``hosts[r]`` names rank r's node.
+
+    Nodes are numbered in the order their first rank appears; ``members[n]`` are node n's ranks
+    in rank order, and a rank's local index is its position there.  Node a talks to node b
+    through its rank of local index ``b mod size(a)`` (its gateway to b).  From rank m on node a
+    to d on node b != a the next hop is a's gateway to b, or, at that gateway, b's gateway to a;
+    from there, d is on the same node.  Default hosts (none given): ``per_node`` consecutive
+    ranks a node, for sizing (:func:`buffers_per_rank`).
+    """
+
+    name = "node"
+
+    def __init__(self, nprocs: int, hosts: Sequence[str] | None = None, per_node: int = 1):
+        super().__init__(nprocs)
+        if hosts is None:
+            if per_node < 1:
+                raise ValueError(f"per_node must be at least 1, got {per_node}")
+            hosts = [str(r // per_node) for r in range(nprocs)]
+        if len(hosts) != nprocs:
+            raise ValueError(f"a node routing of {nprocs} ranks needs {nprocs} host names, got {len(hosts)}")
+        number: dict[str, int] = {}
+        self.node = np.array([number.setdefault(h, len(number)) for h in hosts], dtype=np.int64)
+        self.members = [np.flatnonzero(self.node == n) for n in range(len(number))]
+        self.size = np.array([m.size for m in self.members], dtype=np.int64)
+        self.local = np.empty(nprocs, dtype=np.int64)
+        for m in self.members:
+            self.local[m] = np.arange(m.size)
+        self.dims = (len(number), int(self.size.max()))
+
+    def signature(self) -> str:
+        # (the whole map: two runs with as many nodes but other placements must not mix)
+        return f"{self.name} {'x'.join(map(str, self.dims))} {zlib.crc32(self.node.tobytes()):08x}"
+
+    def relay(self, me: int, with_source: bool) -> Straight | Relay:
+        """As :meth:`Routing.relay`; but on one node, or with one rank a node, every route is one
+        hop, so records travel bare, as with :class:`Direct` (the same on every rank)."""
+        if len(self.members) == 1 or int(self.size.max()) == 1:
+            return Straight(me, self.nprocs)
+        return super().relay(me, with_source)
+
+    def gateway(self, a: int, b: np.ndarray | int) -> np.ndarray:
+        """The rank(s) of node ``a`` that talk to node(s) ``b``."""
+        return self.members[a][np.asarray(b, dtype=np.int64) % self.size[a]]
+
+    def next_hops(self, me: int) -> np.ndarray:
+        a = int(self.node[me])
+        dest = np.arange(self.nprocs, dtype=np.int64)
+        b = self.node
+        hops = dest.copy()  # the same node: straight there
+        away = b != a
+        mine = self.gateway(a, b[away])  # this node's gateway to each destination's node
+        to_a = np.array([self.gateway(n, a) for n in range(len(self.members))], dtype=np.int64)
+        hops[away] = np.where(mine == me, to_a[b[away]], mine)  # (at the gateway: across)
+        return hops
+
+    def neighbour_counts(self) -> np.ndarray:
+        """Its node's other ranks, plus the gateway of every node it is the gateway to (for a
+        rank of local index i on a node of s ranks: the other nodes b with b mod s = i)."""
+        nodes = len(self.members)
+        s = self.size[self.node]
+        i = self.local
+        others = (nodes - 1 - i) // s + 1 - (self.node % s == i)  # b in [0, nodes) with b % s == i, minus its own
+        return (s - 1) + np.where(i < nodes, others, 0)
+
+
 #: The routings a mailbox can name (``routing=``, ``$HPCBSP_ROUTING``, ``--routing``).
-ROUTINGS: dict[str, type[Routing]] = {"direct": Direct, "2d": Grid2D, "3d": Grid3D}
+ROUTINGS: dict[str, type[Routing]] = {"direct": Direct, "2d": Grid2D, "3d": Grid3D, "node": NodeAware}
 
 
-def default_routing(nprocs: int) -> str:
-    """The routing a mailbox gets when neither it nor ``$HPCBSP_ROUTING`` chooses one."""
+def default_routing(nprocs: int, hosts: Sequence[str] | None = None) -> str:
+    """The routing a mailbox gets when neither it nor ``$HPCBSP_ROUTING`` chooses one: by P.
+
+    Not by node yet, even where ranks share nodes (``hosts``): across a link that is the
+    bottleneck its envelopes cost more bytes than its fewer messages save (docs/performance.md,
+    "Routing by node across 4 emulated nodes"); ``routing="node"`` asks for it."""
     if nprocs <= DIRECT_UP_TO:
         return "direct"
     return "2d" if nprocs <= TWO_D_UP_TO else "3d"
 
 
-def resolve_routing(routing: str | Routing | None, nprocs: int, where: str) -> Routing:
+def resolve_routing(routing: str | Routing | None, nprocs: int, where: str,
+                    hosts: Sequence[str] | None = None) -> Routing:
     """The routing of a mailbox on ``nprocs`` ranks: ``routing`` (a name, ``"auto"`` or a
-    :class:`Routing` of ``nprocs`` ranks), else ``$HPCBSP_ROUTING``, else the default by P.
+    :class:`Routing` of ``nprocs`` ranks), else ``$HPCBSP_ROUTING``, else the default
+    (:func:`default_routing`; ``hosts``: the ranks' host names, which ``"node"`` routes by).
     A bad ``routing`` raises :class:`UsageError` naming ``where``; a bad ``$HPCBSP_ROUTING``
     :class:`~hpcbsp.runtime.errors.BadInput` (found already when the context started)."""
     if isinstance(routing, Routing):
@@ -170,10 +260,12 @@ def resolve_routing(routing: str | Routing | None, nprocs: int, where: str) -> R
     if routing is None:
         routing = setting(ROUTING_ENV)
     if routing == "auto":
-        routing = default_routing(nprocs)
+        routing = default_routing(nprocs, hosts)
     if not isinstance(routing, str) or routing not in ROUTINGS:
         raise UsageError(f"{where}: routing must be one of auto, {', '.join(ROUTINGS)} "
                          f"(or a Routing); got {routing!r}")
+    if routing == "node":
+        return NodeAware(nprocs, hosts)
     return ROUTINGS[routing](nprocs)
 
 
@@ -233,13 +325,15 @@ class Grid:
         return counts
 
 
-def buffers_per_rank(nprocs: int, routing: str) -> int:
-    """The most destination buffers one rank of ``nprocs`` can hold for a mailbox routed so."""
+def buffers_per_rank(nprocs: int, routing: str, per_node: int = 1) -> int:
+    """The most destination buffers one rank of ``nprocs`` can hold for a mailbox routed so
+    (``per_node``: ranks a node, for ``"node"``)."""
     if routing not in ROUTINGS:
         raise ValueError(f"unknown routing {routing!r}")
     if nprocs == 1:
         return 0
-    return int(ROUTINGS[routing](nprocs).neighbour_counts().max())
+    route = NodeAware(nprocs, per_node=per_node) if routing == "node" else ROUTINGS[routing](nprocs)
+    return int(route.neighbour_counts().max())
 
 
 def _root_ceil(n: int, k: int) -> int:
@@ -257,5 +351,5 @@ def grid_dims(nprocs: int, routing: str) -> tuple[int, ...]:
     return ROUTINGS[routing](nprocs).dims
 
 
-__all__ = ["ROUTINGS", "ROUTING_ENV", "Direct", "Grid", "Grid2D", "Grid3D", "GridRouting", "Routing",
+__all__ = ["ROUTINGS", "ROUTING_ENV", "Direct", "Grid", "Grid2D", "Grid3D", "GridRouting", "NodeAware", "Routing",
            "buffers_per_rank", "default_routing", "grid_dims", "resolve_routing"]

@@ -23,6 +23,24 @@ def group_by_dest(dest: np.ndarray, nprocs: int) -> tuple[np.ndarray, np.ndarray
     return perm, counts
 
 
+def wrap_envelopes(recs: np.ndarray, dests, me: int, wire: np.dtype) -> np.ndarray:
+    """Envelopes by numpy's structured assignment: ``to`` = dests, ``from`` = me, ``rec`` = recs."""
+    out = np.zeros(len(recs), dtype=wire)
+    out["to"] = dests
+    if "from" in (wire.names or ()):
+        out["from"] = me
+    out["rec"] = recs
+    return out
+
+
+def split_envelopes(env: np.ndarray, me: int, hops: np.ndarray, dtype: np.dtype):
+    """``(mine, origins, passing, next_hops)`` by boolean masks (arrival order kept)."""
+    here = env["to"] == me
+    origins = env["from"][here].copy() if "from" in (env.dtype.names or ()) else None
+    away = env[~here]
+    return env["rec"][here].astype(dtype), origins, away, np.asarray(hops)[away["to"]]
+
+
 def element_puts(tables: list[np.ndarray], dest: np.ndarray, offset: np.ndarray, values: np.ndarray) -> None:
     """What packing element puts by destination and applying them must do: one put at a time,
     in program order (the later of two puts to one element wins)."""

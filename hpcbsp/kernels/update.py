@@ -15,8 +15,14 @@ def _apart_or_same(a: np.ndarray, b: np.ndarray) -> bool:
                       and a.shape == b.shape) or not np.may_share_memory(a, b)
 
 
-def sgd_step(w: np.ndarray, g: np.ndarray, lr: float, out: np.ndarray | None = None) -> np.ndarray:
+def sgd_step(w: np.ndarray, g: np.ndarray, lr: float, out: np.ndarray | None = None, *,
+             streaming: bool = False) -> np.ndarray:
     """``w - lr * g``, into ``out`` (default: ``w`` itself, in place); returns ``out``.
+
+    ``streaming``: write ``out`` with non-temporal stores (the same bits; the result goes to
+    memory, not into this core's caches, and no line another core holds is fetched first), for
+    memory another process reads next; whether that is faster depends on where the two cores
+    sit (hpcbsp/elastic/transport.py measures it).
 
     ``w``, ``g`` and ``out`` are 1-D, C-contiguous, of one length and one dtype, float32 or
     float64; ``out`` may be ``w`` or ``g`` exactly, but must not partly overlap either.  ``lr`` is
@@ -35,5 +41,6 @@ def sgd_step(w: np.ndarray, g: np.ndarray, lr: float, out: np.ndarray | None = N
         raise ValueError("sgd_step: w, g and out must be C-contiguous and out writeable")
     if not (_apart_or_same(w, g) and _apart_or_same(out, w) and _apart_or_same(out, g)):
         raise ValueError("sgd_step: w, g and out overlap in part (each pair must be apart, or the same array)")
-    MODULES["_update"].sgd_step(out, w, g, float(lr))
+    kernel = MODULES["_update"].sgd_step_streaming if streaming else MODULES["_update"].sgd_step
+    kernel(out, w, g, float(lr))
     return out

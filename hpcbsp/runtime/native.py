@@ -11,7 +11,9 @@ request, so they match each other: a rank may take either, and the result is the
 The functions are found in the MPI library this process already runs, the one mpi4py loaded: the
 mapped shared objects named ``libmpi*`` (``/proc/self/maps``) are opened without loading anything
 new (``RTLD_NOLOAD``), and one is used only if it is the only one that exports ``MPI_Start``,
-``MPI_Wait`` and ``MPI_Initialized`` and says MPI is initialised.  Anything else (no ``/proc``, a
+``MPI_Wait`` and ``MPI_Initialized`` and says MPI is initialised.  :func:`mpi_symbols` is that
+lookup for any functions (the irregular apps' one-sided baseline finds ``MPI_Accumulate`` and
+``MPI_Get`` with it).  Anything else (no ``/proc``, a
 statically linked MPI, two MPI libraries, a library without persistent collectives) leaves the
 Python path, which is always correct.  ``HPCBSP_COMPILED_SYNC=0`` chooses the Python path.
 
@@ -31,20 +33,22 @@ from mpi4py import MPI
 from ..kernels._persistent import DIVERGED, RecordStep, start_wait_loop
 from .environment import setting
 
-__all__ = ["DIVERGED", "RecordStep", "compiled_loop", "compiled_step", "mpi_functions", "start_wait_loop"]
+__all__ = ["DIVERGED", "RecordStep", "compiled_loop", "compiled_step", "mpi_functions", "mpi_symbols",
+           "start_wait_loop"]
 
-_cache: list[tuple[int, int] | None] = []  # the lookup, once per process
+_found: dict[tuple[str, ...], tuple[int, ...] | None] = {}  # each lookup, once per process
 
 
 def _address(fn: Any) -> int:
     return int(ctypes.cast(fn, ctypes.c_void_p).value or 0)
 
 
-def mpi_functions() -> tuple[int, int] | None:
-    """``(MPI_Start, MPI_Wait)`` addresses in the running MPI library, or None if not found surely."""
-    if _cache:
-        return _cache[0]
-    found: list[tuple[int, int]] = []
+def mpi_symbols(names: tuple[str, ...]) -> tuple[int, ...] | None:
+    """The addresses of the C functions ``names`` in the running MPI library (the module notes
+    say which library counts), or None if they are not found surely."""
+    if names in _found:
+        return _found[names]
+    found: list[tuple[int, ...]] = []
     noload = getattr(os, "RTLD_NOLOAD", 0)  # without it, opening could load a library anew
     try:
         with open("/proc/self/maps") as maps:
@@ -56,17 +60,23 @@ def mpi_functions() -> tuple[int, int] | None:
     for path in paths:
         try:
             lib = ctypes.CDLL(path, mode=noload | os.RTLD_LAZY)
-            start, wait, initialized = lib.MPI_Start, lib.MPI_Wait, lib.MPI_Initialized
+            functions, initialized = [getattr(lib, name) for name in names], lib.MPI_Initialized
         except (OSError, AttributeError):
             continue
         initialized.argtypes = [ctypes.POINTER(ctypes.c_int)]
         flag = ctypes.c_int(0)
         if initialized(ctypes.byref(flag)) == 0 and flag.value:
-            pair = (_address(start), _address(wait))
-            if all(pair) and pair not in found:
-                found.append(pair)
-    _cache.append(found[0] if len(found) == 1 else None)
-    return _cache[0]
+            addresses = tuple(_address(fn) for fn in functions)
+            if all(addresses) and addresses not in found:
+                found.append(addresses)
+    _found[names] = found[0] if len(found) == 1 else None
+    return _found[names]
+
+
+def mpi_functions() -> tuple[int, int] | None:
+    """``(MPI_Start, MPI_Wait)`` addresses in the running MPI library, or None if not found surely."""
+    pair = mpi_symbols(("MPI_Start", "MPI_Wait"))
+    return None if pair is None else (pair[0], pair[1])
 
 
 def compiled_step(request: MPI.Prequest, record: bytearray) -> RecordStep | None:

@@ -17,9 +17,10 @@ way everywhere (docs/cli.md lists the vocabulary):
   :func:`add_n`, :func:`add_iters`, :func:`add_repeats`, :func:`add_seed`, :func:`add_ledger`,
   :func:`add_json`, :func:`add_quiet`, :func:`add_checkpoint` (or :func:`add_common_options` for
   the four every app has), so that each help starts with the same meaning and each value gets the
-  same check; :func:`check_outputs` with :func:`ledger_output` and :func:`check_checkpoint`
-  check them before the work.  :func:`add_alias` keeps an old spelling as a hidden, deprecated
-  alias.  (A Perfetto trace is ``--ledger RUN.trace.json``: there is no second option for it.)
+  same check; a command that starts MPI jobs of its own places them with :func:`add_placement`;
+  :func:`check_outputs` with :func:`ledger_output` and :func:`check_checkpoint` check them before
+  the work.  :func:`add_alias` keeps an old spelling as a hidden, deprecated alias.  (A Perfetto
+  trace is ``--ledger RUN.trace.json``: there is no second option for it.)
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, NoReturn
 
 from . import settings
+from .jobcommand import LAUNCHES
 from .launcher import launcher_rank
 
 
@@ -304,6 +306,20 @@ def add_json(parser: argparse.ArgumentParser | Any, what: str | None = None) -> 
 def add_quiet(parser: argparse.ArgumentParser | Any) -> None:
     """``--quiet``: no progress lines on stderr (stdout carries only the result anyway)."""
     _add(parser, "--quiet")
+
+
+def add_placement(parser: argparse.ArgumentParser | Any, jobs: str = "the job") -> None:
+    """``--hosts FILE`` and ``--launch mpiexec|srun``: where a command that starts MPI jobs of its
+    own puts their ranks (``jobs`` names them in the help); the caller turns them into a command
+    line with :func:`hpcbsp.util.jobcommand.job_command`, which checks the file before any launch.
+    docs/cli.md's table has the same wording."""
+    parser.add_argument("--hosts", metavar="FILE", default=None,
+                        help=f"one rank of {jobs} on each host of FILE (one host a line, host or host:slots; "
+                             "mpiexec -f FILE -ppn 1, or Open MPI's equivalent; the emulated cluster's "
+                             "/run/hpcbsp-slurm/hosts goes through its launcher); default: every rank on this machine")
+    parser.add_argument("--launch", choices=LAUNCHES, default="mpiexec",
+                        help=f"start {jobs} with mpiexec (default) or srun (one task per node of the Slurm "
+                             "allocation this runs in)")
 
 
 def add_checkpoint(parser: argparse.ArgumentParser | Any, unit: str | None, *,

@@ -228,8 +228,9 @@ def library_flavour(version: str) -> Flavour:
 
 
 def library_name(version: str) -> str:
-    """The first line of ``MPI_Get_library_version``, the library and its version."""
-    return (version.strip().splitlines() or ["unknown"])[0].strip()
+    """The first line of ``MPI_Get_library_version``, the library and its version (Open MPI's
+    text ends in the C string's NUL, which mpi4py passes on: dropped)."""
+    return (version.replace("\x00", "").strip().splitlines() or ["unknown"])[0].strip()
 
 
 def running_flavour() -> Flavour:

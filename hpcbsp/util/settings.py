@@ -225,10 +225,11 @@ _PACKAGE: tuple[Setting, ...] = (
             "Routing of FA-BSP mailboxes that do not choose one (`bsp.mailbox(..., routing=)`, the "
             "irregular apps' `--routing`): `direct` (a buffer for every other rank), `2d` or `3d` "
             "(records hop through a grid of ranks; about 2 sqrt(p) or 3 cbrt(p) buffers per rank, up to "
-            "2 or 3 messages per record), `auto` (direct up to 256 ranks, 2d up to 32,768, 3d beyond). "
-            "Give every rank the same value. See `hpcbsp/fabsp/routing.py`.",
-            "`auto`", "one of `auto`, `direct`, `2d`, `3d`", "`fabsp/routing.py`",
-            _choice("auto", "direct", "2d", "3d"), "auto"),
+            "2 or 3 messages per record), `node` (records for another node go through one rank of "
+            "each node: one message per node pair, up to 3 per record), `auto` (direct up to 256 ranks, "
+            "2d up to 32,768, 3d beyond). Give every rank the same value. See `hpcbsp/fabsp/routing.py`.",
+            "`auto`", "one of `auto`, `direct`, `2d`, `3d`, `node`", "`fabsp/routing.py`",
+            _choice("auto", "direct", "2d", "3d", "node"), "auto"),
     Setting("HPCBSP_WAIT",
             "How a rank waits for the others in a collective call, as `hpcbsp.BSP(wait=...)` sets it for "
             "one context: `spin` (busy-poll, lowest latency), `yield` (poll with growing sleeps, gives "
@@ -249,10 +250,13 @@ _PACKAGE: tuple[Setting, ...] = (
             "How the parameter server's weights reach the workers, as `serve(..., transport=)` and "
             "`work(..., transport=)` set it for one run: `auto` (an MPI shared-memory window where the "
             "server and every worker are on one node: each worker copies the weights once, the server "
-            "only updates them; messages otherwise), `messages` (the weights as messages in 1 MiB "
-            "pieces, also on one node). Ranks that differ get messages. See "
-            "`hpcbsp/elastic/transport.py`.",
-            "`auto`", "one of `auto`, `messages`", "`elastic/transport.py`", _choice("auto", "messages"), "auto"),
+            "only updates them; messages otherwise, and where a probe of the new window finds the "
+            "cores placed so that the server's stores into it are slow), `window` (the window on one "
+            "node without the probe), `messages` (the weights as messages in 1 MiB pieces, also on one "
+            "node). A rank that says `messages` gets messages for all; one that says `window` skips "
+            "the probe. See `hpcbsp/elastic/transport.py`.",
+            "`auto`", "one of `auto`, `window`, `messages`", "`elastic/transport.py`",
+            _choice("auto", "window", "messages"), "auto"),
     Setting("HPCBSP_FARM_REPORT",
             "A file to which a BSF farm program (`hpcbsp.farm`, e.g. `hpcbsp.apps.bsf.jacobi`) appends "
             "its measured timings, one JSON line per run (missing folders are created); checked before "

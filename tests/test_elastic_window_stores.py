@@ -1,0 +1,95 @@
+"""How the parameter server writes its shared window (``hpcbsp.elastic.transport.WindowStores``).
+
+Oracles: a hand-written schedule.  A fake clock makes every update with ordinary stores take one
+time and every update with non-temporal stores another (changed mid-run, as a new placement of the
+two processes' cores would), and the kinds chosen, update by update, must be the ones the rules
+of the class's docstring give, worked out here by hand.  The result of each update is numpy's
+``w -= lr * g`` either way (the stores' own bit-exactness is tests/test_kernels_update.py's).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hpcbsp.elastic.transport import WindowStores
+from hpcbsp.kernels import reference
+
+
+class FakeCosts:
+    """A clock on which an update costs ``cost[streaming]``, and the step that advances it."""
+
+    def __init__(self, ordinary: float, streaming: float):
+        self.cost = {False: ordinary, True: streaming}
+        self.now = 0.0
+        self.kinds: list[bool] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def step(self, w: np.ndarray, g: np.ndarray, lr: float, *, streaming: bool) -> np.ndarray:
+        self.kinds.append(streaming)
+        self.now += self.cost[streaming]
+        w -= np.float32(lr) * g
+        return w
+
+
+def test_the_faster_kind_is_used_and_the_other_tried_every_explore_th_update():
+    costs = FakeCosts(ordinary=1.7e-3, streaming=0.33e-3)  # the slow placement of the docstring
+    stores = WindowStores(clock=costs.clock, step=costs.step)
+    w, g = np.zeros(4, dtype=np.float32), np.ones(4, dtype=np.float32)
+    for _ in range(200):
+        stores.sgd_step(w, g, 0.01)
+    e = WindowStores.EXPLORE
+    # By hand: ordinary first, then non-temporal, then non-temporal (faster) except at updates
+    # 63, 127, 191 (counting from 0), which try ordinary again.
+    want = [False, True] + [n % e != e - 1 for n in range(2, 200)]
+    assert costs.kinds == want
+    assert stores.used == [1 + 200 // e, 200 - 1 - 200 // e]
+    assert stores.mean_s == pytest.approx([1.7e-3, 0.33e-3], rel=1e-9)  # constant costs: the costs (clock rounding aside)
+
+
+def test_a_change_of_placement_is_followed_at_the_next_try():
+    costs = FakeCosts(ordinary=1.7e-3, streaming=0.33e-3)
+    stores = WindowStores(clock=costs.clock, step=costs.step)
+    w, g = np.zeros(4, dtype=np.float32), np.ones(4, dtype=np.float32)
+    for _ in range(10):
+        stores.sgd_step(w, g, 0.01)
+    costs.cost = {False: 0.17e-3, True: 0.32e-3}  # the fast placement from here on
+    for _ in range(100):
+        stores.sgd_step(w, g, 0.01)
+    e = WindowStores.EXPLORE
+    # By hand: non-temporal from update 2 until the try of ordinary at update 63 (now faster, its
+    # stale mean replaced by the new time); ordinary from then on, and its own tries of
+    # non-temporal at update 127 would come later than this run.
+    want = [False, True] + [True] * (e - 1 - 2) + [False] * (110 - (e - 1))
+    assert costs.kinds == want
+
+
+def test_a_lucky_try_is_undone_by_the_updates_after_it():
+    costs = FakeCosts(ordinary=1.7e-3, streaming=0.33e-3)
+    stores = WindowStores(clock=costs.clock, step=costs.step)
+    w, g = np.zeros(4, dtype=np.float32), np.ones(4, dtype=np.float32)
+    e = WindowStores.EXPLORE
+    for n in range(e + 3):
+        if n == e - 1:  # the try of ordinary stores happens to be fast once
+            costs.cost[False] = 0.1e-3
+        elif n == e:
+            costs.cost[False] = 1.7e-3
+        stores.sgd_step(w, g, 0.01)
+    # By hand: the try (update 63) makes ordinary look faster, so update 64 uses it and takes
+    # 1.7 ms, raising its running mean to 0.1 + 0.25 (1.7 - 0.1) = 0.5 ms > 0.33: non-temporal
+    # again from update 65.
+    assert costs.kinds[e - 1:] == [False, False, True, True]
+    assert stores.mean_s[0] == pytest.approx(0.1e-3 + WindowStores.ALPHA * (1.7e-3 - 0.1e-3), rel=1e-9)
+
+
+def test_the_update_is_numpys_whichever_stores():
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal(1001).astype(np.float32)
+    g = rng.standard_normal(1001).astype(np.float32)
+    want = w.copy()
+    stores = WindowStores()  # the real clock and kernel
+    for _ in range(5):
+        reference.sgd_step(want, g, 0.05)
+        stores.sgd_step(w, g, 0.05)
+    assert w.tobytes() == want.tobytes() and sum(stores.used) == 5 and min(stores.used) >= 1
