@@ -13,14 +13,49 @@ business (:mod:`hpcbsp.runtime.control` hands it ``MPI_Start``, ``MPI_Wait`` and
 step's persistent ``MPI_Allreduce_init(MAX)`` request).  The record layout is the control step's:
 ``[kind, step, sig, data, gets, -kind, -step, -sig, -data, -gets]``; after a MAX reduction,
 field ``i`` agrees on every rank exactly when ``r[i] + r[i + 5] == 0``.
+
+:meth:`RecordStep.agree_row` is the empty sync's whole step: it reads the clock before and after
+the step (``CLOCK_MONOTONIC``, the clock of Python's ``time.perf_counter`` on Linux) and, when the
+reduced record says that no rank has data or gets, appends the superstep's row to a list itself.
+:func:`start_wait_loop` starts and waits for any request ``n`` times in a row: a collective's own
+latency, without the interpreter between calls (what a benchmark compares the sync with).
 """
 from libc.stdint cimport int64_t, uintptr_t
+from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 ctypedef int (*start_fn)(void *) noexcept nogil
 ctypedef int (*wait_fn)(void *, void *) noexcept nogil
 
 #: Returned by :meth:`RecordStep.agree` when the ranks disagree on the kind, step or signature.
 DIVERGED = -1
+
+
+cdef inline double _now() noexcept nogil:
+    """Seconds on CLOCK_MONOTONIC, computed as CPython's ``time.perf_counter`` does on Linux."""
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return <double>(<int64_t>ts.tv_sec * 1000000000 + ts.tv_nsec) / 1e9
+
+
+def start_wait_loop(uintptr_t start, uintptr_t wait, uintptr_t request, Py_ssize_t n):
+    """Call ``start(request)`` then ``wait(request, status)`` ``n`` times, the GIL released;
+    return the first nonzero code, or 0.  A persistent request's latency without the interpreter."""
+    cdef start_fn start_ = <start_fn>start
+    cdef wait_fn wait_ = <wait_fn>wait
+    cdef void *req = <void *>request
+    cdef char status[256]
+    cdef int code = 0
+    cdef Py_ssize_t i
+    if not (start and wait and request):
+        raise ValueError("start_wait_loop: a null function or request address")
+    with nogil:
+        for i in range(n):
+            code = start_(req)
+            if code == 0:
+                code = wait_(req, status)
+            if code != 0:
+                break
+    return code
 
 
 cdef class RecordStep:
@@ -47,6 +82,8 @@ cdef class RecordStep:
     cdef char _status[256]  # larger than any MPI library's status object
     cdef object _owners
     cdef object _error
+    #: When the last :meth:`agree_row` began (seconds, ``time.perf_counter``'s clock).
+    cdef public double started
 
     def __init__(self, uintptr_t start, uintptr_t wait, uintptr_t request, uintptr_t record,
                  object owners, object error):
@@ -66,8 +103,7 @@ cdef class RecordStep:
         self._wait = NULL
         self._request = NULL
 
-    def agree(self, int64_t kind, int64_t step, int64_t sig, bint data, bint gets):
-        """Reduce the record; return ``data | gets << 1`` as reduced by MAX, or ``DIVERGED``."""
+    cdef int _step(self, int64_t kind, int64_t step, int64_t sig, bint data, bint gets) except -2:
         cdef int64_t *r = self._record
         cdef int code
         if self._request == NULL:
@@ -91,3 +127,20 @@ cdef class RecordStep:
         if r[0] + r[5] or r[1] + r[6] or r[2] + r[7]:
             return DIVERGED
         return (r[3] == 1) | (r[4] == 1) << 1
+
+    def agree(self, int64_t kind, int64_t step, int64_t sig, bint data, bint gets):
+        """Reduce the record; return ``data | gets << 1`` as reduced by MAX, or ``DIVERGED``."""
+        return self._step(kind, step, sig, data, gets)
+
+    def agree_row(self, int64_t kind, int64_t step, object label, list rows):
+        """``agree(kind, step, 0, False, False)``, timed: when it returns 0 (no rank has data or
+        gets), ``(step, label, t_start, t_end, None)`` is appended to ``rows``, the two times read
+        just before and after the step; otherwise nothing is appended and ``t_start`` is kept in
+        :attr:`started`."""
+        cdef double t0 = _now()
+        cdef int code = self._step(kind, step, 0, False, False)
+        if code == 0:
+            rows.append((step, label, t0, _now(), None))
+        else:
+            self.started = t0
+        return code

@@ -43,9 +43,17 @@ def test_the_sync_bench_runs_on_two_ranks_with_its_fine_grained_rows():
     out = res.stdout
     sync, barrier, ratio = figures(rf"empty sync +{NUM} us +Barrier +{NUM} us +sync/Barrier = {NUM}x", out)
     assert ratio_of(ratio, sync, barrier, 0.01), (sync, barrier, ratio)
+    # The floor the target names: one integer's allreduce, three ways; the ratio is to the fastest.
+    ways = figures(rf"allreduce \(MAX, in place\) of one integer: Allreduce {NUM} us; persistent Allreduce "
+                   rf"\(MPI-4; Start \+ Wait from Python\) {NUM} us; the same from C {NUM} us", out)
+    floor, ratio = figures(rf"sync / the fastest allreduce of one integer \(the floor the target names\), "
+                           rf"[^,]+ {NUM} us, = {NUM}x", out)
+    assert floor == min(ways) and ratio_of(ratio, sync, floor, 0.01), (ways, floor, sync, ratio)
     put, a2a, ratio = figures(rf"MiB/rank +{NUM} ms \(.*?\) +pack\+Alltoallv +{NUM} ms \(.*?\) +"
                               rf"throughput ratio = {NUM}x", out)
     assert ratio_of(ratio, a2a, put, 0.01), (put, a2a, ratio)
+    median, low, high = figures(rf"the same ratio within each round .*?: median {NUM}x, {NUM}-{NUM} over the rounds", out)
+    assert low <= median <= high, (low, median, high)
     # 0.25 MiB of 8-byte words, as single-element puts: the median over the rounds lies in their range
     elements, median, low, high = figures(
         rf"32,768 single-word puts to random ranks and offsets, one put_elements call +{NUM} ms = "

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ctypes
+import time
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ import pytest
 import hpcbsp
 from hpcbsp import Divergence
 from hpcbsp.runtime import native
-from hpcbsp.runtime.native import DIVERGED, RecordStep
+from hpcbsp.runtime.native import DIVERGED, RecordStep, start_wait_loop
 
 mpi = pytest.mark.mpi(min_size=2)
 
@@ -116,6 +117,73 @@ def test_the_compiled_step_writes_the_record_and_reads_the_max_reduction():
     for other in (_record(1, 8, 42, 0, 0), _record(2, 7, 42, 0, 0), _record(1, 7, 41, 0, 0)):
         fake.other = other                                       # another superstep, kind, signature
         assert step.agree(1, 7, 42, False, False) == DIVERGED
+
+
+def test_the_timed_step_appends_the_row_only_when_no_rank_has_data_or_gets():
+    """``agree_row`` is ``agree(kind, step, 0, False, False)`` with the superstep's ledger row:
+    appended, with times on ``time.perf_counter``'s clock (the oracle: reads of it around the
+    call), when the reduced record has no data and no gets; otherwise nothing is appended and
+    the start time is kept."""
+    fake = _FakeMPI()
+    step = fake.step()
+    rows: list[tuple] = []
+    before = time.perf_counter()
+    assert step.agree_row(1, 7, "label", rows) == 0
+    after = time.perf_counter()
+    np.testing.assert_array_equal(fake.started[-1], _record(1, 7, 0, 0, 0))  # no data, no gets, sig 0
+    assert len(rows) == 1 and rows[0][:2] == (7, "label") and rows[0][4] is None
+    assert before <= rows[0][2] <= rows[0][3] <= after
+    for other, code in ((_record(1, 8, 0, 1, 0), 1), (_record(1, 8, 0, 0, 1), 2), (_record(1, 8, 0, 1, 1), 3),
+                        (_record(2, 8, 0, 0, 0), DIVERGED), (_record(1, 9, 0, 0, 0), DIVERGED)):
+        fake.other = other  # another rank has data, gets, or is elsewhere
+        before = time.perf_counter()
+        assert step.agree_row(1, 8, None, rows) == code
+        assert before <= step.started <= time.perf_counter()
+        assert len(rows) == 1  # nothing appended: the caller delivers, then records the row
+    with pytest.raises(TypeError):
+        step.agree_row(1, 0, None, ())  # the rows must be a list
+
+
+def test_the_start_wait_loop_starts_and_waits_n_times_and_stops_at_an_error():
+    fake = _FakeMPI()
+    start = ctypes.cast(fake.start, ctypes.c_void_p).value
+    wait = ctypes.cast(fake.wait, ctypes.c_void_p).value
+    assert start_wait_loop(start, wait, 0x5EED, 5) == 0
+    assert fake.requests == [0x5EED] * 5 and fake.waits == 5
+    assert start_wait_loop(start, wait, 0x5EED, 0) == 0 and fake.waits == 5
+    failing = _FakeMPI(wait_code=4)
+    assert start_wait_loop(ctypes.cast(failing.start, ctypes.c_void_p).value,
+                           ctypes.cast(failing.wait, ctypes.c_void_p).value, 1, 9) == 4
+    assert failing.waits == 1 and len(failing.started) == 1  # stopped at the first error
+    with pytest.raises(ValueError, match="null"):
+        start_wait_loop(start, wait, 0, 1)
+
+
+@mpi
+def test_a_rank_with_nothing_pending_still_receives_and_records_the_superstep(bsp):
+    """Rank 0 puts to every other rank, which have nothing pending (their sync takes the timed
+    compiled step, learns that data moves, and delivers): the values land, and every rank's
+    ledger has the superstep with its label, the bytes it received, and sync times inside the
+    bracket of perf_counter reads around the call.  Oracles: the values and byte counts by hand,
+    the clock reads."""
+    with hpcbsp.BSP(bsp.comm, wait="spin") as ctx:  # (the compiled step: never with yielding waits)
+        x = ctx.coarray(2, dtype=np.int64)
+        for step in range(3):
+            if ctx.pid == 0:
+                for q in range(1, ctx.nprocs):
+                    x.put(q, [step, q])
+            before = time.perf_counter()
+            ctx.sync(f"step {step}")
+            after = time.perf_counter()
+            rec = ctx.ledger[-1]
+            assert rec.label == f"step {step}" and rec.index == ctx.superstep - 1
+            assert rec.bytes_in == (16 if ctx.pid else 0) and rec.bytes_out == (16 * (ctx.nprocs - 1) if ctx.pid == 0 else 0)
+            t_sync = ctx.ledger.origin + rec.start_s + rec.work_s
+            assert before <= t_sync <= t_sync + rec.sync_s <= after
+            if ctx.pid:
+                assert x.local.tolist() == [step, ctx.pid]
+        ctx.sync("empty")
+        assert ctx.ledger[-1].label == "empty" and ctx.ledger[-1].bytes_in == 0
 
 
 def test_the_compiled_step_raises_the_mpi_error_and_refuses_null_addresses():

@@ -227,3 +227,51 @@ def test_a_layout_that_does_not_fit_the_coarray_is_a_usage_error(bsp):
     with pytest.raises(UsageError, match="coarray size must be a non-negative integer, got None"):
         bsp.coarray()
     bsp.sync()  # every rank raised locally, before any collective step: the context goes on
+
+
+@mpi
+@pytest.mark.parametrize("how", ["alltoallv", "staged", "messages"])
+def test_many_large_puts_per_rank_land_in_source_and_program_order(bsp, monkeypatch, how):
+    """Rank s sends s + 1 large puts to each other rank (so the ranks need different numbers of
+    rounds, and rank 0's one put shares its round with the others' first), into two coarrays,
+    some alone and some overlapping a later large put of the same source: the result equals
+    applying every put in ascending source rank and program order (numpy replay).  "alltoallv":
+    the large payloads travel in rounds of one Alltoallv each; "staged": the same with every
+    round's regions copied through one buffer (as when they lie too far apart for MPI's int
+    displacements); "messages": a sync with a timeout sends them as messages."""
+    import hpcbsp.runtime.exchange as exchange
+
+    if how == "staged":
+        monkeypatch.setattr(exchange, "_SPAN", 0)
+    p, me, n = bsp.nprocs, bsp.pid, 10_000  # 80 KB of float64 per put: large
+    parts = 2 * p + 2
+    x = bsp.coarray(n * parts, dtype=np.float64)
+    y = bsp.coarray(n, dtype=np.int64)
+    expected_x = np.zeros(n * parts)
+    expected_y = np.zeros(n, dtype=np.int64)
+
+    def puts(src: int, dest: int) -> list[tuple[str, int, np.ndarray]]:
+        out = []
+        for k in range(src + 1):
+            values = np.arange(n, dtype=np.float64) + 1e6 * src + 1e4 * k + dest
+            if k == 0:
+                out.append(("y", 0, np.full(n, 100 * src + dest, dtype=np.int64)))  # y: overlapping
+            elif k % 2:
+                out.append(("x", (2 * src + 1) * n, values))  # overwritten by k + 1 where there is one
+            else:
+                out.append(("x", (2 * src + 1) * n + n // 2, values[: n // 2]))
+            out.append(("x", 2 * src * n, values))  # alone unless another k puts there too
+        return out
+
+    for q in range(p):
+        if q != me:
+            for name, offset, values in puts(me, q):
+                (x if name == "x" else y).put(q, values, offset=offset)
+    bsp.sync(timeout=60.0) if how == "messages" else bsp.sync()
+    for src in range(p):
+        if src != me:
+            for name, offset, values in puts(src, me):
+                (expected_x if name == "x" else expected_y)[offset:offset + values.size] = values
+    np.testing.assert_array_equal(x.local, expected_x)
+    np.testing.assert_array_equal(y.local, expected_y)
+    assert bsp.ledger[-1].bytes_in == sum(v.nbytes for s in range(p) if s != me for _, _, v in puts(s, me))

@@ -113,6 +113,12 @@ class ControlStep:
         #: ``data | gets << 1`` or ``DIVERGED`` (then call :meth:`diverged`); None when the step
         #: is non-blocking or not compiled.  The empty sync's hot path calls it directly.
         self.blocking_step: Callable[[int, int, int, int, int], int] | None = None
+        #: The same step for a rank with nothing pending, timed and recorded in one compiled call:
+        #: ``empty_step(kind, superstep, label, rows)`` returns what ``blocking_step`` would with
+        #: no data and no gets, and when that is 0 it has appended the superstep's ledger row
+        #: ``(superstep, label, t_start, t_end, None)`` to ``rows`` (otherwise ``t_start`` is in
+        #: :attr:`empty_started`).  None exactly when ``blocking_step`` is.
+        self.empty_step: Callable[[int, int, str | None, list], int] | None = None
         self.nonblocking = False
 
     @property
@@ -122,7 +128,14 @@ class ControlStep:
     @nonblocking.setter
     def nonblocking(self, value: bool) -> None:
         self._nonblocking = bool(value)
-        self.blocking_step = self._compiled.agree if self._compiled is not None and not value else None
+        compiled = self._compiled if not value else None
+        self.blocking_step = compiled.agree if compiled is not None else None
+        self.empty_step = compiled.agree_row if compiled is not None else None
+
+    @property
+    def empty_started(self) -> float:
+        """When the last ``empty_step`` that appended no row began (``time.perf_counter``'s clock)."""
+        return self._compiled.started if self._compiled is not None else float("nan")
 
     def agree(
         self,
@@ -196,6 +209,7 @@ class ControlStep:
             self._compiled.close()  # a caller that kept blocking_step gets an error, not a crash
         self._compiled = None
         self.blocking_step = None
+        self.empty_step = None
         if self._persistent is not None:
             try:
                 self._persistent.Free()

@@ -7,7 +7,11 @@ point-to-point ``Isend``/``Irecv`` of the non-empty buffers only (a sparse excha
 talks only to ranks it has data for), and a second, count-free round returns the data of gets.
 
 Large puts (at least ``$HPCBSP_LARGE_PUT_BYTES``), and large packed batches of element puts
-(``put_elements``), travel as messages of their own, after their header; a batch is sent from
+(``put_elements``), travel on their own, after their headers: in rounds of one ``Alltoallv``
+(round k carries each rank's k-th large payload for each other rank; the count exchange tells
+every rank how many rounds), or, in a bounded exchange or for a payload over 2 GiB, as messages of
+their own.  Some MPI libraries move large blocks much faster in ``Alltoallv`` than as messages
+(Intel MPI on one node, docs/performance.md).  A batch is sent from
 the buffer it was packed into and received into a pooled buffer (no copy through the outbox);
 a large batch for this rank itself is applied from the buffer it was packed into.  Where every
 rank is on one node, batches are packed into a shared-memory window instead (:mod:`.arena`),
@@ -18,6 +22,9 @@ the receiver posts the receive straight into the target array, so the payload is
 each side, as in a hand-written ``Alltoallv``.  That is done only when no other put of the
 superstep overlaps the same elements; otherwise it is received into a temporary and applied in
 order like the rest.
+
+Each round's regions are passed as one buffer spanning them with their displacements (no copy),
+or, where they lie more than 2 GiB apart, copied through one staging buffer.
 
 A superstep in which no rank has a record for another (the control step reports the count of
 records for other ranks) needs no message: each rank applies its own records, in the same order
@@ -142,18 +149,21 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any
     arena = outbox.arena
     votes = None
     # The bookkeeping is in Python ints: a small superstep's cost is mostly this function's own.
+    rounds = 0  # > 0: the large payloads travel in this many Alltoallv calls, not as messages
     if local:
         recv = [0] * p
     else:
-        # Two int64 per rank: the bytes for it, and this rank's vote on the arena (.arena).
+        # Three int64 per rank: the bytes for it, this rank's vote on the arena (.arena), and
+        # the rounds of one Alltoallv its large payloads need (the same to every rank).
         vote = NEVER if arena is None or deadline is not None else arena.vote()
-        pairs = [vote] * (2 * p)
-        pairs[0::2] = [len(b) if d != me else 0 for d, b in enumerate(outbox.bufs)]
-        send_counts = np.array(pairs, dtype=np.int64).reshape(p, 2)
-        recv_counts = np.empty((p, 2), dtype=np.int64)
+        triples = [0, vote, _large_rounds(outbox, deadline)] * p
+        triples[0::3] = [len(b) if d != me else 0 for d, b in enumerate(outbox.bufs)]
+        send_counts = np.array(triples, dtype=np.int64).reshape(p, 3)
+        recv_counts = np.empty((p, 3), dtype=np.int64)
         _exchange_counts(comm, send_counts, recv_counts, deadline)
-        pairs = recv_counts.ravel().tolist()
-        recv, votes = pairs[0::2], pairs[1::2]
+        triples = recv_counts.ravel().tolist()
+        recv, votes, asked = triples[0::3], triples[1::3], triples[2::3]
+        rounds = max(asked) if min(asked) >= 0 else 0
         if arena is not None:
             arena.sync()  # this rank's records in the arena are written before their headers go
     displs = list(accumulate(recv, initial=0))
@@ -162,11 +172,12 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any
     dests = [d for d, b in enumerate(outbox.bufs) if b and d != me]
     reqs = [comm.Irecv([recvbuf[displs[s]:displs[s + 1]], MPI.BYTE], s, _TAG_DATA) for s in sources]
     reqs += [comm.Isend([np.frombuffer(outbox.bufs[d], np.uint8), MPI.BYTE], d, _TAG_DATA) for d in dests]
-    # Large payloads follow their headers; they complete once the receiver has parsed the headers
-    # and posted receives (MPI keeps the order of messages with one source, tag and communicator).
-    large_dests = [d for d, arrs in enumerate(outbox.large) if d != me for _ in arrs]
+    # As messages, large payloads follow their headers; they complete once the receiver has parsed
+    # the headers and posted receives (MPI keeps the order of messages with one source, tag and
+    # communicator).  In rounds of Alltoallv, they are sent once the headers were parsed.
+    large_dests = [d for d, arrs in enumerate(outbox.large) if d != me for _ in arrs] if not rounds else []
     large_sends = [comm.Isend([arr, MPI.BYTE], d, _TAG_LARGE)
-                   for d, arrs in enumerate(outbox.large) if d != me for arr in arrs]
+                   for d, arrs in enumerate(outbox.large) if d != me for arr in arrs] if not rounds else []
     own_large = iter(outbox.large[me])  # this rank's large element records, in program order
     if reqs:
         _complete(reqs, sources + dests, deadline)
@@ -233,8 +244,7 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any
         if src != me:
             traffic.bytes_out += part.nbytes
     # 2. Large payloads: straight into the target where nothing else writes those elements.
-    large_recvs: list[MPI.Request] = []
-    large_sources: list[int] = []
+    incoming: list[tuple[int, np.ndarray]] = []  # (source, where its next large payload goes)
     if large_headers:
         alone = _isolated_large_puts(data, registry)
         for i, rec in enumerate(data):
@@ -245,8 +255,7 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any
                 record = outbox.pool.take(nbytes)
                 outbox.keep_until_sent(record)
                 data[i] = (src, PUT_ELEMENTS, obj, cnt, record)
-                large_recvs.append(comm.Irecv([record, MPI.BYTE], src, _TAG_LARGE))
-                large_sources.append(src)
+                incoming.append((src, record))
                 continue
             src, _, obj, off, cnt = rec
             target = cast(Target, registry[obj])
@@ -256,10 +265,12 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any
             else:
                 dest = np.empty(cnt, dtype=target.dtype)
                 data[i] = (src, PUT, obj, off, dest.view(np.uint8))
-            large_recvs.append(comm.Irecv([dest.view(np.uint8), MPI.BYTE], src, _TAG_LARGE))
-            large_sources.append(src)
-    if large_recvs or large_sends:
-        _complete(large_recvs + large_sends, large_sources + large_dests, deadline)
+            incoming.append((src, dest.view(np.uint8)))
+    if rounds:
+        _alltoallv_rounds(comm, rounds, outbox, incoming)
+    elif incoming or large_sends:
+        large_recvs = [comm.Irecv([into, MPI.BYTE], src, _TAG_LARGE) for src, into in incoming]
+        _complete(large_recvs + large_sends, [src for src, _ in incoming] + large_dests, deadline)
     # 3. Puts and queue records, in ascending source rank and program order.
     batches: dict[int, tuple[list[np.ndarray], list[int]]] = {}
     for rec in data:
@@ -285,6 +296,73 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any
     if arena is not None and votes is not None:
         arena.settle(votes, collective=deadline is None)
     return traffic
+
+
+#: The most bytes one payload may have to travel in an Alltoallv (MPI's int counts) ...
+_COUNT_MAX = 2**31 - 1
+#: ... and the most bytes the regions of one side of one Alltoallv may span, from the lowest
+#: address to the end of the highest (its int displacements); beyond it they are staged.
+_SPAN = 2**31 - 1
+
+
+def _large_rounds(outbox: Outbox, deadline: float | None) -> int:
+    """How many rounds of one ``Alltoallv`` this rank's large payloads need: the most it has for
+    one other rank (round k carries the k-th payload for each).  -1 asks every rank to send them
+    as messages instead: a bounded exchange (its waits must poll), or a payload larger than one
+    region of an ``Alltoallv`` may be."""
+    if deadline is not None:
+        return -1
+    me = outbox.me
+    sizes = [arr.nbytes for d, arrs in enumerate(outbox.large) if d != me for arr in arrs]
+    if sizes and max(sizes) > _COUNT_MAX:
+        return -1
+    return max((len(arrs) for d, arrs in enumerate(outbox.large) if d != me), default=0)
+
+
+def _regions(arrays: list[np.ndarray | None]) -> tuple[Any, list[int], list[int], np.ndarray | None]:
+    """One ``Alltoallv`` side for ``arrays[r]`` (uint8 arrays, None for nothing) as ``(buffer,
+    counts, displacements, staging)``: the buffer spans the arrays where that fits MPI's int
+    displacements (no copy); otherwise ``staging`` is one new buffer of them laid end to end,
+    which the caller fills before a send or copies out after a receive."""
+    p = len(arrays)
+    counts = [0 if a is None else a.nbytes for a in arrays]
+    addresses = [0 if a is None or not a.nbytes else a.ctypes.data for a in arrays]
+    used = [r for r in range(p) if counts[r]]
+    if not used:
+        return np.empty(0, np.uint8), counts, [0] * p, None
+    base = min(addresses[r] for r in used)
+    span = max(addresses[r] + counts[r] for r in used) - base
+    if span <= _SPAN:
+        return MPI.buffer.fromaddress(base, span), counts, [addresses[r] - base if counts[r] else 0 for r in range(p)], None
+    staging = np.empty(sum(counts), np.uint8)
+    displs = list(accumulate(counts, initial=0))[:-1]
+    return staging, counts, displs, staging
+
+
+def _alltoallv_rounds(comm: MPI.Comm, rounds: int, outbox: Outbox, incoming: list[tuple[int, np.ndarray]]) -> None:
+    """The large payloads in ``rounds`` calls of ``Alltoallv`` (collective: every rank makes the
+    same number of calls): call k sends this rank's k-th large payload for each other rank and
+    receives the k-th from each source into the place its header named (``incoming``, in header
+    order).  One collective instead of a message per payload: some MPI libraries move large
+    blocks faster in ``Alltoallv`` than as point-to-point messages (docs/performance.md)."""
+    p, me = outbox.nprocs, outbox.me
+    into: list[list[np.ndarray]] = [[] for _ in range(p)]
+    for src, where in incoming:
+        into[src].append(where)
+    for k in range(rounds):
+        out = [arrs[k] if d != me and k < len(arrs) else None for d, arrs in enumerate(outbox.large)]
+        back = [dests[k] if k < len(dests) else None for dests in into]
+        sbuf, scounts, sdispls, staged = _regions(out)
+        if staged is not None:
+            for a, at in zip(out, sdispls):
+                if a is not None and a.nbytes:
+                    staged[at:at + a.nbytes] = a
+        rbuf, rcounts, rdispls, landed = _regions(back)
+        comm.Alltoallv([sbuf, (scounts, sdispls), MPI.BYTE], [rbuf, (rcounts, rdispls), MPI.BYTE])
+        if landed is not None:
+            for a, at in zip(back, rdispls):
+                if a is not None and a.nbytes:
+                    a[...] = landed[at:at + a.nbytes]
 
 
 def _isolated_large_puts(data: list, registry: Sequence[Registered]) -> set[int]:

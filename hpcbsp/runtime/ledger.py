@@ -89,6 +89,8 @@ class Ledger:
         # ended (or at ``origin``); ``traffic`` is a Traffic or None (nothing moved).  Appending
         # one is the cheapest thing an empty sync can do; records are built on access.
         self._rows: list[tuple] = []
+        #: The raw rows themselves, append only (the compiled empty sync appends its row here).
+        self.rows = self._rows
         #: ``add(row)`` records one superstep, a raw row as above (the list's own append, so that
         #: the sync's finisher makes no Python call).
         self.add: Callable[[tuple], None] = self._rows.append

@@ -17,6 +17,9 @@ lookup for any functions (the irregular apps' one-sided baseline finds ``MPI_Acc
 statically linked MPI, two MPI libraries, a library without persistent collectives) leaves the
 Python path, which is always correct.  ``HPCBSP_COMPILED_SYNC=0`` chooses the Python path.
 
+:func:`compiled_loop` starts and waits for any persistent request ``n`` times in one compiled
+call: the collective's own latency, the floor a benchmark compares the empty sync with.
+
 h-relation: none (the control step's record).
 """
 from __future__ import annotations
@@ -27,10 +30,11 @@ from typing import Any
 
 from mpi4py import MPI
 
-from ..kernels._persistent import DIVERGED, RecordStep
+from ..kernels._persistent import DIVERGED, RecordStep, start_wait_loop
 from .environment import setting
 
-__all__ = ["DIVERGED", "RecordStep", "compiled_step", "mpi_functions", "mpi_symbols"]
+__all__ = ["DIVERGED", "RecordStep", "compiled_loop", "compiled_step", "mpi_functions", "mpi_symbols",
+           "start_wait_loop"]
 
 _found: dict[tuple[str, ...], tuple[int, ...] | None] = {}  # each lookup, once per process
 
@@ -87,3 +91,22 @@ def compiled_step(request: MPI.Prequest, record: bytearray) -> RecordStep | None
     buffer = (ctypes.c_char * len(record)).from_buffer(record)
     return RecordStep(functions[0], functions[1], handle, ctypes.addressof(buffer),
                       (request, record, buffer), MPI.Exception)
+
+
+def compiled_loop(request: MPI.Prequest) -> Any:
+    """``loop(n)``: start and wait for ``request`` (a persistent request) ``n`` times in a row from
+    C, raising ``MPI.Exception`` on an error; None where the MPI library's functions are not
+    found for sure (see the module's docstring).  The caller keeps ``request`` alive and unfreed
+    while it uses ``loop``."""
+    functions = mpi_functions()
+    if functions is None:
+        return None
+    start, wait = functions
+    handle = MPI._addressof(request)
+
+    def loop(n: int) -> None:
+        code = start_wait_loop(start, wait, handle, n)
+        if code:
+            raise MPI.Exception(code)
+
+    return loop

@@ -5,8 +5,8 @@ Every put, get request and queue record is appended, as a 32-byte header (:data:
 8-byte-aligned payload, to a byte buffer per destination rank.  The copy into the outbox is the
 only copy on the sending side (BSPlib's buffered put: the source may change right after the
 call).  Large puts (at least :attr:`Outbox.large_bytes`, ``$HPCBSP_LARGE_PUT_BYTES``, read
-when a context is made) and large packed batches of element puts are kept aside, to travel as
-messages of their own; their copies and the buffers element puts are packed into come from a
+when a context is made) and large packed batches of element puts are kept aside, to travel on
+their own after the headers (:mod:`.exchange`); their copies and the buffers element puts are packed into come from a
 :class:`BufferPool` kept between supersteps, or, for element puts
 where every rank is on one node, from the shared arena (:mod:`.arena`), whose records are
 announced by a header and their place (:data:`PLACE`) and never copied.
@@ -105,7 +105,7 @@ class Outbox:
     pool: BufferPool = field(init=False, default_factory=BufferPool)
     #: The shared-memory window for packed element puts (None: they travel as messages).
     arena: Arena | None = None
-    #: Puts of at least this many bytes travel as messages of their own (``$HPCBSP_LARGE_PUT_BYTES``).
+    #: Puts of at least this many bytes travel on their own after the headers (``$HPCBSP_LARGE_PUT_BYTES``).
     large_bytes: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -176,7 +176,7 @@ class Outbox:
 
         ``record`` is a view of a buffer from :meth:`element_buffer`, which the caller must not
         change until the sync.  For another rank, a record in the arena is announced by its
-        place there; a large one travels as a message of its own, sent from ``record`` itself;
+        place there; a large one travels on its own after the headers, sent from ``record`` itself;
         a small one is copied into the outbox.  For this rank, a large record is applied from
         ``record`` itself."""
         if record.nbytes % 8:  # the receiver steps over it by its length: headers stay aligned

@@ -14,8 +14,11 @@ Every call that ends a superstep (``sync``, and the collectives ``allreduce``, `
 
 The plain case (an open context without sync hooks or timeout, a ``sync`` with nothing to move)
 is one control step, a persistent ``Allreduce`` started and waited for in one compiled call
-(:mod:`.native`), plus a few hundred nanoseconds of Python; it is written out inline in ``sync``
-so that it makes no Python call besides the control step and the two clock reads.
+(:mod:`.native`), plus about a hundred nanoseconds of Python: when this rank has nothing pending,
+that call also reads the clock around the step and appends the ledger row itself when no rank has
+data (``ControlStep.empty_step``), so that ``sync`` makes no other call than it; step 5 is
+then only the counter.  Every step runs exactly as in the general path: the same record, the same
+agreement, the same row.
 
 Leaving a context together (``BSP.close``) is one more control step of this path's kind
 (:meth:`Supersteps._leave`), after which the shared arena is freed and the context released.
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from typing import Any, Callable, NamedTuple, Protocol
+from typing import Any, Callable, NamedTuple, Protocol, cast
 
 import numpy as np
 from mpi4py import MPI
@@ -40,6 +43,7 @@ from .outbox import Outbox
 from .queue import Queue
 
 _SYNC = int(Kind.SYNC)
+_Agree = Callable[[int, int, int, int, int], int]  # the compiled control step (ControlStep.blocking_step)
 _perf = time.perf_counter
 
 
@@ -91,6 +95,7 @@ class Supersteps:
         self.wait = wait
         self.ledger = Ledger(comm)
         self._record = self.ledger.add
+        self._rows = self.ledger.rows  # (the compiled empty sync appends its row itself)
         self._sync_label: str | None = None
         self._describe_sync = lambda: f"sync(label={self._sync_label!r})"  # only on divergence
         self._control = ControlStep(comm)
@@ -158,15 +163,25 @@ class Supersteps:
         h-relation: that of the superstep's puts, gets and queue records.  (``_step`` is the
         runtime's own: the collectives end their supersteps through this same path.)
         """
-        t0 = _perf()
-        # The plain sync with its control step compiled (.native): one call, then nothing unless
-        # some rank has data or this rank has queues.
-        fast = self._control.blocking_step if self._plain else None
-        if fast is not None and _step is None and timeout is None:
+        # The plain sync with its control step compiled (.native).  With nothing pending on this
+        # rank, one compiled call also times the superstep and, when no rank has data, appends its
+        # ledger row: then only the counter is left to do here.
+        empty = self._control.empty_step if self._plain else None
+        if empty is not None and _step is None and timeout is None:
             outbox = self._outbox
-            code = fast(_SYNC, self.superstep, 0, outbox.remote, outbox.gets_count)
-            traffic = self._after_fast_step(code, label) if code or outbox.nrecords or self._queues else None
+            if not (outbox.nrecords or self._queues):
+                code = empty(_SYNC, self.superstep, label, self._rows)
+                if not code:
+                    self.superstep += 1
+                    return
+                t0 = self._control.empty_started
+            else:
+                t0 = _perf()
+                code = cast(_Agree, self._control.blocking_step)(_SYNC, self.superstep, 0, outbox.remote,
+                                                                 outbox.gets_count)
+            traffic = self._after_fast_step(code, label)
         else:
+            t0 = _perf()
             self._sync_label = label  # for _describe_sync, called only if the ranks diverge
             if timeout is not None and not _positive_seconds(timeout):
                 raise UsageError(f"rank {self.pid}: sync(label={label!r}, timeout={timeout!r}): the "
@@ -188,7 +203,7 @@ class Supersteps:
 
     def _after_fast_step(self, code: int, label: str | None) -> Traffic | None:
         """The plain sync after its compiled control step returned ``code`` (``data | gets << 1``
-        as agreed, or ``DIVERGED``) when there is something to do."""
+        as agreed, or ``DIVERGED``): deliver what there is (None if nothing moved)."""
         if code < 0:
             self._sync_label = label
             try:

@@ -212,8 +212,8 @@ _PACKAGE: tuple[Setting, ...] = (
             "`1`", "a number of seconds >= 0.05", "`runtime/deathwatch.py`", _seconds_at_least(0.05), 1.0),
     Setting("HPCBSP_LARGE_PUT_BYTES",
             "Puts of at least this many bytes are received straight into the target array instead of "
-            "through a staging buffer (and are sent as messages of their own). Read when a context is "
-            "made.",
+            "through a staging buffer (and travel on their own after the headers: in rounds of one "
+            "Alltoallv, as messages in a sync with a timeout). Read when a context is made.",
             "`65536`", "an integer from 1 to 2**63 - 1", "`runtime/outbox.py`",
             _integer(1, 2**63 - 1), 64 * 1024),
     Setting("HPCBSP_MAILBOX_BYTES",
