@@ -15,6 +15,7 @@ import hpcbsp
 from hpcbsp import Divergence, UsageError
 from hpcbsp.fabsp.aggregation import SPARES
 from hpcbsp.fabsp.engine import Engine
+from hpcbsp.fabsp.handlers import AHEAD_BYTES
 from hpcbsp.fabsp.routing import Routing, grid_dims
 
 mpi = pytest.mark.mpi(min_size=2)
@@ -418,9 +419,11 @@ def test_peak_memory_does_not_grow_with_the_number_of_messages(bsp):
         free_n, free_4n = _stream(bsp, n, 1 << 20), _stream(bsp, 4 * n, 1 << 20)
     finally:
         tracemalloc.stop()
-    # Sender and receiver alike: about (P + max_pending) buffers of 8 KiB, not 4N * 8 bytes.
-    assert bounded_4n < 1.25 * bounded_n + (256 << 10), (bounded_n, bounded_4n)
-    assert bounded_4n < 1 << 20, bounded_4n
+    # Sender and receiver alike: about (P + max_pending) buffers of 8 KiB, not 4N * 8 bytes
+    # (8 MiB), plus on the receiver what its pump receives ahead of the handler (at most
+    # AHEAD_BYTES, however many messages: how much of it fills depends on timing).
+    assert bounded_4n < 1.25 * bounded_n + (256 << 10) + AHEAD_BYTES, (bounded_n, bounded_4n)
+    assert bounded_4n < (1 << 20) + AHEAD_BYTES, bounded_4n
     if bsp.pid == 0:
         assert free_4n > free_n + 4 * n, (free_n, free_4n)  # the measurement does see growth
 
