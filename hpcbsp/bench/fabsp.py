@@ -42,6 +42,17 @@ Side by side in one run, on the same ranks:
    against ``--link-rate`` (the rate each host's link is shaped to, in each direction).  Across
    the emulated cluster of docs/cluster.md; on one host no link is crossed and none is read.
 
+5. combine (``--sections combine``): routing by node and combining, side by side: histogram
+   (uniform keys, and Zipf-distributed ones with ``--skew``, where combining pays most) in four
+   variants, direct and by node, each without and with ``combine="sum"`` ((key, count) records,
+   :mod:`hpcbsp.fabsp.combining`), and index-gather (requests and replies: nothing to combine)
+   direct and by node; interleaved, ``--repeat`` rounds.  For each: updates/s per rank (median,
+   and over direct's), the MPI messages per rank and per pair of nodes (each app is one
+   superstep, so per superstep; counted by the mailboxes' buffers, :attr:`Aggregator.messages`),
+   how many pairs of ranks carried the messages between two nodes (routing by node: one per
+   node pair and direction), records per update on the wire (every hop), payload bytes per
+   update, and on emulated nodes the bytes their links sent per update.
+
 Every time is the slowest rank's, best of ``--repeat`` runs; every run's result is checked
 against the apps' serial oracles (exit status 1 if one fails).  Absolute figures depend on the
 machine and its load; the ratios are what the run is for.
@@ -303,8 +314,98 @@ def _link(bsp: BSP, args: argparse.Namespace) -> bool:
     return ok_all
 
 
+def _node_of(hosts: list[str]) -> np.ndarray:
+    """Each rank's node, numbered in order of first appearance (as routing by node numbers them)."""
+    number: dict[str, int] = {}
+    return np.array([number.setdefault(h, len(number)) for h in hosts], dtype=np.int64)
+
+
+#: The variants of section 5: (app, routing, combine).
+COMBINE_VARIANTS = (("histogram", "direct", False), ("histogram", "node", False),
+                    ("histogram", "direct", True), ("histogram", "node", True),
+                    ("index_gather", "direct", False), ("index_gather", "node", False))
+
+
+def _combine(bsp: BSP, args: argparse.Namespace) -> bool:
+    """Section 5: direct vs by node vs combining, messages per node pair and throughput."""
+    from mpi4py import MPI
+
+    hosts = bsp.gather_all(MPI.Get_processor_name())
+    node = _node_of(hosts)
+    nodes = int(node.max()) + 1
+    per_node = np.bincount(node)
+    first_on_host = nodes > 1 and hosts.index(hosts[bsp.pid]) == bsp.pid
+    across = node[:, None] != node[None, :]
+    _say(bsp, f"  {bsp.nprocs} ranks on {nodes} node(s), {per_node.min()}-{per_node.max()} a node; "
+              f"{args.updates:,} updates per rank, table {args.table:,} per rank, {args.repeat} interleaved rounds;"
+              f" messages are MPI messages (buffers), records count every hop")
+    ok_all = True
+    updates = args.updates * bsp.nprocs
+    for skew in (0.0, args.skew) if args.skew else (0.0,):
+        rows: dict[tuple[str, str, bool], dict[str, float]] = {}
+        times: dict[tuple[str, str, bool], list[float]] = {}
+        variants = [v for v in COMBINE_VARIANTS if not (skew and v[0] == "index_gather")]
+        for rnd in range(args.repeat):
+            for app, routing, combine in variants:
+                engine = Engine.existing(bsp)
+                before = len(engine.boxes) if engine is not None else 0
+                mark = len(bsp.ledger)
+                nic0 = _nic_bytes(args.iface) if first_on_host else None
+                if app == "histogram":
+                    out = run_histogram(bsp, "fabsp", args.updates, args.table, args.seed, args.chunk,
+                                        rnd == 0, skew=skew, combine=combine, routing=routing)
+                else:
+                    out = run_index_gather(bsp, "fabsp", args.updates, args.table, args.seed, args.chunk,
+                                           rnd == 0, routing=routing)
+                nic1 = _nic_bytes(args.iface) if first_on_host else None
+                seconds = float(bsp.allreduce(out.seconds, op="max"))
+                ok_all = ok_all and bool(bsp.allreduce(0 if out.ok is False else 1, op="min"))
+                key = (app, routing, combine)
+                times.setdefault(key, []).append(seconds)
+                if rnd:
+                    continue
+                engine = Engine.existing(bsp)
+                assert engine is not None, "the app made mailboxes"
+                mine = np.zeros(bsp.nprocs, dtype=np.int64)
+                for box in engine.boxes[before:]:
+                    counted = box.messages()
+                    if counted is not None:
+                        mine += counted
+                mine[bsp.pid] = 0  # (to itself: no MPI)
+                matrix = np.array(bsp.gather_all(mine))  # [source, destination]
+                ledger = list(bsp.ledger)[mark:]
+                records = int(bsp.allreduce(sum(r.msgs_out for r in ledger), op="sum"))
+                payload = int(bsp.allreduce(sum(r.bytes_out for r in ledger), op="sum"))
+                tx = (nic1[0] - nic0[0]) if nic0 and nic1 else 0
+                wire = int(bsp.allreduce(tx, op="sum"))
+                pair = np.zeros((nodes, nodes), dtype=np.int64)
+                np.add.at(pair, (node[:, None].repeat(bsp.nprocs, 1), node[None, :].repeat(bsp.nprocs, 0)), matrix)
+                off_diag = pair[~np.eye(nodes, dtype=bool)]
+                rows[key] = {"msgs": matrix.sum() / bsp.nprocs, "pair": off_diag.mean() if nodes > 1 else 0.0,
+                             "pair_max": off_diag.max() if nodes > 1 else 0,
+                             "rank_pairs": int(np.count_nonzero(matrix[across])),
+                             "records": records / updates, "payload": payload / updates, "wire": wire / updates}
+        label = f"skewed keys (Zipf {skew:g})" if skew else "uniform keys"
+        _say(bsp, f"  {label}:")
+        _say(bsp, f"    {'app':<13} {'routing':<7} {'combine':<7} {'updates/s/rank':>14} {'/direct':>7} "
+                  f"{'msgs/rank':>9} {'msgs/node pair':>14} {'(max)':>6} {'rank pairs across':>17} "
+                  f"{'records/upd':>11} {'payload B/upd':>13} {'link B/upd':>10}")
+        for app, routing, combine in variants:
+            key = (app, routing, combine)
+            rate = args.updates / float(np.median(times[key]))
+            base = args.updates / float(np.median(times[(app, "direct", False)]))
+            r = rows[key]
+            wire_text = f"{r['wire']:.2f}" if r["wire"] else "-"
+            _say(bsp, f"    {app:<13} {routing:<7} {'sum' if combine else '-':<7} {rate:>14,.0f} {rate / base:>6.2f}x "
+                      f"{r['msgs']:>9,.1f} {r['pair']:>14,.1f} {r['pair_max']:>6,.0f} "
+                      f"{r['rank_pairs']:>8} of {int(across.sum()):<6} "
+                      f"{r['records']:>11.3f} {r['payload']:>13.2f} "
+                      f"{wire_text:>10}")
+    return ok_all
+
+
 #: The sections of the run, in order (``--sections``).
-SECTIONS = ("throughput", "overlap", "memory", "link")
+SECTIONS = ("throughput", "overlap", "memory", "link", "combine")
 
 #: Rank counts of the sizing table (computed, not run).
 SIZING_P = (4, 16, 64, 256, 1024, 10_000, 100_000)
@@ -384,6 +485,9 @@ def _bench(bsp: BSP, args: argparse.Namespace) -> int:
     if "link" in args.sections:
         _say(bsp, "4. link: bytes per update, and the busiest host's rate against the link's")
         ok = _link(bsp, args) and ok
+    if "combine" in args.sections:
+        _say(bsp, "5. combine: direct vs by node, without and with combining (median of interleaved runs)")
+        ok = _combine(bsp, args) and ok
     _say(bsp, f"done in {time.perf_counter() - t0:.1f} s")
     return 0 if ok else 1
 
@@ -418,6 +522,9 @@ def main(argv: list[str]) -> int:
                              "reports the busiest host's rate against it (and runs by default)")
     parser.add_argument("--iface", default="eth0", metavar="NAME",
                         help="section 4: the network interface between the hosts (default eth0)")
+    parser.add_argument("--skew", type=float, default=1.2, metavar="S",
+                        help="section 5: also histogram keys drawn Zipf with exponent S > 1 "
+                             "(default 1.2; 0: uniform only)")
     parser.add_argument("--sections", default=None, metavar="LIST",
                         help=f"comma-separated, of {', '.join(SECTIONS)} (default: the first three, "
                              "and link with --link-rate)")
@@ -430,6 +537,8 @@ def main(argv: list[str]) -> int:
                          f"--sections: unknown {', '.join(sorted(set(chosen) - set(SECTIONS)))} "
                          f"(of {', '.join(SECTIONS)})")
         args.sections = tuple(chosen)
+        if args.skew and args.skew <= 1:
+            parser.error(f"--skew must be > 1 (a Zipf exponent) or 0, got {args.skew}")
     except SystemExit as exc:
         return int(exc.code or 0)
     quick = args.quick

@@ -11,7 +11,8 @@ Importing this package provides ``BSP.mailbox`` (through
 :func:`hpcbsp.runtime.extension.provide`, so that the runtime never imports this layer);
 ``import hpcbsp`` does it.  Modules: :mod:`.mailbox` (the user-facing class), :mod:`.routing`
 (the routings a mailbox is given), :mod:`.relay` (records hop to hop), :mod:`.formats` (fixed-size
-and ragged records), :mod:`.aggregation` and :mod:`.ragged` (their per-destination buffers),
+and ragged records), :mod:`.aggregation` and :mod:`.ragged` (their per-destination buffers), :mod:`.combining`
+(records of one key combined on the way, ``combine=``),
 :mod:`.engine` (transport, handler loop, failure notices: the context's sync hook) and
 :mod:`.termination` (double-wave quiescence detection).
 """

@@ -15,6 +15,16 @@ records are wrapped in their envelopes in that same pass (:class:`Unwrapped`,
 :meth:`Aggregator.append_wrapped`).  No MPI in here: the
 caller ships what :meth:`Aggregator.put`, :meth:`~Aggregator.take` and
 :meth:`~Aggregator.drain` hand out.
+
+Combining (a mailbox with ``combine=``, :mod:`.combining`): :class:`CombiningAggregator`
+combines a buffer's records of one key when the buffer fills, and keeps filling it while
+combining leaves it at most half full (so a destination's buffer accumulates as many records as
+it takes to fill it with distinct keys); a batch that leaves (full, or taken at a flush) is
+combined first.  Records relayed through this rank go through the same buffers, so a node's
+representative combines its ranks' records for a remote node before it forwards them.
+
+Every aggregator counts the messages it hands out per destination (:attr:`Aggregator.messages`),
+for the benchmarks and tests that count messages per pair of ranks or nodes.
 """
 from __future__ import annotations
 
@@ -87,6 +97,8 @@ class Aggregator:
         self._partial = 0  # destinations holding a buffer
         #: The most buffers held at once (partly filled ones and spares; not those in flight).
         self.peak_buffers = 0
+        #: Messages handed out so far, per destination (this rank's own included).
+        self.messages = np.zeros(nprocs, dtype=np.int64)
 
     def put(self, dests: int | np.ndarray, recs: "np.ndarray | Unwrapped",
             owned: bool) -> Iterable[tuple[int, np.ndarray]]:
@@ -134,6 +146,7 @@ class Aggregator:
             piece = recs[i:i + cap]
             out.append(piece if owned else piece.copy())
             i += cap
+        self.messages[dest] += len(out)
         rest = n - i
         if rest:
             buf = self._install(dest)
@@ -174,11 +187,15 @@ class Aggregator:
             if d == -1:
                 return
             if d >= 0:
-                full = self.take(d)
-                assert full is not None
-                yield d, full
+                full = self._full(d)
+                if full is not None:
+                    yield d, full
             else:
                 self._install(-d - 2)
+
+    def _full(self, dest: int) -> np.ndarray | None:
+        """``dest``'s buffer just filled: the message to ship (None: keep filling it)."""
+        return self.take(dest)
 
     def _install(self, dest: int) -> np.ndarray:
         """A buffer (a spare, or new) for ``dest``, which has none."""
@@ -201,6 +218,7 @@ class Aggregator:
         self._fill[dest] = 0
         self._partial -= 1
         self.nbuffered -= fill
+        self.messages[dest] += 1
         return buf if fill == self.capacity else buf[:fill]
 
     def drain(self) -> Iterator[tuple[int, np.ndarray]]:
@@ -220,3 +238,78 @@ class Aggregator:
                 and len(self._spare) < SPARES:
             self._spare.append(msg)
             self.peak_buffers = max(self.peak_buffers, self._partial + len(self._spare))
+
+
+#: A combining buffer that holds at most this fraction of its capacity after combining keeps
+#: filling; above it, the combined records leave.
+KEEP = 0.5
+
+
+class CombiningAggregator(Aggregator):
+    """:class:`Aggregator` whose batches are combined before they leave (module notes):
+    ``combine(records)`` returns them with each key's records combined (:mod:`.combining`);
+    ``absorbed(n)`` is told of every n records that combining removed (they count as handled:
+    the mailbox's termination counters)."""
+
+    def __init__(self, nprocs: int, dtype: np.dtype, capacity: int,
+                 combine: Callable[[np.ndarray], np.ndarray], absorbed: Callable[[int], None]):
+        super().__init__(nprocs, dtype, capacity)
+        self._combine = combine
+        self._absorbed = absorbed
+        self._keep = max(1, int(capacity * KEEP))
+        #: Records removed by combining so far.
+        self.combined = 0
+
+    def _reduce(self, recs: np.ndarray) -> np.ndarray:
+        out = self._combine(recs)
+        gone = recs.shape[0] - out.shape[0]
+        if gone:
+            self.combined += gone
+            self._absorbed(gone)
+        return out
+
+    def _full(self, dest: int) -> np.ndarray | None:
+        buf = self._bufs[dest]
+        assert buf is not None
+        out = self._reduce(buf)
+        if out is buf:  # no key twice: the buffer leaves as it is
+            return Aggregator.take(self, dest)
+        k = out.shape[0]
+        self.nbuffered -= self.capacity - k
+        if k <= self._keep:  # room again: keep filling
+            buf[:k] = out
+            self._fill[dest] = k
+            return None
+        self._fill[dest] = 0  # (the buffer's records leave as ``out``; the buffer is free)
+        self._bufs[dest] = None
+        self._ptrs[dest] = 0
+        self._partial -= 1
+        self.nbuffered -= k
+        self.messages[dest] += 1
+        if len(self._spare) < SPARES:
+            self._spare.append(buf)
+        return out
+
+    def add(self, dest: int, recs: np.ndarray, owned: bool) -> list[np.ndarray]:
+        """As :meth:`Aggregator.add`, every record through the buffer (combined as it fills)."""
+        cap, n, i = self.capacity, recs.shape[0], 0
+        out: list[np.ndarray] = []
+        while i < n:
+            fill = int(self._fill[dest])
+            buf = self._bufs[dest] if fill else self._install(dest)
+            assert buf is not None
+            m = min(cap - fill, n - i)
+            buf[fill:fill + m] = recs[i:i + m]
+            i += m
+            self.nbuffered += m
+            self._fill[dest] = fill + m
+            if fill + m == cap:
+                full = self._full(dest)
+                if full is not None:
+                    out.append(full)
+        return out
+
+    def take(self, dest: int) -> np.ndarray | None:
+        """As :meth:`Aggregator.take`, the records combined."""
+        msg = super().take(dest)
+        return None if msg is None else self._reduce(msg)

@@ -53,6 +53,19 @@ plus about (nodes / ranks per node).  Per-pair FIFO order holds with every routi
 (``$HPCBSP_ROUTING``, else by P: direct up to 256 ranks, 2-D up to 32,768, 3-D beyond) suits
 memory; a mailbox may choose, by name or with a :class:`~.routing.Routing` object.
 
+Combining.  ``bsp.mailbox(handler, dtype, combine="sum")`` (or ``"min"``, ``"max"``, ``"set"``)
+declares the handler commutative: records are integer keys (``"set"`` only) or (key, value)
+pairs (a structured dtype of two fields, the key an integer), and the records of one key may be
+combined into one before a batch leaves any rank, the sender's buffers and every rank a routed
+record passes through (:mod:`.combining`).  The handler then sees fewer records (one per key
+and batch at best) with the same total effect: exact for integer sums (int64 wrap-around, as
+the handler's own), min, max and set; a float sum is reassociated (rounding only).  Per-pair
+FIFO order does not hold for such a mailbox, and ``with_source`` and ``ragged`` are refused.
+A buffer that fills is combined and keeps filling while that leaves it at most half full, so
+with few keys per destination most records never leave the sender (the h-relation counts only
+the records that leave).  With ``routing="node"`` the representative of a node combines its
+ranks' records for a remote node: one message per node pair carries each key at most once.
+
 Composition.  A mailbox is its routing's relay (:mod:`.relay`: where records go next, what
 arrived for whom) and its record format (:mod:`.formats`: fixed or ragged, how records are laid
 out, buffered and handed to the handler) put together; neither knows the engine, and the
@@ -66,9 +79,11 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from ..runtime.control import Kind
+from ..runtime.environment import setting
 from ..runtime.errors import UsageError
-from .aggregation import SPARES
+from .aggregation import SPARES, Buffers, CombiningAggregator
 from .backpressure import SendWindow
+from .combining import Combiner, check_combine
 from .engine import Engine, default_buffer
 from .formats import Fixed, Ragged, RecordFormat
 from .routing import Routing, resolve_routing
@@ -76,6 +91,10 @@ from .routing import Routing, resolve_routing
 if TYPE_CHECKING:
     from ..runtime.context import BSP
 
+#: The bytes a mailbox's buffers share (:func:`.engine.default_buffer`'s budget) and, for a
+#: combining mailbox, the most bytes of one buffer when it is not given.
+MAILBOX_BUDGET_BYTES = 16 << 20
+COMBINING_BUFFER_BYTES = 4 << 20
 #: Largest message of one buffer (MPI counts are C ints).
 _MAX_MESSAGE_BYTES = (1 << 31) - 1
 
@@ -94,7 +113,8 @@ class Mailbox:
         The record type (any numpy dtype without Python objects); ranks must agree on it.
     buffer
         Records per destination buffer, i.e. the largest message (default: 16 MiB shared by
-        the destinations, 64 KiB to 512 KiB each; ``$HPCBSP_MAILBOX_BYTES`` bytes if set).
+        the destinations, 64 KiB to 512 KiB each, up to 4 MiB for a combining mailbox;
+        ``$HPCBSP_MAILBOX_BYTES`` bytes if set).
     max_pending
         Messages of this mailbox in flight at once (default 16); a ``send`` that would exceed it
         waits, receiving and handling meanwhile.
@@ -111,6 +131,10 @@ class Mailbox:
         Variable-size records: a record is a 1-D array of ``dtype`` of any length; ``send(pid,
         values, lengths)`` and ``handler(values, lengths[, source])`` (see the module notes).
         ``buffer`` then counts values, not records.
+    combine
+        ``"sum"``, ``"min"``, ``"max"`` or ``"set"``: the handler is commutative and records of
+        one key may be combined on the way (see the module notes and :mod:`.combining`);
+        default None (every record reaches the handler, in per-pair order).  Ranks must agree.
 
     Notes
     -----
@@ -120,7 +144,8 @@ class Mailbox:
 
     def __init__(self, bsp: "BSP", handler: Callable[..., object], dtype: Any, *,
                  buffer: int | None = None, max_pending: int = 16, with_source: bool = False,
-                 name: str | None = None, routing: str | Routing | None = None, ragged: bool = False):
+                 name: str | None = None, routing: str | Routing | None = None, ragged: bool = False,
+                 combine: str | None = None):
         where = f"rank {bsp.pid}: mailbox"
         if not callable(handler):
             raise UsageError(f"{where}: handler must be callable, got {type(handler).__name__}")
@@ -132,8 +157,14 @@ class Mailbox:
             raise UsageError(f"{where}: records must be plain data; dtype {dt} holds Python objects "
                              "or nothing")
         self.ragged = bool(ragged)
+        #: The combine rule (None: records are not combined).
+        self.combine = None if combine is None else check_combine(combine, dt, where)
+        if self.combine is not None and (self.ragged or with_source):
+            raise UsageError(f"{where}: combine= is for fixed-size records without with_source "
+                             "(a combined record may come from several sources)")
         #: The routing strategy, and what moves this mailbox's records on this rank.
-        self.route = resolve_routing(routing, bsp.nprocs, where, bsp.hosts)
+        self.route = resolve_routing(routing, bsp.nprocs, where, bsp.hosts,
+                                     combine=self.combine is not None)
         self.routing = self.route.name
         self.relay = self.route.relay(bsp.pid, bool(with_source))
         #: How records are laid out on the wire (with the relay's address fields) and buffered.
@@ -141,6 +172,11 @@ class Mailbox:
         unit = self.format.unit  # bytes of one unit of ``buffer``: a (wire) record, or a value
         if buffer is None:
             buffer = default_buffer(unit, int(self.relay.peers.size) + 1)
+            if self.combine is not None and setting("HPCBSP_MAILBOX_BYTES") is None:
+                # A combining buffer is a cache of keys: the mailbox's budget shared by its
+                # destinations, beyond the 512 KiB cap of default_buffer, combines more.
+                share = min(COMBINING_BUFFER_BYTES, MAILBOX_BUDGET_BYTES // (int(self.relay.peers.size) + 1))
+                buffer = max(buffer, share // unit)
         for label, value in (("buffer", buffer), ("max_pending", max_pending)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise UsageError(f"{where}: {label} must be a positive integer, got {value!r}")
@@ -159,12 +195,20 @@ class Mailbox:
         existing = Engine.existing(bsp)
         signature = self.route.signature()
         with existing.holding_handlers() if existing is not None else contextlib.nullcontext():
-            bsp.extension.agree(Kind.REGISTER, f"mailbox {dt.descr} {signature} {self.ragged}",
+            bsp.extension.agree(Kind.REGISTER, f"mailbox {dt.descr} {signature} {self.ragged} {self.combine}",
                                 lambda: f"mailbox(handler={self.name}, dtype={dt}, "
-                                        f"routing={signature}, ragged={self.ragged})")
+                                        f"routing={signature}, ragged={self.ragged}, combine={self.combine})")
         self._engine = Engine.of(bsp)
-        #: Per-destination buffers (of the format; destinations are next hops).
-        self.aggregator = self.format.buffers(bsp.nprocs, self.buffer)
+        #: Per-destination buffers (of the format; destinations are next hops), combining ones
+        #: for a mailbox that combines.
+        self.aggregator: Buffers
+        if self.combine is None:
+            self.aggregator = self.format.buffers(bsp.nprocs, self.buffer)
+        else:
+            assert isinstance(self.format, Fixed)
+            wire = self.format.wire
+            self.aggregator = CombiningAggregator(bsp.nprocs, wire, self.buffer,
+                                                  Combiner(self.combine, dt, wire).combine, self._absorbed)
         #: Sends in flight and their messages (back-pressure: at most ``max_pending``).
         self.window = SendWindow(self.max_pending, self.aggregator)
         #: Records of this mailbox sent and handled on this rank in this superstep (``done``'s
@@ -178,7 +222,13 @@ class Mailbox:
     def __repr__(self) -> str:
         return (f"Mailbox({self.name!r}, dtype={self.dtype}, buffer={self.buffer}, "
                 f"max_pending={self.max_pending}, routing={self.routing!r}"
-                f"{', ragged' if self.ragged else ''}, rank {self._bsp.pid})")
+                f"{', ragged' if self.ragged else ''}"
+                f"{f', combine={self.combine!r}' if self.combine else ''}, rank {self._bsp.pid})")
+
+    def messages(self) -> np.ndarray | None:
+        """Messages this mailbox handed out on this rank so far, per next hop (its own rank's
+        included); None for a ragged mailbox (not counted)."""
+        return getattr(self.aggregator, "messages", None)
 
     @property
     def peers(self) -> int:
@@ -254,6 +304,13 @@ class Mailbox:
         """The sync ended the superstep (the engine's side): counters to zero, open again."""
         self.sent = self.handled = 0
         self.finished = False
+
+    def _absorbed(self, nrecords: int) -> None:
+        """Combining removed ``nrecords`` buffered records: their effect travels in another
+        record, so for the termination counters they are handled here (sent and handled stay
+        monotone and balance once nothing is buffered or in flight)."""
+        self._engine.handlers.handled += nrecords
+        self.handled += nrecords
 
     # ------------------------------------------------------------------ the engine's side
     def decode(self, raw: np.ndarray) -> tuple[Any, int]:

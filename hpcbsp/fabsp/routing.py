@@ -22,7 +22,10 @@ in here.
   that talks to that node, across to the rank of that node that talks to this one, and on to
   their destination: at most 3 hops, and between two nodes one pair of ranks carries all their
   records, so a superstep sends at most one aggregated message per node pair and direction
-  instead of one per rank pair.  It is built from the ranks' host names (``bsp.hosts``).
+  instead of one per rank pair.  It is built from the ranks' host names (``bsp.hosts``).  For
+  a mailbox that combines (``combine=``, :mod:`.combining`) the rank that talks to a node
+  combines the records of all its node's ranks for that node before they cross, so a key
+  crosses between two nodes at most once per message.
 
 Another routing is a subclass with its own ``next_hops`` (and ``neighbour_counts`` if the
 generic count, a pass over every rank's hops, is too slow).
@@ -234,7 +237,7 @@ class NodeAware(Routing):
 ROUTINGS: dict[str, type[Routing]] = {"direct": Direct, "2d": Grid2D, "3d": Grid3D, "node": NodeAware}
 
 
-def default_routing(nprocs: int, hosts: Sequence[str] | None = None) -> str:
+def default_routing(nprocs: int, hosts: Sequence[str] | None = None, combine: bool = False) -> str:
     """The routing a mailbox gets when neither it nor ``$HPCBSP_ROUTING`` chooses one: by P.
 
     Not by node yet, even where ranks share nodes (``hosts``): across a link that is the
@@ -246,10 +249,11 @@ def default_routing(nprocs: int, hosts: Sequence[str] | None = None) -> str:
 
 
 def resolve_routing(routing: str | Routing | None, nprocs: int, where: str,
-                    hosts: Sequence[str] | None = None) -> Routing:
+                    hosts: Sequence[str] | None = None, combine: bool = False) -> Routing:
     """The routing of a mailbox on ``nprocs`` ranks: ``routing`` (a name, ``"auto"`` or a
     :class:`Routing` of ``nprocs`` ranks), else ``$HPCBSP_ROUTING``, else the default
-    (:func:`default_routing`; ``hosts``: the ranks' host names, which ``"node"`` routes by).
+    (:func:`default_routing`; ``hosts``: the ranks' host names, which ``"node"`` routes by;
+    ``combine``: the mailbox combines its records).
     A bad ``routing`` raises :class:`UsageError` naming ``where``; a bad ``$HPCBSP_ROUTING``
     :class:`~hpcbsp.runtime.errors.BadInput` (found already when the context started)."""
     if isinstance(routing, Routing):
@@ -260,7 +264,7 @@ def resolve_routing(routing: str | Routing | None, nprocs: int, where: str,
     if routing is None:
         routing = setting(ROUTING_ENV)
     if routing == "auto":
-        routing = default_routing(nprocs, hosts)
+        routing = default_routing(nprocs, hosts, combine)
     if not isinstance(routing, str) or routing not in ROUTINGS:
         raise UsageError(f"{where}: routing must be one of auto, {', '.join(ROUTINGS)} "
                          f"(or a Routing); got {routing!r}")

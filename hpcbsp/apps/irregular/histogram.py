@@ -16,6 +16,13 @@ Prints updates per second per rank (timed: from a sync after the indices exist t
 last sync) and the superstep ledger, and checks the table against a serial numpy oracle
 (``np.bincount`` of every rank's regenerated indices).  Exit status 1 if the check fails.
 
+``--combine`` (fabsp): the records are (key, count) pairs, one count per update, in a mailbox
+declared ``combine="sum"`` (:mod:`hpcbsp.fabsp.combining`): the updates of one counter merge into
+one record in the sender's buffers and at every rank they pass through, so fewer records cross
+(most where keys repeat).  ``--skew S`` (S > 1) draws Zipf-distributed keys instead of uniform
+ones: key rank z (1, 2, ...) has probability proportional to z^-S, and rank z is the global
+index (z - 1) * 2654435761 mod T*P, so the hot keys are spread over the ranks.
+
 With ``--rounds R`` the updates are applied in R supersteps (round r draws its own updates from
 the seed, the rank and r), and ``--checkpoint DIR --every K`` saves the counters every K rounds;
 ``--restart`` resumes from there and ends with exactly the counters of an uninterrupted run
@@ -50,34 +57,66 @@ DEFAULT_NAIVE_UPDATES = 50_000
 PROGRAM = "hpcbsp.apps.irregular.histogram"  #: the tag of its checkpoints
 
 
-def updates_of(rank: int, nprocs: int, n: int, table: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+#: The multiplier that spreads Zipf key ranks over the table (a prime: a bijection mod T*P
+#: unless T*P is a multiple of it).
+SPREAD = 2654435761
+#: (key, count) records of the combining histogram.
+KEY_COUNT = np.dtype([("key", np.int64), ("value", np.int64)])
+
+
+def keys_of(rank: int, nprocs: int, n: int, table: int, seed: int, skew: float = 0.0) -> np.ndarray:
+    """Rank ``rank``'s global indices: uniform, or Zipf with exponent ``skew`` (> 1; the module
+    notes), reproducible from the seed."""
+    rng = np.random.default_rng([seed, rank])
+    size = table * nprocs
+    if not skew:
+        return rng.integers(0, size, n)
+    if skew <= 1:
+        raise ValueError(f"a Zipf skew must be > 1, got {skew}")
+    z = rng.zipf(skew, n)
+    return ((z - 1) % size) * SPREAD % size
+
+
+def updates_of(rank: int, nprocs: int, n: int, table: int, seed: int, skew: float = 0.0
+               ) -> tuple[np.ndarray, np.ndarray]:
     """Rank ``rank``'s updates as ``(owner rank, offset)`` arrays (reproducible from the seed)."""
-    g = np.random.default_rng([seed, rank]).integers(0, table * nprocs, n)
-    return cyclic_owner(g, nprocs)
+    return cyclic_owner(keys_of(rank, nprocs, n, table, seed, skew), nprocs)
 
 
-def oracle(pid: int, nprocs: int, n: int, table: int, seed: int) -> np.ndarray:
+def oracle(pid: int, nprocs: int, n: int, table: int, seed: int, skew: float = 0.0) -> np.ndarray:
     """This rank's part of the table, counted serially from every rank's regenerated updates."""
     expected = np.zeros(table, dtype=np.int64)
     for rank in range(nprocs):
-        owner, off = updates_of(rank, nprocs, n, table, seed)
+        owner, off = updates_of(rank, nprocs, n, table, seed, skew)
         expected += np.bincount(off[owner == pid], minlength=table)
     return expected
 
 
 def histogram_fabsp(bsp: BSP, owner: np.ndarray, off: np.ndarray, table: int, chunk: int,
-                    **mailbox_kw: Any) -> tuple[np.ndarray, float]:
-    """FA-BSP histogram; returns this rank's counters and its time."""
+                    combine: bool = False, **mailbox_kw: Any) -> tuple[np.ndarray, float]:
+    """FA-BSP histogram; returns this rank's counters and its time.  ``combine``: (key, count)
+    records in a mailbox that sums the counts of one key on the way (the module notes)."""
     counts = np.zeros(table, dtype=np.int64)
+    if combine:
+        records = np.empty(off.size, dtype=KEY_COUNT)
+        records["key"] = off
+        records["value"] = 1
 
-    def add(offsets: np.ndarray) -> None:
-        scatter_add(counts, offsets, 1)
+        def add_counts(recs: np.ndarray) -> None:
+            scatter_add(counts, recs["key"], recs["value"])
 
-    box = bsp.mailbox(add, np.int64, name="histogram", **mailbox_kw)
+        box = bsp.mailbox(add_counts, KEY_COUNT, name="histogram", combine="sum", **mailbox_kw)
+    else:
+        records = off
+
+        def add(offsets: np.ndarray) -> None:
+            scatter_add(counts, offsets, 1)
+
+        box = bsp.mailbox(add, np.int64, name="histogram", **mailbox_kw)
 
     def body() -> None:
         for start in range(0, owner.size, chunk):
-            box.send(owner[start:start + chunk], off[start:start + chunk])
+            box.send(owner[start:start + chunk], records[start:start + chunk])
         bsp.sync("histogram")
 
     seconds, _ = timed(bsp, body)
@@ -113,11 +152,14 @@ def histogram_naive(bsp: BSP, owner: np.ndarray, off: np.ndarray, table: int
 
 
 def run_histogram(bsp: BSP, mode: str, n: int, table: int, seed: int = 1, chunk: int = 1 << 16,
-                  check: bool = True, **mailbox_kw: Any) -> Outcome:
-    """Run one mode on every rank; the benchmark calls this too."""
-    owner, off = updates_of(bsp.pid, bsp.nprocs, n, table, seed)
+                  check: bool = True, skew: float = 0.0, combine: bool = False, **mailbox_kw: Any) -> Outcome:
+    """Run one mode on every rank; the benchmark calls this too (``skew``: Zipf keys;
+    ``combine``: fabsp only, the module notes)."""
+    owner, off = updates_of(bsp.pid, bsp.nprocs, n, table, seed, skew)
+    if combine and mode != "fabsp":
+        raise ValueError(f"combining is for the fabsp mode, not {mode!r}")
     if mode == "fabsp":
-        counts, seconds = histogram_fabsp(bsp, owner, off, table, chunk, **mailbox_kw)
+        counts, seconds = histogram_fabsp(bsp, owner, off, table, chunk, combine, **mailbox_kw)
     elif mode == "bsp":
         counts, seconds = histogram_bsp(bsp, owner, off, table)
     elif mode == "naive":
@@ -126,7 +168,7 @@ def run_histogram(bsp: BSP, mode: str, n: int, table: int, seed: int = 1, chunk:
         counts, seconds = histogram_rma(bsp, owner, off, table)
     else:
         raise ValueError(f"unknown mode {mode!r}")
-    ok = bool(np.array_equal(counts, oracle(bsp.pid, bsp.nprocs, n, table, seed))) if check else None
+    ok = bool(np.array_equal(counts, oracle(bsp.pid, bsp.nprocs, n, table, seed, skew))) if check else None
     return Outcome(n, seconds, ok, f"table: {table:,} counters per rank, "
                                    f"{int(counts.sum()):,} increments landed on rank {bsp.pid}")
 
@@ -210,6 +252,10 @@ def run_histogram_rounds(bsp: BSP, mode: str, n: int, table: int, seed: int = 1,
 
 
 def _restart_options(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], dict]:
+    parser.add_argument("--combine", action="store_true",
+                        help="fabsp: (key, count) records summed on the way (combine='sum')")
+    parser.add_argument("--skew", type=float, default=0.0, metavar="S",
+                        help="Zipf-distributed keys with exponent S > 1 (default: uniform)")
     parser.add_argument("--rounds", type=positive_int, default=1, metavar="R",
                         help="apply the updates in R supersteps (default 1)")
     add_checkpoint(parser, "rounds (the counters are saved)")
@@ -222,17 +268,23 @@ def _restart_options(parser: argparse.ArgumentParser) -> Callable[[argparse.Name
             parser.error("--rounds and --checkpoint work with --mode fabsp or bsp")
         # never over a folder that is not a checkpoint of this program
         check_checkpoint(parser, args, lambda path: check_target(path, PROGRAM), (BSPError,))
+        if args.skew and args.skew <= 1:
+            parser.error(f"--skew must be > 1 (a Zipf exponent), got {args.skew}")
+        if args.combine and args.mode != "fabsp":
+            parser.error("--combine works with --mode fabsp")
         if args.rounds == 1 and not args.checkpoint:
-            return {}
+            return {k: v for k, v in (("skew", args.skew), ("combine", args.combine)) if v}
+        if args.skew or args.combine:
+            parser.error("--skew and --combine work without --rounds and --checkpoint")
         return {"rounds": args.rounds, "checkpoint": args.checkpoint, "every": args.every,
                 "restart": args.restart, "die_at": args.die_at, "quiet": args.quiet}
     return kwargs
 
 
 def _run(bsp: BSP, mode: str, n: int, table: int, seed: int = 1, chunk: int = 1 << 16,
-         check: bool = True, **kw: object) -> Outcome:
+         check: bool = True, **kw: Any) -> Outcome:
     if "rounds" in kw:
-        return run_histogram_rounds(bsp, mode, n, table, seed, chunk, check, **kw)  # type: ignore[arg-type]
+        return run_histogram_rounds(bsp, mode, n, table, seed, chunk, check, **kw)
     return run_histogram(bsp, mode, n, table, seed, chunk, check, **kw)
 
 
