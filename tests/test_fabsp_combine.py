@@ -10,11 +10,13 @@ small case against a hand count.
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
 import hpcbsp
-from hpcbsp.fabsp.aggregation import CombiningAggregator
+from hpcbsp.fabsp.aggregation import SETTLE_S, CombiningAggregator
 from hpcbsp.fabsp.combining import Combiner, check_combine
 from hpcbsp.fabsp.routing import NodeAware
 from hpcbsp.runtime.errors import UsageError
@@ -91,14 +93,18 @@ def test_float_sums_combine_within_the_reassociation_bound():
 def test_combining_buffers_keep_filling_while_half_empty_and_account_for_every_record():
     rng = np.random.default_rng(1)
     absorbed: list[int] = []
-    agg = CombiningAggregator(3, KV, 100, Combiner("sum", KV, KV).combine, absorbed.append)
+    settle = np.array([True, True, False])  # destinations 0 and 1 settle before a flush, 2 not
+    agg = CombiningAggregator(3, KV, 100, Combiner("sum", KV, KV).combine, absorbed.append, settle)
     recs = np.empty(1000, dtype=KV)
     recs["key"], recs["value"] = rng.integers(0, 30, recs.size), 1  # 30 keys: fits half a buffer
     dests = np.ascontiguousarray(rng.integers(0, 3, recs.size), dtype=np.int64)
     shipped = list(agg.put(dests, recs, False))
     assert shipped == []  # every full buffer combined to at most 30 records and kept filling
     shipped = list(agg.drain())
-    assert agg.nbuffered == 0 and [d for d, _ in shipped] == [0, 1, 2]
+    assert [d for d, _ in shipped] == [2]  # 0 and 1 just grew: they settle for SETTLE_S
+    time.sleep(SETTLE_S * 1.5)
+    shipped += list(agg.drain())
+    assert agg.nbuffered == 0 and [d for d, _ in shipped] == [2, 0, 1]
     assert agg.messages.tolist() == [1, 1, 1]  # one message per destination (hand count)
     out = sum(m.shape[0] for _, m in shipped)
     assert out + sum(absorbed) == recs.size == out + agg.combined
@@ -262,3 +268,13 @@ def test_the_combining_histogram_counts_what_the_serial_oracle_counts(bsp, skew,
         g = rng.integers(0, table * p, n) if not skew else (rng.zipf(skew, n) - 1) % (table * p) * 2654435761 % (table * p)
         whole += np.bincount(g, minlength=table * p)
     np.testing.assert_array_equal(counts, whole[me::p])
+
+
+def test_buffers_settle_only_where_several_ranks_records_merge():
+    """Hand map: ranks 0, 1 on node a, 2, 3 on node b; routing by node merges at the hops to the
+    other node only (a rank sends there only as its node's representative)."""
+    route = NodeAware(4, ["a", "a", "b", "b"])
+    np.testing.assert_array_equal(route.merging_hops(0), [False, False, True, True])
+    np.testing.assert_array_equal(route.merging_hops(3), [True, True, False, False])
+    assert NodeAware(4, ["a", "b", "c", "d"]).merging_hops(0) is None  # one rank a node: bare
+    assert NodeAware(3, ["a"] * 3).merging_hops(1) is None  # one node

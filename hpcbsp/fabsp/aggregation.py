@@ -20,14 +20,18 @@ Combining (a mailbox with ``combine=``, :mod:`.combining`): :class:`CombiningAgg
 combines a buffer's records of one key when the buffer fills, and keeps filling it while
 combining leaves it at most half full (so a destination's buffer accumulates as many records as
 it takes to fill it with distinct keys); a batch that leaves (full, or taken at a flush) is
-combined first.  Records relayed through this rank go through the same buffers, so a node's
-representative combines its ranks' records for a remote node before it forwards them.
+combined first; at a flush, a partly filled buffer for a hop where several ranks' records
+merge (a node's representative's to another node, :meth:`.routing.Routing.merging_hops`)
+leaves only once it has not grown for :data:`SETTLE_S`.  Records relayed through this rank go through the same buffers, so a node's
+representative combines its ranks' records for a remote node before it forwards them, those
+its ranks flush at about the same time into one message.
 
 Every aggregator counts the messages it hands out per destination (:attr:`Aggregator.messages`),
 for the benchmarks and tests that count messages per pair of ranks or nodes.
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, Protocol
 
 import numpy as np
@@ -243,22 +247,31 @@ class Aggregator:
 #: A combining buffer that holds at most this fraction of its capacity after combining keeps
 #: filling; above it, the combined records leave.
 KEEP = 0.5
+#: A partly filled combining buffer leaves at a flush (:meth:`CombiningAggregator.drain`) only
+#: once it has not grown for this many seconds: a node's representative then merges the
+#: batches its ranks flush at about the same time into one message per remote node.
+SETTLE_S = 0.005
 
 
 class CombiningAggregator(Aggregator):
     """:class:`Aggregator` whose batches are combined before they leave (module notes):
     ``combine(records)`` returns them with each key's records combined (:mod:`.combining`);
     ``absorbed(n)`` is told of every n records that combining removed (they count as handled:
-    the mailbox's termination counters)."""
+    the mailbox's termination counters); ``settle``: a mask of the destinations whose
+    buffers settle before a flush (:meth:`drain`; None: none)."""
 
     def __init__(self, nprocs: int, dtype: np.dtype, capacity: int,
-                 combine: Callable[[np.ndarray], np.ndarray], absorbed: Callable[[int], None]):
+                 combine: Callable[[np.ndarray], np.ndarray], absorbed: Callable[[int], None],
+                 settle: np.ndarray | None = None):
         super().__init__(nprocs, dtype, capacity)
         self._combine = combine
         self._absorbed = absorbed
         self._keep = max(1, int(capacity * KEEP))
         #: Records removed by combining so far.
         self.combined = 0
+        self._settle = settle
+        self._seen = np.zeros(nprocs, dtype=np.int64)  # the fills at the previous drain
+        self._grew_at = np.zeros(nprocs, dtype=np.float64)  # when each was last seen to grow
 
     def _reduce(self, recs: np.ndarray) -> np.ndarray:
         out = self._combine(recs)
@@ -308,6 +321,25 @@ class CombiningAggregator(Aggregator):
                 if full is not None:
                     out.append(full)
         return out
+
+    def drain(self) -> Iterator[tuple[int, np.ndarray]]:
+        """As :meth:`Aggregator.drain`, combined; but a buffer that settles (``settle``) only
+        once it has not grown for :data:`SETTLE_S` (the caller drains again: the engine's flush
+        runs every round of a quiescence, and an idle rank's ``progress`` too, so such a buffer
+        leaves SETTLE_S after its last record at the latest)."""
+        if self._settle is None:
+            yield from super().drain()
+            return
+        now = time.monotonic()
+        fill = self._fill
+        self._grew_at[fill != self._seen] = now
+        self._seen[:] = fill
+        ready = (fill > 0) & (~self._settle | (now - self._grew_at >= SETTLE_S))
+        for dest in np.flatnonzero(ready).tolist():
+            part = self.take(dest)
+            assert part is not None
+            self._seen[dest] = 0
+            yield dest, part
 
     def take(self, dest: int) -> np.ndarray | None:
         """As :meth:`Aggregator.take`, the records combined."""

@@ -208,7 +208,8 @@ class Mailbox:
             assert isinstance(self.format, Fixed)
             wire = self.format.wire
             self.aggregator = CombiningAggregator(bsp.nprocs, wire, self.buffer,
-                                                  Combiner(self.combine, dt, wire).combine, self._absorbed)
+                                                  Combiner(self.combine, dt, wire).combine, self._absorbed,
+                                                  self.route.merging_hops(bsp.pid))
         #: Sends in flight and their messages (back-pressure: at most ``max_pending``).
         self.window = SendWindow(self.max_pending, self.aggregator)
         #: Records of this mailbox sent and handled on this rank in this superstep (``done``'s

@@ -103,6 +103,13 @@ class Routing:
                              f"each of the {self.nprocs} ranks, and {me} for {me} itself")
         return Relay(hops.astype(np.int64), me, with_source)
 
+    def merging_hops(self, me: int) -> np.ndarray | None:
+        """Where records of several ranks merge on ``me``'s way out: a mask over the ranks, True
+        for the next hops whose buffers a combining mailbox lets settle before a flush
+        (:data:`.aggregation.SETTLE_S`), so that the batches several ranks flush at about the
+        same time leave together; None (the default) for none."""
+        return None
+
     def neighbour_counts(self) -> np.ndarray:
         """For every rank, how many other ranks it sends to (its most buffers per mailbox).
 
@@ -207,6 +214,13 @@ class NodeAware(Routing):
         if len(self.members) == 1 or int(self.size.max()) == 1:
             return Straight(me, self.nprocs)
         return super().relay(me, with_source)
+
+    def merging_hops(self, me: int) -> np.ndarray | None:
+        """The ranks of other nodes, where records pass through (where they do): ``me`` sends
+        there only as its node's representative, with its node's ranks' records."""
+        if len(self.members) == 1 or int(self.size.max()) == 1:
+            return None
+        return self.node != self.node[me]
 
     def gateway(self, a: int, b: np.ndarray | int) -> np.ndarray:
         """The rank(s) of node ``a`` that talk to node(s) ``b``."""
