@@ -278,3 +278,39 @@ def test_buffers_settle_only_where_several_ranks_records_merge():
     np.testing.assert_array_equal(route.merging_hops(3), [True, True, False, False])
     assert NodeAware(4, ["a", "b", "c", "d"]).merging_hops(0) is None  # one rank a node: bare
     assert NodeAware(3, ["a"] * 3).merging_hops(1) is None  # one node
+
+
+def _nodes(*sizes: int) -> list[str]:
+    return [f"n{i}" for i, size in enumerate(sizes) for _ in range(size)]
+
+
+@pytest.mark.parametrize("hosts, combine, expected", [
+    (_nodes(8), True, "direct"),              # one node
+    (_nodes(1, 1, 1, 1), True, "direct"),     # one rank a node
+    (_nodes(2, 2, 2, 2), True, "direct"),     # 2 a node: measured not to pay
+    (_nodes(4, 4, 4, 4), False, "direct"),    # no combining: routing by node does not pay
+    (_nodes(4, 4, 4, 4), True, "node"),
+    (_nodes(4, 4, 4, 4, 4, 4, 4, 4), True, "node"),
+    (_nodes(4, 4, 3), True, "direct"),        # a node of 3
+    (_nodes(16, 16), True, "node"),
+    (None, True, "direct"),                   # hosts unknown
+])
+def test_auto_routes_a_combining_mailbox_by_node_where_the_hand_rule_says(hosts, combine, expected):
+    """The hand rule (routing.default_routing): by node only for a combining mailbox on two or
+    more nodes of at least NODE_COMBINING_PER_NODE (4) ranks each; else by P."""
+    from hpcbsp.fabsp.routing import default_routing, resolve_routing
+
+    p = 8 if hosts is None else len(hosts)
+    assert default_routing(p, hosts, combine) == expected
+    assert resolve_routing("auto", p, "here", hosts, combine=combine).name == expected
+
+
+def test_auto_keeps_the_grid_where_routing_by_node_would_hold_more_buffers():
+    """At 20,000 ranks 4 a node, routing by node holds 3 + 1,250 buffers a rank, the 2-d grid
+    (the default by P) about 2 sqrt(P) = 282 (buffers_per_rank): the grid stays.  At 1,024
+    ranks 16 a node, 15 + 4 against direct's 1,023: by node."""
+    from hpcbsp.fabsp.routing import buffers_per_rank, default_routing
+
+    assert buffers_per_rank(20_000, "node", per_node=4) > buffers_per_rank(20_000, "2d")
+    assert default_routing(20_000, [str(r // 4) for r in range(20_000)], True) == "2d"
+    assert default_routing(1024, [str(r // 16) for r in range(1024)], True) == "node"

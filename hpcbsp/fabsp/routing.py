@@ -62,6 +62,9 @@ ROUTING_ENV = "HPCBSP_ROUTING"
 DIRECT_UP_TO = 256
 #: ... 2-D up to this many (about 2 * 181 buffers), 3-D beyond.
 TWO_D_UP_TO = 32768
+#: ... and by node for a combining mailbox whose ranks fill two or more nodes with at least this
+#: many each (:func:`default_routing`: where it was measured to pay).
+NODE_COMBINING_PER_NODE = 4
 
 
 class Routing:
@@ -252,14 +255,28 @@ ROUTINGS: dict[str, type[Routing]] = {"direct": Direct, "2d": Grid2D, "3d": Grid
 
 
 def default_routing(nprocs: int, hosts: Sequence[str] | None = None, combine: bool = False) -> str:
-    """The routing a mailbox gets when neither it nor ``$HPCBSP_ROUTING`` chooses one: by P.
+    """The routing a mailbox gets when neither it nor ``$HPCBSP_ROUTING`` chooses one.
 
-    Not by node yet, even where ranks share nodes (``hosts``): across a link that is the
-    bottleneck its envelopes cost more bytes than its fewer messages save (docs/performance.md,
-    "Routing by node across 4 emulated nodes"); ``routing="node"`` asks for it."""
-    if nprocs <= DIRECT_UP_TO:
-        return "direct"
-    return "2d" if nprocs <= TWO_D_UP_TO else "3d"
+    By P (direct up to :data:`DIRECT_UP_TO` ranks, 2-d up to :data:`TWO_D_UP_TO`, 3-d beyond),
+    except by node for a mailbox that combines its records (``combine``) where ``hosts`` (the
+    ranks' host names) place them on two or more nodes of at least :data:`NODE_COMBINING_PER_NODE`
+    ranks each, and routing by node holds no more buffers per rank than the routing by P.
+
+    Why (docs/performance.md, "Routing by node with combining"; 4 and 8 emulated nodes at 100
+    Mbit/s, histogram, oversubscribed): combining at a node's representative merges its ranks'
+    records for a node, one message per node pair instead of one per pair of their ranks.  With
+    4 ranks a node that paid on uniform keys (1.25x and 1.62x direct with combining, 4 and 8
+    nodes) and cost 0.80x on Zipf keys, which the senders' own buffers already combine; with 2
+    ranks a node it did not pay (0.83x to 1.02x, and 0.75x to 0.86x on Zipf keys).  Without
+    combining, routing by node does not pay (0.62x to 0.87x at 2 and 4 ranks a node: its
+    envelopes cost more bytes than its fewer messages save), so it is not chosen."""
+    by_p = "direct" if nprocs <= DIRECT_UP_TO else "2d" if nprocs <= TWO_D_UP_TO else "3d"
+    if combine and hosts is not None and nprocs > 1:
+        route = NodeAware(nprocs, hosts)
+        if len(route.members) > 1 and int(route.size.min()) >= NODE_COMBINING_PER_NODE \
+                and route.neighbour_counts().max() <= ROUTINGS[by_p](nprocs).neighbour_counts().max():
+            return "node"
+    return by_p
 
 
 def resolve_routing(routing: str | Routing | None, nprocs: int, where: str,
@@ -369,5 +386,5 @@ def grid_dims(nprocs: int, routing: str) -> tuple[int, ...]:
     return ROUTINGS[routing](nprocs).dims
 
 
-__all__ = ["ROUTINGS", "ROUTING_ENV", "Direct", "Grid", "Grid2D", "Grid3D", "GridRouting", "NodeAware", "Routing",
-           "buffers_per_rank", "default_routing", "grid_dims", "resolve_routing"]
+__all__ = ["NODE_COMBINING_PER_NODE", "ROUTINGS", "ROUTING_ENV", "Direct", "Grid", "Grid2D", "Grid3D", "GridRouting",
+           "NodeAware", "Routing", "buffers_per_rank", "default_routing", "grid_dims", "resolve_routing"]
