@@ -263,13 +263,16 @@ def default_routing(nprocs: int, hosts: Sequence[str] | None = None, combine: bo
     ranks each, and routing by node holds no more buffers per rank than the routing by P.
 
     Why (docs/performance.md, "Routing by node with combining"; 4 and 8 emulated nodes at 100
-    Mbit/s, histogram, oversubscribed): combining at a node's representative merges its ranks'
-    records for a node, one message per node pair instead of one per pair of their ranks.  With
-    4 ranks a node that paid on uniform keys (1.25x and 1.62x direct with combining, 4 and 8
-    nodes) and cost 0.80x on Zipf keys, which the senders' own buffers already combine; with 2
-    ranks a node it did not pay (0.83x to 1.02x, and 0.75x to 0.86x on Zipf keys).  Without
-    combining, routing by node does not pay (0.62x to 0.87x at 2 and 4 ranks a node: its
-    envelopes cost more bytes than its fewer messages save), so it is not chosen."""
+    Mbit/s, histogram, oversubscribed): a node's representative merges its ranks' records for
+    a node, 1.2 to 2.2 messages per node pair and superstep instead of one per pair of their
+    ranks.  With 4 ranks a node that paid on uniform keys (1.23x to 1.62x direct with
+    combining, 4 runs on 4 and 8 nodes) and mostly not on Zipf keys, which the senders' own
+    buffers already combine (0.71x to 1.44x, 3 of 4 runs below 1); with 2 ranks a node it did
+    not pay (0.83x to 1.02x uniform, 0.75x to 0.86x Zipf).  Without combining, routing by node
+    does not pay (0.62x to 0.89x direct; 1.19x and 1.03x at 8 nodes of 4): its envelopes cost
+    more bytes than its fewer messages save, so it is not chosen.  The rule cannot see the key
+    distribution; a mailbox whose keys are known to be skewed may ask for ``routing="direct"``.
+    """
     by_p = "direct" if nprocs <= DIRECT_UP_TO else "2d" if nprocs <= TWO_D_UP_TO else "3d"
     if combine and hosts is not None and nprocs > 1:
         route = NodeAware(nprocs, hosts)
