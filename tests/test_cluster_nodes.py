@@ -180,7 +180,7 @@ def test_hpcbsp_info_advises_tcp_when_nodes_share_a_machine() -> None:
 SEMANTICS = [f"tests/test_runtime_{concept}.py"
              for concept in ("drma", "queues", "collectives", "control", "ledger", "failures")]
 SEMANTICS += ["tests/test_runtime_bsplib.py", "tests/test_runtime_arena.py", "tests/test_fabsp_mailbox.py",
-              "tests/test_fabsp_apps.py"]
+              "tests/test_fabsp_apps.py", "tests/test_fabsp_combine.py"]
 #: Test files whose MPI tests run across the 4 nodes, each against its own oracle.
 SUITES = [*SEMANTICS, "tests/test_snn_mpi.py", "tests/test_farm_skeleton.py",
           "tests/test_runtime_checkpoint.py"]

@@ -314,3 +314,41 @@ def test_auto_keeps_the_grid_where_routing_by_node_would_hold_more_buffers():
     assert buffers_per_rank(20_000, "node", per_node=4) > buffers_per_rank(20_000, "2d")
     assert default_routing(20_000, [str(r // 4) for r in range(20_000)], True) == "2d"
     assert default_routing(1024, [str(r // 16) for r in range(1024)], True) == "node"
+
+
+def test_the_benchmark_section_prints_the_variants_side_by_side():
+    """``bench fabsp --sections combine`` on 3 ranks of one host: every variant's line, checked
+    runs, and the records per update it prints against an oracle computed here (the updates
+    whose owner is another rank, over all updates: the ledger counts those; with combining,
+    fewer); one host: no node pair, no link."""
+    import re
+
+    from mpi_helpers import run_mpi
+
+    from hpcbsp.apps.irregular.histogram import updates_of
+
+    n = 30_000
+    res = run_mpi(3, ["-m", "hpcbsp.bench", "fabsp", "--sections", "combine", "--n", str(n), "--repeat", "1"],
+                  timeout=180, env={"HPCBSP_WAIT": "yield"})
+    assert res.returncode == 0, res.output
+    out = res.stdout
+    assert "CHECK FAILED" not in out and "3 ranks on 1 node(s)" in out, out
+    remote = {skew: sum(int(np.count_nonzero(updates_of(r, 3, n, 10_000, 0, skew)[0] != r)) for r in range(3)) / (3 * n)
+              for skew in (0.0, 1.2)}  # (the bench's default --skew)
+    rows = re.findall(r"^ +(histogram|index_gather) +(direct|node) +(sum|-) +[0-9,]+ +[0-9.]+x +[0-9.]+ +0\.0 +0 +0 of 0 +"
+                      r"([0-9.]+) +[0-9.]+ +-$", out, re.M)
+    assert len(rows) == 10, out  # 4 histogram variants x 2 key distributions, 2 index-gather
+    for i, (app, routing, combine, records) in enumerate(rows):
+        skew = 0.0 if i < 6 else 1.2  # uniform keys first, then Zipf
+        if app == "histogram" and combine == "-":
+            assert float(records) == pytest.approx(remote[skew], abs=0.002), (skew, rows[i])
+        elif app == "histogram" and not skew:
+            # m = n / 3 uniform draws of K = 10,000 keys per destination: K (1 - exp(-m / K))
+            # distinct, each one record after combining
+            m, k = n / 3, 10_000
+            distinct = k * (1 - np.exp(-m / k)) / m
+            assert float(records) == pytest.approx(remote[skew] * distinct, rel=0.03), (distinct, rows[i])
+        elif app == "histogram":
+            assert float(records) < remote[skew] / 2, (skew, rows[i])  # Zipf: hot keys repeat
+        else:
+            assert float(records) == pytest.approx(2 * remote[0.0], abs=0.004), rows[i]  # request + reply
