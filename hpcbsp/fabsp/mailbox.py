@@ -269,6 +269,8 @@ class Mailbox:
         MPI messages that carry them are not counted separately.  Routed: every hop counts,
         with the envelope's bytes (``format.unit``), on the ranks it leaves and enters.
         Ragged: a record's values' bytes plus its head's (8, routed 16), and 8 per message.
+        Combining (``combine=``): only the records that leave a rank after combining count, at
+        each hop; at most the uncombined figure.
         """
         engine = self._engine
         where = f"rank {self._bsp.pid}: {self.name}.send"
