@@ -22,9 +22,9 @@ combining leaves it at most half full (so a destination's buffer accumulates as 
 it takes to fill it with distinct keys); a batch that leaves (full, or taken at a flush) is
 combined first; at a flush, a partly filled buffer for a hop where several ranks' records
 merge (a node's representative's to another node, :meth:`.routing.Routing.merging_hops`)
-leaves only once it has not grown for :data:`SETTLE_S`.  Records relayed through this rank go through the same buffers, so a node's
-representative combines its ranks' records for a remote node before it forwards them, those
-its ranks flush at about the same time into one message.
+leaves only once it has not grown for :data:`SETTLE_S`.  Records relayed through this rank go
+through the same buffers, so a node's representative combines its ranks' records for a remote
+node before it forwards them, those its ranks flush at about the same time into one message.
 
 Every aggregator counts the messages it hands out per destination (:attr:`Aggregator.messages`),
 for the benchmarks and tests that count messages per pair of ranks or nodes.
