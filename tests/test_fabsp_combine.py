@@ -290,14 +290,15 @@ def _nodes(*sizes: int) -> list[str]:
     (_nodes(2, 2, 2, 2), True, "direct"),     # 2 a node: measured not to pay
     (_nodes(4, 4, 4, 4), False, "direct"),    # no combining: routing by node does not pay
     (_nodes(4, 4, 4, 4), True, "node"),
-    (_nodes(4, 4, 4, 4, 4, 4, 4, 4), True, "node"),
-    (_nodes(4, 4, 3), True, "direct"),        # a node of 3
+    (_nodes(3, 3, 3, 3, 3, 3, 3, 3), True, "node"),
+    (_nodes(4, 4, 3), True, "node"),
+    (_nodes(4, 4, 2), True, "direct"),        # a node of 2
     (_nodes(16, 16), True, "node"),
     (None, True, "direct"),                   # hosts unknown
 ])
 def test_auto_routes_a_combining_mailbox_by_node_where_the_hand_rule_says(hosts, combine, expected):
     """The hand rule (routing.default_routing): by node only for a combining mailbox on two or
-    more nodes of at least NODE_COMBINING_PER_NODE (4) ranks each; else by P."""
+    more nodes of at least NODE_COMBINING_PER_NODE (3) ranks each; else by P."""
     from hpcbsp.fabsp.routing import default_routing, resolve_routing
 
     p = 8 if hosts is None else len(hosts)

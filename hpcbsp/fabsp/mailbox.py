@@ -51,7 +51,7 @@ rank of each of the two nodes (up to 3 messages), so that two nodes exchange one
 message per direction instead of one per pair of their ranks, and D is the node's other ranks
 plus about (nodes / ranks per node).  Per-pair FIFO order holds with every routing.  The default
 (``$HPCBSP_ROUTING``, else by P: direct up to 256 ranks, 2-D up to 32,768, 3-D beyond; by
-node for a combining mailbox on two or more nodes of at least 4 ranks each:
+node for a combining mailbox on two or more nodes of at least 3 ranks each:
 :func:`~.routing.default_routing`) suits memory; a mailbox may choose, by name or with a
 :class:`~.routing.Routing` object.
 
@@ -128,7 +128,7 @@ class Mailbox:
         ``"direct"`` (a buffer per destination), ``"2d"`` or ``"3d"`` (through a grid of ranks,
         O(sqrt P) or O(cbrt P) buffers, see the module notes), ``"node"`` (by node), ``"auto"``,
         or a :class:`~.routing.Routing` of P ranks; default ``$HPCBSP_ROUTING``, else ``"auto"``
-        (by P; by node for a combining mailbox on nodes of 4 ranks or more).  Ranks must agree
+        (by P; by node for a combining mailbox on nodes of 3 ranks or more).  Ranks must agree
         on it.
     ragged
         Variable-size records: a record is a 1-D array of ``dtype`` of any length; ``send(pid,

@@ -64,7 +64,7 @@ DIRECT_UP_TO = 256
 TWO_D_UP_TO = 32768
 #: ... and by node for a combining mailbox whose ranks fill two or more nodes with at least this
 #: many each (:func:`default_routing`: where it was measured to pay).
-NODE_COMBINING_PER_NODE = 4
+NODE_COMBINING_PER_NODE = 3
 
 
 class Routing:
@@ -265,13 +265,14 @@ def default_routing(nprocs: int, hosts: Sequence[str] | None = None, combine: bo
     Why (docs/performance.md, "Routing by node with combining"; 4 and 8 emulated nodes at 100
     Mbit/s, histogram, oversubscribed): a node's representative merges its ranks' records for
     a node, 1.2 to 2.2 messages per node pair and superstep instead of one per pair of their
-    ranks.  With 4 ranks a node that paid on uniform keys (1.23x to 1.62x direct with
-    combining, 4 runs on 4 and 8 nodes) and mostly not on Zipf keys, which the senders' own
-    buffers already combine (0.71x to 1.44x, 3 of 4 runs below 1); with 2 ranks a node it did
-    not pay (0.83x to 1.02x uniform, 0.75x to 0.86x Zipf).  Without combining, routing by node
-    does not pay (0.62x to 0.89x direct; 1.19x and 1.03x at 8 nodes of 4): its envelopes cost
-    more bytes than its fewer messages save, so it is not chosen.  The rule cannot see the key
-    distribution; a mailbox whose keys are known to be skewed may ask for ``routing="direct"``.
+    ranks.  With 3 and 4 ranks a node that paid on uniform keys (1.16x to 1.62x direct with
+    combining, 6 runs on 4 and 8 nodes) and mostly not on Zipf keys, which the senders' own
+    buffers already combine (0.71x to 0.87x, one run 1.44x); with 2 ranks a node it did not
+    pay (0.83x and 1.02x uniform, 0.75x and 0.86x Zipf).  Without combining, routing by node
+    does not pay (0.62x to 0.90x direct; 1.03x to 1.19x in 3 runs at 8 nodes of 3 and 4): its
+    envelopes cost 1.5x the bytes on the links, so it is not chosen.  The rule cannot see the
+    key distribution; a mailbox whose keys are known to be skewed may ask for
+    ``routing="direct"``.
     """
     by_p = "direct" if nprocs <= DIRECT_UP_TO else "2d" if nprocs <= TWO_D_UP_TO else "3d"
     if combine and hosts is not None and nprocs > 1:
