@@ -160,3 +160,35 @@ def softmax_loss_grad(w: np.ndarray, x: np.ndarray, y: np.ndarray, average: bool
         loss, grad = loss / m, grad / m
     return loss, grad
 
+
+
+def toposort_settle(count, colsum, level, claimed, pivot_col, col_ptr, col_rows, p: int, me: int,
+                    pivots: np.ndarray, shrinks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """toposort's local elimination a whole frontier at a time (``Elimination.settle``): the
+    state arrays are updated in place; returns the other ranks' ``(pivots, shrinks)`` as
+    (k, 3) int64 arrays, in frontier order (the kernel's order may differ within one)."""
+    out_p, out_s = [np.empty((0, 3), dtype=np.int64)], [np.empty((0, 3), dtype=np.int64)]
+    piv = np.asarray(pivots, dtype=np.int64).reshape(-1, 3)
+    shr = np.asarray(shrinks, dtype=np.int64).reshape(-1, 3)
+    while piv.size or shr.size:
+        if shr.size:
+            local = shr[:, 0] // p
+            np.subtract.at(count, local, 1)
+            np.subtract.at(colsum, local, shr[:, 1])
+            np.maximum.at(level, local, shr[:, 2])
+            ready = np.unique(local[(count[local] == 1) & ~claimed[local]])
+            claimed[ready] = True
+            pivot_col[ready] = colsum[ready]
+            piv = np.concatenate([piv, np.stack([colsum[ready], level[ready], ready * p + me], axis=1)])
+        mine = piv[:, 0] % p == me
+        out_p.append(piv[~mine])
+        piv = piv[mine]
+        c = piv[:, 0] // p
+        lens = col_ptr[c + 1] - col_ptr[c]
+        others = col_rows[np.concatenate([np.arange(col_ptr[k], col_ptr[k + 1]) for k in c] or [[]]).astype(np.int64)]
+        new = np.stack([others, np.repeat(piv[:, 0], lens), np.repeat(piv[:, 1] + 1, lens)], axis=1)
+        new = new[others != np.repeat(piv[:, 2], lens)]
+        mine = new[:, 0] % p == me
+        out_s.append(new[~mine])
+        shr, piv = new[mine], np.empty((0, 3), dtype=np.int64)
+    return np.concatenate(out_p), np.concatenate(out_s)

@@ -1,0 +1,103 @@
+"""toposort's local elimination in C (``kernels/_toposort.pyx``): one rank's rows and columns.
+
+bale's toposort removes, for each row left with one nonzero (the *pivot* of that row's last
+column), the column's nonzero from every other row (a *shrink*); a row left with one nonzero
+pivots in turn.  Rows and columns are distributed cyclically over ``p`` ranks (global index
+``i`` is local index ``i // p`` of rank ``i % p``).  :class:`Elimination` holds one rank's
+state and does everything a batch of pivots and shrinks causes on that rank, record by record,
+handing back the records other ranks must handle (``hpcbsp.apps.irregular.toposort``).
+
+Records are rows of three int64: a pivot ``(col, level, row)``, a shrink ``(row, col, level)``.
+A row's level is the highest level of the shrinks that reached it (0 if none); a pivot carries
+its row's level, the shrinks it makes one more.  The result (which row takes which column, every
+row's level) does not depend on the order in which batches arrive, only the work's order does.
+
+Numpy oracle: :func:`hpcbsp.kernels.reference.toposort_settle`, the same elimination a whole
+frontier at a time (tests/test_kernels_toposort.py).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._extensions import MODULES
+
+_EMPTY = np.empty((0, 3), dtype=np.int64)
+
+
+def _records(recs: np.ndarray | None, what: str) -> np.ndarray:
+    """``recs`` (structured records of three int64 fields, or an (n, 3) int64 array) as a
+    C-contiguous (n, 3) int64 array."""
+    if recs is None:
+        return _EMPTY
+    if recs.dtype != np.int64:
+        if recs.dtype.itemsize != 24 or any(recs.dtype[i] != np.int64 for i in range(len(recs.dtype))):
+            raise TypeError(f"toposort {what}: records of three int64, not {recs.dtype}")
+        recs = np.ascontiguousarray(recs).view(np.int64)
+    return np.ascontiguousarray(recs).reshape(-1, 3)
+
+
+class Elimination:
+    """The elimination state of one rank: ``count``, ``colsum``, ``level`` (int64), ``claimed``
+    (bool) and ``pivot_col`` (int64), one entry per local row, and the rows of each local
+    column (CSR: ``col_ptr`` of length rows + 1, ``col_rows`` global rows), all updated in
+    place (the caller's arrays, shared).  ``p`` ranks, this one ``me``."""
+
+    def __init__(self, count: np.ndarray, colsum: np.ndarray, level: np.ndarray, claimed: np.ndarray,
+                 pivot_col: np.ndarray, col_ptr: np.ndarray, col_rows: np.ndarray, p: int, me: int):
+        n = count.shape[0]
+        for name, a in (("count", count), ("colsum", colsum), ("level", level), ("pivot_col", pivot_col),
+                        ("col_ptr", col_ptr), ("col_rows", col_rows)):
+            if a.dtype != np.int64 or a.ndim != 1 or not a.flags.c_contiguous:
+                raise TypeError(f"Elimination: {name} must be a 1-D C-contiguous int64 array")
+        if claimed.dtype != np.bool_ or claimed.shape != (n,) or not claimed.flags.c_contiguous:
+            raise TypeError("Elimination: claimed must be a C-contiguous bool array, one per row")
+        if not (colsum.shape == level.shape == pivot_col.shape == (n,)) or col_ptr.shape != (n + 1,):
+            raise ValueError("Elimination: one entry per local row (col_ptr: one more)")
+        if col_ptr[0] != 0 or col_ptr[-1] != col_rows.size or np.any(np.diff(col_ptr) < 0):
+            raise ValueError("Elimination: col_ptr must rise from 0 to len(col_rows)")
+        if not 0 <= me < p:
+            raise ValueError(f"Elimination: rank {me} of {p}")
+        self.count, self.colsum, self.level, self.pivot_col = count, colsum, level, pivot_col
+        self.claimed = claimed.view(np.uint8)
+        self.col_ptr, self.col_rows, self.p, self.me = col_ptr, col_rows, p, me
+        # Scratch, reused by every call (see settle): enough for a whole valid elimination.
+        self._queue = np.empty((n, 3), dtype=np.int64)
+        self._out_pivots = np.empty((n, 3), dtype=np.int64)
+        self._out_shrinks = np.empty((col_rows.size, 3), dtype=np.int64)
+        self._ready = np.empty(n, dtype=np.int64)
+
+    def settle(self, pivots: np.ndarray | None, shrinks: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """Apply ``shrinks`` (of this rank's rows), then handle ``pivots`` and everything they
+        and the shrinks cause here, first in first out, until only other ranks' records are
+        left: returns those, ``(pivots, shrinks)`` as (k, 3) int64 arrays in the order they
+        were made, valid until the next call (copy or send them first).  A pivot passed in for
+        another rank's column is handed back as it is.  Raises ``ValueError`` for a record
+        outside this rank's rows or columns, or an elimination that pivots a column twice
+        (not a permuted triangular matrix); the state is then partly updated."""
+        piv, shr = _records(pivots, "pivots"), _records(shrinks, "shrinks")
+        need = self.count.shape[0] + piv.shape[0]
+        if self._queue.shape[0] < need:  # pivots passed in: room for them too
+            self._queue = np.empty((need, 3), dtype=np.int64)
+            self._out_pivots = np.empty((need, 3), dtype=np.int64)
+        npiv, nshr = MODULES["_toposort"].settle(
+            self.count, self.colsum, self.level, self.claimed, self.pivot_col, self.col_ptr, self.col_rows,
+            self.p, self.me, piv, shr, self._out_pivots, self._out_shrinks, self._queue)
+        if npiv == -2:
+            raise ValueError(f"toposort settle: a record outside rank {self.me}'s rows or columns")
+        if npiv < 0:
+            raise ValueError("toposort settle: more pivots or shrinks than one elimination makes "
+                             "(a column pivoted twice: not a permuted triangular matrix)")
+        return self._out_pivots[:npiv], self._out_shrinks[:nshr]
+
+    def shrink(self, shrinks: np.ndarray | None) -> np.ndarray:
+        """Apply ``shrinks`` (of this rank's rows) in order; return the local rows they left
+        with one nonzero, not claimed before (claimed now), in the order they became so (a
+        view valid until the next call).  Raises ``ValueError`` for a row not of this rank."""
+        shr = _records(shrinks, "shrinks")
+        n = MODULES["_toposort"].shrink(self.count, self.colsum, self.level, self.claimed, shr, self.p,
+                                        self._ready)
+        if n == -2:
+            raise ValueError(f"toposort shrink: a row outside rank {self.me}'s rows")
+        if n < 0:
+            raise ValueError("toposort shrink: more ready rows than rows")
+        return self._ready[:n]

@@ -1,0 +1,141 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""toposort's local elimination, one record at a time in C (``hpcbsp.kernels.toposort``).
+
+The state of one rank's rows and columns (rows and columns ``me, me + p, ...``, by local index
+``i // p``): ``count`` (nonzeros left per row), ``colsum`` (the sum of their columns), ``level``
+(the highest level of the shrinks that reached the row), ``claimed`` (the row was found ready),
+``pivot_col`` (the column a ready row takes), and the rows of each local column as CSR
+(``col_ptr``, ``col_rows``, global row numbers).  Records are rows of three int64: a pivot is
+``(col, level, row)`` and a shrink ``(row, col, level)``, the layouts of the app's record dtypes.
+"""
+from libc.stdint cimport int64_t
+
+
+cdef inline bint _take(int64_t[::1] count, int64_t[::1] colsum, int64_t[::1] level,
+                       unsigned char[::1] claimed, int64_t lr, int64_t col, int64_t lvl) noexcept nogil:
+    """Take the nonzero in column ``col`` out of local row ``lr``, its level at least ``lvl``;
+    True if that left the row with one nonzero, unclaimed (it is claimed now)."""
+    count[lr] -= 1
+    colsum[lr] -= col
+    if lvl > level[lr]:
+        level[lr] = lvl
+    if count[lr] == 1 and not claimed[lr]:
+        claimed[lr] = 1
+        return True
+    return False
+
+
+def shrink(int64_t[::1] count, int64_t[::1] colsum, int64_t[::1] level, unsigned char[::1] claimed,
+           const int64_t[:, ::1] shrinks, int64_t p, int64_t[::1] ready):
+    """Apply the shrinks (rows of this rank) in order; the local rows they left with one
+    nonzero, unclaimed, go to ``ready`` (claimed now) in the order they became so; returns
+    how many; -1 if ``ready`` was too small (one per local row is enough), -2 for a row outside
+    ``[0, p * len(count))`` (the state is then partly updated)."""
+    cdef Py_ssize_t k, nready = 0, nrows = count.shape[0], status = 0
+    cdef int64_t lr
+    with nogil:
+        for k in range(shrinks.shape[0]):
+            lr = shrinks[k, 0] // p
+            if shrinks[k, 0] < 0 or lr >= nrows:
+                status = -2
+                break
+            if _take(count, colsum, level, claimed, lr, shrinks[k, 1], shrinks[k, 2]):
+                if nready == ready.shape[0]:
+                    status = -1
+                    break
+                ready[nready] = lr
+                nready += 1
+    return status if status else nready
+
+
+def settle(int64_t[::1] count, int64_t[::1] colsum, int64_t[::1] level, unsigned char[::1] claimed,
+           int64_t[::1] pivot_col, const int64_t[::1] col_ptr, const int64_t[::1] col_rows,
+           int64_t p, int64_t me, const int64_t[:, ::1] pivots, const int64_t[:, ::1] shrinks,
+           int64_t[:, ::1] out_pivots, int64_t[:, ::1] out_shrinks, int64_t[:, ::1] queue):
+    """Apply ``shrinks`` (of this rank's rows), then handle ``pivots`` and everything they and
+    the shrinks cause on this rank, first in first out: a pivot of this rank's column shrinks
+    every other row of the column (at the pivot's level + 1), a row left with one nonzero
+    pivots its last column (at its level).  Records for other ranks go to ``out_pivots`` and
+    ``out_shrinks`` in the order they were made; returns how many of each, ``(-1, -1)`` if
+    ``queue``, ``out_pivots`` or ``out_shrinks`` was too small, ``(-2, -2)`` for a shrink's row,
+    a pivot's column or a column's row outside this rank's (the state is then partly updated).
+    Enough: ``queue`` and ``out_pivots`` one row per local row plus one per pivot passed in,
+    ``out_shrinks`` one per nonzero of this rank's columns (each column is pivoted once in a
+    valid elimination)."""
+    cdef Py_ssize_t k, head = 0, tail = 0, npiv = 0, nshr = 0
+    cdef Py_ssize_t qcap = queue.shape[0], pcap = out_pivots.shape[0], scap = out_shrinks.shape[0]
+    cdef int64_t c, r, lv, o, lr, pc
+    cdef Py_ssize_t nrows = count.shape[0]
+    cdef bint full = False, bad = False
+    with nogil:
+        for k in range(shrinks.shape[0] + pivots.shape[0]):
+            if k < shrinks.shape[0]:   # a shrink; if its row became ready, its pivot
+                lr = shrinks[k, 0] // p
+                if shrinks[k, 0] < 0 or lr >= nrows:
+                    bad = True
+                    break
+                if not _take(count, colsum, level, claimed, lr, shrinks[k, 1], shrinks[k, 2]):
+                    continue
+                pc = colsum[lr]
+                pivot_col[lr] = pc
+                c, lv, r = pc, level[lr], lr * p + me
+            else:                      # a pivot passed in
+                c, lv, r = pivots[k - shrinks.shape[0], 0], pivots[k - shrinks.shape[0], 1], \
+                    pivots[k - shrinks.shape[0], 2]
+            if c < 0:
+                bad = True
+                break
+            if c % p == me:
+                if tail == qcap:
+                    full = True
+                    break
+                queue[tail, 0], queue[tail, 1], queue[tail, 2] = c, lv, r
+                tail += 1
+            else:
+                if npiv == pcap:
+                    full = True
+                    break
+                out_pivots[npiv, 0], out_pivots[npiv, 1], out_pivots[npiv, 2] = c, lv, r
+                npiv += 1
+        while head < tail and not (full or bad):
+            c, lv, r = queue[head, 0], queue[head, 1] + 1, queue[head, 2]
+            head += 1
+            if c < 0 or c // p >= nrows:
+                bad = True
+                break
+            for k in range(col_ptr[c // p], col_ptr[c // p + 1]):
+                o = col_rows[k]
+                if o == r:
+                    continue
+                if o < 0 or o // p >= nrows and o % p == me:
+                    bad = True
+                    break
+                if o % p != me:
+                    if nshr == scap:
+                        full = True
+                        break
+                    out_shrinks[nshr, 0], out_shrinks[nshr, 1], out_shrinks[nshr, 2] = o, c, lv
+                    nshr += 1
+                    continue
+                lr = o // p
+                if not _take(count, colsum, level, claimed, lr, c, lv):
+                    continue
+                pc = colsum[lr]
+                pivot_col[lr] = pc
+                if pc % p == me:
+                    if tail == qcap:
+                        full = True
+                        break
+                    queue[tail, 0], queue[tail, 1], queue[tail, 2] = pc, level[lr], o
+                    tail += 1
+                else:
+                    if npiv == pcap:
+                        full = True
+                        break
+                    out_pivots[npiv, 0], out_pivots[npiv, 1], out_pivots[npiv, 2] = pc, level[lr], o
+                    npiv += 1
+    if bad:
+        return -2, -2
+    if full:
+        return -1, -1
+    return npiv, nshr
