@@ -17,21 +17,21 @@ from hpcbsp.apps.irregular.toposort import scrambled_triangle
 from hpcbsp.kernels import reference
 from hpcbsp.kernels.toposort import Elimination
 
-FIELDS = ("count", "colsum", "level", "claimed", "pivot_col")
-
 
 def rank_state(rows: np.ndarray, cols: np.ndarray, n: int, p: int, me: int) -> dict[str, np.ndarray]:
-    """Rank ``me``'s arrays, built here with plain numpy (not the app's Part)."""
+    """Rank ``me``'s arrays, built here with plain numpy (not the app's Part): ``rows`` holds
+    colsum, count, level, pivot_col per local row."""
     nl = len(range(me, n, p))
     mine = rows % p == me
-    count = np.bincount(rows[mine] // p, minlength=nl).astype(np.int64)
-    colsum = np.bincount(rows[mine] // p, weights=cols[mine], minlength=nl).astype(np.int64)
+    state = np.zeros((nl, 4), dtype=np.int64)
+    state[:, 0] = np.bincount(rows[mine] // p, weights=cols[mine], minlength=nl)
+    state[:, 1] = np.bincount(rows[mine] // p, minlength=nl)
+    state[:, 3] = -1
     ours = cols % p == me
     order = np.lexsort((rows[ours], cols[ours] // p))
     col_ptr = np.concatenate([[0], np.cumsum(np.bincount(cols[ours] // p, minlength=nl))]).astype(np.int64)
-    return {"count": count, "colsum": colsum, "level": np.zeros(nl, dtype=np.int64),
-            "claimed": np.zeros(nl, dtype=bool), "pivot_col": np.full(nl, -1, dtype=np.int64),
-            "col_ptr": col_ptr, "col_rows": rows[ours][order].astype(np.int64)}
+    return {"rows": state, "claimed": np.zeros(nl, dtype=bool), "col_ptr": col_ptr,
+            "col_rows": rows[ours][order].astype(np.int64)}
 
 
 def brute_force(rows: np.ndarray, cols: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -72,7 +72,7 @@ def test_simulated_ranks_match_the_numpy_elimination_and_brute_force(p, seed):
         got_p, got_s = elims[me].settle(pivots, shrinks)
         want_p, want_s = reference.toposort_settle(**refs[me], p=p, me=me, pivots=pivots, shrinks=shrinks)
         assert as_set(got_p) == as_set(want_p) and as_set(got_s) == as_set(want_s)
-        for k in FIELDS:
+        for k in ("rows", "claimed"):
             np.testing.assert_array_equal(states[me][k], refs[me][k], err_msg=k)
         for kind, recs, key in (("pivots", got_p, 0), ("shrinks", got_s, 0)):
             assert not np.any(recs[:, key] % p == me), "only other ranks' records come back"
@@ -84,10 +84,11 @@ def test_simulated_ranks_match_the_numpy_elimination_and_brute_force(p, seed):
 
     empty = np.empty((0, 3), dtype=np.int64)
     for me, s in enumerate(states):   # the rows ready at the start pivot at level 0
-        ready = np.flatnonzero(s["count"] == 1)
+        rs = s["rows"]
+        ready = np.flatnonzero(rs[:, 1] == 1)
         s["claimed"][ready] = refs[me]["claimed"][ready] = True
-        s["pivot_col"][ready] = refs[me]["pivot_col"][ready] = s["colsum"][ready]
-        call(me, np.stack([s["colsum"][ready], s["level"][ready], ready * p + me], axis=1), empty)
+        rs[ready, 3] = refs[me]["rows"][ready, 3] = rs[ready, 0]
+        call(me, np.stack([rs[ready, 0], rs[ready, 2], ready * p + me], axis=1), empty)
     calls = 0
     while mail:
         to, kind, recs = mail.pop(int(rng.integers(len(mail))))
@@ -97,9 +98,9 @@ def test_simulated_ranks_match_the_numpy_elimination_and_brute_force(p, seed):
     diag, level = brute_force(rows, cols, n)
     assert level.max() >= 4, "the matrix has depth"
     for me, s in enumerate(states):
-        np.testing.assert_array_equal(s["pivot_col"], diag[me::p])
-        np.testing.assert_array_equal(s["level"], level[me::p])
-        assert s["claimed"].all() and (s["count"] == 1).all()
+        np.testing.assert_array_equal(s["rows"][:, 3], diag[me::p])
+        np.testing.assert_array_equal(s["rows"][:, 2], level[me::p])
+        assert s["claimed"].all() and (s["rows"][:, 1] == 1).all()
 
 
 def test_shrink_matches_numpy():
@@ -112,15 +113,16 @@ def test_shrink_matches_numpy():
     mine = np.flatnonzero((rows % p == me) & (np.arange(rows.size) >= n))  # off-diagonal ones
     pick = rng.choice(mine, mine.size // 2, replace=False)
     shr = np.stack([rows[pick], cols[pick], np.zeros(pick.size, dtype=np.int64)], axis=1)
-    count, colsum = s["count"].copy(), s["colsum"].copy()
+    colsum, count = s["rows"][:, 0].copy(), s["rows"][:, 1].copy()
     np.subtract.at(count, shr[:, 0] // p, 1)
     np.subtract.at(colsum, shr[:, 0] // p, shr[:, 1])
     want = np.unique(shr[:, 0] // p)
     want = want[count[want] == 1]
     got = elim.shrink(shr)
     assert sorted(got.tolist()) == want.tolist() and want.size > 5
-    np.testing.assert_array_equal(s["count"], count)
-    np.testing.assert_array_equal(s["colsum"], colsum)
+    np.testing.assert_array_equal(s["rows"][:, 1], count)
+    np.testing.assert_array_equal(s["rows"][:, 0], colsum)
+    np.testing.assert_array_equal(s["rows"][want, 3], colsum[want])   # the ready rows' columns
     assert s["claimed"][want].all() and s["claimed"].sum() == want.size
     assert elim.shrink(shr[:0]).size == 0
 
@@ -138,5 +140,7 @@ def test_bad_records_are_refused():
         elim.settle(np.zeros(3, dtype=[("a", np.int32), ("b", np.int64), ("c", np.int64)]), None)
     with pytest.raises(TypeError, match="claimed"):
         Elimination(**{**s, "claimed": s["claimed"].astype(np.uint8)}, p=p, me=0)
+    with pytest.raises(TypeError, match="rows"):
+        Elimination(**{**s, "rows": s["rows"][:, :3].copy()}, p=p, me=0)
     with pytest.raises(ValueError, match="col_ptr"):
         Elimination(**{**s, "col_ptr": s["col_ptr"][::-1].copy()}, p=p, me=0)

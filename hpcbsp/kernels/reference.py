@@ -162,11 +162,13 @@ def softmax_loss_grad(w: np.ndarray, x: np.ndarray, y: np.ndarray, average: bool
 
 
 
-def toposort_settle(count, colsum, level, claimed, pivot_col, col_ptr, col_rows, p: int, me: int,
-                    pivots: np.ndarray, shrinks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """toposort's local elimination a whole frontier at a time (``Elimination.settle``): the
-    state arrays are updated in place; returns the other ranks' ``(pivots, shrinks)`` as
-    (k, 3) int64 arrays, in frontier order (the kernel's order may differ within one)."""
+def toposort_settle(rows, claimed, col_ptr, col_rows, p: int, me: int, pivots: np.ndarray,
+                    shrinks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """toposort's local elimination a whole frontier at a time (``Elimination.settle``): ``rows``
+    (columns colsum, count, level, pivot_col) and ``claimed`` are updated in place; returns the
+    other ranks' ``(pivots, shrinks)`` as (k, 3) int64 arrays, in frontier order (the kernel's
+    order may differ within one)."""
+    colsum, count, level, pivot_col = (rows[:, i] for i in range(4))
     out_p, out_s = [np.empty((0, 3), dtype=np.int64)], [np.empty((0, 3), dtype=np.int64)]
     piv = np.asarray(pivots, dtype=np.int64).reshape(-1, 3)
     shr = np.asarray(shrinks, dtype=np.int64).reshape(-1, 3)

@@ -22,6 +22,8 @@ import numpy as np
 from ._extensions import MODULES
 
 _EMPTY = np.empty((0, 3), dtype=np.int64)
+#: The columns of :attr:`Elimination.rows`, one record per local row.
+ROW_FIELDS = ("colsum", "count", "level", "pivot_col")
 
 
 def _records(recs: np.ndarray | None, what: str) -> np.ndarray:
@@ -37,28 +39,32 @@ def _records(recs: np.ndarray | None, what: str) -> np.ndarray:
 
 
 class Elimination:
-    """The elimination state of one rank: ``count``, ``colsum``, ``level`` (int64), ``claimed``
-    (bool) and ``pivot_col`` (int64), one entry per local row, and the rows of each local
-    column (CSR: ``col_ptr`` of length rows + 1, ``col_rows`` global rows), all updated in
-    place (the caller's arrays, shared).  ``p`` ranks, this one ``me``."""
+    """The elimination state of one rank, updated in place (the caller's arrays, shared):
+    ``rows``, an (n, 4) int64 array with one record per local row, :data:`ROW_FIELDS` (the sum
+    of the columns of its nonzeros left, how many are left, its level, the column it takes once
+    ready); ``claimed`` (bool, per row: found ready); the rows of each local column (CSR:
+    ``col_ptr`` of length n + 1, ``col_rows`` global rows).  ``p`` ranks, this one ``me``.
+    A row's numbers are kept together because every shrink reads and writes three of them at
+    a random row: one cache line instead of three."""
 
-    def __init__(self, count: np.ndarray, colsum: np.ndarray, level: np.ndarray, claimed: np.ndarray,
-                 pivot_col: np.ndarray, col_ptr: np.ndarray, col_rows: np.ndarray, p: int, me: int):
-        n = count.shape[0]
-        for name, a in (("count", count), ("colsum", colsum), ("level", level), ("pivot_col", pivot_col),
-                        ("col_ptr", col_ptr), ("col_rows", col_rows)):
+    def __init__(self, rows: np.ndarray, claimed: np.ndarray, col_ptr: np.ndarray, col_rows: np.ndarray,
+                 p: int, me: int):
+        if rows.dtype != np.int64 or rows.ndim != 2 or rows.shape[1] != len(ROW_FIELDS) \
+                or not rows.flags.c_contiguous:
+            raise TypeError(f"Elimination: rows must be a C-contiguous (n, {len(ROW_FIELDS)}) int64 array")
+        n = rows.shape[0]
+        for name, a in (("col_ptr", col_ptr), ("col_rows", col_rows)):
             if a.dtype != np.int64 or a.ndim != 1 or not a.flags.c_contiguous:
                 raise TypeError(f"Elimination: {name} must be a 1-D C-contiguous int64 array")
         if claimed.dtype != np.bool_ or claimed.shape != (n,) or not claimed.flags.c_contiguous:
             raise TypeError("Elimination: claimed must be a C-contiguous bool array, one per row")
-        if not (colsum.shape == level.shape == pivot_col.shape == (n,)) or col_ptr.shape != (n + 1,):
-            raise ValueError("Elimination: one entry per local row (col_ptr: one more)")
-        if col_ptr[0] != 0 or col_ptr[-1] != col_rows.size or np.any(np.diff(col_ptr) < 0):
-            raise ValueError("Elimination: col_ptr must rise from 0 to len(col_rows)")
+        if col_ptr.shape != (n + 1,) or col_ptr[0] != 0 or col_ptr[-1] != col_rows.size \
+                or np.any(np.diff(col_ptr) < 0):
+            raise ValueError("Elimination: col_ptr must have one entry per row and one more, rising "
+                             "from 0 to len(col_rows)")
         if not 0 <= me < p:
             raise ValueError(f"Elimination: rank {me} of {p}")
-        self.count, self.colsum, self.level, self.pivot_col = count, colsum, level, pivot_col
-        self.claimed = claimed.view(np.uint8)
+        self.rows, self.claimed = rows, claimed.view(np.uint8)
         self.col_ptr, self.col_rows, self.p, self.me = col_ptr, col_rows, p, me
         # Scratch, reused by every call (see settle): enough for a whole valid elimination.
         self._queue = np.empty((n, 3), dtype=np.int64)
@@ -75,13 +81,13 @@ class Elimination:
         outside this rank's rows or columns, or an elimination that pivots a column twice
         (not a permuted triangular matrix); the state is then partly updated."""
         piv, shr = _records(pivots, "pivots"), _records(shrinks, "shrinks")
-        need = self.count.shape[0] + piv.shape[0]
+        need = self.rows.shape[0] + piv.shape[0]
         if self._queue.shape[0] < need:  # pivots passed in: room for them too
             self._queue = np.empty((need, 3), dtype=np.int64)
             self._out_pivots = np.empty((need, 3), dtype=np.int64)
-        npiv, nshr = MODULES["_toposort"].settle(
-            self.count, self.colsum, self.level, self.claimed, self.pivot_col, self.col_ptr, self.col_rows,
-            self.p, self.me, piv, shr, self._out_pivots, self._out_shrinks, self._queue)
+        npiv, nshr = MODULES["_toposort"].settle(self.rows, self.claimed, self.col_ptr, self.col_rows, self.p,
+                                                 self.me, piv, shr, self._out_pivots, self._out_shrinks,
+                                                 self._queue)
         if npiv == -2:
             raise ValueError(f"toposort settle: a record outside rank {self.me}'s rows or columns")
         if npiv < 0:
@@ -94,8 +100,7 @@ class Elimination:
         with one nonzero, not claimed before (claimed now), in the order they became so (a
         view valid until the next call).  Raises ``ValueError`` for a row not of this rank."""
         shr = _records(shrinks, "shrinks")
-        n = MODULES["_toposort"].shrink(self.count, self.colsum, self.level, self.claimed, shr, self.p,
-                                        self._ready)
+        n = MODULES["_toposort"].shrink(self.rows, self.claimed, shr, self.p, self._ready)
         if n == -2:
             raise ValueError(f"toposort shrink: a row outside rank {self.me}'s rows")
         if n < 0:

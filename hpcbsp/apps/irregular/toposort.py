@@ -45,7 +45,7 @@ import numpy as np
 
 import hpcbsp
 from ...kernels import group_by_dest
-from ...kernels.toposort import Elimination
+from ...kernels.toposort import ROW_FIELDS, Elimination
 from ...runtime import BSP
 from ...util.args import add_n, check_memory, positive_float
 from ...util.launcher import launcher_size
@@ -105,15 +105,18 @@ class Part:
         mine = rows % nprocs == pid
         self.rows, self.cols = rows[mine], cols[mine]
         local = self.rows // nprocs
-        self.count = np.bincount(local, minlength=self.nlocal).astype(np.int64)
-        self.colsum = np.zeros(self.nlocal, dtype=np.int64)
+        # Per row, kept together for the compiled elimination (hpcbsp.kernels.toposort): the sum
+        # of the columns of its nonzeros left, their count, its level (fabsp: 1 + its pivots'
+        # levels), the column it takes; the names below are views of its columns.
+        self.state = np.zeros((self.nlocal, len(ROW_FIELDS)), dtype=np.int64)
+        self.colsum, self.count, self.level, self.pivot_col = (self.state[:, i] for i in range(len(ROW_FIELDS)))
+        self.count[:] = np.bincount(local, minlength=self.nlocal)
         np.add.at(self.colsum, local, self.cols)
+        self.pivot_col[:] = -1
         self.claimed = np.zeros(self.nlocal, dtype=bool)
         self._slot = np.zeros(self.nlocal, dtype=np.int64)      # scratch of ``ready``
         self.rperm = np.full(self.nlocal, -1, dtype=np.int64)   # of rows pid, pid + P, ...
         self.cperm = np.full(self.nlocal, -1, dtype=np.int64)   # of columns pid, pid + P, ...
-        self.level = np.zeros(self.nlocal, dtype=np.int64)      # (fabsp) 1 + its pivots' levels
-        self.pivot_col = np.full(self.nlocal, -1, dtype=np.int64)  # the column each row takes
         # The rows of this rank's columns (CSR by local column), filled by the transpose.
         self.col_ptr = np.zeros(self.nlocal + 1, dtype=np.int64)
         self.col_rows = np.zeros(0, dtype=np.int64)
@@ -125,8 +128,7 @@ class Part:
         order, counts = group_by_dest(cols // self.nprocs, self.nlocal)
         self.col_rows = rows[order]
         self.col_ptr[1:] = np.cumsum(counts)
-        self.elim = Elimination(self.count, self.colsum, self.level, self.claimed, self.pivot_col,
-                                self.col_ptr, self.col_rows, self.nprocs, self.pid)
+        self.elim = Elimination(self.state, self.claimed, self.col_ptr, self.col_rows, self.nprocs, self.pid)
         return self.elim
 
     def ready(self, local_rows: np.ndarray) -> np.ndarray:
