@@ -185,7 +185,7 @@ def toposort_fabsp(bsp: BSP, part: Part, phases: dict[str, float] | None = None,
     columns_built = [False]
 
     def transposed(recs: np.ndarray) -> None:          # on the column's owner
-        received.append(recs.copy())
+        received.append(recs)                          # (the handler owns the batch)
 
     def build_columns() -> None:
         both = np.concatenate(received) if received else np.empty(0, dtype=PAIR)
