@@ -8,8 +8,8 @@ it, the column it takes once ready; ``claimed`` (the row was found ready); and t
 local column as CSR (``col_ptr``, ``col_rows``, global row numbers).  A row's numbers share one
 32-byte record because a shrink touches three of them at a random row: one cache line instead
 of three (at 100,000 rows a rank, 4 MiB of state, that halved the elimination's time).
-Records are rows of three int64: a pivot is ``(col, level, row)`` and a shrink ``(row, col,
-level)``, the layouts of the app's record dtypes.
+Records are rows of three int64, the first field the owner's key: a shrink ``(row, col,
+level)`` with level >= 0, a pivot ``(col, level, -1 - row)`` (so one mailbox carries both).
 """
 from libc.stdint cimport int64_t
 
@@ -61,37 +61,34 @@ def shrink(int64_t[:, ::1] rows, unsigned char[::1] claimed, const int64_t[:, ::
 
 
 def settle(int64_t[:, ::1] rows, unsigned char[::1] claimed, const int64_t[::1] col_ptr,
-           const int64_t[::1] col_rows, int64_t p, int64_t me, const int64_t[:, ::1] pivots,
-           const int64_t[:, ::1] shrinks, int64_t[:, ::1] out_pivots, int64_t[:, ::1] out_shrinks,
-           int64_t[:, ::1] queue):
-    """Apply ``shrinks`` (of this rank's rows), then handle ``pivots`` and everything they and
-    the shrinks cause on this rank, first in first out: a pivot of this rank's column shrinks
-    every other row of the column (at the pivot's level + 1), a row left with one nonzero
-    pivots its last column (at its level).  Records for other ranks go to ``out_pivots`` and
-    ``out_shrinks`` in the order they were made; returns how many of each, ``(-1, -1)`` if
-    ``queue``, ``out_pivots`` or ``out_shrinks`` was too small, ``(-2, -2)`` for a shrink's row,
-    a pivot's column or a column's row outside this rank's (the state is then partly updated).
-    Enough: ``queue`` and ``out_pivots`` one row per local row plus one per pivot passed in,
-    ``out_shrinks`` one per nonzero of this rank's columns (each column is pivoted once in a
-    valid elimination)."""
-    cdef Py_ssize_t k, head = 0, tail = 0, npiv = 0, nshr = 0
-    cdef Py_ssize_t qcap = queue.shape[0], pcap = out_pivots.shape[0], scap = out_shrinks.shape[0]
+           const int64_t[::1] col_rows, int64_t p, int64_t me, const int64_t[:, ::1] recs,
+           int64_t[:, ::1] out, int64_t[:, ::1] queue):
+    """Handle ``recs``, shrinks of this rank's rows and pivots of its columns in any mix (a
+    shrink ``(row, col, level)``, level >= 0; a pivot ``(col, level, -1 - row)``), and
+    everything they cause on this rank, first in first out: a pivot of this rank's column
+    shrinks every other row of the column (at the pivot's level + 1), a row left with one
+    nonzero pivots its last column (at its level).  Records for other ranks go to ``out`` in the
+    order they were made (a pivot passed in for another rank's column too); returns how many,
+    -1 if ``queue`` or ``out`` was too small, -2 for a shrink's row, a pivot's column or a
+    column's row outside this rank's (the state is then partly updated).  Enough: ``queue`` one
+    row per local row plus one per record passed in, ``out`` that plus one per nonzero of this
+    rank's columns (each column is pivoted once in a valid elimination)."""
+    cdef Py_ssize_t k, head = 0, tail = 0, nout = 0
+    cdef Py_ssize_t qcap = queue.shape[0], ocap = out.shape[0], nrows = rows.shape[0]
     cdef int64_t c, r, lv, o, lr, pc
-    cdef Py_ssize_t nrows = rows.shape[0]
     cdef bint full = False, bad = False
     with nogil:
-        for k in range(shrinks.shape[0] + pivots.shape[0]):
-            if k < shrinks.shape[0]:   # a shrink; if its row became ready, its pivot
-                lr = shrinks[k, 0] // p
-                if shrinks[k, 0] < 0 or lr >= nrows:
+        for k in range(recs.shape[0]):
+            if recs[k, 2] >= 0:        # a shrink; if its row became ready, its pivot
+                lr = recs[k, 0] // p
+                if recs[k, 0] < 0 or lr >= nrows:
                     bad = True
                     break
-                if not _take(rows, claimed, lr, shrinks[k, 1], shrinks[k, 2]):
+                if not _take(rows, claimed, lr, recs[k, 1], recs[k, 2]):
                     continue
                 c, lv, r = rows[lr, PIVOT], rows[lr, LEVEL], lr * p + me
-            else:                      # a pivot passed in
-                c, lv, r = pivots[k - shrinks.shape[0], 0], pivots[k - shrinks.shape[0], 1], \
-                    pivots[k - shrinks.shape[0], 2]
+            else:                      # a pivot
+                c, lv, r = recs[k, 0], recs[k, 1], -1 - recs[k, 2]
             if c < 0:
                 bad = True
                 break
@@ -102,11 +99,11 @@ def settle(int64_t[:, ::1] rows, unsigned char[::1] claimed, const int64_t[::1] 
                 queue[tail, 0], queue[tail, 1], queue[tail, 2] = c, lv, r
                 tail += 1
             else:
-                if npiv == pcap:
+                if nout == ocap:
                     full = True
                     break
-                out_pivots[npiv, 0], out_pivots[npiv, 1], out_pivots[npiv, 2] = c, lv, r
-                npiv += 1
+                out[nout, 0], out[nout, 1], out[nout, 2] = c, lv, -1 - r
+                nout += 1
         while head < tail and not (full or bad):
             c, lv, r = queue[head, 0], queue[head, 1] + 1, queue[head, 2]
             head += 1
@@ -120,12 +117,12 @@ def settle(int64_t[:, ::1] rows, unsigned char[::1] claimed, const int64_t[::1] 
                 if o < 0 or o // p >= nrows and o % p == me:
                     bad = True
                     break
-                if o % p != me:
-                    if nshr == scap:
+                if o % p != me:        # another rank's row: a shrink for it
+                    if nout == ocap:
                         full = True
                         break
-                    out_shrinks[nshr, 0], out_shrinks[nshr, 1], out_shrinks[nshr, 2] = o, c, lv
-                    nshr += 1
+                    out[nout, 0], out[nout, 1], out[nout, 2] = o, c, lv
+                    nout += 1
                     continue
                 lr = o // p
                 if not _take(rows, claimed, lr, c, lv):
@@ -137,14 +134,14 @@ def settle(int64_t[:, ::1] rows, unsigned char[::1] claimed, const int64_t[::1] 
                         break
                     queue[tail, 0], queue[tail, 1], queue[tail, 2] = pc, rows[lr, LEVEL], o
                     tail += 1
-                else:
-                    if npiv == pcap:
+                else:                  # another rank's column: the row's pivot for it
+                    if nout == ocap:
                         full = True
                         break
-                    out_pivots[npiv, 0], out_pivots[npiv, 1], out_pivots[npiv, 2] = pc, rows[lr, LEVEL], o
-                    npiv += 1
+                    out[nout, 0], out[nout, 1], out[nout, 2] = pc, rows[lr, LEVEL], -1 - o
+                    nout += 1
     if bad:
-        return -2, -2
+        return -2
     if full:
-        return -1, -1
-    return npiv, nshr
+        return -1
+    return nout

@@ -2,9 +2,10 @@
 
 The ranks of a run are simulated in one process (1, 2 and 3 of them, rows and columns dealt
 cyclically), the records each rank hands back delivered to their owners in a random order.
-Oracles: :func:`hpcbsp.kernels.reference.toposort_settle` (numpy, a frontier at a time) run in
-lockstep on a copy of every state, call by call (the same state after each call, the same
-records as multisets); and at the end, brute force on the unpermuted triangle: every row takes
+Records are mixed: shrinks and pivots, as the app's one mailbox carries them.  Oracles:
+:func:`hpcbsp.kernels.reference.toposort_settle` (numpy, a frontier at a time) run in lockstep
+on a copy of every state, call by call (the same state after each call, the same records as
+multisets); and at the end, brute force on the unpermuted triangle: every row takes
 its own diagonal's column, and its level is the longest chain of rows below it (row i with a
 nonzero in column j > i comes one level after row j), computed by a plain loop from the last row.
 """
@@ -15,7 +16,7 @@ import pytest
 
 from hpcbsp.apps.irregular.toposort import scrambled_triangle
 from hpcbsp.kernels import reference
-from hpcbsp.kernels.toposort import Elimination
+from hpcbsp.kernels.toposort import Elimination, pivots
 
 
 def rank_state(rows: np.ndarray, cols: np.ndarray, n: int, p: int, me: int) -> dict[str, np.ndarray]:
@@ -66,34 +67,35 @@ def test_simulated_ranks_match_the_numpy_elimination_and_brute_force(p, seed):
     refs = [{k: v.copy() for k, v in s.items()} for s in states]
     elims = [Elimination(**s, p=p, me=me) for me, s in enumerate(states)]
     rng = np.random.default_rng(seed)
-    mail: list[tuple[int, str, np.ndarray]] = []   # (to, "pivots" or "shrinks", records)
+    mail: list[tuple[int, np.ndarray]] = []   # (to, records)
 
-    def call(me: int, pivots: np.ndarray, shrinks: np.ndarray) -> None:
-        got_p, got_s = elims[me].settle(pivots, shrinks)
-        want_p, want_s = reference.toposort_settle(**refs[me], p=p, me=me, pivots=pivots, shrinks=shrinks)
-        assert as_set(got_p) == as_set(want_p) and as_set(got_s) == as_set(want_s)
+    def call(me: int, recs: np.ndarray) -> None:
+        got = elims[me].settle(recs)
+        want = reference.toposort_settle(**refs[me], p=p, me=me, records=recs)
+        assert as_set(got) == as_set(want)
         for k in ("rows", "claimed"):
             np.testing.assert_array_equal(states[me][k], refs[me][k], err_msg=k)
-        for kind, recs, key in (("pivots", got_p, 0), ("shrinks", got_s, 0)):
-            assert not np.any(recs[:, key] % p == me), "only other ranks' records come back"
-            for to in range(p):
-                part = recs[recs[:, key] % p == to]
-                # deliver in pieces, so that batches split and interleave
-                for piece in np.array_split(part, rng.integers(1, 3)) if part.size else []:
-                    mail.append((to, kind, piece.copy()))
+        assert not np.any(got[:, 0] % p == me), "only other ranks' records come back"
+        for to in range(p):
+            part = got[got[:, 0] % p == to]
+            # delivered in pieces, so that batches split and interleave
+            for piece in np.array_split(part, rng.integers(1, 3)) if part.size else []:
+                mail.append((to, piece.copy()))
 
-    empty = np.empty((0, 3), dtype=np.int64)
     for me, s in enumerate(states):   # the rows ready at the start pivot at level 0
         rs = s["rows"]
         ready = np.flatnonzero(rs[:, 1] == 1)
         s["claimed"][ready] = refs[me]["claimed"][ready] = True
         rs[ready, 3] = refs[me]["rows"][ready, 3] = rs[ready, 0]
-        call(me, np.stack([rs[ready, 0], rs[ready, 2], ready * p + me], axis=1), empty)
+        call(me, pivots(rs[ready, 0], rs[ready, 2], ready * p + me))
     calls = 0
+    kinds = set()
     while mail:
-        to, kind, recs = mail.pop(int(rng.integers(len(mail))))
-        call(to, recs if kind == "pivots" else empty, recs if kind == "shrinks" else empty)
+        to, recs = mail.pop(int(rng.integers(len(mail))))
+        kinds |= set((recs[:, 2] < 0).tolist())
+        call(to, recs)
         calls += 1
+    assert p == 1 or kinds == {True, False}, "both pivots and shrinks travelled"
     assert p == 1 or calls > 10, "records travelled between the simulated ranks"
     diag, level = brute_force(rows, cols, n)
     assert level.max() >= 4, "the matrix has depth"
@@ -133,11 +135,11 @@ def test_bad_records_are_refused():
     s = rank_state(rows, cols, n, p, 0)
     elim = Elimination(**s, p=p, me=0)
     with pytest.raises(ValueError, match="outside"):
-        elim.settle(None, np.array([[2 * n, 0, 0]]))        # a row past the end
+        elim.settle(np.array([[2 * n, 0, 0]]))              # a shrink's row past the end
     with pytest.raises(ValueError, match="outside"):
-        elim.settle(np.array([[-2, 0, 0]]), None)           # a negative column
+        elim.settle(pivots([-2], [0], [0]))                 # a pivot's negative column
     with pytest.raises(TypeError, match="three int64"):
-        elim.settle(np.zeros(3, dtype=[("a", np.int32), ("b", np.int64), ("c", np.int64)]), None)
+        elim.settle(np.zeros(3, dtype=[("a", np.int32), ("b", np.int64), ("c", np.int64)]))
     with pytest.raises(TypeError, match="claimed"):
         Elimination(**{**s, "claimed": s["claimed"].astype(np.uint8)}, p=p, me=0)
     with pytest.raises(TypeError, match="rows"):

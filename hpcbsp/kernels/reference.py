@@ -162,16 +162,16 @@ def softmax_loss_grad(w: np.ndarray, x: np.ndarray, y: np.ndarray, average: bool
 
 
 
-def toposort_settle(rows, claimed, col_ptr, col_rows, p: int, me: int, pivots: np.ndarray,
-                    shrinks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def toposort_settle(rows, claimed, col_ptr, col_rows, p: int, me: int, records: np.ndarray) -> np.ndarray:
     """toposort's local elimination a whole frontier at a time (``Elimination.settle``): ``rows``
     (columns colsum, count, level, pivot_col) and ``claimed`` are updated in place; returns the
-    other ranks' ``(pivots, shrinks)`` as (k, 3) int64 arrays, in frontier order (the kernel's
-    order may differ within one)."""
+    other ranks' records (shrinks ``(row, col, level)``, pivots ``(col, level, -1 - row)``) as a
+    (k, 3) int64 array, in frontier order (the kernel's order may differ within one)."""
     colsum, count, level, pivot_col = (rows[:, i] for i in range(4))
-    out_p, out_s = [np.empty((0, 3), dtype=np.int64)], [np.empty((0, 3), dtype=np.int64)]
-    piv = np.asarray(pivots, dtype=np.int64).reshape(-1, 3)
-    shr = np.asarray(shrinks, dtype=np.int64).reshape(-1, 3)
+    recs = np.asarray(records, dtype=np.int64).reshape(-1, 3)
+    shr, piv = recs[recs[:, 2] >= 0], recs[recs[:, 2] < 0].copy()
+    piv[:, 2] = -1 - piv[:, 2]                         # (col, level, row) from here on
+    out = [np.empty((0, 3), dtype=np.int64)]
     while piv.size or shr.size:
         if shr.size:
             local = shr[:, 0] // p
@@ -183,7 +183,9 @@ def toposort_settle(rows, claimed, col_ptr, col_rows, p: int, me: int, pivots: n
             pivot_col[ready] = colsum[ready]
             piv = np.concatenate([piv, np.stack([colsum[ready], level[ready], ready * p + me], axis=1)])
         mine = piv[:, 0] % p == me
-        out_p.append(piv[~mine])
+        away = piv[~mine].copy()
+        away[:, 2] = -1 - away[:, 2]
+        out.append(away)
         piv = piv[mine]
         c = piv[:, 0] // p
         lens = col_ptr[c + 1] - col_ptr[c]
@@ -191,6 +193,6 @@ def toposort_settle(rows, claimed, col_ptr, col_rows, p: int, me: int, pivots: n
         new = np.stack([others, np.repeat(piv[:, 0], lens), np.repeat(piv[:, 1] + 1, lens)], axis=1)
         new = new[others != np.repeat(piv[:, 2], lens)]
         mine = new[:, 0] % p == me
-        out_s.append(new[~mine])
+        out.append(new[~mine])
         shr, piv = new[mine], np.empty((0, 3), dtype=np.int64)
-    return np.concatenate(out_p), np.concatenate(out_s)
+    return np.concatenate(out)

@@ -7,10 +7,13 @@ pivots in turn.  Rows and columns are distributed cyclically over ``p`` ranks (g
 state and does everything a batch of pivots and shrinks causes on that rank, record by record,
 handing back the records other ranks must handle (``hpcbsp.apps.irregular.toposort``).
 
-Records are rows of three int64: a pivot ``(col, level, row)``, a shrink ``(row, col, level)``.
-A row's level is the highest level of the shrinks that reached it (0 if none); a pivot carries
-its row's level, the shrinks it makes one more.  The result (which row takes which column, every
-row's level) does not depend on the order in which batches arrive, only the work's order does.
+Records are rows of three int64 whose first field is the key of the rank that handles them
+(its owner: ``key % p``): a shrink ``(row, col, level)`` with level >= 0, a pivot ``(col,
+level, -1 - row)`` (:func:`pivots`), so that one mailbox (one message per destination and
+wave) carries both.  A row's level is the highest level of the shrinks that reached it (0 if
+none); a pivot carries its row's level, the shrinks it makes one more.  The result (which row
+takes which column, every row's level) does not depend on the order in which batches arrive,
+only the work's order does.
 
 Numpy oracle: :func:`hpcbsp.kernels.reference.toposort_settle`, the same elimination a whole
 frontier at a time (tests/test_kernels_toposort.py).
@@ -68,32 +71,30 @@ class Elimination:
         self.col_ptr, self.col_rows, self.p, self.me = col_ptr, col_rows, p, me
         # Scratch, reused by every call (see settle): enough for a whole valid elimination.
         self._queue = np.empty((n, 3), dtype=np.int64)
-        self._out_pivots = np.empty((n, 3), dtype=np.int64)
-        self._out_shrinks = np.empty((col_rows.size, 3), dtype=np.int64)
+        self._out = np.empty((n + col_rows.size, 3), dtype=np.int64)
         self._ready = np.empty(n, dtype=np.int64)
 
-    def settle(self, pivots: np.ndarray | None, shrinks: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        """Apply ``shrinks`` (of this rank's rows), then handle ``pivots`` and everything they
-        and the shrinks cause here, first in first out, until only other ranks' records are
-        left: returns those, ``(pivots, shrinks)`` as (k, 3) int64 arrays in the order they
-        were made, valid until the next call (copy or send them first).  A pivot passed in for
-        another rank's column is handed back as it is.  Raises ``ValueError`` for a record
-        outside this rank's rows or columns, or an elimination that pivots a column twice
-        (not a permuted triangular matrix); the state is then partly updated."""
-        piv, shr = _records(pivots, "pivots"), _records(shrinks, "shrinks")
-        need = self.rows.shape[0] + piv.shape[0]
-        if self._queue.shape[0] < need:  # pivots passed in: room for them too
+    def settle(self, records: np.ndarray | None) -> np.ndarray:
+        """Handle ``records`` (shrinks of this rank's rows and pivots of its columns, mixed),
+        and everything they cause here, first in first out, until only other ranks' records are
+        left: returns those as a (k, 3) int64 array in the order they were made, valid until
+        the next call (copy or send it first).  A pivot passed in for another rank's column is
+        handed back as it is.  Raises ``ValueError`` for a record outside this rank's rows or
+        columns, or an elimination that pivots a column twice (not a permuted triangular
+        matrix); the state is then partly updated."""
+        recs = _records(records, "records")
+        need = self.rows.shape[0] + recs.shape[0]
+        if self._queue.shape[0] < need:  # room for the records passed in too
             self._queue = np.empty((need, 3), dtype=np.int64)
-            self._out_pivots = np.empty((need, 3), dtype=np.int64)
-        npiv, nshr = MODULES["_toposort"].settle(self.rows, self.claimed, self.col_ptr, self.col_rows, self.p,
-                                                 self.me, piv, shr, self._out_pivots, self._out_shrinks,
-                                                 self._queue)
-        if npiv == -2:
+            self._out = np.empty((need + self.col_rows.size, 3), dtype=np.int64)
+        n = MODULES["_toposort"].settle(self.rows, self.claimed, self.col_ptr, self.col_rows, self.p, self.me,
+                                        recs, self._out, self._queue)
+        if n == -2:
             raise ValueError(f"toposort settle: a record outside rank {self.me}'s rows or columns")
-        if npiv < 0:
+        if n < 0:
             raise ValueError("toposort settle: more pivots or shrinks than one elimination makes "
                              "(a column pivoted twice: not a permuted triangular matrix)")
-        return self._out_pivots[:npiv], self._out_shrinks[:nshr]
+        return self._out[:n]
 
     def shrink(self, shrinks: np.ndarray | None) -> np.ndarray:
         """Apply ``shrinks`` (of this rank's rows) in order; return the local rows they left
@@ -106,3 +107,11 @@ class Elimination:
         if n < 0:
             raise ValueError("toposort shrink: more ready rows than rows")
         return self._ready[:n]
+
+
+def pivots(cols: np.ndarray, levels: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Pivot records ``(col, level, -1 - row)``: row ``rows[k]`` takes column ``cols[k]`` at
+    level ``levels[k]`` (global indices)."""
+    out = np.empty((len(cols), 3), dtype=np.int64)
+    out[:, 0], out[:, 1], out[:, 2] = cols, levels, -1 - np.asarray(rows)
+    return out

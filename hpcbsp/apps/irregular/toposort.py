@@ -46,6 +46,7 @@ import numpy as np
 import hpcbsp
 from ...kernels import group_by_dest
 from ...kernels.toposort import ROW_FIELDS, Elimination
+from ...kernels.toposort import pivots as pivot_records
 from ...runtime import BSP
 from ...util.args import add_n, check_memory, positive_float
 from ...util.launcher import launcher_size
@@ -57,6 +58,8 @@ MODES = ("fabsp", "bsp")
 PAIR = np.dtype([("a", np.int64), ("b", np.int64)])
 TRIPLE = np.dtype([("col", np.int64), ("pos", np.int64), ("row", np.int64)])
 SHRINK = np.dtype([("a", np.int64), ("b", np.int64), ("level", np.int64)])
+#: fabsp: a shrink (row, col, level) or a pivot (col, level, -1 - row), by the owner's key first
+ELIM = np.dtype([("key", np.int64), ("x", np.int64), ("y", np.int64)])
 #: The phases of a run, as ``run_toposort(..., phases=...)`` reports them.
 PHASES = ("transpose", "columns", "eliminate", "place")
 
@@ -192,13 +195,10 @@ def toposort_fabsp(bsp: BSP, part: Part, phases: dict[str, float] | None = None,
         part.set_columns(both["a"], both["b"])
         columns_built[0] = True
 
-    def pivot(recs: np.ndarray) -> None:               # on the column's owner
-        settle(recs, None, in_handler=True)
+    def eliminated(recs: np.ndarray) -> None:          # on the row's or the column's owner
+        settle(recs, in_handler=True)
 
-    def shrunk(recs: np.ndarray) -> None:              # on the row's owner
-        settle(None, recs, in_handler=True)
-
-    def settle(pivots: np.ndarray | None, shrinks: np.ndarray | None, in_handler: bool) -> None:
+    def settle(recs: np.ndarray, in_handler: bool) -> None:
         """Handle pivots of this rank's columns and shrinks of its rows, and everything they
         cause on this rank (compiled, record by record); send the other ranks' records."""
         if not columns_built[0]:
@@ -207,24 +207,14 @@ def toposort_fabsp(bsp: BSP, part: Part, phases: dict[str, float] | None = None,
             # the code after done() has not run here.  So the lists are built on first use.
             build_columns()
         assert part.elim is not None
-        out_pivots, out_shrinks = part.elim.settle(pivots, shrinks)
+        out = part.elim.settle(recs)
         if not in_handler:  # a send from user code may run handlers, which settle again
-            out_pivots, out_shrinks = out_pivots.copy(), out_shrinks.copy()
-        if out_pivots.size:
-            pivot_box.send(out_pivots[:, 0] % p, out_pivots.view(TRIPLE).reshape(-1))
-        if out_shrinks.size:
-            shrink_box.send(out_shrinks[:, 0] % p, out_shrinks.view(SHRINK).reshape(-1))
-
-    def pivots_of(ready: np.ndarray) -> np.ndarray:
-        """Rows of this rank with one nonzero left: their column goes at their level."""
-        part.pivot_col[ready] = part.colsum[ready]
-        out = np.empty(ready.size, dtype=TRIPLE)
-        out["col"], out["row"], out["pos"] = part.colsum[ready], ready * p + me, part.level[ready]
-        return out
+            out = out.copy()
+        if out.size:
+            box.send(out[:, 0] % p, out.view(ELIM).reshape(-1))
 
     transpose = bsp.mailbox(transposed, PAIR, name="transpose", **mailbox_kw)
-    pivot_box = bsp.mailbox(pivot, TRIPLE, name="pivot", **mailbox_kw)   # (pos: the level)
-    shrink_box = bsp.mailbox(shrunk, SHRINK, name="shrink", **mailbox_kw)
+    box = bsp.mailbox(eliminated, ELIM, name="eliminate", **mailbox_kw)
     # (column, position): 4-byte numbers where they fit, the only records FA-BSP sends that
     # BSP does not (its pivots carry the position), so fewer bytes cross the network
     narrow = np.dtype([("a", np.int32), ("b", np.int32)])
@@ -240,7 +230,9 @@ def toposort_fabsp(bsp: BSP, part: Part, phases: dict[str, float] | None = None,
         if not columns_built[0]:
             build_columns()
         lap("columns")
-        settle(pivots_of(part.ready(np.arange(part.nlocal))), None, in_handler=False)
+        ready = part.ready(np.arange(part.nlocal))         # rows with one nonzero: level 0
+        part.pivot_col[ready] = part.colsum[ready]
+        settle(pivot_records(part.colsum[ready], part.level[ready], ready * p + me), in_handler=False)
         bsp.sync("toposort")                               # every row has its level
         lap("eliminate")
         part.place_by_level(bsp)
