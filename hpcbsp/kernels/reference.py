@@ -189,7 +189,8 @@ def toposort_settle(rows, claimed, col_ptr, col_rows, p: int, me: int, records: 
         piv = piv[mine]
         c = piv[:, 0] // p
         lens = col_ptr[c + 1] - col_ptr[c]
-        others = col_rows[np.concatenate([np.arange(col_ptr[k], col_ptr[k + 1]) for k in c] or [[]]).astype(np.int64)]
+        others = col_rows[np.concatenate([np.empty(0, dtype=np.int64)]
+                                         + [np.arange(col_ptr[k], col_ptr[k + 1]) for k in c])]
         new = np.stack([others, np.repeat(piv[:, 0], lens), np.repeat(piv[:, 1] + 1, lens)], axis=1)
         new = new[others != np.repeat(piv[:, 2], lens)]
         mine = new[:, 0] % p == me

@@ -35,7 +35,8 @@ def _records(recs: np.ndarray | None, what: str) -> np.ndarray:
     if recs is None:
         return _EMPTY
     if recs.dtype != np.int64:
-        if recs.dtype.itemsize != 24 or any(recs.dtype[i] != np.int64 for i in range(len(recs.dtype))):
+        names = recs.dtype.names or ()
+        if recs.dtype.itemsize != 24 or len(names) != 3 or any(recs.dtype[f] != np.int64 for f in names):
             raise TypeError(f"toposort {what}: records of three int64, not {recs.dtype}")
         recs = np.ascontiguousarray(recs).view(np.int64)
     return np.ascontiguousarray(recs).reshape(-1, 3)

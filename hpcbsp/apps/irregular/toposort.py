@@ -316,8 +316,8 @@ def run_toposort(bsp: BSP, mode: str, n: int, degree: float, seed: int = 1, chec
 
 def _app(bsp: BSP, args: argparse.Namespace) -> int:
     n = args.n or 20_000 * bsp.nprocs
-    out = run_toposort(bsp, args.mode, n, args.degree, args.seed, not args.no_check,
-                       **(mailbox_options(args) if args.mode == "fabsp" else {}))
+    mailbox: dict[str, Any] = mailbox_options(args) if args.mode == "fabsp" else {}
+    out = run_toposort(bsp, args.mode, n, args.degree, args.seed, not args.no_check, **mailbox)
     return report(bsp, "toposort", args.mode, out, args, unit="rows")
 
 
