@@ -11,11 +11,12 @@ every other row that has one in it.  Rows and columns are distributed cyclically
 ``i % P``); a row keeps its count of nonzeros left and the sum of their columns (so the column
 of its last one is the sum).  Modes:
 
-  fabsp  three mailboxes.  ``transpose`` first sends every nonzero to its column's owner,
+  fabsp  two mailboxes.  ``transpose`` first sends every nonzero to its column's owner,
          and ``transpose.done()`` ends that phase (the column lists must be complete before
          any column is removed), without a sync; then a row with one nonzero left tells the
          column's owner (*pivot*), which *shrinks* every other row of that column; a row left
-         with one nonzero pivots in turn.  Each message carries a level: a row's level is one
+         with one nonzero pivots in turn (both through the mailbox ``eliminate``, keyed by
+         their owner's index).  Each record carries a level: a row's level is one
          more than the highest of the pivots that freed it (0 if it was ready at the start).
          A handler does all it can on its own rank before it returns: pivots of its own columns
          and shrinks of its own rows that a batch causes are handled at once, record by record
@@ -24,7 +25,7 @@ of its last one is the sum).  Modes:
          message carries a whole wave of the chain's work; issue 33).
          The sync ends the elimination by quiescence; then positions go by level (level 0
          takes the last ones), a prefix sum over the ranks' counts per level, and one more
-         superstep tells each column's owner where its column goes;
+         superstep (a queue) tells each column's owner where its column goes;
   bsp    Kahn's algorithm by levels: every row with one nonzero left at the start of a level is
          placed in that level (positions by a prefix sum of the ranks' counts), two supersteps
          per level (the pivots to the column owners, then the shrinks to the row owners, applied
