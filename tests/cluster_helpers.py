@@ -9,12 +9,16 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from mpi_helpers import remove_leftover_segments, shm_segments
 
 #: What ``slurm/local-cluster.sh start --nodes N`` (N >= 2) leaves for its users.
 RUN = Path("/run/hpcbsp-slurm")
@@ -173,3 +177,62 @@ class TimedLines:
 
     def first(self, needle: str) -> tuple[float, str] | None:
         return next(((t, line) for t, line in self.lines if needle in line), None)
+
+
+def kill_node(node: str, tag: str, sig: int = signal.SIGKILL) -> list[int]:
+    """Send ``sig`` to every process of the job tagged ``tag`` on ``node`` (SIGKILL: what a node
+    that dies leaves behind); the test fails if the job has none there.  Returns their pids."""
+    victims = tagged_pids(node, tag)
+    assert victims, f"no process of the job on {node}"
+    for pid in victims:
+        os.kill(pid, sig)
+    return victims
+
+
+def assert_none_outlived(tag: str, nodes: list[str], grace: float = 10.0, output: str = "") -> None:
+    """No process of the job tagged ``tag`` may be left on ``nodes`` once ``grace`` seconds have
+    passed: those left are killed and the test fails naming them (with ``output``'s tail)."""
+    deadline = time.monotonic() + grace
+    while any((left := {n: tagged_pids(n, tag) for n in nodes}).values()):
+        if time.monotonic() > deadline:
+            for pids in left.values():
+                for pid in pids:
+                    os.kill(pid, signal.SIGKILL)
+            pytest.fail(f"processes of the job outlived it: {left}\n{output[-4000:]}")
+        time.sleep(0.2)
+
+
+def wait_until(ready: Callable[[], bool], proc: subprocess.Popen[str], timeout: float, what: str,
+               output: Callable[[], str]) -> None:
+    """Poll ``ready()`` until it holds; the test fails saying ``what`` did not happen if ``proc``
+    ends first or ``timeout`` seconds pass (with the tail of ``output()``)."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"{what}:\n{output()[-4000:]}")
+        time.sleep(0.05)
+
+
+@contextmanager
+def stopped_at_exit(proc: subprocess.Popen[str]) -> Iterator[subprocess.Popen[str]]:
+    """However the block ends, ``proc`` does not outlive it: still running, it gets SIGINT (a
+    supervisor then stops its job as on Ctrl-C) and, 20 s later, SIGKILL."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_shared_memory() -> Iterator[None]:
+    """The MPI's shared-memory files that a test's killed ranks left in /dev/shm are removed
+    after each test of a module that imports this fixture (autouse there, as pytest does with
+    fixtures a module imports)."""
+    before = shm_segments()
+    yield
+    remove_leftover_segments(before)

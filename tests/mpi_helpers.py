@@ -110,7 +110,7 @@ def run_mpi(nprocs: int, args: list[str], *, timeout: float = 120, env: dict[str
     # Do not inherit the rank variables of an enclosing mpiexec (tests may run under one).
     full_env = clean_env(**timeout_env(int(timeout) + 10), PYTHONUNBUFFERED="1", **(env or {}))
     cmd = mpiexec_command(nprocs) + ([sys.executable] if python else []) + list(args)
-    before = _shm_segments()
+    before = shm_segments()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env,
                             cwd=cwd, stdin=subprocess.DEVNULL, start_new_session=True)
     try:
@@ -135,7 +135,7 @@ def run_mpi(nprocs: int, args: list[str], *, timeout: float = 120, env: dict[str
                          f"the ranks' stacks (SIGUSR1):\n{out}{err}\n")
         return MPIResult(-9, out, err, True)
     finally:
-        _remove_leftover_segments(before)
+        remove_leftover_segments(before)
 
 
 def descendants(root: int) -> list[int]:
@@ -157,7 +157,8 @@ def descendants(root: int) -> list[int]:
     return found
 
 
-def _shm_segments() -> set[str]:
+def shm_segments() -> set[str]:
+    """The names of this MPI's shared-memory files in /dev/shm now."""
     if not FLAVOUR.shm_prefixes:
         return set()
     try:
@@ -166,11 +167,11 @@ def _shm_segments() -> set[str]:
         return set()
 
 
-def _remove_leftover_segments(before: set[str]) -> None:
+def remove_leftover_segments(before: set[str]) -> None:
     """The MPI's shared-memory files (MPICH's ``mpich_shm_*``, Open MPI's ``sm_segment.*``)
     survive a job whose ranks were killed (tests do that on purpose); remove the ones this job
     created so repeated test runs do not fill /dev/shm."""
-    for name in _shm_segments() - before:
+    for name in shm_segments() - before:
         try:
             os.remove(os.path.join("/dev/shm", name))
         except OSError:

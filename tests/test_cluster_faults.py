@@ -33,14 +33,15 @@ from cluster_helpers import (
     HOSTFILE,
     LINK_PREFIX,
     RSH,
+    assert_none_outlived,
     cluster_nodes,
     cluster_required,  # noqa: F401  (the fixture behind unavailable_marks)
     cluster_unavailable,
+    kill_node,
+    no_leftover_shared_memory,  # noqa: F401  (autouse: the killed ranks' /dev/shm files go)
     tagged_pids,
     unavailable_marks,
 )
-from mpi_helpers import _remove_leftover_segments as remove_leftover_segments
-from mpi_helpers import _shm_segments as shm_segments
 from mpi_helpers import clean_env, mpich_only
 
 from hpcbsp.runtime.launch import find_mpiexec
@@ -84,13 +85,6 @@ with hpcbsp.BSP(timeout=None if sys.argv[2] == "none" else float(sys.argv[2])) a
 """
 
 
-@pytest.fixture(autouse=True)
-def _remove_shared_memory_of_killed_ranks():
-    before = shm_segments()
-    yield
-    remove_leftover_segments(before)
-
-
 def _start(tmp_path: Path, slow_rank: int = -1, program: str = PROGRAM,
            timeout: str = str(SYNC_TIMEOUT)) -> tuple[subprocess.Popen, str, Path]:
     (tmp_path / "prog.py").write_text(program)
@@ -126,14 +120,7 @@ def _finish(proc: subprocess.Popen, tag: str, bound: float, nodes: list[str] | N
         out, _ = proc.communicate()
         pytest.fail(f"the job still ran {bound} s after the fault:\n{out[-4000:]}")
     elapsed = time.monotonic() - t0
-    deadline = time.monotonic() + 10
-    while (left := {n: tagged_pids(n, tag) for n in (NODES[:4] if nodes is None else nodes)}) and any(left.values()):
-        if time.monotonic() > deadline:
-            for pids in left.values():
-                for pid in pids:
-                    os.kill(pid, 9)
-            pytest.fail(f"processes of the job outlived it: {left}\n{out[-4000:]}")
-        time.sleep(0.2)
+    assert_none_outlived(tag, NODES[:4] if nodes is None else nodes, output=out)
     return elapsed, out
 
 
@@ -159,10 +146,7 @@ def _cut_link_and_finish(proc: subprocess.Popen, tag: str, link: str, cut: str,
 def test_a_node_whose_processes_are_all_killed_ends_the_job(tmp_path: Path) -> None:
     proc, tag, _ = _start(tmp_path)
     lost = NODES[2]  # rank 2's node
-    victims = tagged_pids(lost, tag)
-    assert victims, f"no process of the job on {lost}"
-    for pid in victims:
-        os.kill(pid, 9)
+    kill_node(lost, tag)
     elapsed, out = _finish(proc, tag, SYNC_TIMEOUT + SLACK)
     assert proc.returncode != 0, out
     assert f"lost node {lost}" in out, out[-4000:]
@@ -193,11 +177,9 @@ def test_a_frozen_node_ends_the_job_with_no_setting(tmp_path: Path) -> None:
     # included); nobody set a timeout.  The other nodes' watchers stop hearing from it.
     proc, tag, _ = _start(tmp_path, timeout="none")
     lost = NODES[2]
-    frozen = tagged_pids(lost, tag)
-    assert frozen, f"no process of the job on {lost}"
+    frozen: list[int] = []
     try:
-        for pid in frozen:
-            os.kill(pid, signal.SIGSTOP)
+        frozen = kill_node(lost, tag, signal.SIGSTOP)
         elapsed, out = _finish(proc, tag, DETECTOR_BOUND, nodes=[n for n in NODES[:4] if n != lost])
     finally:
         for pid in frozen:

@@ -20,7 +20,6 @@ instead (see cluster_helpers).
 """
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -32,14 +31,16 @@ import pytest
 from cluster_helpers import (
     HOSTFILE,
     TimedLines,
+    assert_none_outlived,
     cluster_nodes,
     cluster_required,  # noqa: F401  (the fixture behind unavailable_marks)
     cluster_unavailable,
-    tagged_pids,
+    kill_node,
+    no_leftover_shared_memory,  # noqa: F401  (autouse: the killed ranks' /dev/shm files go)
+    stopped_at_exit,
     unavailable_marks,
+    wait_until,
 )
-from mpi_helpers import _remove_leftover_segments as remove_leftover_segments
-from mpi_helpers import _shm_segments as shm_segments
 from mpi_helpers import clean_env
 
 from hpcbsp.apps.heat import reference
@@ -56,13 +57,6 @@ def _unavailable() -> str | None:
 
 
 pytestmark = [pytest.mark.slurm, *unavailable_marks(_unavailable())]
-
-
-@pytest.fixture(autouse=True)
-def _remove_shared_memory_of_killed_ranks():
-    before = shm_segments()
-    yield
-    remove_leftover_segments(before)
 
 
 #: How the supervisor is started, and who names the lost node in its restart line.
@@ -86,28 +80,14 @@ def test_a_lost_node_is_left_out_and_the_job_resumes_from_its_checkpoint(tmp_pat
                             cwd=tmp_path, stdin=subprocess.DEVNULL)
     lines = TimedLines(proc)
     lost = NODES[2]  # rank 2's node
-    try:
-        deadline = time.monotonic() + 90
-        while not (ck / "meta.json").exists():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the job wrote no checkpoint:\n{lines.text()[-4000:]}")
-            time.sleep(0.05)
-        victims = tagged_pids(lost, tag)
-        assert victims, f"no process of the job on {lost}"
-        for pid in victims:
-            os.kill(pid, 9)
+    with stopped_at_exit(proc):
+        wait_until((ck / "meta.json").exists, proc, 90, "the job wrote no checkpoint", lines.text)
+        kill_node(lost, tag)
         killed_at = time.monotonic()
         try:
             proc.wait(timeout=120)
         except subprocess.TimeoutExpired:
             pytest.fail(f"the supervised job still ran 120 s after the kill:\n{lines.text()[-4000:]}")
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(2)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
     text = lines.text()
     assert proc.returncode == 0, text[-4000:]
 
@@ -124,11 +104,4 @@ def test_a_lost_node_is_left_out_and_the_job_resumes_from_its_checkpoint(tmp_pat
     print(f"{launch}: the relaunched job ran {resumed[0] - killed_at:.1f} s after the kill")
 
     assert np.array_equal(np.load(out), reference(N, STEPS, 0.25)), "the temperatures differ from the serial run's"
-    deadline = time.monotonic() + 10
-    while any((left := {n: tagged_pids(n, tag) for n in NODES[:4]}).values()):
-        if time.monotonic() > deadline:
-            for pids in left.values():
-                for pid in pids:
-                    os.kill(pid, 9)
-            pytest.fail(f"processes of the job outlived it: {left}")
-        time.sleep(0.2)
+    assert_none_outlived(tag, NODES[:4])

@@ -28,7 +28,6 @@ instead (see cluster_helpers).  Without torch it skips.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -39,14 +38,16 @@ import pytest
 from cluster_helpers import (
     HOSTFILE,
     TimedLines,
+    assert_none_outlived,
     cluster_nodes,
     cluster_required,  # noqa: F401  (the fixture behind unavailable_marks)
     cluster_unavailable,
-    tagged_pids,
+    kill_node,
+    no_leftover_shared_memory,  # noqa: F401  (autouse: the killed ranks' /dev/shm files go)
+    stopped_at_exit,
     unavailable_marks,
+    wait_until,
 )
-from mpi_helpers import _remove_leftover_segments as remove_leftover_segments
-from mpi_helpers import _shm_segments as shm_segments
 from mpi_helpers import clean_env
 
 pytest.importorskip("torch", reason="the trainer's CNN needs torch (the torch extra)")
@@ -60,13 +61,6 @@ RELAUNCH_BOUND = 60.0
 TOLERANCE = 0.03
 
 pytestmark = [pytest.mark.slurm, *unavailable_marks(cluster_unavailable(4, mpiexec=True))]
-
-
-@pytest.fixture(autouse=True)
-def _remove_shared_memory_of_killed_ranks():
-    before = shm_segments()
-    yield
-    remove_leftover_segments(before)
 
 
 def _train(tmp: Path, tag: str, kill: str | None) -> tuple[TimedLines, float | None, int, float]:
@@ -85,30 +79,17 @@ def _train(tmp: Path, tag: str, kill: str | None) -> tuple[TimedLines, float | N
                             cwd=tmp, stdin=subprocess.DEVNULL)
     lines = TimedLines(proc)
     killed_at = None
-    try:
+    with stopped_at_exit(proc):
         if kill is not None:
-            deadline = time.monotonic() + 90
-            while not list(ck.glob("*/meta.json")):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"the training wrote no checkpoint:\n{lines.text()[-4000:]}")
-                time.sleep(0.05)
+            wait_until(lambda: any(ck.glob("*/meta.json")), proc, 90, "the training wrote no checkpoint",
+                       lines.text)
             time.sleep(2 * EVERY)  # mid-run: a checkpoint or two behind, the run half done
-            victims = tagged_pids(kill, tag)
-            assert victims, f"no process of the job on {kill}"
-            for pid in victims:
-                os.kill(pid, 9)
+            kill_node(kill, tag)
             killed_at = time.monotonic()
         try:
             proc.wait(timeout=180)
         except subprocess.TimeoutExpired:
             pytest.fail(f"the supervised training still ran after 180 s:\n{lines.text()[-4000:]}")
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(2)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
     text = lines.text()
     assert proc.returncode == 0, text[-4000:]
     summary = json.loads((out / "summary.json").read_text())
@@ -140,11 +121,4 @@ def test_a_lost_worker_node_is_replaced_and_the_training_ends_as_an_undisturbed_
     print(f"final accuracy {hit:.3f} after losing {lost}, {calm:.3f} undisturbed; "
           f"relaunched {running[0] - killed_at:.1f} s after the kill")
 
-    deadline = time.monotonic() + 10
-    while any((left := {n: tagged_pids(n, tag) for n in NODES[:4]}).values()):
-        if time.monotonic() > deadline:
-            for pids in left.values():
-                for pid in pids:
-                    os.kill(pid, 9)
-            pytest.fail(f"processes of the job outlived it: {left}")
-        time.sleep(0.2)
+    assert_none_outlived(tag, NODES[:4])

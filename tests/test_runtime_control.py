@@ -11,6 +11,7 @@ import pytest
 
 import hpcbsp
 from hpcbsp import Divergence
+from hpcbsp.kernels._persistent import Rows
 from hpcbsp.runtime import native
 from hpcbsp.runtime.native import DIVERGED, RecordStep, start_wait_loop
 
@@ -126,7 +127,7 @@ def test_the_timed_step_appends_the_row_only_when_no_rank_has_data_or_gets():
     the start time is kept."""
     fake = _FakeMPI()
     step = fake.step()
-    rows: list[tuple] = []
+    rows = Rows()
     before = time.perf_counter()
     assert step.agree_row(1, 7, "label", rows) == 0
     after = time.perf_counter()
@@ -141,7 +142,28 @@ def test_the_timed_step_appends_the_row_only_when_no_rank_has_data_or_gets():
         assert before <= step.started <= time.perf_counter()
         assert len(rows) == 1  # nothing appended: the caller delivers, then records the row
     with pytest.raises(TypeError):
-        step.agree_row(1, 0, None, ())  # the rows must be a list
+        step.agree_row(1, 0, None, [])  # the rows must be the ledger's store
+
+
+def test_the_ledgers_row_store_gives_back_what_was_appended():
+    """``Rows`` against a list of the same tuples (the oracle): lengths, every index (negative
+    too), iteration, labels and traffic objects kept only where given, across growth (1024 rows
+    first, doubled as needed), and the errors for a bad row or index."""
+    rows, oracle = Rows(), []
+    traffic = object()
+    for i in range(3000):
+        row = (i * 7 - 5, f"s{i}" if i % 3 == 0 else None, i * 0.5, i * 0.5 + 0.25, traffic if i % 5 == 0 else None)
+        rows.append(row)
+        oracle.append(row)
+    assert len(rows) == len(oracle) == 3000
+    assert list(rows) == oracle and all(rows[-k] == oracle[-k] for k in (1, 2, 1024, 3000))
+    assert rows[5][4] is traffic and rows[6][4] is None and rows[1][1] is None
+    with pytest.raises(IndexError):
+        rows[3000]
+    with pytest.raises(IndexError):
+        rows[-3001]
+    with pytest.raises(ValueError):
+        rows.append((1, None, 0.0, 1.0))  # four fields
 
 
 def test_the_start_wait_loop_starts_and_waits_n_times_and_stops_at_an_error():

@@ -22,13 +22,13 @@ import time
 import numpy as np
 import pytest
 from mpi_helpers import (
-    _remove_leftover_segments,
-    _shm_segments,
     clean_env,
     descendants,
     hydra_only,
     mpiexec_command,
     openmpi_only,
+    remove_leftover_segments,
+    shm_segments,
 )
 
 import hpcbsp
@@ -68,7 +68,7 @@ def _interrupt_heat(ck: str, nprocs: int, delay: float) -> tuple[int, str, float
            "--steps", "100000000", "--checkpoint", ck, "--every", str(EVERY), "--quiet"]  # no progress lines
     meta = os.path.join(ck, "meta.json")
     old = _identity(meta)  # an earlier run's checkpoint
-    before = _shm_segments()
+    before = shm_segments()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, stdin=subprocess.DEVNULL, start_new_session=True)
     try:
@@ -96,7 +96,7 @@ def _interrupt_heat(ck: str, nprocs: int, delay: float) -> tuple[int, str, float
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
-        _remove_leftover_segments(before)
+        remove_leftover_segments(before)
 
 
 def _identity(path: str) -> tuple[int, int] | None:

@@ -33,6 +33,7 @@ from mpi4py import MPI
 
 import hpcbsp
 from hpcbsp.kernels import elements
+from hpcbsp.runtime.environment import setting
 from hpcbsp.runtime.native import compiled_loop
 from hpcbsp.util.args import OneLineParser, add_iters, add_repeats, positive_float
 
@@ -254,11 +255,12 @@ def bench(bsp: "hpcbsp.BSP", iters: int, mib: float, rounds: int) -> dict[str, f
                               expect[i * per_dest:(i + 1) * per_dest])
     comm.Free()
     compiled = bsp.comm.allreduce(int(bsp.extension.compiled_sync), op=MPI.MIN)
+    why_not = "" if compiled else _why_not_compiled(bsp.wait)
     transport = bsp.elements_transport
     med = statistics.median
     nbytes = per_dest * len(others) * 8
     return {"empty_sync_us": 1e6 * med(empty_sync), "barrier_us": 1e6 * med(barrier),
-            "python_sync_us": 1e6 * med(python_sync), "compiled": compiled,
+            "python_sync_us": 1e6 * med(python_sync), "compiled": compiled, "why_not": why_not,
             **{f"{key}_us": 1e6 * med(v) if v else float("nan") for key, v in allreduce.items()},
             "put_s": med(puts), "hpput_s": med(hpputs), "alltoallv_s": med(a2a), "bytes": nbytes,
             "elements_s": med(elems), "elements_transport": transport,
@@ -268,6 +270,16 @@ def bench(bsp: "hpcbsp.BSP", iters: int, mib: float, rounds: int) -> dict[str, f
             "floor_parts_s": {key: med(v) if v else float("nan") for key, v in floor.items()},
             "floor_ratios": [sum(parts_) / q for *parts_, q in zip(*floor.values(), puts)],
             **{f"{key}_s": min(v) if v else float("nan") for key, v in parts.items()}}
+
+
+def _why_not_compiled(wait: str) -> str:
+    """Why an empty sync's control step is not the compiled call here (for the bench's line)."""
+    if wait == "yield":
+        return "waits yield (HPCBSP_WAIT=yield or wait=\"yield\"): the step is non-blocking"
+    if not setting("HPCBSP_COMPILED_SYNC"):
+        return "HPCBSP_COMPILED_SYNC=0"
+    return ("this MPI has no persistent Allreduce (MPI-4), or its MPI_Start and MPI_Wait were not "
+            "found for sure")
 
 
 def main(argv: list[str]) -> int:
@@ -290,7 +302,7 @@ def main(argv: list[str]) -> int:
         print(f"ranks: {p}  (medians of {args.rounds} alternating rounds)")
         print(f"empty sync     {r['empty_sync_us']:8.2f} us   Barrier {r['barrier_us']:8.2f} us   "
               f"sync/Barrier = {r['empty_sync_us'] / r['barrier_us']:.2f}x")
-        print(f"  control step {'compiled' if r['compiled'] else 'in Python (compiled path not found)'}; "
+        print(f"  control step {'compiled' if r['compiled'] else 'in Python (' + r['why_not'] + ')'}; "
               f"the same sync with it in Python (HPCBSP_COMPILED_SYNC=0) {r['python_sync_us']:6.2f} us = "
               f"{r['python_sync_us'] / r['barrier_us']:.2f}x Barrier")
         names = {"plain": "Allreduce", "persistent": "persistent Allreduce (MPI-4; Start + Wait from Python)",

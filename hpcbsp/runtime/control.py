@@ -21,7 +21,7 @@ import hashlib
 import struct
 import threading
 import time
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 from mpi4py import MPI
@@ -30,6 +30,9 @@ from ..util.waiting import poll
 from .errors import BSPError, Divergence, PeerFailed, SyncTimeout
 from .native import compiled_step
 from .waiting import Naps
+
+if TYPE_CHECKING:
+    from ..kernels._persistent import Rows
 
 
 class Kind(enum.IntEnum):
@@ -118,7 +121,7 @@ class ControlStep:
         #: no data and no gets, and when that is 0 it has appended the superstep's ledger row
         #: ``(superstep, label, t_start, t_end, None)`` to ``rows`` (otherwise ``t_start`` is in
         #: :attr:`empty_started`).  None exactly when ``blocking_step`` is.
-        self.empty_step: Callable[[int, int, str | None, list], int] | None = None
+        self.empty_step: Callable[[int, int, str | None, Rows], int] | None = None
         self.nonblocking = False
 
     @property

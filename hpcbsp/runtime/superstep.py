@@ -95,7 +95,7 @@ class Supersteps:
         self.wait = wait
         self.ledger = Ledger(comm)
         self._record = self.ledger.add
-        self._rows = self.ledger.rows  # (the compiled empty sync appends its row itself)
+        self._rows = self.ledger.rows  # (the compiled empty sync appends its row to this store itself)
         self._sync_label: str | None = None
         self._describe_sync = lambda: f"sync(label={self._sync_label!r})"  # only on divergence
         self._control = ControlStep(comm)
