@@ -10,7 +10,7 @@ from types import ModuleType
 
 # One extension per concept; keep in step with kernels/*.pyx.
 EXTENSIONS: tuple[str, ...] = ("_grouping", "_indexed", "_reductions", "_exactsum", "_elements", "_persistent",
-                               "_update", "_envelopes", "_onesided")
+                               "_update", "_envelopes", "_onesided", "_toposort")
 
 
 class KernelsNotBuiltError(ImportError):

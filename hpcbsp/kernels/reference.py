@@ -160,3 +160,40 @@ def softmax_loss_grad(w: np.ndarray, x: np.ndarray, y: np.ndarray, average: bool
         loss, grad = loss / m, grad / m
     return loss, grad
 
+
+
+def toposort_settle(rows, claimed, col_ptr, col_rows, p: int, me: int, records: np.ndarray) -> np.ndarray:
+    """toposort's local elimination a whole frontier at a time (``Elimination.settle``): ``rows``
+    (columns colsum, count, level, pivot_col) and ``claimed`` are updated in place; returns the
+    other ranks' records (shrinks ``(row, col, level)``, pivots ``(col, level, -1 - row)``) as a
+    (k, 3) int64 array, in frontier order (the kernel's order may differ within one)."""
+    colsum, count, level, pivot_col = (rows[:, i] for i in range(4))
+    recs = np.asarray(records, dtype=np.int64).reshape(-1, 3)
+    shr, piv = recs[recs[:, 2] >= 0], recs[recs[:, 2] < 0].copy()
+    piv[:, 2] = -1 - piv[:, 2]                         # (col, level, row) from here on
+    out = [np.empty((0, 3), dtype=np.int64)]
+    while piv.size or shr.size:
+        if shr.size:
+            local = shr[:, 0] // p
+            np.subtract.at(count, local, 1)
+            np.subtract.at(colsum, local, shr[:, 1])
+            np.maximum.at(level, local, shr[:, 2])
+            ready = np.unique(local[(count[local] == 1) & ~claimed[local]])
+            claimed[ready] = True
+            pivot_col[ready] = colsum[ready]
+            piv = np.concatenate([piv, np.stack([colsum[ready], level[ready], ready * p + me], axis=1)])
+        mine = piv[:, 0] % p == me
+        away = piv[~mine].copy()
+        away[:, 2] = -1 - away[:, 2]
+        out.append(away)
+        piv = piv[mine]
+        c = piv[:, 0] // p
+        lens = col_ptr[c + 1] - col_ptr[c]
+        others = col_rows[np.concatenate([np.empty(0, dtype=np.int64)]
+                                         + [np.arange(col_ptr[k], col_ptr[k + 1]) for k in c])]
+        new = np.stack([others, np.repeat(piv[:, 0], lens), np.repeat(piv[:, 1] + 1, lens)], axis=1)
+        new = new[others != np.repeat(piv[:, 2], lens)]
+        mine = new[:, 0] % p == me
+        out.append(new[~mine])
+        shr, piv = new[mine], np.empty((0, 3), dtype=np.int64)
+    return np.concatenate(out)

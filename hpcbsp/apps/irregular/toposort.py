@@ -11,22 +11,25 @@ every other row that has one in it.  Rows and columns are distributed cyclically
 ``i % P``); a row keeps its count of nonzeros left and the sum of their columns (so the column
 of its last one is the sum).  Modes:
 
-  fabsp  three mailboxes.  ``transpose`` first sends every nonzero to its column's owner,
+  fabsp  two mailboxes.  ``transpose`` first sends every nonzero to its column's owner,
          and ``transpose.done()`` ends that phase (the column lists must be complete before
          any column is removed), without a sync; then a row with one nonzero left tells the
          column's owner (*pivot*), which *shrinks* every other row of that column; a row left
-         with one nonzero pivots in turn.  Each message carries a level: a row's level is one
+         with one nonzero pivots in turn (both through the mailbox ``eliminate``, keyed by
+         their owner's index).  Each record carries a level: a row's level is one
          more than the highest of the pivots that freed it (0 if it was ready at the start).
          A handler does all it can on its own rank before it returns: pivots of its own columns
-         and shrinks of its own rows that a batch causes are handled at once, in a loop, and
-         only records for other ranks are sent (so a dependency chain makes messages only where
-         it changes rank, and each message carries a whole wave of the chain's work; issue 33).
+         and shrinks of its own rows that a batch causes are handled at once, record by record
+         in compiled code (``hpcbsp.kernels.toposort``), and only records for other ranks are
+         sent (so a dependency chain makes messages only where it changes rank, and each
+         message carries a whole wave of the chain's work; issue 33).
          The sync ends the elimination by quiescence; then positions go by level (level 0
          takes the last ones), a prefix sum over the ranks' counts per level, and one more
-         superstep tells each column's owner where its column goes;
+         superstep (a queue) tells each column's owner where its column goes;
   bsp    Kahn's algorithm by levels: every row with one nonzero left at the start of a level is
          placed in that level (positions by a prefix sum of the ranks' counts), two supersteps
-         per level (the pivots to the column owners, then the shrinks to the row owners).
+         per level (the pivots to the column owners, then the shrinks to the row owners, applied
+         by the same compiled code).
 
 Prints rows per second per rank and the ledger, and checks the permutations independently:
 both are permutations of 0..n-1 and every nonzero of the whole matrix lands on or above the
@@ -36,11 +39,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+import time
+from typing import Any, Callable
 
 import numpy as np
 
 import hpcbsp
+from ...kernels import group_by_dest
+from ...kernels.toposort import ROW_FIELDS, Elimination
+from ...kernels.toposort import pivots as pivot_records
 from ...runtime import BSP
 from ...util.args import add_n, check_memory, positive_float
 from ...util.launcher import launcher_size
@@ -52,6 +59,23 @@ MODES = ("fabsp", "bsp")
 PAIR = np.dtype([("a", np.int64), ("b", np.int64)])
 TRIPLE = np.dtype([("col", np.int64), ("pos", np.int64), ("row", np.int64)])
 SHRINK = np.dtype([("a", np.int64), ("b", np.int64), ("level", np.int64)])
+#: fabsp: a shrink (row, col, level) or a pivot (col, level, -1 - row), by the owner's key first
+ELIM = np.dtype([("key", np.int64), ("x", np.int64), ("y", np.int64)])
+#: The phases of a run, as ``run_toposort(..., phases=...)`` reports them.
+PHASES = ("transpose", "columns", "eliminate", "place")
+
+
+def _stopwatch(phases: dict[str, float] | None) -> Callable[[str], None]:
+    """``lap(name)``: this rank's seconds since the previous lap (or since now) go to
+    ``phases[name]``; nothing is timed without ``phases``."""
+    last = [time.perf_counter()]
+
+    def lap(name: str) -> None:
+        if phases is not None:
+            now = time.perf_counter()
+            phases[name] = phases.get(name, 0.0) + now - last[0]
+            last[0] = now
+    return lap
 
 
 def scrambled_triangle(n: int, degree: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -85,25 +109,31 @@ class Part:
         mine = rows % nprocs == pid
         self.rows, self.cols = rows[mine], cols[mine]
         local = self.rows // nprocs
-        self.count = np.bincount(local, minlength=self.nlocal).astype(np.int64)
-        self.colsum = np.zeros(self.nlocal, dtype=np.int64)
+        # Per row, kept together for the compiled elimination (hpcbsp.kernels.toposort): the sum
+        # of the columns of its nonzeros left, their count, its level (fabsp: 1 + its pivots'
+        # levels), the column it takes; the names below are views of its columns.
+        self.state = np.zeros((self.nlocal, len(ROW_FIELDS)), dtype=np.int64)
+        self.colsum, self.count, self.level, self.pivot_col = (self.state[:, i] for i in range(len(ROW_FIELDS)))
+        self.count[:] = np.bincount(local, minlength=self.nlocal)
         np.add.at(self.colsum, local, self.cols)
+        self.pivot_col[:] = -1
         self.claimed = np.zeros(self.nlocal, dtype=bool)
         self._slot = np.zeros(self.nlocal, dtype=np.int64)      # scratch of ``ready``
         self.rperm = np.full(self.nlocal, -1, dtype=np.int64)   # of rows pid, pid + P, ...
         self.cperm = np.full(self.nlocal, -1, dtype=np.int64)   # of columns pid, pid + P, ...
-        self.level = np.zeros(self.nlocal, dtype=np.int64)      # (fabsp) 1 + its pivots' levels
-        self.pivot_col = np.full(self.nlocal, -1, dtype=np.int64)  # the column each row takes
         # The rows of this rank's columns (CSR by local column), filled by the transpose.
         self.col_ptr = np.zeros(self.nlocal + 1, dtype=np.int64)
         self.col_rows = np.zeros(0, dtype=np.int64)
+        self.elim: Elimination | None = None  # the compiled elimination, once the lists exist
 
-    def set_columns(self, cols: np.ndarray, rows: np.ndarray) -> None:
-        """The nonzeros ``(rows, cols)`` of this rank's columns: build the column lists."""
-        local = cols // self.nprocs
-        order = np.argsort(local, kind="stable")
+    def set_columns(self, cols: np.ndarray, rows: np.ndarray) -> Elimination:
+        """The nonzeros ``(rows, cols)`` of this rank's columns: build the column lists (a
+        counting sort by local column) and the elimination on them."""
+        order, counts = group_by_dest(cols // self.nprocs, self.nlocal)
         self.col_rows = rows[order]
-        self.col_ptr[1:] = np.cumsum(np.bincount(local, minlength=self.nlocal))
+        self.col_ptr[1:] = np.cumsum(counts)
+        self.elim = Elimination(self.state, self.claimed, self.col_ptr, self.col_rows, self.nprocs, self.pid)
+        return self.elim
 
     def ready(self, local_rows: np.ndarray) -> np.ndarray:
         """Of ``local_rows``, those with one nonzero left and not claimed yet (now claimed)."""
@@ -114,15 +144,6 @@ class Part:
             rows = rows[self._slot[rows] == index]
         self.claimed[rows] = True
         return rows
-
-    def shrink(self, rows: np.ndarray, cols: np.ndarray, levels: np.ndarray | None = None) -> None:
-        """Take the nonzero (row, col) out of each (global) row of this rank; a row's level
-        becomes at least each of ``levels`` (one more than its pivot's)."""
-        local = rows // self.nprocs
-        np.subtract.at(self.count, local, 1)
-        np.subtract.at(self.colsum, local, cols)
-        if levels is not None:
-            np.maximum.at(self.level, local, levels)
 
     def shrinks(self, cols: np.ndarray, rows: np.ndarray, levels: np.ndarray | int = 0) -> np.ndarray:
         """For pivots (column ``cols[k]`` of this rank taken by row ``rows[k]``), the nonzeros
@@ -141,11 +162,10 @@ class Part:
         """``rperm`` from every row's level: level 0 takes the last positions, then level 1
         below them, ...; within a level, rank by rank, rows in local order (collective)."""
         top = int(bsp.allreduce(int(self.level.max()) if self.nlocal else -1, op="max"))
-        hist = np.bincount(self.level, minlength=top + 1)
+        order, hist = group_by_dest(self.level, top + 1)                  # rows by level
         every = np.array(bsp.gather_all(hist)).reshape(self.nprocs, top + 1)
         below = np.concatenate([[0], np.cumsum(every.sum(axis=0))[:-1]])   # rows of lower levels
         earlier = every[:self.pid].sum(axis=0)                             # of lower ranks
-        order = np.argsort(self.level, kind="stable")
         starts = np.concatenate([[0], np.cumsum(hist)[:-1]])
         within = np.empty(self.nlocal, dtype=np.int64)
         within[order] = np.arange(self.nlocal) - np.repeat(starts, hist)
@@ -160,88 +180,78 @@ class Part:
         return rperm, cperm
 
 
-def toposort_fabsp(bsp: BSP, part: Part, **mailbox_kw: Any) -> tuple[float, int]:
-    """The FA-BSP toposort (module notes); returns (this rank's seconds, levels)."""
+def toposort_fabsp(bsp: BSP, part: Part, phases: dict[str, float] | None = None,
+                   **mailbox_kw: Any) -> tuple[float, int]:
+    """The FA-BSP toposort (module notes); returns (this rank's seconds, levels); ``phases``
+    gets this rank's seconds per phase (:data:`PHASES`)."""
     p, me = bsp.nprocs, bsp.pid
     received: list[np.ndarray] = []
     columns_built = [False]
 
     def transposed(recs: np.ndarray) -> None:          # on the column's owner
-        received.append(recs.copy())
+        received.append(recs)                          # (the handler owns the batch)
 
     def build_columns() -> None:
         both = np.concatenate(received) if received else np.empty(0, dtype=PAIR)
         part.set_columns(both["a"], both["b"])
         columns_built[0] = True
 
-    def pivot(recs: np.ndarray) -> None:               # on the column's owner
-        settle(recs, None)
+    def eliminated(recs: np.ndarray) -> None:          # on the row's or the column's owner
+        settle(recs, in_handler=True)
 
-    def shrunk(recs: np.ndarray) -> None:              # on the row's owner
-        settle(None, recs)
-
-    def settle(pivots: np.ndarray | None, shrinks: np.ndarray | None) -> None:
+    def settle(recs: np.ndarray, in_handler: bool) -> None:
         """Handle pivots of this rank's columns and shrinks of its rows, and everything they
-        cause on this rank, until only other ranks' records are left: those are sent."""
+        cause on this rank (compiled, record by record); send the other ranks' records."""
         if not columns_built[0]:
             # The first pivot can arrive while this rank is still inside transpose.done() (the
             # rank that sent it had left it): the transpose is over everywhere by then, but
             # the code after done() has not run here.  So the lists are built on first use.
             build_columns()
-        while True:
-            if shrinks is not None and shrinks.size:
-                part.shrink(shrinks["a"], shrinks["b"], shrinks["level"])
-                pivots = local(pivots_of(part.ready(shrinks["a"] // p)), "col", pivot_box)
-            shrinks = None
-            if pivots is None or not pivots.size:
-                return
-            shrinks = local(part.shrinks(pivots["col"], pivots["row"], pivots["pos"] + 1), "a", shrink_box)
-            pivots = None
-
-    def local(recs: np.ndarray, key: str, box: Any) -> np.ndarray:
-        """Send the records whose ``key`` another rank owns through ``box``; return this rank's."""
-        owner = recs[key] % p
-        here = owner == me
-        if here.all():
-            return recs
-        box.send(owner[~here], recs[~here])
-        return recs[here]
-
-    def pivots_of(ready: np.ndarray) -> np.ndarray:
-        """Rows of this rank with one nonzero left: their column goes at their level."""
-        part.pivot_col[ready] = part.colsum[ready]
-        out = np.empty(ready.size, dtype=TRIPLE)
-        out["col"], out["row"], out["pos"] = part.colsum[ready], ready * p + me, part.level[ready]
-        return out
+        assert part.elim is not None
+        out = part.elim.settle(recs)
+        if not in_handler:  # a send from user code may run handlers, which settle again
+            out = out.copy()
+        if out.size:
+            box.send(out[:, 0] % p, out.view(ELIM).reshape(-1))
 
     transpose = bsp.mailbox(transposed, PAIR, name="transpose", **mailbox_kw)
-    pivot_box = bsp.mailbox(pivot, TRIPLE, name="pivot", **mailbox_kw)   # (pos: the level)
-    shrink_box = bsp.mailbox(shrunk, SHRINK, name="shrink", **mailbox_kw)
-    placed = bsp.queue(PAIR, name="placed")
+    box = bsp.mailbox(eliminated, ELIM, name="eliminate", **mailbox_kw)
+    # (column, position): 4-byte numbers where they fit, the only records FA-BSP sends that
+    # BSP does not (its pivots carry the position), so fewer bytes cross the network
+    narrow = np.dtype([("a", np.int32), ("b", np.int32)])
+    placed = bsp.queue(narrow if part.n <= np.iinfo(np.int32).max else PAIR, name="placed")
 
     def body() -> None:
+        lap = _stopwatch(phases)
         nz = np.empty(part.rows.size, dtype=PAIR)
         nz["a"], nz["b"] = part.cols, part.rows
         transpose.send(part.cols % p, nz)
         transpose.done()                                   # every column list is complete
+        lap("transpose")
         if not columns_built[0]:
             build_columns()
-        settle(local(pivots_of(part.ready(np.arange(part.nlocal))), "col", pivot_box), None)
+        lap("columns")
+        ready = part.ready(np.arange(part.nlocal))         # rows with one nonzero: level 0
+        part.pivot_col[ready] = part.colsum[ready]
+        settle(pivot_records(part.colsum[ready], part.level[ready], ready * p + me), in_handler=False)
         bsp.sync("toposort")                               # every row has its level
+        lap("eliminate")
         part.place_by_level(bsp)
-        out = np.empty(part.nlocal, dtype=PAIR)            # column of row r goes where r goes
+        out = np.empty(part.nlocal, dtype=placed.dtype)    # column of row r goes where r goes
         out["a"], out["b"] = part.pivot_col, part.rperm
         placed.send(out["a"] % p, out)
         bsp.sync("columns")
         got = placed.received()
         part.cperm[got["a"] // p] = got["b"]
+        lap("place")
 
     seconds, _ = timed(bsp, body)
     return seconds, int(bsp.allreduce(int(part.level.max()) if part.nlocal else -1, op="max")) + 1
 
 
-def toposort_bsp(bsp: BSP, part: Part) -> tuple[float, int]:
-    """Kahn's algorithm by levels in plain BSP; returns (seconds, levels)."""
+def toposort_bsp(bsp: BSP, part: Part, phases: dict[str, float] | None = None) -> tuple[float, int]:
+    """Kahn's algorithm by levels in plain BSP; returns (seconds, levels); ``phases`` gets this
+    rank's seconds per phase (:data:`PHASES`; placing is part of every level)."""
     p, me = bsp.nprocs, bsp.pid
     transpose = bsp.queue(PAIR, name="transpose")
     pivots = bsp.queue(TRIPLE, name="pivot")
@@ -249,12 +259,15 @@ def toposort_bsp(bsp: BSP, part: Part) -> tuple[float, int]:
     levels = [0]
 
     def body() -> None:
+        lap = _stopwatch(phases)
         nz = np.empty(part.rows.size, dtype=PAIR)
         nz["a"], nz["b"] = part.cols, part.rows
         transpose.send(part.cols % p, nz)
         bsp.sync("transpose")
+        lap("transpose")
         got = transpose.received()
-        part.set_columns(got["a"], got["b"])
+        elim = part.set_columns(got["a"], got["b"])
+        lap("columns")
         placed = 0
         ready = part.ready(np.arange(part.nlocal))
         while True:
@@ -274,25 +287,25 @@ def toposort_bsp(bsp: BSP, part: Part) -> tuple[float, int]:
             out = part.shrinks(recs["col"], recs["row"])
             shrinks.send(out["a"] % p, out)
             bsp.sync("shrink")
-            recs = shrinks.received()
-            part.shrink(recs["a"], recs["b"])
-            ready = part.ready(recs["a"] // p)
+            ready = elim.shrink(shrinks.received()).copy()
             levels[0] += 1
+        lap("eliminate")
 
     seconds, _ = timed(bsp, body)
     return seconds, levels[0]
 
 
 def run_toposort(bsp: BSP, mode: str, n: int, degree: float, seed: int = 1, check: bool = True,
-                 **mailbox_kw: Any) -> Outcome:
-    """Sort on every rank; the tests and the command line call this."""
+                 phases: dict[str, float] | None = None, **mailbox_kw: Any) -> Outcome:
+    """Sort on every rank; the tests, the command line and ``bench toposort`` call this
+    (``phases``: this rank's seconds per phase, :data:`PHASES`)."""
     rows, cols = scrambled_triangle(n, degree, seed)
     part = Part(rows, cols, n, bsp.pid, bsp.nprocs)
     if mode == "fabsp":
-        seconds, levels = toposort_fabsp(bsp, part, **mailbox_kw)
+        seconds, levels = toposort_fabsp(bsp, part, phases, **mailbox_kw)
         extra = f"; {levels} levels (3 supersteps)"
     elif mode == "bsp":
-        seconds, levels = toposort_bsp(bsp, part)
+        seconds, levels = toposort_bsp(bsp, part, phases)
         extra = f"; {levels} levels ({2 * levels + 1} supersteps)"
     else:
         raise ValueError(f"unknown mode {mode!r}")
@@ -304,8 +317,8 @@ def run_toposort(bsp: BSP, mode: str, n: int, degree: float, seed: int = 1, chec
 
 def _app(bsp: BSP, args: argparse.Namespace) -> int:
     n = args.n or 20_000 * bsp.nprocs
-    out = run_toposort(bsp, args.mode, n, args.degree, args.seed, not args.no_check,
-                       **(mailbox_options(args) if args.mode == "fabsp" else {}))
+    mailbox: dict[str, Any] = mailbox_options(args) if args.mode == "fabsp" else {}
+    out = run_toposort(bsp, args.mode, n, args.degree, args.seed, not args.no_check, **mailbox)
     return report(bsp, "toposort", args.mode, out, args, unit="rows")
 
 
