@@ -66,6 +66,12 @@ class Handlers:
         self._arriving_bytes = 0
         self._status = MPI.Status()
 
+    def count_handled(self, box: "Mailbox", n: int) -> None:
+        """``n`` records of ``box`` are done with on this rank: its handler returned for them, or
+        combining folded them into another record (the termination counters of both)."""
+        self.handled += n
+        box.handled += n
+
     def __len__(self) -> int:
         """Batches waiting in the inbox."""
         return len(self._inbox)
@@ -191,8 +197,7 @@ class Handlers:
                 if self._inbox and self._inbox[0][0] == index and n < box.buffer:
                     batch, n = self._merged(box, index, src, batch, n)
                 box.call_handler(batch, src)
-                self.handled += n
-                box.handled += n
+                self.count_handled(box, n)
         except PeerFailed:
             raise
         except BaseException as exc:

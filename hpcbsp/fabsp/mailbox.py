@@ -315,8 +315,7 @@ class Mailbox:
         """Combining removed ``nrecords`` buffered records: their effect travels in another
         record, so for the termination counters they are handled here (sent and handled stay
         monotone and balance once nothing is buffered or in flight)."""
-        self._engine.handlers.handled += nrecords
-        self.handled += nrecords
+        self._engine.handlers.count_handled(self, nrecords)
 
     # ------------------------------------------------------------------ the engine's side
     def decode(self, raw: np.ndarray) -> tuple[Any, int]:
