@@ -26,6 +26,7 @@ from mpi_helpers import run_mpi
 PARAMS, ITERS, ROUNDS = 4096, 10, 2  # (--quick: 10 iterations, 2 rounds)
 ROW = re.compile(r"^(?P<name>\S.*?)\s+(?P<ours>\d+\.\d{3}) ms\s+(?P<base_name>\S.*?)\s+(?P<base>\d+\.\d{3}) ms"
                  r"\s+ratio = (?P<ratio>\d+\.\d+)x \((?P<lo>\d+\.\d+)-(?P<hi>\d+\.\d+) over the rounds\)")
+PLACEMENT = re.compile(r"(slow|between|fast) \((\d+\.\d{3})/(\d+\.\d{3}) ms\)")
 
 
 @pytest.mark.serial_only
@@ -50,6 +51,11 @@ def test_the_elastic_bench_on_two_ranks_prints_each_comparison_with_consistent_f
         # A time measured as zero (a baseline that did nothing) shows here, and as an infinite
         # or zero ratio; a 16 KiB message takes microseconds, printed to the microsecond.
         assert float(row["ours"]) > 0 and float(row["base"]) > 0, (name, row.group(0))
+    # The placement of each round: its class and the two medians it comes from.
+    placement = [line for line in lines if line.strip().startswith("placement, every round:")]
+    assert len(placement) == 1, res.stdout
+    # (the times are positive: the MPI test below; at 16 KiB they may print as 0.000 ms)
+    assert len(PLACEMENT.findall(placement[0])) == ROUNDS == placement[0].count("("), placement[0]
     # Every round's ratio follows each comparison, so a bimodal result shows (not only the median).
     rounds = [line for line in lines if line.strip().startswith("every round:")]
     assert len(rounds) == len(rows), res.stdout
@@ -76,4 +82,15 @@ def test_the_bench_measures_one_figure_per_round_the_same_on_every_rank():
             assert figures == [], key
             continue
         assert len(figures) == ROUNDS and all(math.isfinite(t) and t > 0 for t in figures), (key, figures)
+    for key in ("ordinary_s", "streaming_s"):  # the placement probe: ranks 0 and 1 on one node
+        assert len(r[key]) == (ROUNDS if two else 0) and all(math.isfinite(t) and t > 0 for t in r[key]), r[key]
     assert MPI.COMM_WORLD.allgather(r) == [r] * MPI.COMM_WORLD.Get_size()  # the slowest rank's times
+
+
+@pytest.mark.parametrize("ordinary, streaming, want", [
+    (1.7e-3, 0.3e-3, "slow"), (0.6e-3, 0.3e-3, "slow"), (0.59e-3, 0.3e-3, "between"),
+    (0.31e-3, 0.3e-3, "between"), (0.3e-3, 0.3e-3, "fast"), (0.17e-3, 0.3e-3, "fast")])
+def test_a_placement_is_slow_from_twice_the_non_temporal_time_and_fast_up_to_it(ordinary, streaming, want):
+    from hpcbsp.bench.elastic import placement_class
+
+    assert placement_class(ordinary, streaming) == want  # (the figures of the module's docstring)

@@ -1,9 +1,9 @@
 """How the parameter server writes its shared window (``hpcbsp.elastic.transport.WindowStores``).
 
 Oracles: a hand-written schedule.  A fake clock makes every update with ordinary stores take one
-time and every update with non-temporal stores another (changed mid-run, as a new placement of the
-two processes' cores would), and the kinds chosen, update by update, must be the ones the rules
-of the class's docstring give, worked out here by hand.  The result of each update is numpy's
+time per value and every update with non-temporal stores another (changed mid-run, as a new
+placement of the two processes' cores would), and the kinds chosen, update by update, must be
+the ones the rules of the class's docstring give, worked out here by hand.  The result of each update is numpy's
 ``w -= lr * g`` either way (the stores' own bit-exactness is tests/test_kernels_update.py's).
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from hpcbsp.kernels import reference
 
 
 class FakeCosts:
-    """A clock on which an update costs ``cost[streaming]``, and the step that advances it."""
+    """A clock on which an update costs ``cost[streaming]`` per value, and the step that advances it."""
 
     def __init__(self, ordinary: float, streaming: float):
         self.cost = {False: ordinary, True: streaming}
@@ -28,7 +28,7 @@ class FakeCosts:
 
     def step(self, w: np.ndarray, g: np.ndarray, lr: float, *, streaming: bool) -> np.ndarray:
         self.kinds.append(streaming)
-        self.now += self.cost[streaming]
+        self.now += self.cost[streaming] * w.size
         w -= np.float32(lr) * g
         return w
 
@@ -46,6 +46,20 @@ def test_the_faster_kind_is_used_and_the_other_tried_every_explore_th_update():
     assert costs.kinds == want
     assert stores.used == [1 + 200 // e, 200 - 1 - 200 // e]
     assert stores.mean_s == pytest.approx([1.7e-3, 0.33e-3], rel=1e-9)  # constant costs: the costs (clock rounding aside)
+
+
+def test_a_chunk_and_a_whole_update_are_compared_per_value():
+    """The pipelined window updates a chunk at a time, other policies the whole vector: a
+    chunk's update is shorter, not faster."""
+    costs = FakeCosts(ordinary=1.0, streaming=2.0)  # ordinary stores twice as fast per value
+    stores = WindowStores(clock=costs.clock, step=costs.step)
+    whole, chunk = np.zeros(100, dtype=np.float32), np.zeros(1, dtype=np.float32)
+    g = np.ones(100, dtype=np.float32)
+    stores.sgd_step(whole, g, 0.01)      # ordinary first: 100 s for 100 values
+    stores.sgd_step(chunk, g[:1], 0.01)  # then non-temporal: 2 s for 1 value
+    stores.sgd_step(chunk, g[:1], 0.01)  # by hand: 1 s a value against 2: ordinary
+    assert costs.kinds == [False, True, False]
+    assert stores.mean_s == pytest.approx([1.0, 2.0], rel=1e-9)
 
 
 def test_a_change_of_placement_is_followed_at_the_next_try():

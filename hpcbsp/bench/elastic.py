@@ -23,6 +23,14 @@ model of ``P`` parameters (default 1,048,576: 4 MiB each way):
   Ratio = bare time / step time (target >= 0.9x); ``bsp.allreduce`` of the buffer alone (control
   step, ledger, the library's reduction) is shown too.
 
+Each round also classifies the machine's **placement** of the two ranks' cores (ranks 0 and 1,
+on one node): rank 0 updates a shared window of ``P`` float32 values right after rank 1 has
+copied it, 10 times with ordinary stores and 10 times with non-temporal ones, alternated
+(:mod:`hpcbsp.elastic.transport`).  Where ordinary stores take at least twice as long as
+non-temporal ones the round is ``slow`` (on the project's 2-vCPU VM, in stretches of minutes:
+about 1.7 ms against 0.3 ms for 4 MiB), where they take no longer ``fast`` (about 0.2 ms),
+else ``between``.  The class of each round is printed with the medians.
+
 Each ratio is taken within a round (the two ways measured minutes apart would see this
 machine's speed drift); the median over the rounds is printed with their range, and then every
 round's ratio, in order, so that a bimodal result cannot hide behind a median.  Figures are
@@ -41,8 +49,10 @@ from mpi4py import MPI
 from hpcbsp.elastic.allreduce import allreduce_step
 from hpcbsp.elastic.policies import make_policy
 from hpcbsp.elastic.server import serve, work
+from hpcbsp.elastic.transport import open_transport
 from hpcbsp.elastic.wire import FORMATS, HEADER_BYTES
 from hpcbsp.elastic.world import World, launch_world
+from hpcbsp.kernels.update import sgd_step
 from hpcbsp.util.args import OneLineParser, add_iters, add_repeats, positive_int
 
 
@@ -67,6 +77,52 @@ def _server_round(comm: MPI.Comm, grad: np.ndarray, w0: np.ndarray, iters: int,
         return (calls[-1] - calls[0]) / iters
     finally:
         pair.Free()
+
+
+SLOW = 2.0  # a placement is slow where ordinary stores take this many times the non-temporal ones
+
+
+def _placement(comm: MPI.Comm, params: int, reps: int = 10) -> tuple[float, float] | None:
+    """Median seconds of rank 0's update of a new shared window of ``params`` float32 values
+    right after rank 1 copied it, with ordinary and with non-temporal stores (see the module
+    docstring); None on other ranks, and where ranks 0 and 1 share no node."""
+    rank = comm.Get_rank()
+    pair = comm.Split(0 if rank < 2 else MPI.UNDEFINED, rank)
+    if pair == MPI.COMM_NULL:
+        return None
+    try:
+        shared = open_transport(pair, "auto", None, params, np.dtype(np.float32))
+        if shared is None:
+            return None
+        with shared:
+            g = np.ones(params, dtype=np.float32)
+            copy = np.empty(params, dtype=np.float32)
+            if rank == 0:
+                shared.array[:] = 0.0  # (the pages' first touch, before any timing)
+            took: tuple[list[float], list[float]] = ([], [])
+            for i in range(2 * reps + 2):  # (the first two are not timed)
+                streaming = bool(i % 2)
+                shared.sync()
+                pair.Barrier()
+                shared.sync()
+                if rank == 1:
+                    np.copyto(copy, shared.array)
+                shared.sync()
+                pair.Barrier()
+                shared.sync()
+                if rank == 0:
+                    tic = time.perf_counter()
+                    sgd_step(shared.array, g, 1e-6, streaming=streaming)
+                    if i >= 2:
+                        took[streaming].append(time.perf_counter() - tic)
+        return (statistics.median(took[0]), statistics.median(took[1])) if rank == 0 else None
+    finally:
+        pair.Free()
+
+
+def placement_class(ordinary: float, streaming: float) -> str:
+    """``slow``, ``between`` or ``fast`` (see the module docstring)."""
+    return "slow" if ordinary >= SLOW * streaming else "fast" if ordinary <= streaming else "between"
 
 
 def _raw_round(comm: MPI.Comm, nbytes: int, iters: int) -> float | None:
@@ -97,7 +153,7 @@ def bench(world: World, params: int, iters: int, rounds: int, grad_format: str |
     grad = rng.standard_normal(params).astype(np.float32)
     w0 = np.zeros(params, dtype=np.float32)
     nbytes = HEADER_BYTES + 4 * params
-    server, raw, step, bare, reduce_only = [], [], [], [], []
+    server, raw, step, bare, reduce_only, ordinary, streaming = [], [], [], [], [], [], []
     buf = np.zeros(params + 1, dtype=np.float32)
     buf[:params] = grad
     out = np.empty_like(buf)
@@ -106,6 +162,10 @@ def bench(world: World, params: int, iters: int, rounds: int, grad_format: str |
     scale = 1e-6 / bsp.nprocs
     for _ in range(rounds):
         if bsp.nprocs > 1:
+            probe = _placement(comm, params)
+            if comm.allreduce(probe is not None, op=MPI.LOR):  # (ranks 0 and 1 on one node)
+                ordinary.append(_max(comm, probe[0] if probe is not None else None))
+                streaming.append(_max(comm, probe[1] if probe is not None else None))
             comm.Barrier()
             server.append(_max(comm, _server_round(comm, grad, w0, iters, world.timeout, grad_format)))
             comm.Barrier()
@@ -127,7 +187,7 @@ def bench(world: World, params: int, iters: int, rounds: int, grad_format: str |
             bsp.allreduce(buf, out=total)
         reduce_only.append(_max(comm, (time.perf_counter() - tic) / iters))
     return {"server_s": server, "raw_s": raw, "step_s": step, "bare_s": bare, "reduce_s": reduce_only,
-            "bytes": nbytes, "hosts": comm.allgather(MPI.Get_processor_name())}
+            "ordinary_s": ordinary, "streaming_s": streaming, "bytes": nbytes, "hosts": comm.allgather(MPI.Get_processor_name())}
 
 
 def _row(name: str, ours: list[float], base_name: str, base: list[float], target: str) -> str:
@@ -162,6 +222,12 @@ def main(argv: list[str]) -> int:
               + (f"; gradients pushed as {args.grad_dtype}" if args.grad_dtype else ""))
         if p > 1:
             print(_row("push+pull via server", r["server_s"], "raw Send/Recv ", r["raw_s"], "(target >= 0.8x)"))
+            if r["ordinary_s"]:
+                print(f"{'':20s} placement, every round: " + " ".join(
+                    f"{placement_class(o, n)} ({1e3 * o:.3f}/{1e3 * n:.3f} ms)"
+                    for o, n in zip(r["ordinary_s"], r["streaming_s"])))
+                print(f"{'':20s} (rank 0's update of the window just read by rank 1, ordinary/non-temporal "
+                      f"stores: slow where ordinary >= {SLOW:g}x)")
         else:
             print("push+pull: needs 2 ranks (server + worker): run under mpiexec -n 2")
         print(_row("allreduce step", r["step_s"], "bare Allreduce", r["bare_s"], "(target >= 0.9x)"))

@@ -215,7 +215,7 @@ class Coordinator:
                 self.weights -= lr * self._grads[idx].mean(axis=0)
             elif stream is not None and direct is not None:  # the same pass, a piece at a time
                 for piece in stream.pieces:
-                    sgd_step(self.weights[piece], direct[piece], lr)
+                    self._step(self.weights[piece], direct[piece], lr)
                     stream.ready(piece)
             else:  # weights -= lr * gradient in one compiled pass, with numpy's rounding
                 self._step(self.weights, self._grads[idx[0]] if direct is None else direct, lr)

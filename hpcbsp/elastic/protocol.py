@@ -29,7 +29,9 @@ Where the server and every worker are on one node, the weights do not travel at 
 (:mod:`.transport`, ``transport="auto"``): they live in a shared-memory window that the server
 updates in place; a reply is its header alone, after which the worker copies the weights out of
 the window and acknowledges (8 bytes).  The server changes the weights only when every reply
-has been acknowledged.
+has been acknowledged.  An update streamed to its worker (ASP's, as above) is announced in the
+window chunk by chunk, and the worker copies each chunk while the server updates the next,
+before the header arrives (:mod:`.transport` has the rules).
 
 h-relation per iteration of worker ``w``: the worker sends ``16 + g P`` bytes and receives
 ``16 + w P`` bytes (``w``, ``g``: bytes per weight and per gradient value: 8 for float64, 4 for
@@ -96,11 +98,14 @@ class ServerResult:
 
 @dataclass
 class WorkerResult:
-    """What a worker rank returns: its iterations, time spent waiting for replies, versions seen."""
+    """What a worker rank returns: its iterations, time spent waiting for replies, versions seen,
+    and how many replies it copied chunk by chunk while the server updated them (``streamed``:
+    the shared window's pipelined path, :mod:`.transport`)."""
 
     iterations: int = 0
     blocked_s: float = 0.0
     versions: list[int] = field(default_factory=list)
+    streamed: int = 0
 
 def poll_until(test: Callable[[], Any], until: float, timeout_at: float, what: str, mode: str = "yield") -> Any:
     """Call ``test()`` until it returns something other than None, pausing between as the wait

@@ -265,8 +265,11 @@ def _serve(comm: MPI.Comm, coord: Coordinator, policy: SyncPolicy, shared: Share
                                f"but was sent version {coord.pulled_version[w]}")
         was_stopping = coord.stopping
         settle()  # the push may change the weights
-        stream = None if shared is not None else \
-            Stream(parts, lambda piece, w=w: send_piece(w, piece))  # type: ignore[misc]
+        if shared is not None:  # an update streamed to w makes the next version, a chunk at a time
+            stream = Stream(shared.chunks, lambda piece, w=w, v=coord.version + 1:  # type: ignore[misc]
+                            shared.publish(w, piece, v))
+        else:  # a piece of the reply sent as soon as it is updated
+            stream = Stream(parts, lambda piece, w=w: send_piece(w, piece))  # type: ignore[misc]
         out = coord.push(w, None if coord.stopping else in_wire.decode(inbox[w]), now - t0, stream)
         if coord.stopping and not was_stopping:
             stopped_at = now  # max_updates reached at this push

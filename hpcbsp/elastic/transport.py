@@ -2,16 +2,35 @@
 
 Where the server and every worker run on one node, the weights live in an MPI shared-memory
 window (``MPI_Win_allocate_shared``) that the server updates in place and each worker copies
-from when a reply's header tells it to: the 4 MiB of a 1 M-parameter float32 model are then
-copied once, by the worker, instead of twice (by the server into MPI's shared cells and by the
-worker out of them), and the server's core only updates.  A worker acknowledges each reply once
-it has copied the weights; the server changes them only when every reply is acknowledged, so no
-worker ever copies a half-updated vector.  Anywhere else (or with ``transport="messages"``) the
-weights travel as messages (:mod:`.protocol`).
+from: the 4 MiB of a 1 M-parameter float32 model are then copied once, by the worker, instead of
+twice (by the server into MPI's shared cells and by the worker out of them), and the server's
+core only updates.  A worker acknowledges each reply once it has copied the weights; the server
+changes them only when every reply is acknowledged, so no worker ever copies a half-updated
+vector.  Anywhere else (or with ``transport="messages"``) the weights travel as messages
+(:mod:`.protocol`).
+
+The window is cut into chunks of :data:`CHUNK_BYTES` (:attr:`SharedWeights.chunks`), and after
+the weights it holds control words, each on a cache line of its own: ``ready[c]``, the version
+whose values chunk ``c`` holds once a streamed update has written it, and ``expect[w]``, the
+version the update now streamed to worker ``w`` makes.  An update applied alone and released at
+once (ASP's, :class:`.coordinator.Stream`) is *pipelined*: the server updates chunk 0, sets
+``expect[w]`` and ``ready[0]`` to the new version, updates chunk 1, and so on; worker ``w``,
+which polls ``expect[w]`` while it waits for the reply's header, copies chunk ``c`` as soon as
+``ready[c]`` equals ``expect[w]``, while the server updates chunk ``c + 1``.  So the update and
+the copy overlap on the two cores instead of adding up.  The header follows the last chunk; the
+worker checks that it names the version it copied (a worker that sees the header first copies
+the whole vector, as for any other reply).  Safety: a chunk is written only after every reply
+that could be reading it is acknowledged (as before), ``expect[w]`` and ``ready[c]`` only grow,
+and a worker copies chunk ``c`` only while ``ready[c]`` is the version it was announced; it
+checks after the copy that no chunk moved past it (:class:`TornWeights` otherwise).
 
 Memory model: every rank holds the window's passive-target lock (``Lock_all``) for the whole
-run, and ``Win.Sync`` orders the shared stores and loads around the messages that announce them
-(the separate-memory model of MPI-3 shared windows, which MPICH implements as unified).
+run.  ``Win.Sync`` is the memory barrier of MPI-3's shared windows (the unified model, which
+MPICH and Open MPI implement for them): the server's stores to a chunk, ``Win.Sync``, then the
+store to its control word; a worker polls the word with ``Win.Sync`` before each load, and loads
+the chunk after.  The server's non-temporal stores are fenced (``sfence``) by the kernel before
+it returns.  Around the messages (header, acknowledgement) ``Win.Sync`` orders the stores and
+loads as before.
 
 How the server writes the window (:class:`WindowStores`): where the two processes' cores sit
 decides what a store to a line the worker has just read costs.  On this project's 2-vCPU VM,
@@ -20,11 +39,10 @@ see), the server's update of 1 M float32 weights in the window took 1.5-2.0 ms w
 stores against 0.17 ms in other launches, while the same update with non-temporal stores took
 0.31-0.34 ms in both (docs/performance.md, "The bimodal push+pull on one node").  So the server
 measures the two kinds of store on its own updates and uses the faster, trying the other now
-and then.  (In the slow launches the push+pull is still 0.6x a raw Send/Recv, against 0.8-1.2x
-in the fast ones: the worker then reads the weights from memory.)
+and then.
 
 h-relation: none of its own; a reply becomes a 16-byte header, and each worker returns an
-8-byte acknowledgement.
+8-byte acknowledgement (the control words are loads and stores, not messages).
 """
 from __future__ import annotations
 
@@ -38,15 +56,30 @@ from mpi4py import MPI
 from ..kernels.update import sgd_step
 from ..runtime.arena import on_one_node
 from ..runtime.environment import setting
+from .wire import PIECE_BYTES, pieces
 
-__all__ = ["TRANSPORTS", "TRANSPORT_ENV", "SharedWeights", "WindowStores", "open_transport"]
+__all__ = ["TRANSPORTS", "TRANSPORT_ENV", "CHUNK_BYTES", "SharedWeights", "TornWeights", "WindowStores",
+           "open_transport"]
 
 TRANSPORTS = ("auto", "messages")
 TRANSPORT_ENV = "HPCBSP_PS_TRANSPORT"
+#: About this many bytes of weights per chunk of a pipelined update (see the module docstring):
+#: the copy of the last chunk is what the pipeline cannot hide, and each chunk costs the two
+#: processes a few microseconds of Python.  The reply's pieces on the messages transport
+#: (1 MiB): measured against 256 and 512 KiB and 4 MiB (docs/performance.md), it was as fast
+#: as the smaller chunks where the placement is slow and faster where it is fast.
+CHUNK_BYTES = PIECE_BYTES
+#: Bytes between two control words (one cache line each: a worker polling its word does not
+#: pull the line of another's).
+LINE = 64
 
 
 class TransportError(RuntimeError):
     """The ranks could not agree on a transport (a bad choice, or the server failed to start)."""
+
+
+class TornWeights(RuntimeError):
+    """A worker found a chunk of the window changed while it copied it (the protocol broken)."""
 
 
 class WindowStores:
@@ -55,10 +88,11 @@ class WindowStores:
     the same bits; see the module docstring).
 
     The first two updates try one kind each; after that each update uses the kind with the lower
-    mean time, except every ``EXPLORE``-th, which tries the other so that a change of placement
-    during the run is seen.  A kind's mean is a running one (exponential, weight ``ALPHA`` for the
-    newest) while it stays in use; a kind used again after the other starts afresh from its new
-    time (its old mean is stale).  So a change shows at the next try, and a try that was luckily
+    mean time per value, except every ``EXPLORE``-th, which tries the other so that a change of
+    placement during the run is seen.  (Times are per value because the updates come whole or a
+    chunk at a time: :attr:`SharedWeights.chunks`.)  A kind's mean is a running one (exponential,
+    weight ``ALPHA`` for the newest) while it stays in use; a kind used again after the other
+    starts afresh from its new time (its old mean is stale).  So a change shows at the next try, and a try that was luckily
     fast is undone by the updates after it.  ``clock`` and ``step`` are for tests (default
     ``time.perf_counter`` and :func:`~hpcbsp.kernels.update.sgd_step`).
     """
@@ -70,7 +104,7 @@ class WindowStores:
                  step: Callable[..., np.ndarray] = sgd_step):
         self._clock = clock
         self._step = step
-        self.mean_s: list[float | None] = [None, None]  # [ordinary, non-temporal]
+        self.mean_s: list[float | None] = [None, None]  # [ordinary, non-temporal], seconds per value
         self.used = [0, 0]                              # updates made with each
         self._last: bool | None = None
 
@@ -88,7 +122,7 @@ class WindowStores:
         streaming = self.streaming_next()
         start = self._clock()
         self._step(w, g, lr, streaming=streaming)
-        took = self._clock() - start
+        took = (self._clock() - start) / max(w.size, 1)
         mean = self.mean_s[streaming]
         if mean is not None and streaming == self._last:
             took = mean + self.ALPHA * (took - mean)
@@ -100,12 +134,56 @@ class WindowStores:
 
 class SharedWeights:
     """The weights in a shared-memory window of the server's communicator (see the module
-    docstring): ``array`` is rank 0's part, seen by every rank of ``comm``."""
+    docstring): ``array`` is rank 0's part, seen by every rank of ``comm``; ``chunks`` its
+    chunks, in order; ``ready`` and ``expect`` the control words (views of the window, one per
+    chunk and one per worker)."""
 
-    def __init__(self, win: MPI.Win, array: np.ndarray):
+    def __init__(self, win: MPI.Win, array: np.ndarray, ready: np.ndarray, expect: np.ndarray):
         self.win = win
         self.array = array
+        self.chunks = pieces(array.size, array.itemsize, CHUNK_BYTES)
+        self.ready = ready
+        self.expect = expect
         self.stores = WindowStores()  # the server's updates of ``array``
+
+    # The server's side of a pipelined update.
+    def publish(self, worker: int, piece: slice, version: int) -> None:
+        """Chunk ``piece`` (one of :attr:`chunks`) now holds ``version``, which the update being
+        streamed to ``worker`` makes: the chunk's stores, then its word (with the first chunk,
+        ``expect[worker]`` first)."""
+        c = piece.start // max(self.chunks[0].stop, 1)
+        self.win.Sync()
+        if c == 0:
+            self.expect[worker] = version
+        self.ready[c] = version
+
+    # The worker's side.
+    def announced(self, worker: int) -> int:
+        """The version last announced to ``worker`` (-1: none yet)."""
+        self.win.Sync()
+        return int(self.expect[worker])
+
+    def copy_streamed(self, out: np.ndarray, version: int, wait: Callable[[Callable[[], bool | None]], object]) -> None:
+        """Copy the weights of ``version`` into ``out`` a chunk at a time, each as soon as it is
+        ready; ``wait(test)`` polls ``test`` until it returns True (the caller's bounded wait).
+        Raises :class:`TornWeights` if a chunk moved past ``version`` (it must not: the server
+        waits for this worker's acknowledgement before it writes a chunk again)."""
+        ready, sync = self.ready, self.win.Sync
+
+        def test(c: int) -> bool | None:
+            sync()
+            return True if ready[c] >= version else None
+
+        for c, piece in enumerate(self.chunks):
+            if ready[c] < version:
+                wait(lambda c=c: test(c))  # type: ignore[misc]
+            sync()
+            np.copyto(out[piece], self.array[piece])
+        sync()
+        moved = np.flatnonzero(ready[:len(self.chunks)] != version)
+        if moved.size:
+            raise TornWeights(f"chunk {int(moved[0])} of the shared weights holds version "
+                              f"{int(ready[moved[0]])}, not {version}, after the copy")
 
     def __enter__(self) -> "SharedWeights":
         return self
@@ -170,10 +248,18 @@ def open_transport(comm: MPI.Comm, transport: str | None, problem: str | None, c
                              f"rank {me}: the parameter server run could not start: rank {first} failed")
     if not shared:
         return None
-    win = MPI.Win.Allocate_shared(max(count * itemsize, 1) if me == 0 else 0, itemsize, comm=comm)  # type: ignore[arg-type]
+    # The weights, then (from a cache line's start) a control word per chunk and per worker.
+    n_chunks = len(pieces(count, itemsize, CHUNK_BYTES))
+    n_words = n_chunks + comm.Get_size() - 1
+    words_at = -(-count * itemsize // LINE) * LINE
+    win = MPI.Win.Allocate_shared(words_at + n_words * LINE if me == 0 else 0, 1, comm=comm)  # type: ignore[arg-type]
     buf, _ = win.Shared_query(0)
     raw = np.frombuffer(buf, dtype=np.uint8)  # type: ignore[call-overload]
+    words = raw[words_at:words_at + n_words * LINE].view(np.int64)[::LINE // 8]
     win.Lock_all()
-    # (A worker given another size than the server's sees another length here: its caller
-    # checks, inside the run that closes the window.)
-    return SharedWeights(win, raw[:raw.size // itemsize * itemsize].view(dtype))
+    if me == 0:
+        words[:] = -1  # no version yet
+    win.Sync()
+    comm.Barrier()  # the server's stores above, before any worker's loads
+    win.Sync()
+    return SharedWeights(win, raw[:count * itemsize].view(dtype), words[:n_chunks], words[n_chunks:])

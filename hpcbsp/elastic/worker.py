@@ -11,8 +11,19 @@ import numpy as np
 from mpi4py import MPI
 
 from ..runtime.waiting import resolve
-from .protocol import ACK_TAG, CONTINUE, PUSH_DATA_TAG, PUSH_TAG, REPLY_DATA_TAG, REPLY_TAG, WorkerResult, wait_all, wait_request
-from .transport import SharedWeights, open_transport
+from .protocol import (
+    ACK_TAG,
+    CONTINUE,
+    PUSH_DATA_TAG,
+    PUSH_TAG,
+    REPLY_DATA_TAG,
+    REPLY_TAG,
+    WorkerResult,
+    poll_until,
+    wait_all,
+    wait_request,
+)
+from .transport import SharedWeights, TornWeights, open_transport
 from .wire import Wire, pieces, wires
 
 __all__ = ["work"]
@@ -103,19 +114,49 @@ def _work(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray], n_params:
         return [comm.Irecv(reply_head, source=0, tag=REPLY_TAG)] + \
                [comm.Irecv(weights[piece], source=0, tag=REPLY_DATA_TAG) for piece in parts]
 
-    def receive(reqs: list[MPI.Request]) -> None:
+    me = comm.Get_rank() - 1
+    last = -1  # the version of the last reply
+
+    def receive(reqs: list[MPI.Request], sends: list[MPI.Request] | None = None) -> None:
+        """The reply to the push whose ``sends`` are given (on the shared window they may be
+        still in flight: the server's update, and so its announcement, comes after it has
+        received the gradient; until then the polls of the header make MPI progress)."""
+        nonlocal last
         tic = time.monotonic()
-        wait_all(reqs, timeout, "reply from the server", mode)
-        if shared is not None:
-            shared.sync()  # the server's stores before its header, then these loads
-            if reply_head[0] == CONTINUE:
-                np.copyto(weights, shared.array)
+        if shared is None:
+            wait_all(reqs, timeout, "reply from the server", mode)
+        else:
+            deadline = tic + timeout
+            head = reqs[0]
+
+            def header_or_announced() -> int | None:  # -1: the header came first
+                if head.Test():
+                    return -1
+                version = shared.announced(me)
+                return version if version > last else None
+
+            streamed = poll_until(header_or_announced, np.inf, deadline, "reply from the server", mode)
+            if streamed >= 0:  # the update is being made: copy each chunk as it is final
+                shared.copy_streamed(weights, streamed, lambda test: poll_until(
+                    test, np.inf, deadline, "chunk of the weights from the server", mode))
+                wait_request(head, deadline - time.monotonic(), "reply from the server", mode)
+                if reply_head[0] == CONTINUE and reply_head[1] != streamed:
+                    raise TornWeights(f"worker {me}: copied version {streamed} of the weights, "
+                                      f"but the reply is for version {reply_head[1]}")
+                result.streamed += 1
+            else:
+                shared.sync()  # the server's stores before its header, then these loads
+                if reply_head[0] == CONTINUE:
+                    np.copyto(weights, shared.array)
+            if sends:  # (complete by now: the server replied)
+                wait_all(sends, deadline - time.monotonic(), "delivery of a push to the server", mode)
             shared.sync()  # these loads, then the acknowledgement that lets the server store
             ack[0] = reply_head[1]
             wait_request(comm.Isend(ack, dest=0, tag=ACK_TAG), timeout, "acknowledgement to the server", mode)
+        last = int(reply_head[1])
         result.blocked_s += time.monotonic() - tic
         if record_versions:
-            result.versions.append(int(reply_head[1]))
+            result.versions.append(last)
 
     receive(post_reply())
     while reply_head[0] == CONTINUE:
@@ -144,6 +185,7 @@ def _work(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray], n_params:
         result.iterations += 1
         reply = post_reply()  # before the push leaves: the server's reply never waits for it
         sends = [comm.Isend(push_head, dest=0, tag=PUSH_TAG), comm.Isend(values, dest=0, tag=PUSH_DATA_TAG)]
-        wait_all(sends, timeout, "delivery of a push to the server", mode)
-        receive(reply)
+        if shared is None:
+            wait_all(sends, timeout, "delivery of a push to the server", mode)
+        receive(reply, sends)
     return result

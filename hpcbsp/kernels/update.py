@@ -11,8 +11,9 @@ from ._extensions import MODULES
 
 
 def _apart_or_same(a: np.ndarray, b: np.ndarray) -> bool:
-    return a is b or (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
-                      and a.shape == b.shape) or not np.may_share_memory(a, b)
+    # (cheapest first: the parameter server calls this a chunk at a time)
+    return a is b or not np.may_share_memory(a, b) or (
+        a.__array_interface__["data"][0] == b.__array_interface__["data"][0] and a.shape == b.shape)
 
 
 def sgd_step(w: np.ndarray, g: np.ndarray, lr: float, out: np.ndarray | None = None, *,

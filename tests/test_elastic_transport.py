@@ -1,0 +1,197 @@
+"""The parameter server's shared window, pipelined (:mod:`hpcbsp.elastic.transport`).
+
+    mpiexec -n 2 python -m pytest -q --only-mpi tests/test_elastic_transport.py   (and -n 3)
+
+Oracles:
+
+* a numpy replay of the run's pushes.  Every worker's gradient is a function of the worker and
+  of its iteration alone (random float32 or float64 values, seeded by both), so the order in
+  which the server applied the pushes (its log, ASP: one update per push, in arrival order)
+  fixes every version of the weights: ``w_{k+1} = w_k - lr * g``, numpy's bits.  The server's
+  final weights must be the replay's bit for bit, on both transports (so the window's equal the
+  messages'), and every weights a worker was given must be, bit for bit, the replay's version
+  that the reply named: a chunk of another version, copied too early or changed during the copy,
+  would show.
+* for the window's layout and the worker's chunk-by-chunk copy (serially, on a fake window): a
+  hand-made schedule of a server that writes each chunk only when the worker waits for it, so a
+  chunk copied before it is ready holds the old values.
+"""
+from __future__ import annotations
+
+import hashlib
+import time
+
+import numpy as np
+import pytest
+
+from hpcbsp.elastic.transport import CHUNK_BYTES, LINE, SharedWeights, TornWeights
+from hpcbsp.elastic.wire import pieces
+
+TIMEOUT = 30.0
+
+
+def _digest(values: np.ndarray) -> bytes:
+    return hashlib.blake2b(values.tobytes(), digest_size=16).digest()
+
+
+def _gradient(worker: int, iteration: int, size: int, dtype: type) -> np.ndarray:
+    return np.random.default_rng([worker, iteration]).standard_normal(size).astype(dtype)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("transport", ["messages", "auto", "auto, slow chunks"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_every_version_a_worker_copies_is_the_numpy_replay_of_the_pushes_bit_for_bit(dtype, transport,
+                                                                                     monkeypatch) -> None:
+    """``auto, slow chunks``: the server naps 3 ms after publishing each chunk, so that the
+    worker surely copies chunks while later ones are still being updated (the pipelined path,
+    which the replies' count of streamed copies must then show)."""
+    from mpi4py import MPI
+
+    from hpcbsp.elastic.policies import make_policy
+    from hpcbsp.elastic.server import serve, work
+
+    slow = transport == "auto, slow chunks"
+    if slow and MPI.COMM_WORLD.Get_rank() == 0:
+        publish = SharedWeights.publish
+
+        def napping(self, *args) -> None:
+            publish(self, *args)
+            time.sleep(0.003)
+        monkeypatch.setattr(SharedWeights, "publish", napping)
+    transport = transport.split(",")[0]
+    comm = MPI.COMM_WORLD.Dup()
+    try:
+        P, lr, updates = 700_001, 0.01, 30  # several chunks and a short last one
+        assert len(pieces(P, np.dtype(dtype).itemsize, CHUNK_BYTES)) >= 3
+        w0 = np.random.default_rng(7).standard_normal(P).astype(dtype)
+        me = comm.Get_rank()
+        if me == 0:
+            res = serve(comm, make_policy("asp"), w0, lr, max_updates=updates, timeout=TIMEOUT,
+                        transport=transport)
+            order = [w for w, _ in res.log.push_times]
+            final = res.weights
+        else:
+            got: list[bytes] = []
+            it = [0]
+
+            def grad_fn(weights: np.ndarray) -> np.ndarray:
+                got.append(_digest(weights))
+                g = _gradient(me - 1, it[0], P, dtype)
+                it[0] += 1
+                return g
+
+            res_w = work(comm, grad_fn, P, dtype=dtype, timeout=TIMEOUT, record_versions=True,
+                         transport=transport)
+            order, final = None, None
+        order = comm.bcast(order, root=0)
+        # The replay: ASP applies every push in the order it came, up to max_updates.
+        w = w0.copy()
+        replay = [_digest(w)]
+        count = [0] * (comm.Get_size() - 1)
+        for pusher in order[:updates]:
+            w -= dtype(lr) * _gradient(pusher, count[pusher], P, dtype)
+            count[pusher] += 1
+            replay.append(_digest(w))
+        if me == 0:
+            assert final.tobytes() == w.tobytes()
+        else:
+            # Each gradient was computed on the weights of the version the reply before it named.
+            assert len(got) == res_w.iterations == len(res_w.versions) - 1
+            wrong = [v for v, seen in zip(res_w.versions, got) if seen != replay[v]]
+            assert wrong == [], f"worker {me - 1} was given weights other than versions {wrong}"
+        # Streamed replies: one per push applied and released at once (all but the first reply
+        # and the stop), where the worker saw the first chunk announced before the header came
+        # (with the naps, at least half of them: a worker descheduled for the whole update of
+        # 3 chunks or more, 9 ms and up, sees the header first and copies the whole).
+        applied = comm.bcast(res.log.applied.tolist() if me == 0 else None, root=0)
+        if me > 0:
+            assert transport == "auto" or res_w.streamed == 0
+            if slow:
+                assert 2 * res_w.streamed >= applied[me - 1] >= 1, (res_w.streamed, applied)
+    finally:
+        comm.Free()
+
+
+class _FakeWindow:
+    """What :class:`SharedWeights` needs of an MPI window (its ``Sync`` only), counting calls."""
+
+    def __init__(self) -> None:
+        self.syncs = 0
+
+    def Sync(self) -> None:  # noqa: N802 (mpi4py's name)
+        self.syncs += 1
+
+
+def _shared(size: int, chunks_ready: list[int]) -> SharedWeights:
+    words = np.array(chunks_ready + [-1, -1], dtype=np.int64)
+    return SharedWeights(_FakeWindow(), np.zeros(size, dtype=np.float32),  # type: ignore[arg-type]
+                         words[:len(chunks_ready)], words[len(chunks_ready):])
+
+
+def test_a_streamed_copy_takes_each_chunk_only_once_it_holds_the_announced_version() -> None:
+    size = 3 * (CHUNK_BYTES // 4) + 5  # 4 chunks, the last one of 5 values
+    shared = _shared(size, [-1] * 4)
+    assert [(s.start, s.stop) for s in shared.chunks] == [
+        (0, CHUNK_BYTES // 4), (CHUNK_BYTES // 4, CHUNK_BYTES // 2), (CHUNK_BYTES // 2, 3 * CHUNK_BYTES // 4),
+        (3 * CHUNK_BYTES // 4, size)]
+    new = np.arange(size, dtype=np.float32)
+    shared.array[:] = -1.0  # the old version's values
+    written: list[int] = []
+
+    def wait(test) -> None:
+        # The server: a chunk is written and published only when the worker waits for it.
+        assert test() is None  # not ready yet: the worker must not copy it
+        c = len(written)
+        piece = shared.chunks[c]
+        shared.array[piece] = new[piece]
+        shared.publish(0, piece, 5)
+        written.append(c)
+        assert test() is True
+
+    out = np.zeros(size, dtype=np.float32)
+    shared.copy_streamed(out, 5, wait)
+    assert written == [0, 1, 2, 3] and out.tobytes() == new.tobytes()
+    assert int(shared.expect[0]) == 5 and int(shared.expect[1]) == -1  # announced with chunk 0, to worker 0
+    assert shared.announced(0) == 5 and shared.announced(1) == -1
+
+
+def test_a_chunk_that_moved_past_the_announced_version_is_refused() -> None:
+    size = 2 * (CHUNK_BYTES // 4)
+    shared = _shared(size, [5, 6])  # chunk 1 already holds version 6: the protocol was broken
+    with pytest.raises(TornWeights, match="chunk 1 of the shared weights holds version 6, not 5"):
+        shared.copy_streamed(np.zeros(size, dtype=np.float32), 5, lambda test: pytest.fail("no wait"))
+
+
+@pytest.mark.mpi(min_size=1)
+def test_the_control_words_sit_after_the_weights_each_on_its_own_cache_line() -> None:
+    """Oracle: addresses, and a write of every weight that leaves every word as it was."""
+    from mpi4py import MPI
+
+    from hpcbsp.elastic.transport import open_transport
+
+    comm = MPI.COMM_WORLD.Dup()
+    try:
+        P = 3 * (CHUNK_BYTES // 8) + 1  # float64: 4 chunks
+        shared = open_transport(comm, "auto", None, P, np.dtype(np.float64))
+        assert shared is not None  # (one node)
+        with shared:
+            assert len(shared.chunks) == 4 and shared.ready.size == 4
+            assert shared.expect.size == comm.Get_size() - 1
+            start = shared.array.__array_interface__["data"][0]
+            words = [w.__array_interface__["data"][0] for w in (shared.ready, shared.expect)]
+            assert words[0] >= start + 8 * P and words[0] % LINE == 0
+            assert shared.ready.strides == shared.expect.strides == (LINE,)
+            assert words[1] == words[0] + 4 * LINE
+            assert (shared.ready == -1).all() and (shared.expect == -1).all()
+            comm.Barrier()
+            if comm.Get_rank() == 0:
+                shared.array[:] = np.inf
+            shared.sync()
+            comm.Barrier()
+            shared.sync()
+            assert (shared.ready == -1).all() and (shared.expect == -1).all()
+            assert np.isinf(shared.array).all()
+            comm.Barrier()
+    finally:
+        comm.Free()
