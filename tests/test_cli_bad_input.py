@@ -22,7 +22,7 @@ CLIS = {
     "hpcbsp.apps.bsf.cimmino": (["--n", "--max-iter"], []),
     "hpcbsp.cli.info": ([], ["--json"]),
     "hpcbsp.apps.irregular.histogram": (["-n", "-T", "--mode", "--rounds", "--every", "--checkpoint", "--seed",
-                               "--chunk"], ["--restart", "--no-check"]),
+                               "--chunk", "--skew"], ["--restart", "--no-check", "--combine"]),
     "hpcbsp.apps.snn.__main__": (["--mode", "--neurons", "--fanout", "--delay-min", "--time-ms", "--dt",
                                   "--seed", "--superstep", "--window"], ["--json", "--quiet"]),
     "hpcbsp.apps.elastic.train": (["--policy", "--R", "--s", "--s-lower", "--s-upper", "--slowdown",
@@ -87,6 +87,8 @@ def test_bad_input_exits_2_without_traceback(module, data):
     (["--rounds", "0"], "argument --rounds: '0' is not a positive integer"),
     (["--every", "2"], "need --checkpoint"),
     (["--mode", "naive", "--rounds", "3"], "fabsp or bsp"),
+    (["--skew", "nan"], "argument --skew: 'nan' is not a number (a finite value is needed)"),
+    (["--skew", "0.5"], "argument --skew: '0.5' must be > 1 (a Zipf exponent), or 0 for uniform keys"),
 ])
 def test_histogram_restart_option_errors(argv, needle):
     code, err = call("hpcbsp.apps.irregular.histogram", argv)

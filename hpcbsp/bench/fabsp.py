@@ -76,7 +76,7 @@ from ..fabsp.engine import Engine
 from ..fabsp.routing import ROUTINGS, buffers_per_rank, grid_dims
 from ..kernels import scatter_add
 from ..runtime import BSP
-from ..util.args import OneLineParser, add_n, add_repeats, add_seed, nonnegative_int, positive_int
+from ..util.args import OneLineParser, add_n, add_repeats, add_seed, add_skew, nonnegative_int, positive_int
 
 HIST_TARGET_BSP = 1.0
 TARGET_ROUTED = 0.8  # issue 33: 2d routing >= 0.8x direct at the same rank count on one node
@@ -522,9 +522,7 @@ def main(argv: list[str]) -> int:
                              "reports the busiest host's rate against it (and runs by default)")
     parser.add_argument("--iface", default="eth0", metavar="NAME",
                         help="section 4: the network interface between the hosts (default eth0)")
-    parser.add_argument("--skew", type=float, default=1.2, metavar="S",
-                        help="section 5: also histogram keys drawn Zipf with exponent S > 1 "
-                             "(default 1.2; 0: uniform only)")
+    add_skew(parser, "section 5: also histogram keys drawn Zipf with exponent S > 1", default=1.2)
     parser.add_argument("--sections", default=None, metavar="LIST",
                         help=f"comma-separated, of {', '.join(SECTIONS)} (default: the first three, "
                              "and link with --link-rate)")
@@ -537,8 +535,6 @@ def main(argv: list[str]) -> int:
                          f"--sections: unknown {', '.join(sorted(set(chosen) - set(SECTIONS)))} "
                          f"(of {', '.join(SECTIONS)})")
         args.sections = tuple(chosen)
-        if args.skew and args.skew <= 1:
-            parser.error(f"--skew must be > 1 (a Zipf exponent) or 0, got {args.skew}")
     except SystemExit as exc:
         return int(exc.code or 0)
     quick = args.quick

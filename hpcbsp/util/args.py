@@ -162,6 +162,14 @@ def finite_float(text: str) -> float:
     return _number(text, "a number")
 
 
+def zipf_exponent(text: str) -> float:
+    """argparse type: a Zipf exponent S > 1, or 0 for uniform keys."""
+    value = _number(text, "a number")
+    if value != 0 and value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be > 1 (a Zipf exponent), or 0 for uniform keys")
+    return value
+
+
 def seconds(text: str) -> float:
     """argparse type: a finite duration in seconds, >= 0 (fractions kept: ``0.5`` is half a second)."""
     value = _number(text, "a number of seconds")
@@ -284,6 +292,13 @@ def add_repeats(parser: argparse.ArgumentParser | Any, what: str, *, default: in
     _add(parser, "--repeats", what, default=default, shown_default=shown_default, dest=dest)
     if old:
         add_alias(parser, *old, dest=dest, type=positive_int)
+
+
+def add_skew(parser: argparse.ArgumentParser | Any, what: str, *, default: float = 0.0) -> None:
+    """``--skew S``: keys drawn Zipf with exponent S > 1 instead of uniform ones (0); ``what``
+    says where (the help ends with the default)."""
+    parser.add_argument("--skew", type=zipf_exponent, default=default, metavar="S",
+                        help=f"{what} (default {'0: uniform' if not default else f'{default:g}; 0: uniform only'})")
 
 
 def add_seed(parser: argparse.ArgumentParser | Any, what: str | None = None) -> None:

@@ -43,7 +43,7 @@ from mpi4py import MPI
 from ...kernels import scatter_add
 from ...runtime import BSP, BadInput, BSPError
 from ...runtime.checkpoint import check_target, exists as checkpoint_exists
-from ...util.args import add_checkpoint, check_checkpoint, positive_int
+from ...util.args import add_checkpoint, add_skew, check_checkpoint, positive_int
 from .rma import histogram_rma
 from .cli import table_app_main
 from .layout import cyclic_owner
@@ -254,8 +254,7 @@ def run_histogram_rounds(bsp: BSP, mode: str, n: int, table: int, seed: int = 1,
 def _restart_options(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], dict]:
     parser.add_argument("--combine", action="store_true",
                         help="fabsp: (key, count) records summed on the way (combine='sum')")
-    parser.add_argument("--skew", type=float, default=0.0, metavar="S",
-                        help="Zipf-distributed keys with exponent S > 1 (default: uniform)")
+    add_skew(parser, "Zipf-distributed keys with exponent S > 1")
     parser.add_argument("--rounds", type=positive_int, default=1, metavar="R",
                         help="apply the updates in R supersteps (default 1)")
     add_checkpoint(parser, "rounds (the counters are saved)")
@@ -268,8 +267,6 @@ def _restart_options(parser: argparse.ArgumentParser) -> Callable[[argparse.Name
             parser.error("--rounds and --checkpoint work with --mode fabsp or bsp")
         # never over a folder that is not a checkpoint of this program
         check_checkpoint(parser, args, lambda path: check_target(path, PROGRAM), (BSPError,))
-        if args.skew and args.skew <= 1:
-            parser.error(f"--skew must be > 1 (a Zipf exponent), got {args.skew}")
         if args.combine and args.mode != "fabsp":
             parser.error("--combine works with --mode fabsp")
         if args.rounds == 1 and not args.checkpoint:
