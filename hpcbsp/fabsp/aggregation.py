@@ -215,15 +215,21 @@ class Aggregator:
         fill = int(self._fill[dest])
         if not fill:
             return None
+        buf = self._detach(dest)
+        return buf if fill == self.capacity else buf[:fill]
+
+    def _detach(self, dest: int) -> np.ndarray:
+        """Empty ``dest``'s place, whose buffer holds records (``fill``): its records leave as one
+        message; returns the buffer."""
         buf = self._bufs[dest]
         assert buf is not None
+        self.nbuffered -= int(self._fill[dest])
         self._bufs[dest] = None
         self._ptrs[dest] = 0
         self._fill[dest] = 0
         self._partial -= 1
-        self.nbuffered -= fill
         self.messages[dest] += 1
-        return buf if fill == self.capacity else buf[:fill]
+        return buf
 
     def drain(self) -> Iterator[tuple[int, np.ndarray]]:
         """Hand out every partly filled buffer as ``(dest, records)`` and empty it."""
@@ -289,18 +295,12 @@ class CombiningAggregator(Aggregator):
             return Aggregator.take(self, dest)
         k = out.shape[0]
         self.nbuffered -= self.capacity - k
+        self._fill[dest] = k  # the buffer's records are now the k combined ones
         if k <= self._keep:  # room again: keep filling
             buf[:k] = out
-            self._fill[dest] = k
             return None
-        self._fill[dest] = 0  # (the buffer's records leave as ``out``; the buffer is free)
-        self._bufs[dest] = None
-        self._ptrs[dest] = 0
-        self._partial -= 1
-        self.nbuffered -= k
-        self.messages[dest] += 1
-        if len(self._spare) < SPARES:
-            self._spare.append(buf)
+        self._detach(dest)  # they leave as ``out``; the buffer itself is free again
+        self.recycle(buf)
         return out
 
     def add(self, dest: int, recs: np.ndarray, owned: bool) -> list[np.ndarray]:
