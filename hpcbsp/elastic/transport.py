@@ -92,8 +92,8 @@ class WindowStores:
     placement during the run is seen.  (Times are per value because the updates come whole or a
     chunk at a time: :attr:`SharedWeights.chunks`.)  A kind's mean is a running one (exponential,
     weight ``ALPHA`` for the newest) while it stays in use; a kind used again after the other
-    starts afresh from its new time (its old mean is stale).  So a change shows at the next try, and a try that was luckily
-    fast is undone by the updates after it.  ``clock`` and ``step`` are for tests (default
+    starts afresh from its new time (its old mean is stale).  So a change shows at the next try,
+    and a try that was luckily fast is undone by the updates after it.  ``clock`` and ``step`` are for tests (default
     ``time.perf_counter`` and :func:`~hpcbsp.kernels.update.sgd_step`).
     """
 
