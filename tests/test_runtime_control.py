@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ctypes
+import inspect
 import time
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 
 import hpcbsp
 from hpcbsp import Divergence
-from hpcbsp.kernels._persistent import Rows
+from hpcbsp.kernels._persistent import Rows, plain_sync
 from hpcbsp.runtime import native
 from hpcbsp.runtime.native import DIVERGED, RecordStep, start_wait_loop
 
@@ -299,3 +300,121 @@ def test_a_superstep_with_only_own_records_sends_no_message(bsp, monkeypatch):
     bsp.sync("one remote put")
     assert calls == [True, False]
     assert x.local[3] == me and (me != p - 1 or x.local[0] == 7)
+
+
+# ---- the compiled sync (plain_sync's function standing for bsp.sync) ----------------------------------------
+
+class _Owner:
+    """What the compiled sync needs of a context: its superstep counter (the oracle for the counting)."""
+
+    def __init__(self) -> None:
+        self.superstep = 5
+
+
+class _Outbox:
+    nrecords = 0
+
+
+def _plain_sync(fake: _FakeMPI):
+    """A compiled sync over the fake MPI with spies for the method and the finisher."""
+    owner, outbox, queues, rows = _Owner(), _Outbox(), [], Rows()
+    calls: list[tuple] = []
+
+    def method(label=None, **kwargs):
+        calls.append(("method", label, kwargs))
+
+    def finish(code, label):
+        calls.append(("finish", code, label))
+
+    sync = plain_sync(fake.step(), rows, 1, owner, outbox, queues, method, finish)
+    return sync, owner, outbox, queues, rows, calls
+
+
+def test_the_compiled_sync_is_the_empty_step_and_the_counter_when_nothing_is_pending():
+    """``sync()`` and ``sync(label)`` with nothing pending: one step with the record of kind 1 at
+    the owner's superstep, one ledger row, the counter up by one, neither spy called.  Oracles:
+    the hand-built record, the row's fields, the counter by hand."""
+    fake = _FakeMPI()
+    sync, owner, _, _, rows, calls = _plain_sync(fake)
+    sync()
+    sync("labelled")
+    assert owner.superstep == 7 and calls == []
+    np.testing.assert_array_equal(fake.started[0], _record(1, 5, 0, 0, 0))
+    np.testing.assert_array_equal(fake.started[1], _record(1, 6, 0, 0, 0))
+    assert [row[:2] for row in rows] == [(5, None), (6, "labelled")]
+
+
+def test_the_compiled_sync_hands_every_other_call_to_the_method():
+    """Records pending, a queue registered, a timeout or the runtime's own step, a closed step:
+    the method runs (with the call's arguments) and the compiled step does not start; a second
+    positional argument is refused as the method refuses it."""
+    fake = _FakeMPI()
+    sync, owner, outbox, queues, rows, calls = _plain_sync(fake)
+    outbox.nrecords = 2
+    sync("a")
+    outbox.nrecords = 0
+    queues.append(object())
+    sync()
+    queues.clear()
+    sync("b", timeout=3.0)
+    step = object()
+    sync("c", _step=step)
+    none = {"timeout": None, "_step": None}
+    assert calls == [("method", "a", none), ("method", None, none), ("method", "b", {"timeout": 3.0, "_step": None}),
+                     ("method", "c", {"timeout": None, "_step": step})]
+    with pytest.raises(TypeError):
+        sync("d", 5.0)
+    assert fake.started == [] and owner.superstep == 5 and len(rows) == 0
+    closed = _FakeMPI()
+    step = closed.step()
+    step.close()  # (its request freed)
+    calls.clear()
+    sync = plain_sync(step, rows, 1, owner, _Outbox(), [], lambda label=None, **kw: calls.append(("method", label)),
+                      lambda code, label: None)
+    sync("e")
+    assert calls == [("method", "e")] and closed.started == []
+
+
+def test_the_compiled_sync_leaves_a_superstep_with_data_or_a_divergence_to_the_finisher():
+    """Another rank has data (code 1), gets (2), or is elsewhere (DIVERGED): the step ran, no row
+    was appended and the counter is the finisher's to move; the finisher gets the code."""
+    fake = _FakeMPI()
+    sync, owner, _, _, rows, calls = _plain_sync(fake)
+    for other, code in ((_record(1, 5, 0, 1, 0), 1), (_record(1, 5, 0, 0, 1), 2), (_record(2, 5, 0, 0, 0), DIVERGED)):
+        fake.other = other
+        sync("x")
+        assert calls[-1] == ("finish", code, "x")
+    assert owner.superstep == 5 and len(rows) == 0 and len(fake.started) == 3
+
+
+@mpi
+def test_bsp_sync_is_compiled_exactly_while_the_context_is_plain(bsp):
+    """A blocking plain context's ``sync`` is the compiled function, not the method; with a timeout, a mailbox
+    (a sync hook), a subclass's own ``sync``, or after leaving, it is the method.  Either way
+    the same supersteps are counted and recorded.  Oracle: the counts and labels by hand."""
+    with hpcbsp.BSP(bsp.comm, wait="spin") as ctx:
+        assert not inspect.ismethod(ctx.sync)
+        for i in range(4):
+            ctx.sync(f"s{i}")
+        assert ctx.superstep == 4 and [r.label for r in ctx.ledger] == ["s0", "s1", "s2", "s3"]
+        ctx.mailbox(lambda batch: None, np.int64)
+        assert inspect.ismethod(ctx.sync)
+        ctx.sync("after the mailbox")
+        assert ctx.superstep == 5 and ctx.ledger[-1].label == "after the mailbox"
+    assert inspect.ismethod(ctx.sync)
+    with hpcbsp.BSP(bsp.comm, wait="spin", timeout=60) as ctx:
+        assert inspect.ismethod(ctx.sync)
+        ctx.sync()
+
+    class Counting(hpcbsp.BSP):
+        calls = 0
+
+        def sync(self, label=None, **kw):
+            Counting.calls += 1
+            super().sync(label, **kw)
+
+    with Counting(bsp.comm, wait="spin") as ctx:
+        ctx.sync()
+        ctx.sync()
+    assert Counting.calls == 2
+

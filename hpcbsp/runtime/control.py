@@ -32,7 +32,7 @@ from .native import compiled_step
 from .waiting import Naps
 
 if TYPE_CHECKING:
-    from ..kernels._persistent import Rows
+    from ..kernels._persistent import RecordStep, Rows
 
 
 class Kind(enum.IntEnum):
@@ -122,6 +122,8 @@ class ControlStep:
         #: ``(superstep, label, t_start, t_end, None)`` to ``rows`` (otherwise ``t_start`` is in
         #: :attr:`empty_started`).  None exactly when ``blocking_step`` is.
         self.empty_step: Callable[[int, int, str | None, Rows], int] | None = None
+        #: The compiled step behind ``blocking_step`` and ``empty_step`` (None exactly when they are).
+        self.record_step: RecordStep | None = None
         self.nonblocking = False
 
     @property
@@ -132,6 +134,7 @@ class ControlStep:
     def nonblocking(self, value: bool) -> None:
         self._nonblocking = bool(value)
         compiled = self._compiled if not value else None
+        self.record_step = compiled
         self.blocking_step = compiled.agree if compiled is not None else None
         self.empty_step = compiled.agree_row if compiled is not None else None
 
@@ -211,6 +214,7 @@ class ControlStep:
         if self._compiled is not None:
             self._compiled.close()  # a caller that kept blocking_step gets an error, not a crash
         self._compiled = None
+        self.record_step = None
         self.blocking_step = None
         self.empty_step = None
         if self._persistent is not None:

@@ -18,23 +18,26 @@ statically linked MPI, two MPI libraries, a library without persistent collectiv
 Python path, which is always correct.  ``HPCBSP_COMPILED_SYNC=0`` chooses the Python path.
 
 :func:`compiled_loop` starts and waits for any persistent request ``n`` times in one compiled
-call: the collective's own latency, the floor a benchmark compares the empty sync with.
+call: the collective's own latency, with no interpreter between the calls.  :func:`compiled_call`
+does it once per call from Python: the least any collective called from Python costs.  A
+benchmark compares the empty sync with both.
 
 h-relation: none (the control step's record).
 """
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
-from typing import Any
+from typing import Any, Callable
 
 from mpi4py import MPI
 
 from ..kernels._persistent import DIVERGED, RecordStep, start_wait_loop
 from .environment import setting
 
-__all__ = ["DIVERGED", "RecordStep", "compiled_loop", "compiled_step", "mpi_functions", "mpi_symbols",
-           "start_wait_loop"]
+__all__ = ["DIVERGED", "RecordStep", "compiled_call", "compiled_loop", "compiled_step", "mpi_functions", "mpi_symbols",
+           "start_wait_loop", "why_not_compiled"]
 
 _found: dict[tuple[str, ...], tuple[int, ...] | None] = {}  # each lookup, once per process
 
@@ -79,18 +82,39 @@ def mpi_functions() -> tuple[int, int] | None:
     return None if pair is None else (pair[0], pair[1])
 
 
+def why_not_compiled() -> str:
+    """Why :func:`compiled_step` gives None in this process whatever the request ('' where it
+    does not): ``HPCBSP_COMPILED_SYNC=0``, or the MPI library's functions not found for sure."""
+    if not setting("HPCBSP_COMPILED_SYNC"):
+        return "HPCBSP_COMPILED_SYNC=0"
+    if mpi_functions() is None:
+        return "MPI_Start and MPI_Wait were not found for sure in the running MPI library"
+    return ""
+
+
 def compiled_step(request: MPI.Prequest, record: bytearray) -> RecordStep | None:
     """A compiled control step on ``request`` (a persistent ``Allreduce`` of ``record`` in place,
-    10 int64 words), or None where the Python path must do (see the module's docstring)."""
-    if not setting("HPCBSP_COMPILED_SYNC"):
-        return None
-    functions = mpi_functions()
+    10 int64 words), or None where the Python path must do (see the module's docstring and
+    :func:`why_not_compiled`)."""
+    functions = None if why_not_compiled() else mpi_functions()
     if functions is None or len(record) != 80:
         return None
     handle = MPI._addressof(request)  # the MPI_Request inside mpi4py's object
     buffer = (ctypes.c_char * len(record)).from_buffer(record)
     return RecordStep(functions[0], functions[1], handle, ctypes.addressof(buffer),
                       (request, record, buffer), MPI.Exception)
+
+
+def compiled_call(request: MPI.Prequest) -> Callable[[], int] | None:
+    """``call()``: start and wait for ``request`` (a persistent request) once from C, returning
+    the MPI error code (0 on success); None where the library's functions are not found for sure.
+    One call of it from Python is the least any collective called from Python can cost: the
+    collective plus the interpreter's call (what a benchmark compares the empty sync with, beside
+    :func:`compiled_loop`).  The caller keeps ``request`` alive and unfreed while it uses ``call``."""
+    functions = mpi_functions()
+    if functions is None:
+        return None
+    return functools.partial(start_wait_loop, functions[0], functions[1], MPI._addressof(request), 1)
 
 
 def compiled_loop(request: MPI.Prequest) -> Any:

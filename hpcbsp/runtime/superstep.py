@@ -17,8 +17,11 @@ is one control step, a persistent ``Allreduce`` started and waited for in one co
 (:mod:`.native`), plus about a hundred nanoseconds of Python: when this rank has nothing pending,
 that call also reads the clock around the step and appends the ledger row itself when no rank has
 data (``ControlStep.empty_step``), so that ``sync`` makes no other call than it; step 5 is
-then only the counter.  Every step runs exactly as in the general path: the same record, the same
-agreement, the same row.
+then only the counter.  While the context stays plain, not even the method's frame is left:
+the instance's ``sync`` is then a compiled function (:func:`~hpcbsp.kernels._persistent.plain_sync`) that
+makes that call and counts the superstep itself, and hands any other call (records pending, a
+queue, a timeout) to the method.  Every step runs exactly as in the general path: the same
+record, the same agreement, the same row.
 
 Leaving a context together (``BSP.close``) is one more control step of this path's kind
 (:meth:`Supersteps._leave`), after which the shared arena is freed and the context released.
@@ -32,6 +35,7 @@ from typing import Any, Callable, NamedTuple, Protocol, cast
 import numpy as np
 from mpi4py import MPI
 
+from ..kernels._persistent import plain_sync
 from .arena import Arena
 from .coarray import Coarray
 from .control import ControlStep, Kind
@@ -119,6 +123,7 @@ class Supersteps:
                                self._leave_plain)
         if self._outbox.arena is not None:  # (freed by _leave when the ranks leave together)
             self._life.add_close_hook(self._outbox.arena.close)
+        self._fast_sync()
 
     @property
     def elements_transport(self) -> str:
@@ -148,6 +153,7 @@ class Supersteps:
 
     def _leave_plain(self) -> None:
         self._plain = False
+        self._fast_sync()
 
     # ------------------------------------------------------------------ the superstep path
     def sync(self, label: str | None = None, *, timeout: float | None = None,
@@ -171,14 +177,14 @@ class Supersteps:
             outbox = self._outbox
             if not (outbox.nrecords or self._queues):
                 code = empty(_SYNC, self.superstep, label, self._rows)
-                if not code:
+                if code:
+                    self._finish_empty(code, label)
+                else:
                     self.superstep += 1
-                    return
-                t0 = self._control.empty_started
-            else:
-                t0 = _perf()
-                code = cast(_Agree, self._control.blocking_step)(_SYNC, self.superstep, 0, outbox.remote,
-                                                                 outbox.gets_count)
+                return
+            t0 = _perf()
+            code = cast(_Agree, self._control.blocking_step)(_SYNC, self.superstep, 0, outbox.remote,
+                                                             outbox.gets_count)
             traffic = self._after_fast_step(code, label)
         else:
             t0 = _perf()
@@ -196,10 +202,33 @@ class Supersteps:
                 traffic = self._deliver(any_data, any_gets)
             else:
                 traffic = self._begin(_step, timeout)
-        # The one finisher: every superstep of every kind ends here, with one ledger row (raw
-        # times: the ledger computes the durations when it is read).
+        self._end(label, t0, traffic)
+
+    def _end(self, label: str | None, t0: float, traffic: Traffic | None) -> None:
+        """The one finisher: every superstep of every kind but the empty one of the compiled path
+        ends here, with one ledger row (raw times: the ledger computes the durations when it is
+        read), and the next superstep begins."""
         self._record((self.superstep, label, t0, _perf(), traffic))
         self.superstep += 1
+
+    def _finish_empty(self, code: int, label: str | None) -> None:
+        """The rest of a plain sync whose compiled empty step (``empty_step``, or the
+        :func:`~hpcbsp.kernels._persistent.plain_sync` standing for ``sync``) returned ``code``,
+        not 0: another rank has data or gets (or the ranks diverged, which raises)."""
+        t0 = self._control.empty_started
+        self._end(label, t0, self._after_fast_step(code, label))
+
+    def _fast_sync(self) -> None:
+        """Let the compiled :func:`~hpcbsp.kernels._persistent.plain_sync` stand for ``sync`` on
+        this instance while the context is plain and its control step compiled and blocking, and
+        take it away otherwise (called whenever one of those changes).  Not where a subclass
+        overrides ``sync``: its method must be what runs."""
+        step = self._control.record_step if self._plain else None
+        if step is None or type(self).sync is not Supersteps.sync:
+            self.__dict__.pop("sync", None)
+            return
+        self.__dict__["sync"] = plain_sync(step, self._rows, _SYNC, self, self._outbox, self._queues,
+                                           Supersteps.sync.__get__(self), self._finish_empty)
 
     def _after_fast_step(self, code: int, label: str | None) -> Traffic | None:
         """The plain sync after its compiled control step returned ``code`` (``data | gets << 1``
