@@ -117,3 +117,21 @@ def test_benchmark_quick_run():
     assert "CHECK FAILED" not in out
     # The overlap run's compute sized to the communication, the hideable fraction (issue 33).
     assert "(as long as the communication: --work-rounds 0)" in out and "(of the hideable" in out, out
+
+
+@pytest.mark.parametrize("ranks, ratio_2d", [(2, 1.0), (3, 3.0)])
+def test_benchmark_memory_section_says_what_the_relaying_rank_moves(ranks, ratio_2d):
+    """The memory section's bytes of the busiest rank (its ledger, in + out) under 2d routing
+    over direct's.  Oracle, by hand: at 2 ranks every route is one hop and records travel bare,
+    so 1.0x; at 3 ranks rank 0 of the 2 x 2 grid sends and receives its own 2/3 n remote records
+    and relays 1 -> 2 and 2 -> 1 (1/3 n each way), at 12 B instead of 8: (4/3 n * 12) / (2/3 n * 8)
+    = 3.0x (random keys: within a few per cent)."""
+    res = run_mpi(ranks, ["-m", "hpcbsp.bench", "fabsp", "--sections", "memory", "--updates", "100000",
+                          "--repeat", "1"], timeout=180)
+    assert res.returncode == 0, res.output
+    found = re.search(r"2d: updates/s/rank .*? the busiest rank moved ([0-9.,]+) MB in \+ out "
+                      r"\(([0-9.]+)x direct's busiest\)", res.stdout)
+    assert found, res.output
+    assert float(found.group(2)) == pytest.approx(ratio_2d, rel=0.05), found.group(0)
+    direct = re.search(r"direct: updates/s/rank .*? moved ([0-9.,]+) MB", res.stdout)
+    assert direct and float(direct.group(1)) == pytest.approx(2 * (ranks - 1) / ranks * 100_000 * 8 / 1e6, rel=0.05)

@@ -32,7 +32,10 @@ Side by side in one run, on the same ranks:
    target for 2d: >= 0.8x on one node).  At 2
    ranks every route is one hop and records travel bare (8 B/record for the histogram's int64);
    at 3 ranks and more a routed record carries its destination (12 B), and some pass through
-   another rank.
+   another rank: the bytes the busiest rank moved (its ledger, in + out) against direct's
+   busiest say how much more a relaying rank carries (at 3 ranks, rank 0 relays the 1 <-> 2
+   traffic of the 2 x 2 grid: twice the records and, at 12 B, 3x the bytes; moving records is
+   the work here, so that bounds 2d at about 0.5x direct on one node, docs/performance.md).
 
 4. link (``--sections link``; on by default with ``--link-rate``): histogram and index-gather,
    FA-BSP and plain BSP, with what they moved: payload bytes per update (the ledger's bytes out
@@ -422,13 +425,17 @@ def _memory(bsp: BSP, args: argparse.Namespace) -> bool:
     n = args.updates
     times: dict[str, list[float]] = {r: [] for r in ROUTINGS}
     lines: dict[str, str] = {}
+    busiest: dict[str, float] = {}  # the bytes the busiest rank moved (in + out), first round
     for rnd in range(args.repeat):
         for routing in ROUTINGS:
+            first = len(bsp.ledger)
             out = run_histogram(bsp, "fabsp", n, args.table, args.seed, args.chunk, rnd == 0,
                                 routing=routing)
             times[routing].append(float(bsp.allreduce(out.seconds, op="max")))
             if rnd:
                 continue
+            moved = sum(bsp.ledger[i].bytes_in + bsp.ledger[i].bytes_out for i in range(first, len(bsp.ledger)))
+            busiest[routing] = float(bsp.allreduce(moved, op="max"))
             engine = Engine.existing(bsp)
             assert engine is not None, "the histogram made a mailbox"
             box = engine.boxes[-1]  # the histogram's mailbox, just made
@@ -445,7 +452,9 @@ def _memory(bsp: BSP, args: argparse.Namespace) -> bool:
     for routing in ROUTINGS:
         _say(bsp, lines[routing])
         _say(bsp, f"    {routing}: updates/s/rank median {median[routing]:>14,.0f}, best "
-                  f"{n / min(times[routing]):>14,.0f} ({args.repeat} interleaved runs)")
+                  f"{n / min(times[routing]):>14,.0f} ({args.repeat} interleaved runs); the busiest rank "
+                  f"moved {busiest[routing] / 1e6:,.1f} MB in + out ({busiest[routing] / busiest['direct']:.2f}x "
+                  "direct's busiest)")
     ratio = {r: median[r] / median["direct"] for r in ROUTINGS}
     _say(bsp, "  rate over direct (medians): " + ",  ".join(f"{r} {ratio[r]:.2f}x" for r in ROUTINGS if r != "direct")
               + f"  (target for 2d >= {TARGET_ROUTED}x: {'met' if ratio['2d'] >= TARGET_ROUTED else 'NOT met'})")
