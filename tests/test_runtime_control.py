@@ -418,3 +418,21 @@ def test_bsp_sync_is_compiled_exactly_while_the_context_is_plain(bsp):
         ctx.sync()
     assert Counting.calls == 2
 
+
+
+def test_why_the_step_is_not_compiled_is_said_in_one_place(monkeypatch):
+    """``native.why_not_compiled``: '' here (the MPI wheel's library is found), the variable's
+    name when it turns the compiled path off, and ``compiled_step`` agrees with it."""
+    from mpi4py import MPI
+
+    record = bytearray(80)
+    request = MPI.COMM_SELF.Allreduce_init(MPI.IN_PLACE, [record, MPI.BYTE], MPI.BOR)
+    try:
+        assert native.why_not_compiled() == "" and native.compiled_step(request, record) is not None
+        call = native.compiled_call(request)
+        assert call is not None and call() == 0  # one Start + Wait from C, MPI's success code
+        monkeypatch.setenv("HPCBSP_COMPILED_SYNC", "0")
+        assert native.why_not_compiled() == "HPCBSP_COMPILED_SYNC=0"
+        assert native.compiled_step(request, record) is None
+    finally:
+        request.Free()
