@@ -58,7 +58,8 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
     h-relation: per push served, ``16 + g P`` bytes in and, when the policy releases or stops
     workers, ``16 + w P`` bytes out to each of them (a header, then the weights in pieces; ``w``,
     ``g``: bytes per weight and per gradient value, see the module docstring); with the shared
-    window, 16 bytes out and an 8-byte acknowledgement in per reply.
+    window, 16 bytes out and an 8-byte acknowledgement in per reply, and with the workers'
+    gradient slots in it (uncompressed gradients) 16 bytes in per push.
 
     Parameters
     ----------

@@ -24,12 +24,28 @@ that could be reading it is acknowledged (as before), ``expect[w]`` and ``ready[
 and a worker copies chunk ``c`` only while ``ready[c]`` is the version it was announced; it
 checks after the copy that no chunk moved past it (:class:`TornWeights` otherwise).
 
+The gradients come the same way, where they travel in the weights' dtype (no ``grad_format``
+compression; every rank asks for ``gradients`` in :func:`open_transport`): the window then holds
+a slot per worker, of the weights' size, and two more kinds of control words: ``arrived[w, c]``,
+the push (worker ``w``'s count, from 0) whose chunk ``c`` slot ``w`` holds, and ``taken[w]``, the
+last push the server has read out of it.  A worker sends its push header first, then writes its
+gradient into its slot a chunk at a time, ``Win.Sync`` and ``arrived[w, c]`` after each; the
+server, which has the header, reads chunk ``c`` as soon as ``arrived[w, c]`` names the push: under
+ASP its pipelined update of chunk ``c`` reads it there (:class:`.coordinator.Stream`'s ``arrive``),
+while the worker writes chunk ``c + 1``; any other use (a policy that holds the gradient) waits
+for every chunk first.  So the gradient is moved by the worker's core, not by MPI's copy on the
+server's, and the receive, the update and the copy back overlap on the two cores.  Safety: the
+server sets ``taken[w]`` after it has read the push (checking that no chunk moved past it,
+:class:`TornWeights` otherwise) and before any reply to it; the worker writes its next push only
+after that reply, and checks ``taken[w]`` first (:class:`TornWeights` if it is not the previous
+push).
+
 Memory model: every rank holds the window's passive-target lock (``Lock_all``) for the whole
 run.  ``Win.Sync`` is the memory barrier of MPI-3's shared windows (the unified model, which
 MPICH and Open MPI implement for them): the server's stores to a chunk, ``Win.Sync``, then the
 store to its control word; a worker polls the word with ``Win.Sync`` before each load, and loads
-the chunk after.  The server's non-temporal stores are fenced (``sfence``) by the kernel before
-it returns.  Around the messages (header, acknowledgement) ``Win.Sync`` orders the stores and
+the chunk after.  Non-temporal stores (the server's, a worker's) are fenced (``sfence``) by the kernel before it
+returns.  Around the messages (header, acknowledgement) ``Win.Sync`` orders the stores and
 loads as before.
 
 How the server writes the window (:class:`WindowStores`): where the two processes' cores sit
@@ -39,10 +55,12 @@ see), the server's update of 1 M float32 weights in the window took 1.5-2.0 ms w
 stores against 0.17 ms in other launches, while the same update with non-temporal stores took
 0.31-0.34 ms in both (docs/performance.md, "The bimodal push+pull on one node").  So the server
 measures the two kinds of store on its own updates and uses the faster, trying the other now
-and then.
+and then; a worker does the same for its writes of its gradient into its slot, lines the server
+has just read.
 
 h-relation: none of its own; a reply becomes a 16-byte header, and each worker returns an
-8-byte acknowledgement (the control words are loads and stores, not messages).
+8-byte acknowledgement; with the gradient slots a push is its 16-byte header alone (the control
+words are loads and stores, not messages).
 """
 from __future__ import annotations
 

@@ -39,7 +39,9 @@ def work(comm: MPI.Comm | None, grad_fn: Callable[[np.ndarray], np.ndarray], n_p
     h-relation: per iteration, ``16 + g P`` bytes out (the push: 2 messages) and ``16 + w P``
     in (the reply: a header, then the weights in pieces; see the module docstring); with the
     shared window, the reply is 16 bytes, 8 more go out (the acknowledgement), and the worker
-    copies the ``w P`` bytes of the weights out of the window.
+    copies the ``w P`` bytes of the weights out of the window; with its gradient slot there
+    (uncompressed gradients) the push is 16 bytes, and the worker writes the ``g P`` bytes of
+    its gradient into the window.
 
     Parameters
     ----------
