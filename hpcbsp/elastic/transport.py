@@ -339,17 +339,21 @@ def open_transport(comm: MPI.Comm, transport: str | None, problem: str | None, c
     buf, _ = win.Shared_query(0)
     raw = np.frombuffer(buf, dtype=np.uint8)  # type: ignore[call-overload]
     words = raw[words_at:words_at + n_words * LINE].view(np.int64)[::LINE // 8]
-    win.Lock_all()
-    if me == 0:
-        words[:] = -1  # no version yet
-    win.Sync()
-    comm.Barrier()  # the server's stores above, before any worker's loads
-    win.Sync()
     grads = arrived = taken = None
     if slots:
         grads = raw[span:span * (1 + workers)].view(dtype).reshape(workers, span // itemsize)[:, :count]
         at = n_chunks + workers
         arrived = words[at:at + workers * n_chunks].reshape(workers, n_chunks)
         taken = words[at + workers * n_chunks:]
+    win.Lock_all()
+    if me == 0:
+        words[:] = -1  # no version yet
+    elif grads is not None:
+        # The slot's first touch (its pages' faults), here rather than in the first pushes, where
+        # they would pass for the cost of the kind of store tried first (WindowStores).
+        grads[me - 1] = 0
+    win.Sync()
+    comm.Barrier()  # the server's stores above, before any worker's loads
+    win.Sync()
     return SharedWeights(win, raw[:count * itemsize].view(dtype), words[:n_chunks], words[n_chunks:n_chunks + workers],
                          grads, arrived, taken)
