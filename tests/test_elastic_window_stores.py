@@ -37,14 +37,15 @@ def test_the_faster_kind_is_used_and_the_other_tried_every_explore_th_update():
     costs = FakeCosts(ordinary=1.7e-3, streaming=0.33e-3)  # the slow placement of the docstring
     stores = WindowStores(clock=costs.clock, step=costs.step)
     w, g = np.zeros(4, dtype=np.float32), np.ones(4, dtype=np.float32)
-    for _ in range(200):
-        stores(w, g, 0.01)
     e = WindowStores.EXPLORE
+    n = 3 * e + 8
+    for _ in range(n):
+        stores(w, g, 0.01)
     # By hand: ordinary first, then non-temporal, then non-temporal (faster) except at updates
-    # 63, 127, 191 (counting from 0), which try ordinary again.
-    want = [False, True] + [n % e != e - 1 for n in range(2, 200)]
+    # e - 1, 2 e - 1, 3 e - 1 (counting from 0), which try ordinary again.
+    want = [False, True] + [k % e != e - 1 for k in range(2, n)]
     assert costs.kinds == want
-    assert stores.used == [1 + 200 // e, 200 - 1 - 200 // e]
+    assert stores.used == [1 + 3, n - 1 - 3]
     assert stores.mean_s == pytest.approx([1.7e-3, 0.33e-3], rel=1e-9)  # constant costs: the costs (clock rounding aside)
 
 
@@ -69,13 +70,14 @@ def test_a_change_of_placement_is_followed_at_the_next_try():
     for _ in range(10):
         stores(w, g, 0.01)
     costs.cost = {False: 0.17e-3, True: 0.32e-3}  # the fast placement from here on
-    for _ in range(100):
-        stores(w, g, 0.01)
     e = WindowStores.EXPLORE
-    # By hand: non-temporal from update 2 until the try of ordinary at update 63 (now faster, its
-    # stale mean replaced by the new time); ordinary from then on, and its own tries of
-    # non-temporal at update 127 would come later than this run.
-    want = [False, True] + [True] * (e - 1 - 2) + [False] * (110 - (e - 1))
+    n = e + 46  # (updates in all, with the 10 above)
+    for _ in range(n - 10):
+        stores(w, g, 0.01)
+    # By hand: non-temporal from update 2 until the try of ordinary at update e - 1 (now faster,
+    # its stale mean replaced by the new time); ordinary from then on, and its own try of
+    # non-temporal at update 2 e - 1 would come later than this run.
+    want = [False, True] + [True] * (e - 1 - 2) + [False] * (n - (e - 1))
     assert costs.kinds == want
 
 
@@ -90,9 +92,9 @@ def test_a_lucky_try_is_undone_by_the_updates_after_it():
         elif n == e:
             costs.cost[False] = 1.7e-3
         stores(w, g, 0.01)
-    # By hand: the try (update 63) makes ordinary look faster, so update 64 uses it and takes
+    # By hand: the try (update e - 1) makes ordinary look faster, so update e uses it and takes
     # 1.7 ms, raising its running mean to 0.1 + 0.25 (1.7 - 0.1) = 0.5 ms > 0.33: non-temporal
-    # again from update 65.
+    # again from update e + 1.
     assert costs.kinds[e - 1:] == [False, False, True, True]
     assert stores.mean_s[0] == pytest.approx(0.1e-3 + WindowStores.ALPHA * (1.7e-3 - 0.1e-3), rel=1e-9)
 
