@@ -358,5 +358,12 @@ def open_transport(comm: MPI.Comm, transport: str | None, problem: str | None, c
     win.Sync()
     comm.Barrier()  # the server's stores above, before any worker's loads
     win.Sync()
+    if me == 0 and grads is not None:
+        # The server reads every slot once, as it will read each push: so a worker's first
+        # writes find the slot's lines as every later write does (just read by the server's
+        # core), and its first tries of the two kinds of store measure what they will cost.
+        # (Done before the server's first reply, after which a worker may write.)
+        for slot in grads:
+            slot.sum()
     return SharedWeights(win, raw[:count * itemsize].view(dtype), words[:n_chunks], words[n_chunks:n_chunks + workers],
                          grads, arrived, taken)
