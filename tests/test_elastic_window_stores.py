@@ -1,10 +1,12 @@
-"""How the parameter server writes its shared window (``hpcbsp.elastic.transport.WindowStores``).
+"""How the parameter server and its workers write the shared window
+(``hpcbsp.elastic.transport.WindowStores``: the server's updates, a worker's copies of its gradient).
 
 Oracles: a hand-written schedule.  A fake clock makes every update with ordinary stores take one
 time per value and every update with non-temporal stores another (changed mid-run, as a new
 placement of the two processes' cores would), and the kinds chosen, update by update, must be
 the ones the rules of the class's docstring give, worked out here by hand.  The result of each update is numpy's
-``w -= lr * g`` either way (the stores' own bit-exactness is tests/test_kernels_update.py's).
+``w -= lr * g`` either way (the stores' own bit-exactness is tests/test_kernels_update.py's), and
+a worker's copy is the source's bytes either way.
 """
 from __future__ import annotations
 
