@@ -10,6 +10,9 @@ fused multiply-add), so the bits are numpy's, while ``g`` and ``w`` are each rea
 into this core's caches, and no copy of the lines held by another core's cache is fetched
 first.  For memory that another process reads next (a shared-memory window) that can be several
 times faster than ordinary stores, or slower: see hpcbsp/elastic/transport.py.
+
+``copy_streaming`` copies bytes with the same non-temporal stores (SSE2's ``movntdq``): a worker
+writing its gradient into the window where the server reads it next.
 """
 
 cdef extern from *:
@@ -42,7 +45,18 @@ cdef extern from *:
     #endif
         for (; i < n; i++) { t = step * g[i]; out[i] = w[i] - t; }
     }
+    static void hpcbsp_copy_stream(char *out, const char *src, Py_ssize_t n) {
+        Py_ssize_t i = 0;
+    #if defined(__SSE2__)
+        for (; i < n && ((uintptr_t)(out + i) & 15); i++) out[i] = src[i];
+        for (; i + 16 <= n; i += 16)
+            _mm_stream_si128((__m128i *)(out + i), _mm_loadu_si128((const __m128i *)(src + i)));
+        _mm_sfence();
+    #endif
+        for (; i < n; i++) out[i] = src[i];
+    }
     """
+    void hpcbsp_copy_stream(char *out, const char *src, Py_ssize_t n) nogil
     void hpcbsp_sgd_stream_f(float *out, const float *w, const float *g, float step, Py_ssize_t n) nogil
     void hpcbsp_sgd_stream_d(double *out, const double *w, const double *g, double step, Py_ssize_t n) nogil
 
@@ -73,3 +87,14 @@ def sgd_step_streaming(real[::1] out, const real[::1] w, const real[::1] g, doub
             hpcbsp_sgd_stream_f(&out[0], &w[0], &g[0], <float>lr, n)
         else:
             hpcbsp_sgd_stream_d(&out[0], &w[0], &g[0], lr, n)
+
+
+
+def copy_streaming(unsigned char[::1] out, const unsigned char[::1] src):
+    """``out[:] = src`` (bytes; lengths checked by the caller, the two apart) with non-temporal
+    stores, fenced before it returns (see the module docstring)."""
+    cdef Py_ssize_t n = out.shape[0]
+    if n == 0:
+        return
+    with nogil:
+        hpcbsp_copy_stream(<char *>&out[0], <const char *>&src[0], n)

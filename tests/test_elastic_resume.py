@@ -59,16 +59,16 @@ def test_snapshot_round_trips_every_supported_kind_exactly() -> None:
 
 
 def test_a_coordinator_snapshot_leaves_out_how_its_weights_are_updated() -> None:
-    """The window's update function (a bound method of this process) is not state: a coordinator
-    holding its weights in a window with a step of its own round-trips with everything else equal
-    and its class's default step (the one-pass kernel, checked against numpy's bits)."""
+    """The window's update function (a :class:`WindowStores` of this process) is not state: a
+    coordinator holding its weights in a window with a step of its own round-trips with everything
+    else equal and its class's default step (the one-pass kernel, checked against numpy's bits)."""
     from hpcbsp.elastic.coordinator import Coordinator
     from hpcbsp.elastic.transport import WindowStores
     from hpcbsp.kernels.update import sgd_step
 
     coord = Coordinator(make_policy("asp"), 2, np.arange(5, dtype=np.float32), 0.5)
     window = np.zeros(5, dtype=np.float32)
-    coord.keep_weights_in(window, WindowStores().sgd_step)
+    coord.keep_weights_in(window, WindowStores())
     back = roundtrip(coord)
     assert "_step" not in vars(back) and back._step is sgd_step  # private on purpose: the attribute left out
     assert np.array_equal(back.weights, np.arange(5, dtype=np.float32)) and back.version == coord.version

@@ -11,10 +11,16 @@ Oracles:
   final weights must be the replay's bit for bit, on both transports (so the window's equal the
   messages'), and every weights a worker was given must be, bit for bit, the replay's version
   that the reply named: a chunk of another version, copied too early or changed during the copy,
-  would show.
+  would show.  On the window the gradients travel through the workers' slots in it (the
+  ``auto`` cases); a worker that naps after writing each chunk of its gradient makes the server
+  read chunks as they come, and a chunk read before it was written would hold the previous
+  push's values and show in the final weights.  With bfloat16 gradients (no slots: they travel
+  as messages) the replay rounds each gradient as the wire does.
 * for the window's layout and the worker's chunk-by-chunk copy (serially, on a fake window): a
   hand-made schedule of a server that writes each chunk only when the worker waits for it, so a
-  chunk copied before it is ready holds the old values.
+  chunk copied before it is ready holds the old values; the same for the gradient's chunks (a
+  worker that writes each only when the server waits for it), and for the policies that hold a
+  gradient (BSP's mean of the workers' gradients, numpy's, after all of them arrived).
 """
 from __future__ import annotations
 
@@ -24,8 +30,8 @@ import time
 import numpy as np
 import pytest
 
-from hpcbsp.elastic.transport import CHUNK_BYTES, LINE, SharedWeights, TornWeights
-from hpcbsp.elastic.wire import pieces
+from hpcbsp.elastic.transport import CHUNK_BYTES, LINE, SharedWeights, TornWeights, WindowStores
+from hpcbsp.elastic.wire import Wire, pieces
 
 TIMEOUT = 30.0
 
@@ -39,19 +45,23 @@ def _gradient(worker: int, iteration: int, size: int, dtype: type) -> np.ndarray
 
 
 @pytest.mark.mpi(min_size=2)
-@pytest.mark.parametrize("transport", ["messages", "auto", "auto, slow chunks"])
+@pytest.mark.parametrize("transport", ["messages", "auto", "auto, slow chunks", "auto, slow gradient chunks",
+                                       "auto, bfloat16 gradients"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_every_version_a_worker_copies_is_the_numpy_replay_of_the_pushes_bit_for_bit(dtype, transport,
                                                                                      monkeypatch) -> None:
     """``auto, slow chunks``: the server naps 3 ms after publishing each chunk, so that the
     worker surely copies chunks while later ones are still being updated (the pipelined path,
-    which the replies' count of streamed copies must then show)."""
+    which the replies' count of streamed copies must then show).  ``auto, slow gradient
+    chunks``: each worker naps 3 ms after writing each chunk of its gradient into its slot, so
+    that the server surely updates chunks while later ones are still being written."""
     from mpi4py import MPI
 
     from hpcbsp.elastic.policies import make_policy
     from hpcbsp.elastic.server import serve, work
 
     slow = transport == "auto, slow chunks"
+    grad_format = "bfloat16" if "bfloat16" in transport else None
     if slow and MPI.COMM_WORLD.Get_rank() == 0:
         publish = SharedWeights.publish
 
@@ -59,6 +69,14 @@ def test_every_version_a_worker_copies_is_the_numpy_replay_of_the_pushes_bit_for
             publish(self, *args)
             time.sleep(0.003)
         monkeypatch.setattr(SharedWeights, "publish", napping)
+    if transport == "auto, slow gradient chunks" and MPI.COMM_WORLD.Get_rank() > 0:
+        write = WindowStores.__call__  # (a worker's only writes into the window: its gradient's chunks)
+
+        def napping_write(self, *args):
+            out = write(self, *args)
+            time.sleep(0.003)
+            return out
+        monkeypatch.setattr(WindowStores, "__call__", napping_write)
     transport = transport.split(",")[0]
     comm = MPI.COMM_WORLD.Dup()
     try:
@@ -68,7 +86,7 @@ def test_every_version_a_worker_copies_is_the_numpy_replay_of_the_pushes_bit_for
         me = comm.Get_rank()
         if me == 0:
             res = serve(comm, make_policy("asp"), w0, lr, max_updates=updates, timeout=TIMEOUT,
-                        transport=transport)
+                        transport=transport, grad_format=grad_format)
             order = [w for w, _ in res.log.push_times]
             final = res.weights
         else:
@@ -82,15 +100,16 @@ def test_every_version_a_worker_copies_is_the_numpy_replay_of_the_pushes_bit_for
                 return g
 
             res_w = work(comm, grad_fn, P, dtype=dtype, timeout=TIMEOUT, record_versions=True,
-                         transport=transport)
+                         transport=transport, grad_format=grad_format)
             order, final = None, None
         order = comm.bcast(order, root=0)
         # The replay: ASP applies every push in the order it came, up to max_updates.
         w = w0.copy()
         replay = [_digest(w)]
         count = [0] * (comm.Get_size() - 1)
+        wire = Wire(grad_format or np.dtype(dtype).name)
         for pusher in order[:updates]:
-            w -= dtype(lr) * _gradient(pusher, count[pusher], P, dtype)
+            w -= dtype(lr) * wire.roundtrip(_gradient(pusher, count[pusher], P, dtype)).astype(dtype)
             count[pusher] += 1
             replay.append(_digest(w))
         if me == 0:
@@ -123,10 +142,99 @@ class _FakeWindow:
         self.syncs += 1
 
 
-def _shared(size: int, chunks_ready: list[int]) -> SharedWeights:
-    words = np.array(chunks_ready + [-1, -1], dtype=np.int64)
+def _shared(size: int, chunks_ready: list[int], workers: int = 2) -> SharedWeights:
+    """A window of ``size`` float32 weights and ``workers`` gradient slots, on a fake window."""
+    n = len(chunks_ready)
+    words = np.array(chunks_ready + [-1] * (workers + workers * n + workers), dtype=np.int64)
     return SharedWeights(_FakeWindow(), np.zeros(size, dtype=np.float32),  # type: ignore[arg-type]
-                         words[:len(chunks_ready)], words[len(chunks_ready):])
+                         words[:n], words[n:n + workers], np.zeros((workers, size), dtype=np.float32),
+                         words[n + workers:n + workers + workers * n].reshape(workers, n),
+                         words[n + workers + workers * n:])
+
+
+def test_the_server_reads_each_gradient_chunk_only_once_the_worker_has_written_it() -> None:
+    """Hand-made schedule: the worker (worker 1, push 0 then push 1) writes a chunk of its
+    gradient only when the server waits for it; a chunk the server read before it was written
+    would hold the slot's old values."""
+    size = 3 * (CHUNK_BYTES // 4) + 5  # 4 chunks
+    shared = _shared(size, [-1] * 4)
+    for push in (0, 1):
+        grad = np.arange(size, dtype=np.float32) * (push + 2)
+        shared.grads[1][:] = np.nan  # (the old values)
+        written: list[int] = []
+        writes = iter(range(len(shared.chunks)))
+
+        def worker_writes_next() -> None:
+            # The worker's side, one chunk at a time: SharedWeights.push's stores, then its word.
+            c = next(writes)
+            piece = shared.chunks[c]
+            shared.pushes(shared.grads[1][piece], grad[piece])
+            shared.arrived[1, c] = push
+            written.append(c)
+
+        def wait(test) -> None:
+            assert test() is None  # not written yet: the server must not read it
+            worker_writes_next()
+            assert test() is True
+
+        seen = np.empty(size, dtype=np.float32)
+        for piece in shared.chunks:
+            shared.arrive(1, piece, push, wait)
+            seen[piece] = shared.grads[1][piece]
+        assert written == [0, 1, 2, 3] and seen.tobytes() == grad.tobytes()
+        shared.take(1, push)
+        assert int(shared.taken[1]) == push and int(shared.taken[0]) == -1
+
+
+def test_a_worker_writes_its_whole_gradient_chunk_by_chunk_and_only_after_the_server_took_the_last() -> None:
+    size = 2 * (CHUNK_BYTES // 4) + 3  # 3 chunks
+    shared = _shared(size, [-1] * 3)
+    grad = np.random.default_rng(5).standard_normal(size).astype(np.float32)
+    shared.push(0, grad, 0)
+    assert shared.grads[0].tobytes() == grad.tobytes() and (shared.grads[1] == 0).all()
+    assert shared.arrived[0].tolist() == [0, 0, 0] and shared.arrived[1].tolist() == [-1, -1, -1]
+    with pytest.raises(TornWeights, match="worker 0: the server has taken push -1 out of the shared window, "
+                                          "not 0, before push 1"):
+        shared.push(0, grad, 1)  # push 0 not taken yet: its slot must not be written
+    shared.take(0, 0)
+    shared.push(0, -grad, 1)
+    assert shared.grads[0].tobytes() == (-grad).tobytes() and shared.arrived[0].tolist() == [1, 1, 1]
+
+
+def test_a_gradient_chunk_that_moved_past_the_push_read_is_refused() -> None:
+    size = 2 * (CHUNK_BYTES // 4)
+    shared = _shared(size, [-1, -1])
+    shared.arrived[1] = [3, 4]  # chunk 1 already holds the next push: the protocol was broken
+    with pytest.raises(TornWeights, match="chunk 1 of worker 1's gradient in the shared window holds push 4, not 3"):
+        shared.take(1, 3)
+    assert int(shared.taken[1]) == -1
+
+
+def test_a_held_gradient_is_used_only_once_all_its_chunks_arrived() -> None:
+    """BSP holds each gradient until every worker pushed, then applies their mean: with a
+    gradient that arrives a chunk at a time (each chunk written when the coordinator asks for it,
+    NaN before), the update must be numpy's ``w - lr * mean(g_0, g_1)`` of the whole gradients."""
+    from hpcbsp.elastic.coordinator import Coordinator, Stream
+    from hpcbsp.elastic.policies import make_policy
+
+    size, lr = 10, 0.5
+    parts = [slice(0, 4), slice(4, 8), slice(8, 10)]
+    rng = np.random.default_rng(9)
+    w0 = rng.standard_normal(size).astype(np.float32)
+    grads = [rng.standard_normal(size).astype(np.float32) for _ in range(2)]
+    coord = Coordinator(make_policy("bsp"), 2, w0, lr)
+    for w in range(2):
+        slot = np.full(size, np.nan, dtype=np.float32)
+        asked: list[slice] = []
+
+        def arrive(piece: slice, slot=slot, g=grads[w], asked=asked) -> None:
+            slot[piece] = g[piece]
+            asked.append(piece)
+
+        coord.push(w, slot, 0.0, Stream(parts, lambda piece: pytest.fail("BSP streams no update"), arrive))
+        assert asked == parts
+    want = w0 - np.float32(lr) * np.mean(np.stack(grads), axis=0)
+    assert coord.version == 1 and coord.weights.tobytes() == want.tobytes()
 
 
 def test_a_streamed_copy_takes_each_chunk_only_once_it_holds_the_announced_version() -> None:
@@ -192,6 +300,53 @@ def test_the_control_words_sit_after_the_weights_each_on_its_own_cache_line() ->
             shared.sync()
             assert (shared.ready == -1).all() and (shared.expect == -1).all()
             assert np.isinf(shared.array).all()
+            assert shared.grads is None and shared.arrived is None and shared.taken is None
+            comm.Barrier()
+    finally:
+        comm.Free()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_the_gradient_slots_sit_between_the_weights_and_the_words_each_from_a_cache_line() -> None:
+    """Oracle: addresses, and writes of every weight and every slot value that leave every word
+    as it was and each other's values alone."""
+    from mpi4py import MPI
+
+    from hpcbsp.elastic.transport import open_transport
+
+    comm = MPI.COMM_WORLD.Dup()
+    try:
+        P = 3 * (CHUNK_BYTES // 4) + 3  # float32: 4 chunks; 4 P is not a multiple of a line
+        workers = comm.Get_size() - 1
+        shared = open_transport(comm, "auto", None, P, np.dtype(np.float32), gradients=True)
+        assert shared is not None and shared.grads is not None
+        with shared:
+            line = -(-4 * P // LINE) * LINE
+            start = shared.array.__array_interface__["data"][0]
+            assert shared.grads.shape == (workers, P) and shared.grads.dtype == np.float32
+            for w in range(workers):
+                assert shared.grads[w].__array_interface__["data"][0] == start + (1 + w) * line
+                assert shared.grads[w].flags.c_contiguous
+            words = [a.__array_interface__["data"][0] for a in (shared.ready, shared.expect, shared.arrived, shared.taken)]
+            assert words[0] == start + (1 + workers) * line
+            assert words[1] == words[0] + 4 * LINE and words[2] == words[1] + workers * LINE
+            assert words[3] == words[2] + 4 * workers * LINE
+            assert shared.arrived.shape == (workers, 4) and shared.arrived.strides == (4 * LINE, LINE)
+            assert shared.taken.shape == (workers,) and shared.taken.strides == (LINE,)
+            everything = (shared.ready, shared.expect, shared.arrived, shared.taken)
+            assert all((a == -1).all() for a in everything)
+            comm.Barrier()
+            me = comm.Get_rank()
+            if me == 0:
+                shared.array[:] = np.inf
+            else:
+                shared.grads[me - 1][:] = me
+            shared.sync()
+            comm.Barrier()
+            shared.sync()
+            assert all((a == -1).all() for a in everything)
+            assert np.isinf(shared.array).all()
+            assert all((shared.grads[w] == w + 1).all() for w in range(workers))
             comm.Barrier()
     finally:
         comm.Free()

@@ -1,10 +1,12 @@
-"""How the parameter server writes its shared window (``hpcbsp.elastic.transport.WindowStores``).
+"""How the parameter server and its workers write the shared window
+(``hpcbsp.elastic.transport.WindowStores``: the server's updates, a worker's copies of its gradient).
 
 Oracles: a hand-written schedule.  A fake clock makes every update with ordinary stores take one
 time per value and every update with non-temporal stores another (changed mid-run, as a new
 placement of the two processes' cores would), and the kinds chosen, update by update, must be
 the ones the rules of the class's docstring give, worked out here by hand.  The result of each update is numpy's
-``w -= lr * g`` either way (the stores' own bit-exactness is tests/test_kernels_update.py's).
+``w -= lr * g`` either way (the stores' own bit-exactness is tests/test_kernels_update.py's), and
+a worker's copy is the source's bytes either way.
 """
 from __future__ import annotations
 
@@ -37,14 +39,15 @@ def test_the_faster_kind_is_used_and_the_other_tried_every_explore_th_update():
     costs = FakeCosts(ordinary=1.7e-3, streaming=0.33e-3)  # the slow placement of the docstring
     stores = WindowStores(clock=costs.clock, step=costs.step)
     w, g = np.zeros(4, dtype=np.float32), np.ones(4, dtype=np.float32)
-    for _ in range(200):
-        stores.sgd_step(w, g, 0.01)
     e = WindowStores.EXPLORE
+    n = 3 * e + 8
+    for _ in range(n):
+        stores(w, g, 0.01)
     # By hand: ordinary first, then non-temporal, then non-temporal (faster) except at updates
-    # 63, 127, 191 (counting from 0), which try ordinary again.
-    want = [False, True] + [n % e != e - 1 for n in range(2, 200)]
+    # e - 1, 2 e - 1, 3 e - 1 (counting from 0), which try ordinary again.
+    want = [False, True] + [k % e != e - 1 for k in range(2, n)]
     assert costs.kinds == want
-    assert stores.used == [1 + 200 // e, 200 - 1 - 200 // e]
+    assert stores.used == [1 + 3, n - 1 - 3]
     assert stores.mean_s == pytest.approx([1.7e-3, 0.33e-3], rel=1e-9)  # constant costs: the costs (clock rounding aside)
 
 
@@ -55,9 +58,9 @@ def test_a_chunk_and_a_whole_update_are_compared_per_value():
     stores = WindowStores(clock=costs.clock, step=costs.step)
     whole, chunk = np.zeros(100, dtype=np.float32), np.zeros(1, dtype=np.float32)
     g = np.ones(100, dtype=np.float32)
-    stores.sgd_step(whole, g, 0.01)      # ordinary first: 100 s for 100 values
-    stores.sgd_step(chunk, g[:1], 0.01)  # then non-temporal: 2 s for 1 value
-    stores.sgd_step(chunk, g[:1], 0.01)  # by hand: 1 s a value against 2: ordinary
+    stores(whole, g, 0.01)      # ordinary first: 100 s for 100 values
+    stores(chunk, g[:1], 0.01)  # then non-temporal: 2 s for 1 value
+    stores(chunk, g[:1], 0.01)  # by hand: 1 s a value against 2: ordinary
     assert costs.kinds == [False, True, False]
     assert stores.mean_s == pytest.approx([1.0, 2.0], rel=1e-9)
 
@@ -67,15 +70,16 @@ def test_a_change_of_placement_is_followed_at_the_next_try():
     stores = WindowStores(clock=costs.clock, step=costs.step)
     w, g = np.zeros(4, dtype=np.float32), np.ones(4, dtype=np.float32)
     for _ in range(10):
-        stores.sgd_step(w, g, 0.01)
+        stores(w, g, 0.01)
     costs.cost = {False: 0.17e-3, True: 0.32e-3}  # the fast placement from here on
-    for _ in range(100):
-        stores.sgd_step(w, g, 0.01)
     e = WindowStores.EXPLORE
-    # By hand: non-temporal from update 2 until the try of ordinary at update 63 (now faster, its
-    # stale mean replaced by the new time); ordinary from then on, and its own tries of
-    # non-temporal at update 127 would come later than this run.
-    want = [False, True] + [True] * (e - 1 - 2) + [False] * (110 - (e - 1))
+    n = e + 46  # (updates in all, with the 10 above)
+    for _ in range(n - 10):
+        stores(w, g, 0.01)
+    # By hand: non-temporal from update 2 until the try of ordinary at update e - 1 (now faster,
+    # its stale mean replaced by the new time); ordinary from then on, and its own try of
+    # non-temporal at update 2 e - 1 would come later than this run.
+    want = [False, True] + [True] * (e - 1 - 2) + [False] * (n - (e - 1))
     assert costs.kinds == want
 
 
@@ -89,10 +93,10 @@ def test_a_lucky_try_is_undone_by_the_updates_after_it():
             costs.cost[False] = 0.1e-3
         elif n == e:
             costs.cost[False] = 1.7e-3
-        stores.sgd_step(w, g, 0.01)
-    # By hand: the try (update 63) makes ordinary look faster, so update 64 uses it and takes
+        stores(w, g, 0.01)
+    # By hand: the try (update e - 1) makes ordinary look faster, so update e uses it and takes
     # 1.7 ms, raising its running mean to 0.1 + 0.25 (1.7 - 0.1) = 0.5 ms > 0.33: non-temporal
-    # again from update 65.
+    # again from update e + 1.
     assert costs.kinds[e - 1:] == [False, False, True, True]
     assert stores.mean_s[0] == pytest.approx(0.1e-3 + WindowStores.ALPHA * (1.7e-3 - 0.1e-3), rel=1e-9)
 
@@ -105,5 +109,28 @@ def test_the_update_is_numpys_whichever_stores():
     stores = WindowStores()  # the real clock and kernel
     for _ in range(5):
         reference.sgd_step(want, g, 0.05)
-        stores.sgd_step(w, g, 0.05)
+        stores(w, g, 0.05)
     assert w.tobytes() == want.tobytes() and sum(stores.used) == 5 and min(stores.used) >= 1
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.uint8])
+@pytest.mark.parametrize("offset", [0, 1, 3])
+def test_a_workers_copy_into_the_window_is_the_same_bytes_whichever_stores(dtype, offset):
+    """A worker's copies of its gradient (``WindowStores(step=copy)``): oracle the source's bytes,
+    special values (NaN payloads, signed zeros, infinities, subnormals) included, at every
+    alignment of the destination and a length that is no multiple of a vector."""
+    from hpcbsp.kernels.update import copy
+
+    rng = np.random.default_rng(offset)
+    raw = rng.integers(0, 256, 8 * 1031, dtype=np.uint8)  # every bit pattern, NaNs among them
+    src = raw.view(dtype)[offset:]
+    backing = np.zeros(src.size + 4, dtype=dtype)
+    out = backing[offset:offset + src.size]
+    stores = WindowStores(step=copy)
+    for _ in range(4):
+        backing[:] = 0
+        stores(out, src)
+        assert out.tobytes() == src.tobytes() and (backing[offset + src.size:] == 0).all()
+    assert min(stores.used) >= 1  # (the first two writes try one kind each)
+    with pytest.raises(ValueError, match="copy: out and src overlap"):
+        copy(backing[1:5], backing[:4])

@@ -40,10 +40,17 @@ class Outcome:
 class Stream:
     """Where an immediate update (ASP's) goes as it is made: the weights are updated piece by
     piece, in ``pieces``' order, and ``ready(piece)`` is called as each piece is final, so that
-    a transport can send it while the next is updated."""
+    a transport can send it while the next is updated.
+
+    ``arrive``: for a gradient that is still arriving when it is pushed (a transport that
+    delivers it piece by piece, in the same pieces), ``arrive(piece)`` returns once that piece of
+    it may be read: the update reads each piece as soon as it is there, and any other use of the
+    gradient (held, averaged, a whole update) waits for every piece first.  None: the gradient
+    is whole."""
 
     pieces: Sequence[slice]
     ready: Callable[[slice], None]
+    arrive: Callable[[slice], None] | None = None
 
 
 class Coordinator:
@@ -107,7 +114,8 @@ class Coordinator:
 
         ``stream``: when the policy applies this gradient alone, now, and releases its worker
         (ASP), the update is made piece by piece into ``stream`` (see :class:`Stream`) and the
-        outcome names the worker in ``streamed``.
+        outcome names the worker in ``streamed``; its ``arrive`` says when each piece of ``grad``
+        may be read.
         """
         if not 0 <= worker < self.n_workers:
             raise ProtocolError(f"push from unknown worker {worker}")
@@ -132,10 +140,13 @@ class Coordinator:
             if decision.apply == (worker,) and grad.dtype == self.weights.dtype and grad.ndim == 1 \
                     and grad.flags.c_contiguous:
                 direct = grad  # applied alone, now (ASP): straight from the message, one pass
-            else:
-                self._grads[worker] = grad
         if stream is not None and (direct is None or worker not in decision.release):
+            if stream.arrive is not None and grad is not None:  # the whole gradient before any use
+                for piece in stream.pieces:
+                    stream.arrive(piece)
             stream = None  # the new weights go out with the replies, whole
+        if self.weights is not None and direct is None:
+            self._grads[worker] = grad
         if decision.apply:
             self._apply(decision.apply, direct, stream)
         for w in decision.drop:
@@ -215,6 +226,8 @@ class Coordinator:
                 self.weights -= lr * self._grads[idx].mean(axis=0)
             elif stream is not None and direct is not None:  # the same pass, a piece at a time
                 for piece in stream.pieces:
+                    if stream.arrive is not None:
+                        stream.arrive(piece)
                     self._step(self.weights[piece], direct[piece], lr)
                     stream.ready(piece)
             else:  # weights -= lr * gradient in one compiled pass, with numpy's rounding

@@ -31,14 +31,18 @@ updates in place; a reply is its header alone, after which the worker copies the
 the window and acknowledges (8 bytes).  The server changes the weights only when every reply
 has been acknowledged.  An update streamed to its worker (ASP's, as above) is announced in the
 window chunk by chunk, and the worker copies each chunk while the server updates the next,
-before the header arrives (:mod:`.transport` has the rules).
+before the header arrives.  A gradient in the weights' own dtype does not travel either there:
+the push is its header, and the worker writes the gradient into a slot of its own in the
+window, a chunk at a time, each of which the server reads as soon as it is written
+(:mod:`.transport` has the rules).
 
 h-relation per iteration of worker ``w``: the worker sends ``16 + g P`` bytes and receives
 ``16 + w P`` bytes (``w``, ``g``: bytes per weight and per gradient value: 8 for float64, 4 for
 float32, 2 for float16/bfloat16), in 2 messages out and ``1 + ceil(w P / 2^20)`` in; the server
 receives and sends ``n`` such pushes and replies per round of pushes.  With the shared window a
 reply is 16 bytes in 1 message, and the worker sends a third message, the 8-byte
-acknowledgement, and copies the ``w P`` bytes out of the window itself.
+acknowledgement, and copies the ``w P`` bytes out of the window itself; with its gradient slot
+the push is 16 bytes in 1 message too, and the worker writes the ``g P`` bytes into the window.
 
 Both sides take the communicator explicitly; ``None`` means a private duplicate of
 ``MPI.COMM_WORLD`` (made and freed collectively by the server and every worker), so the

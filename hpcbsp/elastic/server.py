@@ -58,7 +58,8 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
     h-relation: per push served, ``16 + g P`` bytes in and, when the policy releases or stops
     workers, ``16 + w P`` bytes out to each of them (a header, then the weights in pieces; ``w``,
     ``g``: bytes per weight and per gradient value, see the module docstring); with the shared
-    window, 16 bytes out and an 8-byte acknowledgement in per reply.
+    window, 16 bytes out and an 8-byte acknowledgement in per reply, and with the workers'
+    gradient slots in it (uncompressed gradients) 16 bytes in per push.
 
     Parameters
     ----------
@@ -134,13 +135,14 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
     held = coord.weights if wired is not None else None
     shared = open_transport(comm, transport, None if problem is None else str(problem),
                             0 if held is None else held.size,
-                            np.dtype(np.float64) if held is None else held.dtype)
+                            np.dtype(np.float64) if held is None else held.dtype,
+                            gradients=held is not None and wired is not None and wired[1].storage == held.dtype)
     if problem is not None:
         raise problem
     assert wired is not None
     with shared if shared is not None else nullcontext():
         if shared is not None:
-            coord.keep_weights_in(shared.array, shared.stores.sgd_step)
+            coord.keep_weights_in(shared.array, shared.stores)
         try:
             result = _serve(comm, coord, policy, shared, mode, *wired, duration=duration, eval_fn=eval_fn,
                             eval_every=eval_every, progress=progress, timeout=timeout, resume=resume,
@@ -165,7 +167,8 @@ def _serve(comm: MPI.Comm, coord: Coordinator, policy: SyncPolicy, shared: Share
     assert current is not None
     size = current.size
     parts = pieces(size, out_wire.storage.itemsize)
-    inbox = in_wire.alloc(n, size)
+    slots = shared is not None and shared.grads is not None  # the gradients come through the window
+    inbox = in_wire.alloc(0 if slots else n, size)
     in_head = np.zeros((n, 2), dtype=np.int64)
     out_head = np.zeros((n, 2), dtype=np.int64)
     head_recv: list[MPI.Request] = [MPI.REQUEST_NULL] * n
@@ -202,7 +205,8 @@ def _serve(comm: MPI.Comm, coord: Coordinator, policy: SyncPolicy, shared: Share
 
     def release(w: int, streamed: bool = False) -> None:
         head_recv[w] = comm.Irecv(in_head[w], source=w + 1, tag=PUSH_TAG)
-        data_recv[w] = comm.Irecv(inbox[w], source=w + 1, tag=PUSH_DATA_TAG)
+        if not slots:
+            data_recv[w] = comm.Irecv(inbox[w], source=w + 1, tag=PUSH_DATA_TAG)
         reply(w, CONTINUE, streamed)
 
     t0 = time.monotonic()
@@ -217,6 +221,12 @@ def _serve(comm: MPI.Comm, coord: Coordinator, policy: SyncPolicy, shared: Share
             release(w)
     stop_at = t0 + duration if duration is not None else np.inf
     next_save = time.monotonic() + save_every
+
+    def arrival(shared: SharedWeights, w: int, push_no: int, deadline: float) -> Callable[[slice], None]:
+        """Each chunk of worker ``w``'s gradient, push ``push_no``, read as soon as it is written."""
+        def test_until(test: Callable[[], bool | None]) -> None:
+            poll_until(test, np.inf, deadline, f"chunk of worker {w}'s gradient", mode)
+        return lambda piece: shared.arrive(w, piece, push_no, test_until)
 
     def pending() -> int | None:
         idx, flag = MPI.Request.Testany(head_recv)
@@ -256,8 +266,9 @@ def _serve(comm: MPI.Comm, coord: Coordinator, policy: SyncPolicy, shared: Share
         if w is None:
             continue
         head_recv[w] = MPI.REQUEST_NULL
-        wait_request(data_recv[w], timeout, f"the gradient of worker {w}, after its header", mode)
-        data_recv[w] = MPI.REQUEST_NULL
+        if not slots:
+            wait_request(data_recv[w], timeout, f"the gradient of worker {w}, after its header", mode)
+            data_recv[w] = MPI.REQUEST_NULL
         now = time.monotonic()
         pushed_on = int(in_head[w][0])
         if not coord.stopping and pushed_on != coord.pulled_version[w]:
@@ -265,12 +276,18 @@ def _serve(comm: MPI.Comm, coord: Coordinator, policy: SyncPolicy, shared: Share
                                f"but was sent version {coord.pulled_version[w]}")
         was_stopping = coord.stopping
         settle()  # the push may change the weights
+        push_no = int(in_head[w][1])
         if shared is not None:  # an update streamed to w makes the next version, a chunk at a time
             stream = Stream(shared.chunks, lambda piece, w=w, v=coord.version + 1:  # type: ignore[misc]
-                            shared.publish(w, piece, v))
+                            shared.publish(w, piece, v), arrival(shared, w, push_no, now + timeout) if slots else None)
         else:  # a piece of the reply sent as soon as it is updated
             stream = Stream(parts, lambda piece, w=w: send_piece(w, piece))  # type: ignore[misc]
-        out = coord.push(w, None if coord.stopping else in_wire.decode(inbox[w]), now - t0, stream)
+        grad = None
+        if not coord.stopping:
+            grad = shared.grads[w] if shared is not None and shared.grads is not None else in_wire.decode(inbox[w])
+        out = coord.push(w, grad, now - t0, stream)
+        if shared is not None and slots and grad is not None:
+            shared.take(w, push_no)  # (before any reply: w writes its next push only after both)
         if coord.stopping and not was_stopping:
             stopped_at = now  # max_updates reached at this push
         for r in out.release:

@@ -24,12 +24,28 @@ that could be reading it is acknowledged (as before), ``expect[w]`` and ``ready[
 and a worker copies chunk ``c`` only while ``ready[c]`` is the version it was announced; it
 checks after the copy that no chunk moved past it (:class:`TornWeights` otherwise).
 
+The gradients come the same way, where they travel in the weights' dtype (no ``grad_format``
+compression; every rank asks for ``gradients`` in :func:`open_transport`): the window then holds
+a slot per worker, of the weights' size, and two more kinds of control words: ``arrived[w, c]``,
+the push (worker ``w``'s count, from 0) whose chunk ``c`` slot ``w`` holds, and ``taken[w]``, the
+last push the server has read out of it.  A worker sends its push header first, then writes its
+gradient into its slot a chunk at a time, ``Win.Sync`` and ``arrived[w, c]`` after each; the
+server, which has the header, reads chunk ``c`` as soon as ``arrived[w, c]`` names the push: under
+ASP its pipelined update of chunk ``c`` reads it there (:class:`.coordinator.Stream`'s ``arrive``),
+while the worker writes chunk ``c + 1``; any other use (a policy that holds the gradient) waits
+for every chunk first.  So the gradient is moved by the worker's core, not by MPI's copy on the
+server's, and the receive, the update and the copy back overlap on the two cores.  Safety: the
+server sets ``taken[w]`` after it has read the push (checking that no chunk moved past it,
+:class:`TornWeights` otherwise) and before any reply to it; the worker writes its next push only
+after that reply, and checks ``taken[w]`` first (:class:`TornWeights` if it is not the previous
+push).
+
 Memory model: every rank holds the window's passive-target lock (``Lock_all``) for the whole
 run.  ``Win.Sync`` is the memory barrier of MPI-3's shared windows (the unified model, which
 MPICH and Open MPI implement for them): the server's stores to a chunk, ``Win.Sync``, then the
 store to its control word; a worker polls the word with ``Win.Sync`` before each load, and loads
-the chunk after.  The server's non-temporal stores are fenced (``sfence``) by the kernel before
-it returns.  Around the messages (header, acknowledgement) ``Win.Sync`` orders the stores and
+the chunk after.  Non-temporal stores (the server's, a worker's) are fenced (``sfence``) by the kernel before it
+returns.  Around the messages (header, acknowledgement) ``Win.Sync`` orders the stores and
 loads as before.
 
 How the server writes the window (:class:`WindowStores`): where the two processes' cores sit
@@ -39,10 +55,12 @@ see), the server's update of 1 M float32 weights in the window took 1.5-2.0 ms w
 stores against 0.17 ms in other launches, while the same update with non-temporal stores took
 0.31-0.34 ms in both (docs/performance.md, "The bimodal push+pull on one node").  So the server
 measures the two kinds of store on its own updates and uses the faster, trying the other now
-and then.
+and then; a worker does the same for its writes of its gradient into its slot, lines the server
+has just read.
 
 h-relation: none of its own; a reply becomes a 16-byte header, and each worker returns an
-8-byte acknowledgement (the control words are loads and stores, not messages).
+8-byte acknowledgement; with the gradient slots a push is its 16-byte header alone (the control
+words are loads and stores, not messages).
 """
 from __future__ import annotations
 
@@ -53,7 +71,7 @@ from typing import Callable
 import numpy as np
 from mpi4py import MPI
 
-from ..kernels.update import sgd_step
+from ..kernels.update import copy, sgd_step
 from ..runtime.arena import on_one_node
 from ..runtime.environment import setting
 from .wire import PIECE_BYTES, pieces
@@ -83,33 +101,39 @@ class TornWeights(RuntimeError):
 
 
 class WindowStores:
-    """The server's SGD update of the weights in the window, with whichever stores its own
-    updates measure faster: ordinary ones, or non-temporal ones (``sgd_step(..., streaming=True)``,
-    the same bits; see the module docstring).
+    """Writes into the window (``stores(target, *args)`` runs ``step(target, *args, streaming=...)``)
+    with whichever stores its own writes measure faster: ordinary ones, or non-temporal ones (the
+    same bits; see the module docstring).  The server's SGD updates of the weights use one
+    (``step`` :func:`~hpcbsp.kernels.update.sgd_step`, the default: ``stores(w, g, lr)``), a
+    worker's copies of its gradient into its slot another (``step``
+    :func:`~hpcbsp.kernels.update.copy`: ``stores(slot, gradient)``).
 
-    The first two updates try one kind each; after that each update uses the kind with the lower
+    The first two writes try one kind each; after that each write uses the kind with the lower
     mean time per value, except every ``EXPLORE``-th, which tries the other so that a change of
-    placement during the run is seen.  (Times are per value because the updates come whole or a
-    chunk at a time: :attr:`SharedWeights.chunks`.)  A kind's mean is a running one (exponential,
-    weight ``ALPHA`` for the newest) while it stays in use; a kind used again after the other
-    starts afresh from its new time (its old mean is stale).  So a change shows at the next try,
-    and a try that was luckily fast is undone by the updates after it.  ``clock`` and ``step`` are for tests (default
-    ``time.perf_counter`` and :func:`~hpcbsp.kernels.update.sgd_step`).
+    placement during the run is seen.  (Times are per value of ``target`` because the writes
+    come whole or a chunk at a time: :attr:`SharedWeights.chunks`.)  A kind's mean is a running
+    one (exponential, weight ``ALPHA`` for the newest) while it stays in use; a kind used again
+    after the other starts afresh from its new time (its old mean is stale).  So a change shows
+    at the next try, and a try that was luckily fast is undone by the writes after it.
+    ``clock`` is for tests (default ``time.perf_counter``).
     """
 
     ALPHA = 0.25
-    EXPLORE = 64
+    #: A try of the other kind every this many writes: in a slow placement each try of ordinary
+    #: stores costs about 0.35 ms more than a 1 MiB chunk's non-temporal write, and a placement
+    #: lasts minutes, so tries are rare (256 chunk writes: 64 round trips of 4 MiB, some 40 ms).
+    EXPLORE = 256
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter,
                  step: Callable[..., np.ndarray] = sgd_step):
         self._clock = clock
         self._step = step
         self.mean_s: list[float | None] = [None, None]  # [ordinary, non-temporal], seconds per value
-        self.used = [0, 0]                              # updates made with each
+        self.used = [0, 0]                              # writes made with each
         self._last: bool | None = None
 
     def streaming_next(self) -> bool:
-        """Whether the next update uses non-temporal stores."""
+        """Whether the next write uses non-temporal stores."""
         n = self.used[0] + self.used[1]
         ordinary, streaming = self.mean_s
         if ordinary is None or streaming is None:
@@ -117,45 +141,102 @@ class WindowStores:
         best = streaming < ordinary
         return (not best) if n % self.EXPLORE == self.EXPLORE - 1 else best
 
-    def sgd_step(self, w: np.ndarray, g: np.ndarray, lr: float) -> np.ndarray:
-        """``w -= lr * g`` in place (the window's weights), timed, with the kind of store chosen."""
+    def __call__(self, target: np.ndarray, *args: object) -> np.ndarray:
+        """``step(target, *args)`` (which writes ``target``, in the window), timed, with the kind
+        of store chosen; returns ``target``."""
         streaming = self.streaming_next()
         start = self._clock()
-        self._step(w, g, lr, streaming=streaming)
-        took = (self._clock() - start) / max(w.size, 1)
+        self._step(target, *args, streaming=streaming)
+        took = (self._clock() - start) / max(target.size, 1)
         mean = self.mean_s[streaming]
         if mean is not None and streaming == self._last:
             took = mean + self.ALPHA * (took - mean)
         self.mean_s[streaming] = took
         self.used[streaming] += 1
         self._last = streaming
-        return w
+        return target
 
 
 class SharedWeights:
     """The weights in a shared-memory window of the server's communicator (see the module
     docstring): ``array`` is rank 0's part, seen by every rank of ``comm``; ``chunks`` its
     chunks, in order; ``ready`` and ``expect`` the control words (views of the window, one per
-    chunk and one per worker)."""
+    chunk and one per worker).  With gradient slots: ``grads[w]`` worker ``w``'s slot (of the
+    weights' dtype and size), ``arrived[w, c]`` the push whose chunk ``c`` the slot holds, and
+    ``taken[w]`` the last push the server has read out of it (control words too)."""
 
-    def __init__(self, win: MPI.Win, array: np.ndarray, ready: np.ndarray, expect: np.ndarray):
+    def __init__(self, win: MPI.Win, array: np.ndarray, ready: np.ndarray, expect: np.ndarray,
+                 grads: np.ndarray | None = None, arrived: np.ndarray | None = None,
+                 taken: np.ndarray | None = None):
         self.win = win
         self.array = array
         self.chunks = pieces(array.size, array.itemsize, CHUNK_BYTES)
         self.ready = ready
         self.expect = expect
+        self.grads = grads
+        self.arrived = arrived
+        self.taken = taken
         self.stores = WindowStores()  # the server's updates of ``array``
+        self.pushes = WindowStores(step=copy)  # a worker's copies of its gradient into its slot
+
+    def _chunk(self, piece: slice) -> int:
+        return piece.start // max(self.chunks[0].stop, 1)
 
     # The server's side of a pipelined update.
     def publish(self, worker: int, piece: slice, version: int) -> None:
         """Chunk ``piece`` (one of :attr:`chunks`) now holds ``version``, which the update being
         streamed to ``worker`` makes: the chunk's stores, then its word (with the first chunk,
         ``expect[worker]`` first)."""
-        c = piece.start // max(self.chunks[0].stop, 1)
+        c = self._chunk(piece)
         self.win.Sync()
         if c == 0:
             self.expect[worker] = version
         self.ready[c] = version
+
+    # The server's side of a push through the window.
+    def arrive(self, worker: int, piece: slice, push: int,
+               wait: Callable[[Callable[[], bool | None]], object]) -> None:
+        """Return once chunk ``piece`` of ``worker``'s slot holds its push number ``push``
+        (``wait(test)`` polls ``test`` until it returns True, the caller's bounded wait); the
+        caller's loads of it come after."""
+        c, arrived, sync = self._chunk(piece), self.arrived[worker], self.win.Sync  # type: ignore[index]
+
+        def written() -> bool | None:
+            sync()
+            return True if arrived[c] >= push else None
+
+        if arrived[c] < push:
+            wait(written)
+        sync()
+
+    def take(self, worker: int, push: int) -> None:
+        """The server has read push ``push`` out of ``worker``'s slot: the worker may write the
+        next.  Raises :class:`TornWeights` if a chunk of the slot moved past ``push`` meanwhile
+        (it must not: the worker writes the next push only after this, and the reply)."""
+        arrived = self.arrived[worker]  # type: ignore[index]
+        self.win.Sync()
+        moved = np.flatnonzero(arrived != push)
+        if moved.size:
+            raise TornWeights(f"chunk {int(moved[0])} of worker {worker}'s gradient in the shared window "
+                              f"holds push {int(arrived[moved[0]])}, not {push}, after the server read it")
+        self.taken[worker] = push  # type: ignore[index]
+
+    # The worker's side of a push through the window.
+    def push(self, worker: int, values: np.ndarray, push: int) -> None:
+        """Write ``values`` (push number ``push`` of ``worker``, counted from 0) into the
+        worker's slot a chunk at a time, with :attr:`pushes`' stores, each chunk's word set after
+        its stores, so that the server updates a chunk while the next is written.  Raises
+        :class:`TornWeights` if the server has not yet taken the previous push (the protocol
+        broken: it takes each push before it replies)."""
+        slot, arrived = self.grads[worker], self.arrived[worker]  # type: ignore[index]
+        self.win.Sync()
+        if self.taken[worker] != push - 1:  # type: ignore[index]
+            raise TornWeights(f"worker {worker}: the server has taken push {int(self.taken[worker])} "  # type: ignore[index]
+                              f"out of the shared window, not {push - 1}, before push {push}")
+        for c, piece in enumerate(self.chunks):
+            self.pushes(slot[piece], values[piece])
+            self.win.Sync()
+            arrived[c] = push
 
     # The worker's side.
     def announced(self, worker: int) -> int:
@@ -215,9 +296,11 @@ def _requested(transport: str | None) -> str:
 
 
 def open_transport(comm: MPI.Comm, transport: str | None, problem: str | None, count: int,
-                   dtype: np.dtype) -> SharedWeights | None:
+                   dtype: np.dtype, gradients: bool = False) -> SharedWeights | None:
     """Collective on ``comm`` (the server and every worker, at the start of a run): agree on the
-    transport and, for a shared one, make the window of ``count`` values of ``dtype`` on rank 0.
+    transport and, for a shared one, make the window of ``count`` values of ``dtype`` on rank 0,
+    with a gradient slot per worker if every rank gives ``gradients`` (the gradients travel in
+    the weights' dtype).
 
     ``problem`` is this rank's reason not to start (None when it can): every rank then raises
     :class:`TransportError`, the others naming the rank, instead of one rank leaving the others
@@ -232,11 +315,11 @@ def open_transport(comm: MPI.Comm, transport: str | None, problem: str | None, c
     itemsize = np.dtype(dtype).itemsize
     # One Allreduce, element-wise: whether every rank can start and wants a window, and the
     # least and the greatest number of values and value size given (they must be the same).
-    mine = np.array([problem is None, choice == "auto" and one_node, count, -count, itemsize, -itemsize],
-                    dtype=np.int64)
+    mine = np.array([problem is None, choice == "auto" and one_node, count, -count, itemsize, -itemsize,
+                     gradients], dtype=np.int64)
     agreed = np.empty_like(mine)
     comm.Allreduce(mine, agreed, op=MPI.MIN)
-    ok, shared = bool(agreed[0]), bool(agreed[1])
+    ok, shared, slots = bool(agreed[0]), bool(agreed[1]), bool(agreed[6])
     if ok and (agreed[2] != -agreed[3] or agreed[4] != -agreed[5]):
         problem = (f"the server and its workers were given different models: {agreed[2]} to "
                    f"{-agreed[3]} values of {agreed[4]} to {-agreed[5]} bytes (this rank: {count} of "
@@ -248,18 +331,39 @@ def open_transport(comm: MPI.Comm, transport: str | None, problem: str | None, c
                              f"rank {me}: the parameter server run could not start: rank {first} failed")
     if not shared:
         return None
-    # The weights, then (from a cache line's start) a control word per chunk and per worker.
+    # The weights, the workers' gradient slots, then (each from a cache line's start) a control
+    # word per chunk (ready), per worker (expect), per worker and chunk (arrived), per worker (taken).
+    workers = comm.Get_size() - 1
     n_chunks = len(pieces(count, itemsize, CHUNK_BYTES))
-    n_words = n_chunks + comm.Get_size() - 1
-    words_at = -(-count * itemsize // LINE) * LINE
+    n_words = n_chunks + workers + (workers * n_chunks + workers if slots else 0)
+    span = -(-count * itemsize // LINE) * LINE
+    words_at = span * (1 + (workers if slots else 0))
     win = MPI.Win.Allocate_shared(words_at + n_words * LINE if me == 0 else 0, 1, comm=comm)  # type: ignore[arg-type]
     buf, _ = win.Shared_query(0)
     raw = np.frombuffer(buf, dtype=np.uint8)  # type: ignore[call-overload]
     words = raw[words_at:words_at + n_words * LINE].view(np.int64)[::LINE // 8]
+    grads = arrived = taken = None
+    if slots:
+        grads = raw[span:span * (1 + workers)].view(dtype).reshape(workers, span // itemsize)[:, :count]
+        at = n_chunks + workers
+        arrived = words[at:at + workers * n_chunks].reshape(workers, n_chunks)
+        taken = words[at + workers * n_chunks:]
     win.Lock_all()
     if me == 0:
         words[:] = -1  # no version yet
+    elif grads is not None:
+        # The slot's first touch (its pages' faults), here rather than in the first pushes, where
+        # they would pass for the cost of the kind of store tried first (WindowStores).
+        grads[me - 1] = 0
     win.Sync()
     comm.Barrier()  # the server's stores above, before any worker's loads
     win.Sync()
-    return SharedWeights(win, raw[:count * itemsize].view(dtype), words[:n_chunks], words[n_chunks:])
+    if me == 0 and grads is not None:
+        # The server reads every slot once, as it will read each push: so a worker's first
+        # writes find the slot's lines as every later write does (just read by the server's
+        # core), and its first tries of the two kinds of store measure what they will cost.
+        # (Done before the server's first reply, after which a worker may write.)
+        for slot in grads:
+            slot.sum()
+    return SharedWeights(win, raw[:count * itemsize].view(dtype), words[:n_chunks], words[n_chunks:n_chunks + workers],
+                         grads, arrived, taken)

@@ -39,7 +39,9 @@ def work(comm: MPI.Comm | None, grad_fn: Callable[[np.ndarray], np.ndarray], n_p
     h-relation: per iteration, ``16 + g P`` bytes out (the push: 2 messages) and ``16 + w P``
     in (the reply: a header, then the weights in pieces; see the module docstring); with the
     shared window, the reply is 16 bytes, 8 more go out (the acknowledgement), and the worker
-    copies the ``w P`` bytes of the weights out of the window.
+    copies the ``w P`` bytes of the weights out of the window; with its gradient slot there
+    (uncompressed gradients) the push is 16 bytes, and the worker writes the ``g P`` bytes of
+    its gradient into the window.
 
     Parameters
     ----------
@@ -85,7 +87,8 @@ def work(comm: MPI.Comm | None, grad_fn: Callable[[np.ndarray], np.ndarray], n_p
         wired = wires(dtype, grad_format)
     except ValueError as exc:
         problem = str(exc)
-    shared = open_transport(comm, transport, problem, n_params, np.dtype(dtype))
+    shared = open_transport(comm, transport, problem, n_params, np.dtype(dtype),
+                            gradients=wired is not None and wired[1].storage == np.dtype(dtype))
     assert wired is not None  # (else open_transport raised, on every rank)
     with shared if shared is not None else nullcontext():
         return _work(comm, grad_fn, n_params, shared, mode, *wired, iteration_time=iteration_time,
@@ -182,9 +185,14 @@ def _work(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray], n_params:
             if left > 0:
                 time.sleep(left)
         push_head[:] = (reply_head[1], result.iterations)
-        result.iterations += 1
         reply = post_reply()  # before the push leaves: the server's reply never waits for it
-        sends = [comm.Isend(push_head, dest=0, tag=PUSH_TAG), comm.Isend(values, dest=0, tag=PUSH_DATA_TAG)]
+        sends = [comm.Isend(push_head, dest=0, tag=PUSH_TAG)]
+        if shared is not None and shared.grads is not None:
+            # The header first: the server updates each chunk as soon as it is written here.
+            shared.push(me, values, result.iterations)
+        else:
+            sends.append(comm.Isend(values, dest=0, tag=PUSH_DATA_TAG))
+        result.iterations += 1
         if shared is None:
             wait_all(sends, timeout, "delivery of a push to the server", mode)
         receive(reply, sends)

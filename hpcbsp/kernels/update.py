@@ -1,7 +1,11 @@
-"""The SGD update of a flat parameter vector, in one compiled pass (``kernels/_update.pyx``).
+"""The SGD update of a flat parameter vector, in one compiled pass (``kernels/_update.pyx``), and
+a copy with the same choice of stores.
 
 Used where a whole model is updated per step: the parameter server's immediate updates and the
 allreduce baseline.  Oracle: numpy's ``w -= lr * g`` (the same bits; tests/test_kernels_update.py).
+:func:`copy` is ``np.copyto`` with ordinary stores, and the kernel's non-temporal copy with
+``streaming=True`` (the same bytes; tests/test_elastic_window_stores.py): a parameter-server
+worker writing its gradient into the shared window (hpcbsp/elastic/transport.py).
 """
 from __future__ import annotations
 
@@ -44,4 +48,22 @@ def sgd_step(w: np.ndarray, g: np.ndarray, lr: float, out: np.ndarray | None = N
         raise ValueError("sgd_step: w, g and out overlap in part (each pair must be apart, or the same array)")
     kernel = MODULES["_update"].sgd_step_streaming if streaming else MODULES["_update"].sgd_step
     kernel(out, w, g, float(lr))
+    return out
+
+
+def copy(out: np.ndarray, src: np.ndarray, *, streaming: bool = False) -> np.ndarray:
+    """``out[:] = src`` (the same bytes); returns ``out``.  ``streaming``: with non-temporal
+    stores, as :func:`sgd_step`'s.  ``out`` and ``src`` are 1-D, C-contiguous, of one dtype and
+    length, apart (no shared memory); ``out`` writeable."""
+    if out.dtype != src.dtype or out.ndim != 1 or out.shape != src.shape:
+        raise ValueError(f"copy: out ({out.dtype}, {out.shape}) and src ({src.dtype}, {src.shape}) must be "
+                         "1-D arrays of one dtype and length")
+    if not (out.flags.c_contiguous and src.flags.c_contiguous and out.flags.writeable):
+        raise ValueError("copy: out and src must be C-contiguous and out writeable")
+    if np.may_share_memory(out, src):
+        raise ValueError("copy: out and src overlap")
+    if streaming:
+        MODULES["_update"].copy_streaming(out.view(np.uint8), src.view(np.uint8))
+    else:
+        np.copyto(out, src)
     return out
