@@ -394,6 +394,11 @@ def test_bsp_sync_is_compiled_exactly_while_the_context_is_plain(bsp):
     the same supersteps are counted and recorded.  Oracle: the counts and labels by hand."""
     with hpcbsp.BSP(bsp.comm, wait="spin") as ctx:
         assert not inspect.ismethod(ctx.sync)
+        assert ctx.sync.__doc__ == hpcbsp.BSP.sync.__doc__  # help(ctx.sync) documents the call
+        def params(f):
+            return [(p.name, p.kind, p.default) for p in inspect.signature(f).parameters.values()]
+
+        assert params(ctx.sync) == params(hpcbsp.BSP.sync.__get__(ctx))  # the same call, the same defaults
         for i in range(4):
             ctx.sync(f"s{i}")
         assert ctx.superstep == 4 and [r.label for r in ctx.ledger] == ["s0", "s1", "s2", "s3"]

@@ -227,8 +227,10 @@ class Supersteps:
         if step is None or type(self).sync is not Supersteps.sync:
             self.__dict__.pop("sync", None)
             return
-        self.__dict__["sync"] = plain_sync(step, self._rows, _SYNC, self, self._outbox, self._queues,
-                                           Supersteps.sync.__get__(self), self._finish_empty)
+        fast = plain_sync(step, self._rows, _SYNC, self, self._outbox, self._queues,
+                          Supersteps.sync.__get__(self), self._finish_empty)
+        fast.__doc__ = Supersteps.sync.__doc__  # help(bsp.sync) says what the method says
+        self.__dict__["sync"] = fast
 
     def _after_fast_step(self, code: int, label: str | None) -> Traffic | None:
         """The plain sync after its compiled control step returned ``code`` (``data | gets << 1``
