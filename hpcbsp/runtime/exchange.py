@@ -24,7 +24,8 @@ superstep overlaps the same elements; otherwise it is received into a temporary 
 order like the rest.
 
 Each round's regions are passed as one buffer spanning them with their displacements (no copy),
-or, where they lie more than 2 GiB apart, copied through one staging buffer.
+or, where they lie more than 2 GiB apart, copied through one staging buffer; a side with one
+region (every round at two ranks) passes that array itself.
 
 A superstep in which no rank has a record for another (the control step reports the count of
 records for other ranks) needs no message: each rank applies its own records, in the same order
@@ -321,15 +322,19 @@ def _large_rounds(outbox: Outbox, deadline: float | None) -> int:
 
 def _regions(arrays: list[np.ndarray | None]) -> tuple[Any, list[int], list[int], np.ndarray | None]:
     """One ``Alltoallv`` side for ``arrays[r]`` (uint8 arrays, None for nothing) as ``(buffer,
-    counts, displacements, staging)``: the buffer spans the arrays where that fits MPI's int
+    counts, displacements, staging)``: a lone region is the buffer itself (displacement 0: no
+    address arithmetic, which cost about 7 us of a 35 us superstep under Intel MPI,
+    docs/performance.md); several, a buffer spanning them where that fits MPI's int
     displacements (no copy); otherwise ``staging`` is one new buffer of them laid end to end,
     which the caller fills before a send or copies out after a receive."""
     p = len(arrays)
     counts = [0 if a is None else a.nbytes for a in arrays]
-    addresses = [0 if a is None or not a.nbytes else a.ctypes.data for a in arrays]
     used = [r for r in range(p) if counts[r]]
     if not used:
         return np.empty(0, np.uint8), counts, [0] * p, None
+    if len(used) == 1:  # one region (two ranks, or one peer this round): the array itself
+        return arrays[used[0]], counts, [0] * p, None
+    addresses = [a.__array_interface__["data"][0] if a is not None and a.nbytes else 0 for a in arrays]
     base = min(addresses[r] for r in used)
     span = max(addresses[r] + counts[r] for r in used) - base
     if span <= _SPAN:
