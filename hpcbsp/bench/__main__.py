@@ -11,10 +11,13 @@ line is its summary.)
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 import sys
 
 import hpcbsp.bench as _pkg
+from hpcbsp.util.launcher import RANK_VARS
+from hpcbsp.util.provenance import describe
 
 
 def available() -> dict[str, str]:
@@ -38,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     name, rest = argv[0], argv[1:]
     if name == "all":
+        _say_which()
         status = 0
         for bench in sorted(benches):
             print(f"\n=== {bench} ===", flush=True)
@@ -47,7 +51,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hpcbsp.bench: unknown benchmark {name!r}; choose from: {', '.join(sorted(benches))}",
               file=sys.stderr)
         return 2
+    _say_which()
     return importlib.import_module(f"hpcbsp.bench.{name}").main(rest)
+
+
+def _say_which() -> None:
+    """First line of a run (on the first rank, as the launcher's variables say; MPI is the
+    benchmark's to start): which copy of hpcbsp it measures."""
+    if all(os.environ.get(v, "0") == "0" for v in RANK_VARS):
+        print(f"measuring {describe()}", flush=True)
 
 
 if __name__ == "__main__":
