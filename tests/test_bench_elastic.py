@@ -35,7 +35,8 @@ def test_the_elastic_bench_on_two_ranks_prints_each_comparison_with_consistent_f
     extra = ["--grad-dtype", grad_dtype] if grad_dtype else []
     res = run_mpi(2, ["-m", "hpcbsp.bench", "elastic", "--quick", "--params", str(PARAMS), *extra], timeout=240)
     assert res.returncode == 0 and not res.timed_out, res.output
-    lines = res.stdout.splitlines()
+    first, *lines = res.stdout.splitlines()
+    assert first.startswith("measuring hpcbsp from "), first  # the copy measured (util.provenance)
     mib = (16 + 4 * PARAMS) / 2**20
     assert lines[0] == (f"ranks: 2 on 1 host  model: {PARAMS:,} float32 parameters ({mib:.2f} MiB per message); "
                         f"{ROUNDS} alternating rounds of {ITERS}"

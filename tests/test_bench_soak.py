@@ -34,7 +34,9 @@ def test_a_hung_run_is_stopped_with_every_ranks_stack(tmp_path):
     outcome, output, seconds = soak.run_once([MPIEXEC, "-n", "2", sys.executable, str(tmp_path / "hang.py")], 8)
     assert outcome == "hang" and time.monotonic() - t0 < 30, output
     assert '[rank 0]   File "' in output and "hang.py\", line 6 in prog" in output, output
-    assert '[rank 1]   File "' in output and "in sync" in output, output
+    # Rank 1 waits in the sync: its stack ends at the program's line that calls it (the empty
+    # sync is a compiled function there, with no Python frame of its own).
+    assert any(line.startswith("[rank 1]") and 'hang.py", line 7 in prog' in line for line in output.splitlines()), output
 
 
 def test_counts_come_from_pytest_and_a_bad_end_is_never_counted_as_good():

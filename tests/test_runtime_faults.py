@@ -203,8 +203,9 @@ def test_sigusr1_prints_every_ranks_stack_with_its_rank_and_the_job_goes_on():
     def dump(rank):  # one rank's lines (each is one write; the ranks' lines may interleave)
         return "\n".join(ln for ln in err.splitlines() if ln.startswith(f"[rank {rank}] "))
 
-    for rank in (1, 2):  # where a hung rank is: in the sync, in the program's line 14
-        assert re.search(rf"\[rank {rank}\]   File \".*superstep.py\", line \d+ in sync\n"
+    for rank in (1, 2):  # where a hung rank is: in the sync, in the program's line 14 (the sync
+        # has a Python frame unless it is the compiled one, with spinning waits: optional here)
+        assert re.search(rf"(\[rank {rank}\]   File \".*superstep.py\", line \d+ in sync\n)?"
                          rf"\[rank {rank}\]   File \".*dump_stacks.py\", line 14 in prog", dump(rank)), err
     assert re.search(r"\[rank 0\]   File \".*dump_stacks.py\", line 13 in prog", dump(0)), err
 

@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     name, rest = argv[0], argv[1:]
     if name == "all":
-        _say_which()
+        _say_which(rest)
         status = 0
         for bench in sorted(benches):
             print(f"\n=== {bench} ===", flush=True)
@@ -51,14 +51,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hpcbsp.bench: unknown benchmark {name!r}; choose from: {', '.join(sorted(benches))}",
               file=sys.stderr)
         return 2
-    _say_which()
+    _say_which(rest)
     return importlib.import_module(f"hpcbsp.bench.{name}").main(rest)
 
 
-def _say_which() -> None:
+def _say_which(rest: list[str]) -> None:
     """First line of a run (on the first rank, as the launcher's variables say; MPI is the
-    benchmark's to start): which copy of hpcbsp it measures."""
-    if all(os.environ.get(v, "0") == "0" for v in RANK_VARS):
+    benchmark's to start; not in the job a benchmark launches itself, ``--inner``): which copy of
+    hpcbsp it measures."""
+    if all(os.environ.get(v, "0") == "0" for v in RANK_VARS) and "--inner" not in rest:
         print(f"measuring {describe()}", flush=True)
 
 
