@@ -17,9 +17,9 @@ field ``i`` agrees on every rank exactly when ``r[i] + r[i + 5] == 0``.
 :meth:`RecordStep.agree_row` is the empty sync's whole step: it reads the clock before and after
 the step (``CLOCK_MONOTONIC``, the clock of Python's ``time.perf_counter`` on Linux) and, when the
 reduced record says that no rank has data or gets, appends the superstep's row to the ledger's
-:class:`Rows` itself.  :class:`Rows` keeps a row as an int64 and two doubles (24 bytes; its label
-and traffic only where they are not None), so that appending one costs a store, not four Python
-objects (a tuple, two floats, an int: about 0.2 us and 150 bytes a superstep).
+:class:`Rows` itself.  :class:`Rows` keeps a row as two int64 and two doubles (32 bytes: its label as the number of a
+distinct label, its traffic only where it is not None), so that appending one costs a store, not
+four Python objects (a tuple, two floats, an int: about 0.2 us and 150 bytes a superstep).
 :func:`start_wait_loop` starts and waits for any request ``n`` times in a row: a collective's own
 latency, without the interpreter between calls (what a benchmark compares the sync with).
 """
@@ -64,6 +64,7 @@ def start_wait_loop(uintptr_t start, uintptr_t wait, uintptr_t request, Py_ssize
 
 cdef struct _Row:
     int64_t index
+    int64_t label  # an index into Rows._label_list; -1: None; -2: kept in Rows._odd_labels
     double t_sync
     double t_end
 
@@ -72,21 +73,27 @@ cdef class Rows:
     """A ledger's raw rows ``(index, label, t_sync, t_end, traffic)``, append only.
 
     ``append(row)`` takes such a tuple; ``rows[i]`` (negative ``i`` too) and iteration give them
-    back as tuples, equal to what was appended.  A row is stored as an int64 and two doubles;
-    ``label`` and ``traffic`` are kept only where they are not None.
+    back as tuples, equal to what was appended.  A row is stored as two int64 and two doubles
+    (32 bytes): its label as the number of the first equal label seen (each distinct label is
+    kept once, so that a program labelling every superstep alike adds nothing per row), and its
+    ``traffic`` only where it is not None.
     """
 
     cdef _Row *_rows
     cdef Py_ssize_t _n
     cdef Py_ssize_t _cap
-    cdef dict _labels
+    cdef dict _label_ids
+    cdef list _label_list
+    cdef dict _odd_labels
     cdef dict _traffic
 
     def __cinit__(self):
         self._rows = NULL
         self._n = 0
         self._cap = 0
-        self._labels = {}
+        self._label_ids = {}
+        self._label_list = []
+        self._odd_labels = {}
         self._traffic = {}
 
     def __dealloc__(self):
@@ -105,12 +112,37 @@ cdef class Rows:
         self._rows[self._n].index = index
         self._rows[self._n].t_sync = t_sync
         self._rows[self._n].t_end = t_end
-        if label is not None:
-            self._labels[self._n] = label
+        self._rows[self._n].label = self._label_id(label)
         if traffic is not None:
             self._traffic[self._n] = traffic
         self._n += 1
         return 0
+
+    cdef int64_t _label_id(self, object label) except -3:
+        cdef object found
+        if label is None:
+            return -1
+        try:
+            found = self._label_ids.get(label)
+        except TypeError:  # unhashable: kept for its row alone
+            self._odd_labels[self._n] = label
+            return -2
+        if found is None or type(self._label_list[<Py_ssize_t>found]) is not type(label):
+            if found is not None:  # equal but of another type (1 and 1.0, "a" and a str subclass)
+                self._odd_labels[self._n] = label
+                return -2
+            found = len(self._label_list)
+            self._label_list.append(label)
+            self._label_ids[label] = found
+        return <int64_t>found
+
+    cdef object _label(self, Py_ssize_t i):
+        cdef int64_t k = self._rows[i].label
+        if k == -1:
+            return None
+        if k == -2:
+            return self._odd_labels[i]
+        return self._label_list[<Py_ssize_t>k]
 
     def append(self, tuple row):
         """Append ``(index, label, t_sync, t_end, traffic)``."""
@@ -126,7 +158,7 @@ cdef class Rows:
             i += self._n
         if not 0 <= i < self._n:
             raise IndexError("ledger row index out of range")
-        return (self._rows[i].index, self._labels.get(i), self._rows[i].t_sync, self._rows[i].t_end,
+        return (self._rows[i].index, self._label(i), self._rows[i].t_sync, self._rows[i].t_end,
                 self._traffic.get(i))
 
 

@@ -88,7 +88,7 @@ class Ledger:
         # Raw rows ``(index, label, t_sync, t_end, traffic)``: the superstep's sync began at
         # ``t_sync`` and ended at ``t_end`` (perf_counter); its work began when the previous row
         # ended (or at ``origin``); ``traffic`` is a Traffic or None (nothing moved).  Appending
-        # one is the cheapest thing an empty sync can do (24 bytes in a compiled store); records
+        # one is the cheapest thing an empty sync can do (32 bytes in a compiled store); records
         # are built on access.
         self._rows = Rows()
         #: The raw rows themselves, append only (the compiled empty sync appends its row here).
