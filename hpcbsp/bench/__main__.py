@@ -11,12 +11,11 @@ line is its summary.)
 from __future__ import annotations
 
 import importlib
-import os
 import pkgutil
 import sys
 
 import hpcbsp.bench as _pkg
-from hpcbsp.util.launcher import RANK_VARS
+from hpcbsp.util.launcher import launcher_rank
 from hpcbsp.util.provenance import describe
 
 
@@ -59,7 +58,7 @@ def _say_which(rest: list[str]) -> None:
     """First line of a run (on the first rank, as the launcher's variables say; MPI is the
     benchmark's to start; not in the job a benchmark launches itself, ``--inner``): which copy of
     hpcbsp it measures."""
-    if all(os.environ.get(v, "0") == "0" for v in RANK_VARS) and "--inner" not in rest:
+    if launcher_rank() == 0 and "--inner" not in rest:
         print(f"measuring {describe()}", flush=True)
 
 
