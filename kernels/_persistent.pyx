@@ -17,9 +17,10 @@ field ``i`` agrees on every rank exactly when ``r[i] + r[i + 5] == 0``.
 :meth:`RecordStep.agree_row` is the empty sync's whole step: it reads the clock before and after
 the step (``CLOCK_MONOTONIC``, the clock of Python's ``time.perf_counter`` on Linux) and, when the
 reduced record says that no rank has data or gets, appends the superstep's row to the ledger's
-:class:`Rows` itself.  :class:`Rows` keeps a row as two int64 and two doubles (32 bytes: its label as the number of a
-distinct label, its traffic only where it is not None), so that appending one costs a store, not
-four Python objects (a tuple, two floats, an int: about 0.2 us and 150 bytes a superstep).
+:class:`Rows` itself.  :class:`Rows` keeps a row as two int64 and two doubles (32 bytes: its
+label as the number of a distinct label, its traffic only where it is not None), so that
+appending one costs a store, not four Python objects (a tuple, two floats, an int: about 0.2 us
+and 150 bytes a superstep).
 :func:`start_wait_loop` starts and waits for any request ``n`` times in a row: a collective's own
 latency, without the interpreter between calls (what a benchmark compares the sync with).
 """
@@ -127,13 +128,14 @@ cdef class Rows:
         except TypeError:  # unhashable: kept for its row alone
             self._odd_labels[self._n] = label
             return -2
-        if found is None or type(self._label_list[<Py_ssize_t>found]) is not type(label):
-            if found is not None:  # equal but of another type (1 and 1.0, "a" and a str subclass)
-                self._odd_labels[self._n] = label
-                return -2
+        if found is None:  # a new label
             found = len(self._label_list)
             self._label_list.append(label)
             self._label_ids[label] = found
+        elif type(self._label_list[<Py_ssize_t>found]) is not type(label):
+            # equal to a known label but of another type (1 and 1.0, "a" and a str subclass)
+            self._odd_labels[self._n] = label
+            return -2
         return <int64_t>found
 
     cdef object _label(self, Py_ssize_t i):
