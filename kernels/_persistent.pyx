@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""A persistent collective on a small int64 record, started and waited for without the interpreter.
+"""The control step's collective on a small int64 record, started and waited for without the interpreter.
 
 :class:`RecordStep` is handed, once, two C functions of the form ``int start(void *request)`` and
 ``int wait(void *request, void *status)``, the address of a request handle and the address of a
@@ -8,9 +8,16 @@ record of ``2 * nfields`` int64 words that the request reduces in place.  Each c
 and then ``wait`` with the GIL released (a watchdog thread may run meanwhile), and reads the
 reduced record back.
 
-This module knows nothing of MPI: which functions and which request it calls is the caller's
-business (:mod:`hpcbsp.runtime.control` hands it ``MPI_Start``, ``MPI_Wait`` and the control
-step's persistent ``MPI_Allreduce_init(MAX)`` request).  The record layout is the control step's:
+:func:`allreduce_step` makes the same step on a blocking collective instead: one call of a function
+of ``MPI_Allreduce``'s form, ``allreduce(sendbuf, recvbuf, count, datatype, op, comm)``, with the
+handles given as integers of the library's handle width (``int`` where the library's handles are
+integers, as in MPICH's ABI; pointers where they are pointers, as in Open MPI's).  Some libraries'
+persistent collectives are slower than their blocking ones (Open MPI 5: docs/performance.md).
+
+This module knows nothing of MPI: which functions, request and handles it calls is the caller's
+business (:mod:`hpcbsp.runtime.native` hands it ``MPI_Start`` and ``MPI_Wait`` with the control
+step's persistent ``MPI_Allreduce_init(MAX)`` request, or ``MPI_Allreduce`` and the handles of
+``MPI_IN_PLACE``, ``MPI_INT64_T``, ``MPI_MAX`` and the context's communicator).  The record layout is the control step's:
 ``[kind, step, sig, data, gets, -kind, -step, -sig, -data, -gets]``; after a MAX reduction,
 field ``i`` agrees on every rank exactly when ``r[i] + r[i + 5] == 0``.
 
@@ -24,12 +31,22 @@ and 150 bytes a superstep).
 :func:`start_wait_loop` starts and waits for any request ``n`` times in a row: a collective's own
 latency, without the interpreter between calls (what a benchmark compares the sync with).
 """
-from libc.stdint cimport int64_t, uintptr_t
+from libc.stdint cimport int64_t, intptr_t, uintptr_t
 from libc.stdlib cimport free, realloc
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 ctypedef int (*start_fn)(void *) noexcept nogil
 ctypedef int (*wait_fn)(void *, void *) noexcept nogil
+# MPI_Allreduce where the library's handles are ints (MPICH's ABI) or pointers (Open MPI's).
+ctypedef int (*allreduce_int_fn)(const void *, void *, int, int, int, int) noexcept nogil
+ctypedef int (*allreduce_ptr_fn)(const void *, void *, int, void *, void *, void *) noexcept nogil
+
+# How a RecordStep reduces its record.
+cdef enum:
+    _CLOSED = 0
+    _PERSISTENT = 1     # start(request), wait(request, status)
+    _ALLREDUCE_INT = 2  # allreduce(in_place, record, 10, datatype, op, comm), int handles
+    _ALLREDUCE_PTR = 3  # the same, pointer handles
 
 #: Returned by :meth:`RecordStep.agree` when the ranks disagree on the kind, step or signature.
 DIVERGED = -1
@@ -165,7 +182,9 @@ cdef class Rows:
 
 
 cdef class RecordStep:
-    """``start(request)`` + ``wait(request, status)`` on a 10-word int64 record, compiled.
+    """The control step on a 10-word int64 record, compiled: ``start(request)`` + ``wait(request,
+    status)`` on a persistent collective (this constructor), or one blocking ``MPI_Allreduce``
+    (:func:`allreduce_step`).
 
     Parameters
     ----------
@@ -178,12 +197,18 @@ cdef class RecordStep:
     owners : object
         Whatever owns the memory behind ``request`` and ``record``; kept alive with this object.
     error : callable
-        ``error(code)`` returns the exception to raise when ``start`` or ``wait`` returns ``code != 0``.
+        ``error(code)`` returns the exception to raise when a call returns ``code != 0``.
     """
 
+    cdef int _mode
     cdef start_fn _start
     cdef wait_fn _wait
     cdef void *_request
+    cdef void *_allreduce
+    cdef const void *_in_place
+    cdef intptr_t _datatype
+    cdef intptr_t _op
+    cdef intptr_t _comm
     cdef int64_t *_record
     cdef char _status[256]  # larger than any MPI library's status object
     cdef object _owners
@@ -201,18 +226,28 @@ cdef class RecordStep:
         self._record = <int64_t *>record
         self._owners = owners
         self._error = error
+        self._mode = _PERSISTENT
+
+    @property
+    def collective(self):
+        """``"persistent"``, ``"blocking"`` (one ``MPI_Allreduce``), or ``"closed"``."""
+        return ("closed", "persistent", "blocking", "blocking")[self._mode]
 
     def close(self):
-        """Forget the functions and the request (before the request is freed): calling
-        :meth:`agree` afterwards raises instead of starting a freed request."""
+        """Forget the functions, the request and the handles (before the request or the
+        communicator is freed): calling :meth:`agree` afterwards raises instead of starting a
+        freed request."""
+        self._mode = _CLOSED
         self._start = NULL
         self._wait = NULL
         self._request = NULL
+        self._allreduce = NULL
 
     cdef int _step(self, int64_t kind, int64_t step, int64_t sig, bint data, bint gets) except -2:
         cdef int64_t *r = self._record
         cdef int code
-        if self._request == NULL:
+        cdef int mode = self._mode
+        if mode == _CLOSED:
             raise ValueError("RecordStep.agree: the step was closed (its request was freed)")
         r[0] = kind
         r[1] = step
@@ -225,9 +260,16 @@ cdef class RecordStep:
         r[8] = -r[3]
         r[9] = -r[4]
         with nogil:
-            code = self._start(self._request)
-            if code == 0:
-                code = self._wait(self._request, self._status)
+            if mode == _PERSISTENT:
+                code = self._start(self._request)
+                if code == 0:
+                    code = self._wait(self._request, self._status)
+            elif mode == _ALLREDUCE_INT:
+                code = (<allreduce_int_fn>self._allreduce)(self._in_place, r, 10, <int>self._datatype,
+                                                           <int>self._op, <int>self._comm)
+            else:
+                code = (<allreduce_ptr_fn>self._allreduce)(self._in_place, r, 10, <void *>self._datatype,
+                                                           <void *>self._op, <void *>self._comm)
         if code != 0:
             raise self._error(code)
         if r[0] + r[5] or r[1] + r[6] or r[2] + r[7]:
@@ -255,6 +297,33 @@ cdef class RecordStep:
         return code
 
 
+def allreduce_step(uintptr_t allreduce, int handle_bytes, intptr_t in_place, intptr_t datatype,
+                   intptr_t op, intptr_t comm, uintptr_t record, object owners, object error):
+    """A :class:`RecordStep` whose step is one blocking ``allreduce(in_place, record, 10,
+    datatype, op, comm)``: ``allreduce`` is the address of a function of ``MPI_Allreduce``'s
+    form, ``handle_bytes`` the width of the library's datatype, op and communicator handles (4:
+    C ints; 8: pointers), passed as such; ``in_place`` the value of ``MPI_IN_PLACE``; the rest as
+    for :class:`RecordStep`.  ``close()`` before the communicator is freed."""
+    cdef RecordStep step
+    if not (allreduce and record):
+        raise ValueError("allreduce_step: a null function or record address")
+    if handle_bytes not in (4, 8):
+        raise ValueError(f"allreduce_step: handles of {handle_bytes} bytes (4 or 8 are known)")
+    if handle_bytes == 4 and not all(-2**31 <= h < 2**31 for h in (datatype, op, comm)):
+        raise ValueError("allreduce_step: a handle out of the range of a C int")
+    step = RecordStep.__new__(RecordStep)
+    step._allreduce = <void *>allreduce
+    step._in_place = <const void *>in_place
+    step._datatype = datatype
+    step._op = op
+    step._comm = comm
+    step._record = <int64_t *>record
+    step._owners = owners
+    step._error = error
+    step._mode = _ALLREDUCE_INT if handle_bytes == 4 else _ALLREDUCE_PTR
+    return step
+
+
 def plain_sync(RecordStep step not None, Rows rows not None, int64_t kind, object owner, object outbox,
                list queues not None, object method, object finish):
     """A context's ``sync`` while it is plain: the empty superstep without a Python frame.
@@ -276,7 +345,7 @@ def plain_sync(RecordStep step not None, Rows rows not None, int64_t kind, objec
     def sync(label=None, *, timeout=None, _step=None):
         cdef int64_t superstep
         cdef int code
-        if timeout is not None or _step is not None or queues or step._request == NULL or outbox.nrecords:
+        if timeout is not None or _step is not None or queues or step._mode == _CLOSED or outbox.nrecords:
             return method(label, timeout=timeout, _step=_step)
         superstep = owner.superstep
         code = step._agree_row(kind, superstep, label, rows)

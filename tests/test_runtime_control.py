@@ -29,23 +29,25 @@ def test_empty_sync_moves_nothing(bsp):
 
 
 @mpi
-def test_control_step_falls_back_to_allreduce_without_persistent_collectives(bsp):
-    """The control step is a persistent Allreduce (MPI-4) where the library has one; MPI-3
-    libraries have none, and the plain Allreduce must give the same agreement and divergence.
-    (White box on purpose: freeing the control step's persistent request is how an MPI-3
-    library is imitated on this one.)"""
-    assert bsp._control._persistent is not None  # MPICH 5, Open MPI 5 and Intel MPI 2021 have MPI_Allreduce_init
-    bsp._control.free()                           # now as on an MPI-3 library
-    x = bsp.coarray(1, dtype=np.int64)
-    x.put((bsp.pid + 1) % bsp.nprocs, [bsp.pid + 10])
-    bsp.sync()
-    assert x.local[0] == (bsp.pid - 1) % bsp.nprocs + 10
-    if bsp.nprocs > 1:
-        with pytest.raises(Divergence, match="diverged"):
-            if bsp.pid == 0:
-                bsp.sync()
-            else:
-                bsp.coarray(1)
+def test_control_step_falls_back_to_allreduce_without_persistent_collectives(bsp, monkeypatch):
+    """The control step is a persistent Allreduce (MPI-4) where the library has one and it is
+    asked for; MPI-3 libraries have none, and the plain Allreduce must give the same agreement
+    and divergence.  (White box on purpose: freeing the control step's persistent request is
+    how an MPI-3 library is imitated on this one.)"""
+    monkeypatch.setenv("HPCBSP_CONTROL_COLLECTIVE", "persistent")
+    with hpcbsp.BSP(bsp.comm) as ctx:
+        assert ctx._control._persistent is not None  # MPICH 5, Open MPI 5 and Intel MPI 2021 have MPI_Allreduce_init
+        ctx._control.free()                           # now as on an MPI-3 library
+        x = ctx.coarray(1, dtype=np.int64)
+        x.put((ctx.pid + 1) % ctx.nprocs, [ctx.pid + 10])
+        ctx.sync()
+        assert x.local[0] == (ctx.pid - 1) % ctx.nprocs + 10
+        if ctx.nprocs > 1:
+            with pytest.raises(Divergence, match="diverged"):
+                if ctx.pid == 0:
+                    ctx.sync()
+                else:
+                    ctx.coarray(1)
 
 
 @mpi
@@ -235,14 +237,18 @@ def test_an_empty_sync_takes_the_compiled_step_unless_told_not_to(bsp, monkeypat
 
 
 @mpi
-def test_ranks_may_mix_the_compiled_and_the_python_step(bsp, monkeypatch):
-    """Odd ranks take the Python path, even ranks the compiled one, on the same persistent
-    request: puts land where the rank numbers say, data flags are agreed, and a divergence is
-    seen by every rank.  Oracle: the rank arithmetic."""
+@pytest.mark.parametrize("collective", ["persistent", "blocking"])
+def test_ranks_may_mix_the_compiled_and_the_python_step(bsp, monkeypatch, collective):
+    """Odd ranks take the Python path, even ranks the compiled one, on the same collective (one
+    persistent request, or blocking MPI_Allreduce calls from C against mpi4py's): puts land
+    where the rank numbers say, data flags are agreed, and a divergence is seen by every rank.
+    Oracle: the rank arithmetic."""
+    monkeypatch.setenv("HPCBSP_CONTROL_COLLECTIVE", collective)
     if bsp.pid % 2:
         monkeypatch.setenv("HPCBSP_COMPILED_SYNC", "0")
     with hpcbsp.BSP(bsp.comm, wait="spin") as ctx:  # (yielding waits are never compiled)
         assert ctx.extension.compiled_sync == (bsp.pid % 2 == 0)
+        assert ctx.extension.control_collective == collective
         x = ctx.coarray(1, dtype=np.int64)
         left = (ctx.pid - 1) % ctx.nprocs
         for step in range(20):
@@ -475,3 +481,144 @@ def test_the_row_store_keeps_each_distinct_label_once():
         tracemalloc.stop()
     assert len(many) == 100_001 and many[-1][:2] == (100_000, label)
     assert grown < 1_000_000, grown
+
+
+# ---- the control step as one blocking MPI_Allreduce (HPCBSP_CONTROL_COLLECTIVE) --------------
+
+_ALLREDUCE = {4: ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+                                  ctypes.c_int, ctypes.c_int, ctypes.c_int),
+              8: ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+                                  ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)}
+
+
+class _FakeAllreduce:
+    """A ctypes callback standing in for MPI_Allreduce with handles of ``width`` bytes (4: C ints,
+    as in MPICH's ABI; 8: pointers, as in Open MPI's).  It keeps every call's arguments and the
+    record it was called with, and reduces the record with ``other`` by element-wise maximum, as
+    the MAX Allreduce does.  Oracle: numpy's maximum and hand-built records."""
+
+    def __init__(self, width: int, code: int = 0):
+        self.record = bytearray(80)
+        self.words = np.frombuffer(self.record, dtype=np.int64)
+        self.other: np.ndarray | None = None
+        self.calls: list[tuple] = []
+        self.sent: list[np.ndarray] = []
+
+        def allreduce(sendbuf, recvbuf, count, datatype, op, comm):
+            self.calls.append((sendbuf, recvbuf, count, datatype, op, comm))
+            self.sent.append(self.words.copy())
+            if self.other is not None:
+                np.maximum(self.words, self.other, out=self.words)
+            return code
+
+        self.function = _ALLREDUCE[width](allreduce)
+        self.width = width
+
+    def address(self) -> int:
+        return ctypes.addressof((ctypes.c_char * 80).from_buffer(self.record))
+
+    def step(self, in_place: int, datatype: int, op: int, comm: int):
+        from hpcbsp.kernels._persistent import allreduce_step
+
+        return allreduce_step(ctypes.cast(self.function, ctypes.c_void_p).value, self.width, in_place,
+                              datatype, op, comm, self.address(), self, lambda code: RuntimeError(f"MPI error {code}"))
+
+
+@pytest.mark.parametrize("width, handles", [
+    (4, (-1, 0x4C00083A, 0x58000001, -2080374782)),          # MPICH's: ints, a negative communicator
+    (8, (1, 0x7F0012345678, 0x7F00DEADBEE0, 0x55AA00112230)),  # Open MPI's: pointers, IN_PLACE is 1
+])
+def test_the_blocking_step_calls_allreduce_with_the_handles_and_reads_the_max(width, handles):
+    """One call of the library's MPI_Allreduce per step, with MPI_IN_PLACE, the record itself,
+    10 words and the datatype, op and communicator handles exactly as given, at their width;
+    the same record, agreement and flags as the persistent step."""
+    fake = _FakeAllreduce(width)
+    in_place, datatype, op, comm = handles
+    step = fake.step(in_place, datatype, op, comm)
+    assert step.collective == "blocking"
+    assert step.agree(1, 7, 42, True, False) == 1
+    np.testing.assert_array_equal(fake.sent[-1], _record(1, 7, 42, 1, 0))
+    sendbuf, recvbuf, count, *rest = fake.calls[-1]
+    as_c = ctypes.c_int if width == 4 else ctypes.c_void_p     # the oracle: ctypes' own conversion
+    assert sendbuf == ctypes.c_void_p(in_place & (2**64 - 1)).value
+    assert recvbuf == fake.address() and count == 10
+    assert rest == [as_c(h).value for h in (datatype, op, comm)]
+    fake.other = _record(1, 7, 42, 0, 1)
+    assert step.agree(1, 7, 42, False, False) == 2
+    fake.other = _record(1, 8, 42, 0, 0)
+    assert step.agree(1, 7, 42, False, False) == DIVERGED
+    rows = Rows()
+    fake.other = None
+    assert step.agree_row(1, 9, "empty", rows) == 0 and rows[-1][:2] == (9, "empty")
+    assert len(fake.calls) == 4
+    step.close()
+    assert step.collective == "closed"
+    with pytest.raises(ValueError, match="closed"):
+        step.agree(1, 0, 0, False, False)
+    assert len(fake.calls) == 4
+
+
+def test_the_blocking_step_raises_the_mpi_error_and_refuses_bad_arguments():
+    with pytest.raises(RuntimeError, match="MPI error 7"):
+        _FakeAllreduce(8, code=7).step(1, 2, 3, 4).agree(1, 0, 0, False, False)
+    fake = _FakeAllreduce(4)
+    from hpcbsp.kernels._persistent import allreduce_step
+
+    function = ctypes.cast(fake.function, ctypes.c_void_p).value
+    with pytest.raises(ValueError, match="null"):
+        allreduce_step(0, 4, -1, 1, 2, 3, fake.address(), None, RuntimeError)
+    with pytest.raises(ValueError, match="2 bytes"):
+        allreduce_step(function, 2, -1, 1, 2, 3, fake.address(), None, RuntimeError)
+    with pytest.raises(ValueError, match="C int"):
+        allreduce_step(function, 4, -1, 1, 2, 2**31, fake.address(), None, RuntimeError)
+
+
+def test_the_real_blocking_step_agrees_with_mpi4pys_allreduce():
+    """``native.compiled_allreduce_step`` on a communicator of this process: the library's own
+    MPI_Allreduce through the handles mpi4py holds, against mpi4py's Allreduce of the same
+    record (a communicator of one rank: the reduction is the record itself)."""
+    from mpi4py import MPI
+
+    comm = MPI.COMM_SELF.Dup()
+    record = bytearray(80)
+    step = native.compiled_allreduce_step(comm, record)
+    try:
+        assert step is not None and step.collective == "blocking"
+        assert step.agree(3, 11, 5, True, True) == 3
+        oracle = _record(3, 11, 5, 1, 1)
+        comm.Allreduce(MPI.IN_PLACE, oracle, MPI.MAX)
+        np.testing.assert_array_equal(np.frombuffer(record, np.int64), oracle)
+    finally:
+        step.close()
+        comm.Free()
+
+
+def test_auto_chooses_the_librarys_faster_collective(monkeypatch):
+    """``auto`` is the running library's flavour's choice (Open MPI: blocking; MPICH, Intel MPI:
+    persistent); an explicit value wins.  Oracle: the library's version text."""
+    from mpi4py import MPI
+
+    version = MPI.Get_library_version()
+    expect = "blocking" if "Open MPI" in version else "persistent"
+    with hpcbsp.BSP(MPI.COMM_SELF) as ctx:
+        assert ctx.extension.control_collective == expect
+        assert ctx.extension.compiled_sync
+        for _ in range(3):
+            ctx.sync()
+        assert ctx.superstep == 3
+    for collective in ("persistent", "blocking"):
+        monkeypatch.setenv("HPCBSP_CONTROL_COLLECTIVE", collective)
+        with hpcbsp.BSP(MPI.COMM_SELF) as ctx:
+            assert ctx.extension.control_collective == collective and ctx.extension.compiled_sync
+
+
+@mpi
+def test_ranks_that_disagree_on_the_collective_are_told_on_every_rank(bsp, monkeypatch):
+    """Rank 0 asks for the blocking collective, the others for the persistent one (which never
+    match): every rank raises the same BadInput when the context is made, instead of hanging."""
+    from hpcbsp.runtime.errors import BadInput
+
+    monkeypatch.setenv("HPCBSP_CONTROL_COLLECTIVE", "blocking" if bsp.pid == 0 else "persistent")
+    with pytest.raises(BadInput, match="HPCBSP_CONTROL_COLLECTIVE .* give every rank the same value"):
+        hpcbsp.BSP(bsp.comm)
+    bsp.sync()  # the outer context still works on every rank

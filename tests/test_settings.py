@@ -28,6 +28,8 @@ CASES: dict[str, tuple[list[tuple[str, object]], list[str]]] = {
     "HPCBSP_SYNC_TIMEOUT": ([("30", 30.0), (" 2.5 ", 2.5), ("", None)], ["soon", "0", "-1", "nan", "inf"]),
     "HPCBSP_ABORT_GRACE": ([("2", 2.0), ("", 10.0)], ["bogus", "0", "-3"]),
     "HPCBSP_COMPILED_SYNC": ([("0", False), ("1", True), ("", True)], ["maybe", "yes", "2"]),
+    "HPCBSP_CONTROL_COLLECTIVE": ([("Blocking", "blocking"), ("persistent", "persistent"), ("", "auto")],
+                                  ["nonblocking", "1"]),
     "HPCBSP_DEATHWATCH": ([("0", False), ("1", True), ("", True)], ["nah", "off"]),
     "HPCBSP_HEARTBEAT_TIMEOUT": ([("0", 0.0), ("30", 30.0), (" 2.5 ", 2.5), ("", 10.0)], ["soon", "-1", "0.01", "inf"]),
     "HPCBSP_HEARTBEAT_PERIOD": ([("0.5", 0.5), ("", 1.0)], ["0", "often", "-1", "0.001"]),

@@ -18,7 +18,9 @@ The empty sync is also measured with its control step through mpi4py's Python ca
 was compiled (:mod:`hpcbsp.runtime.native`).  Its floor (issue 30's target, <= 1.25x) is this
 MPI's fastest allreduce of one integer through mpi4py, blocking or persistent, timed in the same
 rounds; for reference the same persistent allreduce is also started and waited for from C, once
-per call from Python (the least any call from Python costs) and in a C loop (no interpreter).
+per call from Python (the least any call from Python costs) and in a C loop (no interpreter), and
+the record's blocking ``MPI_Allreduce`` once per call from Python (the control step's collective
+where the library runs it faster than the persistent one, ``HPCBSP_CONTROL_COLLECTIVE``).
 
 Wait modes (:mod:`hpcbsp.runtime.waiting`): two contexts on the same ranks, one ``wait="spin"``
 and one ``wait="yield"``, measured alternately: the empty sync's latency, and a sync in which the
@@ -38,7 +40,7 @@ from mpi4py import MPI
 
 import hpcbsp
 from hpcbsp.kernels import elements
-from hpcbsp.runtime.native import compiled_call, compiled_loop, why_not_compiled
+from hpcbsp.runtime.native import compiled_allreduce_step, compiled_call, compiled_loop, why_not_compiled
 from hpcbsp.util.args import OneLineParser, add_iters, add_repeats, positive_float
 
 
@@ -117,6 +119,11 @@ def bench(bsp: "hpcbsp.BSP", iters: int, mib: float, rounds: int) -> dict[str, f
         loops[b] = compiled_loop(requests[b])
         calls[b] = compiled_call(requests[b])
 
+    # The record's blocking allreduce as one compiled call from Python (the control step's own,
+    # where the library runs it faster than the persistent one: runtime.control).
+    blocking_step = compiled_allreduce_step(comm, bytearray(80))
+    allreduce["record_blocking"] = []
+
     def start_wait(req: MPI.Prequest) -> None:
         req.Start()
         req.Wait()
@@ -139,8 +146,12 @@ def bench(bsp: "hpcbsp.BSP", iters: int, mib: float, rounds: int) -> dict[str, f
                     raise MPI.Exception(call())
             if loops.get(b) is not None:
                 allreduce[f"{b}_c"].append(_time(lambda b=b: loops[b](iters), 1, comm) / iters)
+        if blocking_step is not None:
+            allreduce["record_blocking"].append(_time(lambda: blocking_step.agree(1, 0, 0, False, False), iters, comm))
     for req in requests.values():
         req.Free()
+    if blocking_step is not None:
+        blocking_step.close()
     python_ctx.close()
 
     others = [q for q in range(p) if q != me]
@@ -277,12 +288,14 @@ def bench(bsp: "hpcbsp.BSP", iters: int, mib: float, rounds: int) -> dict[str, f
                               expect[i * per_dest:(i + 1) * per_dest])
     comm.Free()
     compiled = bsp.comm.allreduce(int(bsp.extension.compiled_sync), op=MPI.MIN)
+    collective = bsp.extension.control_collective
     why_not = "" if compiled else _why_not_compiled(bsp.wait)
     transport = bsp.elements_transport
     med = statistics.median
     nbytes = per_dest * len(others) * 8
     return {"empty_sync_us": 1e6 * med(empty_sync), "barrier_us": 1e6 * med(barrier),
             "python_sync_us": 1e6 * med(python_sync), "compiled": compiled, "why_not": why_not,
+            "collective": collective,
             **{f"{key}_us": 1e6 * med(v) if v else float("nan") for key, v in allreduce.items()},
             "put_s": med(puts), "hpput_s": med(hpputs), "alltoallv_s": med(a2a), "alltoallv_h_s": med(a2a_h),
             "vector_put_s": med(vector_puts), "bytes": nbytes,
@@ -322,13 +335,17 @@ def main(argv: list[str]) -> int:
         print(f"ranks: {p}  (medians of {args.rounds} alternating rounds)")
         print(f"empty sync     {r['empty_sync_us']:8.2f} us   Barrier {r['barrier_us']:8.2f} us   "
               f"sync/Barrier = {r['empty_sync_us'] / r['barrier_us']:.2f}x")
-        print(f"  control step {'compiled' if r['compiled'] else 'in Python (' + r['why_not'] + ')'}; "
+        how = {"persistent": "a persistent Allreduce", "blocking": "a blocking MPI_Allreduce"}[r["collective"]]
+        print(f"  control step: {how} (HPCBSP_CONTROL_COLLECTIVE), "
+              f"{'compiled' if r['compiled'] else 'in Python (' + r['why_not'] + ')'}; "
               f"the same sync with it in Python (HPCBSP_COMPILED_SYNC=0) {r['python_sync_us']:6.2f} us = "
               f"{r['python_sync_us'] / r['barrier_us']:.2f}x Barrier")
         names = {"plain": "Allreduce", "persistent": "persistent Allreduce (MPI-4; Start + Wait from Python)",
                  "call": "one compiled Start + Wait per call from Python", "c": "the same in a C loop"}
         for b, what in (("one", "one integer"), ("record", "the sync's 80-byte control record")):
             figs = "; ".join(f"{names[how]} {r[f'{b}_{how}_us']:.2f} us" for how in names)
+            if b == "record" and r["record_blocking_us"] == r["record_blocking_us"]:
+                figs += f"; one compiled blocking MPI_Allreduce per call from Python {r['record_blocking_us']:.2f} us"
             print(f"  allreduce (MAX, in place) of {what}: {figs}")
         # The target's floor: the fastest one-integer allreduce a program calls through mpi4py,
         # blocking or persistent (the issue's own figures are of that kind).  Below it, for

@@ -12,6 +12,12 @@ description of what each was doing, and every rank raises the same :class:`BSPEr
 The words are sent as ``[v, -v]`` so one MAX reduction yields both the maximum and the minimum of
 every field; equal minimum and maximum means all ranks agree.
 
+The blocking step is a persistent ``Allreduce`` (set up once, started and waited for at every
+step) or a plain blocking one, whichever the MPI library runs faster
+(``$HPCBSP_CONTROL_COLLECTIVE``, by default :attr:`~hpcbsp.util.mpiflavour.Flavour.control_collective`:
+blocking under Open MPI, whose persistent collectives take twice as long).  The two never match
+each other, so the ranks agree on it in one ``Allreduce`` when the step is made.
+
 h-relation: none (control data, a few words; it is the ``l`` of the superstep).
 """
 from __future__ import annotations
@@ -26,9 +32,11 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import numpy as np
 from mpi4py import MPI
 
+from ..util.mpiflavour import running_flavour
 from ..util.waiting import poll
-from .errors import BSPError, Divergence, PeerFailed, SyncTimeout
-from .native import compiled_step
+from .environment import setting
+from .errors import BadInput, BSPError, Divergence, PeerFailed, SyncTimeout
+from .native import compiled_allreduce_step, compiled_step
 from .waiting import Naps
 
 if TYPE_CHECKING:
@@ -97,21 +105,26 @@ class ControlStep:
         self._rbuf = bytearray(_RECORD.size)
         self._sspec = [self._sbuf, MPI.INT64_T]
         self._rspec = [self._rbuf, MPI.INT64_T]
-        # The blocking step as a persistent collective (MPI-4), set up once: Start + Wait
-        # measured 0.8x a Barrier here, where a plain Allreduce of the same record takes 1.3x
-        # (docs/performance.md).  Set up collectively, like the context that owns this step.
-        # MPI libraries before MPI-4 lack it: then a plain Allreduce does the same.
+        # The blocking step: a persistent collective (MPI-4), set up once (Start + Wait measured
+        # 0.8x a Barrier under MPICH, where a plain Allreduce of the same record takes 1.3x), or
+        # a plain Allreduce where the library runs that faster, or lacks persistent collectives
+        # (MPI-3).  Set up collectively, like the context that owns this step.
         # Its own buffer: the non-blocking path replaces _rbuf at every step.
         self._pbuf = bytearray(_RECORD.size)
-        try:
-            self._persistent: MPI.Prequest | None = comm.Allreduce_init(
-                _IN_PLACE, [self._pbuf, MPI.INT64_T], _MAX)
-        except (NotImplementedError, AttributeError, MPI.Exception):
-            self._persistent = None
-        # The same persistent step, packed, started, waited for and checked in one compiled call
-        # (.native): the empty sync's floor.  None where the MPI library's functions cannot be
-        # found for sure; the Python path above drives the same request, so ranks may mix them.
-        self._compiled = compiled_step(self._persistent, self._pbuf) if self._persistent else None
+        self._pspec = [self._pbuf, MPI.INT64_T]
+        #: ``"persistent"`` or ``"blocking"``: the blocking step's collective (the same on every rank).
+        self.collective = _agreed_collective(comm)
+        self._persistent: MPI.Prequest | None = None
+        if self.collective == "persistent":
+            try:
+                self._persistent = comm.Allreduce_init(_IN_PLACE, [self._pbuf, MPI.INT64_T], _MAX)
+            except (NotImplementedError, AttributeError, MPI.Exception):
+                self.collective = "blocking"  # on every rank: they run the same library
+        # The same step, packed, started, waited for and checked in one compiled call (.native):
+        # the empty sync's floor.  None where the MPI library's functions cannot be found for
+        # sure; the Python path below makes the same collective, so ranks may mix them.
+        self._compiled = (compiled_step(self._persistent, self._pbuf) if self._persistent is not None
+                          else compiled_allreduce_step(comm, self._pbuf))
         #: The compiled blocking step's ``agree(kind, superstep, sig, data, gets)``, returning
         #: ``data | gets << 1`` or ``DIVERGED`` (then call :meth:`diverged`); None when the step
         #: is non-blocking or not compiled.  The empty sync's hot path calls it directly.
@@ -185,10 +198,10 @@ class ControlStep:
             _pack_into(buf, 0, kind, superstep, sig, d, g, -kind, -superstep, -sig, -d, -g)
             persistent.Start()
             persistent.Wait()
-        elif blocking:  # in place: one buffer, no copy inside MPI
-            buf = self._rbuf
+        elif blocking:  # in place: one buffer, no copy inside MPI (the compiled step's, too)
+            buf = self._pbuf
             _pack_into(buf, 0, kind, superstep, sig, d, g, -kind, -superstep, -sig, -d, -g)
-            self.comm.Allreduce(_IN_PLACE, self._rspec, _MAX)
+            self.comm.Allreduce(_IN_PLACE, self._pspec, _MAX)
         else:
             _pack_into(self._sbuf, 0, kind, superstep, sig, d, g, -kind, -superstep, -sig, -d, -g)
             # Fresh buffers: if this wait is abandoned (an exception in a progress hook), MPI may
@@ -324,6 +337,23 @@ class ControlStep:
             f"the ranks of this BSP program diverged (seen on rank {me}): " + "; ".join(parts)
             + ". Every rank must make the same sequence of collective BSP calls (sync, coarray, "
             "queue, allreduce, broadcast, split) and leave the BSP block together.")
+
+
+def _agreed_collective(comm: MPI.Comm) -> str:
+    """The blocking step's collective, ``"persistent"`` or ``"blocking"``, from
+    ``$HPCBSP_CONTROL_COLLECTIVE`` (``auto``: the running library's faster one), checked to be the
+    same on every rank of ``comm`` (collective: one ``Allreduce`` of two words)."""
+    wanted = setting("HPCBSP_CONTROL_COLLECTIVE")
+    if wanted == "auto":
+        wanted = running_flavour().control_collective
+    code = 1 if wanted == "blocking" else 0
+    both = np.array([code, -code], dtype=np.int64)
+    if comm.Get_size() > 1:
+        comm.Allreduce(_IN_PLACE, both, _MAX)
+    if both[0] + both[1]:
+        raise BadInput(f"rank {comm.Get_rank()}: HPCBSP_CONTROL_COLLECTIVE gives {wanted} here and the other "
+                       "kind on another rank (the two never match): give every rank the same value")
+    return wanted
 
 
 def _ranks(ranks: list[int]) -> str:

@@ -11,6 +11,7 @@ and on the context's public attributes (``comm``, ``pid``, ``nprocs``, ``superst
     ext.add_close_hook(engine.close)                    # runs when the context is released
     ext.state                                           # "open", "closed" or "failed"
     ext.compiled_sync                                   # the empty sync's control step is compiled
+    ext.control_collective                              # ... and is a persistent or a blocking allreduce
     ext.pending                                         # requests waiting for the next sync
     ext.arena                                           # the shared arena of element puts (diagnostics)
     ext.coarrays()                                      # the registered coarrays, in order
@@ -100,6 +101,12 @@ class Extension:
         """True when this context's blocking control step (an empty sync) runs as one compiled
         call (:mod:`.native`), False where it goes through mpi4py's Python calls."""
         return self._bsp._control.blocking_step is not None
+
+    @property
+    def control_collective(self) -> str:
+        """``"persistent"`` or ``"blocking"``: the allreduce this context's blocking control step
+        makes (``$HPCBSP_CONTROL_COLLECTIVE``; the same on every rank, :mod:`.control`)."""
+        return self._bsp._control.collective
 
     @property
     def pending(self) -> int:

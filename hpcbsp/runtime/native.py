@@ -1,12 +1,17 @@
-"""The control step's compiled path: ``MPI_Start`` and ``MPI_Wait`` called from C, not through Python.
+"""The control step's compiled path: the MPI library's functions called from C, not through Python.
 
-An empty ``sync`` is one control step, a persistent ``Allreduce`` of a 10-word record.  Through
-mpi4py that step is four Python-level calls (pack, ``Start``, ``Wait``, unpack) of about a
-microsecond together, as much as the collective itself on a node.  :func:`compiled_step` builds a
+An empty ``sync`` is one control step, an ``Allreduce`` of a 10-word record (persistent, or
+blocking where the library runs that faster: :mod:`.control`).  Through mpi4py that step is four
+Python-level calls (pack, ``Start``, ``Wait``, unpack) of about a microsecond together, as much as
+the collective itself on a node.  :func:`compiled_step` builds a
 :class:`hpcbsp.kernels._persistent.RecordStep` that does the same in one compiled call: it writes
 the record, calls the MPI library's ``MPI_Start`` and ``MPI_Wait`` on the very request mpi4py set
 up (with the GIL released), and checks the reduced record.  Both paths drive the same persistent
 request, so they match each other: a rank may take either, and the result is the same.
+:func:`compiled_allreduce_step` is the same step on ``MPI_Allreduce`` itself, called with the
+handles mpi4py holds (``MPI_IN_PLACE``, ``MPI_INT64_T``, ``MPI_MAX``, the communicator) at the
+library's handle width (C ints in MPICH's ABI, pointers in Open MPI's; any other width leaves the
+Python path); it matches mpi4py's blocking ``Allreduce`` of the same record.
 
 The functions are found in the MPI library this process already runs, the one mpi4py loaded: the
 mapped shared objects named ``libmpi*`` (``/proc/self/maps``) are opened without loading anything
@@ -33,11 +38,11 @@ from typing import Any, Callable
 
 from mpi4py import MPI
 
-from ..kernels._persistent import DIVERGED, RecordStep, start_wait_loop
+from ..kernels._persistent import DIVERGED, RecordStep, allreduce_step, start_wait_loop
 from .environment import setting
 
-__all__ = ["DIVERGED", "RecordStep", "compiled_call", "compiled_loop", "compiled_step", "mpi_functions", "mpi_symbols",
-           "start_wait_loop", "why_not_compiled"]
+__all__ = ["DIVERGED", "RecordStep", "compiled_allreduce_step", "compiled_call", "compiled_loop", "compiled_step",
+           "mpi_functions", "mpi_symbols", "start_wait_loop", "why_not_compiled"]
 
 _found: dict[tuple[str, ...], tuple[int, ...] | None] = {}  # each lookup, once per process
 
@@ -103,6 +108,28 @@ def compiled_step(request: MPI.Prequest, record: bytearray) -> RecordStep | None
     buffer = (ctypes.c_char * len(record)).from_buffer(record)
     return RecordStep(functions[0], functions[1], handle, ctypes.addressof(buffer),
                       (request, record, buffer), MPI.Exception)
+
+
+def compiled_allreduce_step(comm: MPI.Comm, record: bytearray) -> RecordStep | None:
+    """A compiled control step that is one blocking ``MPI_Allreduce(MPI_IN_PLACE, record, 10,
+    MPI_INT64_T, MPI_MAX, comm)``, or None where the Python path must do (as for
+    :func:`compiled_step`, and where the library's handles are neither 4 nor 8 bytes wide or
+    differ in width).  ``close()`` it before ``comm`` is freed."""
+    if why_not_compiled() or len(record) != 80:
+        return None
+    found = mpi_symbols(("MPI_Allreduce",))
+    widths = {MPI._sizeof(MPI.Comm), MPI._sizeof(MPI.Datatype), MPI._sizeof(MPI.Op)}
+    if found is None or len(widths) != 1 or widths.isdisjoint((4, 8)):
+        return None
+    width = widths.pop()
+
+    def handle(obj: Any) -> int:  # as the C type of that width holds it (an int may be negative)
+        value = MPI._handleof(obj) & ((1 << 8 * width) - 1)
+        return value - (1 << 8 * width) if width == 4 and value >= 1 << 31 else value
+
+    buffer = (ctypes.c_char * len(record)).from_buffer(record)
+    return allreduce_step(found[0], width, int(MPI.IN_PLACE), handle(MPI.INT64_T), handle(MPI.MAX),
+                          handle(comm), ctypes.addressof(buffer), (comm, record, buffer), MPI.Exception)
 
 
 def compiled_call(request: MPI.Prequest) -> Callable[[], int] | None:

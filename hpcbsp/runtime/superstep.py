@@ -39,7 +39,7 @@ from ..kernels._persistent import plain_sync
 from .arena import Arena
 from .coarray import Coarray
 from .control import ControlStep, Kind
-from .errors import BSPError, SyncTimeout, UsageError
+from .errors import BadInput, BSPError, SyncTimeout, UsageError
 from .exchange import ExchangeTimeout, exchange
 from .ledger import Ledger, Traffic
 from .lifecycle import Lifecycle, abort_grace
@@ -102,7 +102,11 @@ class Supersteps:
         self._rows = self.ledger.rows  # (the compiled empty sync appends its row to this store itself)
         self._sync_label: str | None = None
         self._describe_sync = lambda: f"sync(label={self._sync_label!r})"  # only on divergence
-        self._control = ControlStep(comm)
+        try:
+            self._control = ControlStep(comm)
+        except BadInput:  # every rank raises here (they disagree on a setting): nothing uses the copy
+            comm.Free()
+            raise
         #: The host of every rank, so that a timeout names where the missing rank ran.
         self.hosts: list[str] = comm.allgather(MPI.Get_processor_name()) if self.nprocs > 1 \
             else [MPI.Get_processor_name()]

@@ -188,6 +188,15 @@ _PACKAGE: tuple[Setting, ...] = (
             "`MPI_Start`/`MPI_Wait` (see `hpcbsp/runtime/native.py`). The two drive the same persistent "
             "request, so ranks may differ in it. Read when a context is made.",
             "`1`", "`0` or `1`", "`runtime/native.py`", _switch, True),
+    Setting("HPCBSP_CONTROL_COLLECTIVE",
+            "The allreduce of the small record every sync and collective call begins with (the control "
+            "step): `persistent` (`MPI_Allreduce_init` once, `MPI_Start` + `MPI_Wait` per step), "
+            "`blocking` (one `MPI_Allreduce` per step), or `auto`: the one the running MPI library runs "
+            "faster (blocking under Open MPI, persistent under MPICH and Intel MPI; docs/performance.md). "
+            "The ranks check that they agree when a context is made (the two kinds never match). "
+            "Read when a context is made.",
+            "`auto`", "one of `auto`, `persistent`, `blocking`", "`runtime/control.py`",
+            _choice("auto", "persistent", "blocking"), "auto"),
     Setting("HPCBSP_DEATHWATCH",
             "`0` turns off the watcher (one process per job and node) that names a rank which died "
             "without a report (SIGKILL, a segfault, the out-of-memory killer), removes the job's "
