@@ -442,9 +442,14 @@ def test_why_the_step_is_not_compiled_is_said_in_one_place(monkeypatch):
         assert native.why_not_compiled() == "" and native.compiled_step(request, record) is not None
         call = native.compiled_call(request)
         assert call is not None and call() == 0  # one Start + Wait from C, MPI's success code
+        assert native.why_not_compiled("blocking") == ""
+        step = native.compiled_allreduce_step(MPI.COMM_SELF, record)
+        assert step is not None
+        step.close()
         monkeypatch.setenv("HPCBSP_COMPILED_SYNC", "0")
-        assert native.why_not_compiled() == "HPCBSP_COMPILED_SYNC=0"
+        assert native.why_not_compiled() == native.why_not_compiled("blocking") == "HPCBSP_COMPILED_SYNC=0"
         assert native.compiled_step(request, record) is None
+        assert native.compiled_allreduce_step(MPI.COMM_SELF, record) is None
     finally:
         request.Free()
 

@@ -5,7 +5,7 @@ Intel MPI: :mod:`hpcbsp.util.mpiflavour`), the mpiexec beside this Python and wh
 to the same MPI, the launcher that started this job, the transport between nodes (the variables
 set that choose it, or that the library chooses) and the environment variables that matter for
 that MPI: those set (``mpi_settings``) and what each of the important ones does
-(``mpi_variables``).
+(``mpi_variables``); and which allreduce every sync begins with (``control_step``).
 """
 from __future__ import annotations
 
@@ -68,12 +68,26 @@ def gather_info() -> dict[str, Any]:
                              if hosts and transports else None),
         "mpi_settings": flavour.settings() or "none set (the library's defaults)",
         "mpi_variables": [f"{name}: {what}" for name, what in flavour.variables] or None,
+        "control_step": _control_step(flavour.title),
         "kernels": kernels.compiled_status(),
         "exact_sum": ("extraction fast path on" if kernels.exact_sum_fast_path_enabled() else
                       "integer bins only (the build or the floating-point environment rules out "
                       "the extraction fast path: round-to-nearest without flush-to-zero needed)"),
     }
     return info
+
+
+def _control_step(title: str) -> str:
+    """The control step's collective (every sync begins with it) and whether it is compiled."""
+    from ..runtime.control import requested_collective
+    from ..runtime.environment import setting
+    from ..runtime.native import why_not_compiled
+
+    chosen = requested_collective()
+    source = (f"HPCBSP_CONTROL_COLLECTIVE=auto: the faster under {title}"
+              if setting("HPCBSP_CONTROL_COLLECTIVE") == "auto" else "HPCBSP_CONTROL_COLLECTIVE")
+    why = why_not_compiled(chosen)
+    return f"{chosen} MPI_Allreduce ({source}), " + (f"through mpi4py ({why})" if why else "compiled")
 
 
 def main(argv: list[str] | None = None) -> int:

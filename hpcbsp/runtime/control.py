@@ -339,13 +339,18 @@ class ControlStep:
             "queue, allreduce, broadcast, split) and leave the BSP block together.")
 
 
-def _agreed_collective(comm: MPI.Comm) -> str:
-    """The blocking step's collective, ``"persistent"`` or ``"blocking"``, from
-    ``$HPCBSP_CONTROL_COLLECTIVE`` (``auto``: the running library's faster one), checked to be the
-    same on every rank of ``comm`` (collective: one ``Allreduce`` of two words)."""
+def requested_collective() -> str:
+    """The blocking step's collective this process asks for, ``"persistent"`` or ``"blocking"``:
+    ``$HPCBSP_CONTROL_COLLECTIVE``, or for ``auto`` the one the running MPI library runs faster
+    (:attr:`~hpcbsp.util.mpiflavour.Flavour.control_collective`)."""
     wanted = setting("HPCBSP_CONTROL_COLLECTIVE")
-    if wanted == "auto":
-        wanted = running_flavour().control_collective
+    return running_flavour().control_collective if wanted == "auto" else wanted
+
+
+def _agreed_collective(comm: MPI.Comm) -> str:
+    """:func:`requested_collective`, checked to be the same on every rank of ``comm``
+    (collective: one ``Allreduce`` of two words)."""
+    wanted = requested_collective()
     code = 1 if wanted == "blocking" else 0
     both = np.array([code, -code], dtype=np.int64)
     if comm.Get_size() > 1:

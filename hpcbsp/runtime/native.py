@@ -34,7 +34,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from mpi4py import MPI
 
@@ -87,14 +87,29 @@ def mpi_functions() -> tuple[int, int] | None:
     return None if pair is None else (pair[0], pair[1])
 
 
-def why_not_compiled() -> str:
-    """Why :func:`compiled_step` gives None in this process whatever the request ('' where it
-    does not): ``HPCBSP_COMPILED_SYNC=0``, or the MPI library's functions not found for sure."""
+def why_not_compiled(collective: str = "persistent") -> str:
+    """Why :func:`compiled_step` (``collective="persistent"``) or :func:`compiled_allreduce_step`
+    (``"blocking"``) gives None in this process whatever the request or communicator ('' where
+    it does not): ``HPCBSP_COMPILED_SYNC=0``, the MPI library's functions not found for sure, or
+    (blocking) handles of a width the compiled call does not know."""
     if not setting("HPCBSP_COMPILED_SYNC"):
         return "HPCBSP_COMPILED_SYNC=0"
+    if collective == "blocking":
+        if mpi_symbols(("MPI_Allreduce",)) is None:
+            return "MPI_Allreduce was not found for sure in the running MPI library"
+        if _handle_width() is None:
+            return "the MPI library's handles are neither all 4 nor all 8 bytes wide"
+        return ""
     if mpi_functions() is None:
         return "MPI_Start and MPI_Wait were not found for sure in the running MPI library"
     return ""
+
+
+def _handle_width() -> int | None:
+    """The width of the library's communicator, datatype and op handles (4: C ints, as in MPICH's
+    ABI; 8: pointers, as in Open MPI's), or None where they differ or are neither."""
+    widths = {MPI._sizeof(MPI.Comm), MPI._sizeof(MPI.Datatype), MPI._sizeof(MPI.Op)}
+    return widths.pop() if len(widths) == 1 and widths <= {4, 8} else None
 
 
 def compiled_step(request: MPI.Prequest, record: bytearray) -> RecordStep | None:
@@ -112,23 +127,18 @@ def compiled_step(request: MPI.Prequest, record: bytearray) -> RecordStep | None
 
 def compiled_allreduce_step(comm: MPI.Comm, record: bytearray) -> RecordStep | None:
     """A compiled control step that is one blocking ``MPI_Allreduce(MPI_IN_PLACE, record, 10,
-    MPI_INT64_T, MPI_MAX, comm)``, or None where the Python path must do (as for
-    :func:`compiled_step`, and where the library's handles are neither 4 nor 8 bytes wide or
-    differ in width).  ``close()`` it before ``comm`` is freed."""
-    if why_not_compiled() or len(record) != 80:
+    MPI_INT64_T, MPI_MAX, comm)``, or None where the Python path must do
+    (:func:`why_not_compiled` with ``"blocking"``).  ``close()`` it before ``comm`` is freed."""
+    if why_not_compiled("blocking") or len(record) != 80:
         return None
-    found = mpi_symbols(("MPI_Allreduce",))
-    widths = {MPI._sizeof(MPI.Comm), MPI._sizeof(MPI.Datatype), MPI._sizeof(MPI.Op)}
-    if found is None or len(widths) != 1 or widths.isdisjoint((4, 8)):
-        return None
-    width = widths.pop()
+    allreduce, width = cast(tuple[int], mpi_symbols(("MPI_Allreduce",)))[0], cast(int, _handle_width())
 
     def handle(obj: Any) -> int:  # as the C type of that width holds it (an int may be negative)
         value = MPI._handleof(obj) & ((1 << 8 * width) - 1)
         return value - (1 << 8 * width) if width == 4 and value >= 1 << 31 else value
 
     buffer = (ctypes.c_char * len(record)).from_buffer(record)
-    return allreduce_step(found[0], width, int(MPI.IN_PLACE), handle(MPI.INT64_T), handle(MPI.MAX),
+    return allreduce_step(allreduce, width, int(MPI.IN_PLACE), handle(MPI.INT64_T), handle(MPI.MAX),
                           handle(comm), ctypes.addressof(buffer), (comm, record, buffer), MPI.Exception)
 
 
