@@ -19,7 +19,10 @@ business (:mod:`hpcbsp.runtime.native` hands it ``MPI_Start`` and ``MPI_Wait`` w
 step's persistent ``MPI_Allreduce_init(MAX)`` request, or ``MPI_Allreduce`` and the handles of
 ``MPI_IN_PLACE``, ``MPI_INT64_T``, ``MPI_MAX`` and the context's communicator).  The record layout is the control step's:
 ``[kind, step, sig, data, gets, -kind, -step, -sig, -data, -gets]``; after a MAX reduction,
-field ``i`` agrees on every rank exactly when ``r[i] + r[i + 5] == 0``.
+field ``i`` agrees on every rank exactly when ``r[i] + r[i + 5] == 0``.  ``data`` and ``gets`` are
+levels from 0 to 3 (what a rank has to move, the caller's business:
+:class:`hpcbsp.runtime.outbox.Data` and :class:`~hpcbsp.runtime.outbox.Extra`); the step returns
+their maxima over the ranks as ``data | gets << 2``.
 
 :meth:`RecordStep.agree_row` is the empty sync's whole step: it reads the clock before and after
 the step (``CLOCK_MONOTONIC``, the clock of Python's ``time.perf_counter`` on Linux) and, when the
@@ -243,7 +246,7 @@ cdef class RecordStep:
         self._request = NULL
         self._allreduce = NULL
 
-    cdef int _step(self, int64_t kind, int64_t step, int64_t sig, bint data, bint gets) except -2:
+    cdef int _step(self, int64_t kind, int64_t step, int64_t sig, int64_t data, int64_t gets) except -2:
         cdef int64_t *r = self._record
         cdef int code
         cdef int mode = self._mode
@@ -274,14 +277,17 @@ cdef class RecordStep:
             raise self._error(code)
         if r[0] + r[5] or r[1] + r[6] or r[2] + r[7]:
             return DIVERGED
-        return (r[3] == 1) | (r[4] == 1) << 1
+        return <int>((r[3] & 3) | (r[4] & 3) << 2)
 
-    def agree(self, int64_t kind, int64_t step, int64_t sig, bint data, bint gets):
-        """Reduce the record; return ``data | gets << 1`` as reduced by MAX, or ``DIVERGED``."""
+    def agree(self, int64_t kind, int64_t step, int64_t sig, int64_t data, int64_t gets):
+        """Reduce the record; return ``data | gets << 2`` as reduced by MAX (each a level from 0
+        to 3, the caller's business), or ``DIVERGED``."""
+        if not (0 <= data <= 3 and 0 <= gets <= 3):
+            raise ValueError(f"RecordStep.agree: data and gets are levels from 0 to 3, not {data} and {gets}")
         return self._step(kind, step, sig, data, gets)
 
     def agree_row(self, int64_t kind, int64_t step, object label, Rows rows not None):
-        """``agree(kind, step, 0, False, False)``, timed: when it returns 0 (no rank has data or
+        """``agree(kind, step, 0, 0, False)``, timed: when it returns 0 (no rank has data or
         gets), ``(step, label, t_start, t_end, None)`` is appended to ``rows``, the two times read
         just before and after the step; otherwise nothing is appended and ``t_start`` is kept in
         :attr:`started`."""
@@ -289,7 +295,7 @@ cdef class RecordStep:
 
     cdef int _agree_row(self, int64_t kind, int64_t step, object label, Rows rows) except -2:
         cdef double t0 = _now()
-        cdef int code = self._step(kind, step, 0, False, False)
+        cdef int code = self._step(kind, step, 0, 0, False)
         if code == 0:
             rows.push(step, label, t0, _now(), None)
         else:

@@ -109,18 +109,25 @@ def _record(kind, step, sig, data, gets):
 
 
 def test_the_compiled_step_writes_the_record_and_reads_the_max_reduction():
+    """The data and gets fields are levels from 0 to 3 and come back as the maxima over the ranks,
+    data in the low two bits, gets in the next two.  Oracle: hand-built records, numpy's maximum."""
     fake = _FakeMPI()
     step = fake.step()
-    assert step.agree(1, 7, 42, True, False) == 1                # alone: its own data flag
+    assert step.agree(1, 7, 42, 1, 0) == 1                       # alone: its own levels
     np.testing.assert_array_equal(fake.started[-1], _record(1, 7, 42, 1, 0))
     assert fake.requests == [0x5EED] and fake.waits == 1         # the request handed over, as given
-    fake.other = _record(1, 7, 42, 0, 1)                        # another rank has a get
-    assert step.agree(1, 7, 42, False, False) == 2
-    assert step.agree(1, 7, 42, 5, 0) == 3                       # any true value is a flag of 1
-    np.testing.assert_array_equal(fake.started[-1], _record(1, 7, 42, 1, 0))
+    fake.other = _record(1, 7, 42, 0, 2)                        # another rank has gets
+    assert step.agree(1, 7, 42, 0, 0) == 2 << 2
+    assert step.agree(1, 7, 42, 2, 1) == 2 | 2 << 2
+    np.testing.assert_array_equal(fake.started[-1], _record(1, 7, 42, 2, 1))
+    fake.other = _record(1, 7, 42, 3, 0)                        # another rank's data level is higher
+    assert step.agree(1, 7, 42, 2, 1) == 3 | 1 << 2
+    for data, gets in ((4, 0), (0, 4), (-1, 0)):
+        with pytest.raises(ValueError, match="levels from 0 to 3"):
+            step.agree(1, 7, 42, data, gets)
     for other in (_record(1, 8, 42, 0, 0), _record(2, 7, 42, 0, 0), _record(1, 7, 41, 0, 0)):
         fake.other = other                                       # another superstep, kind, signature
-        assert step.agree(1, 7, 42, False, False) == DIVERGED
+        assert step.agree(1, 7, 42, 0, 0) == DIVERGED
 
 
 def test_the_timed_step_appends_the_row_only_when_no_rank_has_data_or_gets():
@@ -137,7 +144,7 @@ def test_the_timed_step_appends_the_row_only_when_no_rank_has_data_or_gets():
     np.testing.assert_array_equal(fake.started[-1], _record(1, 7, 0, 0, 0))  # no data, no gets, sig 0
     assert len(rows) == 1 and rows[0][:2] == (7, "label") and rows[0][4] is None
     assert before <= rows[0][2] <= rows[0][3] <= after
-    for other, code in ((_record(1, 8, 0, 1, 0), 1), (_record(1, 8, 0, 0, 1), 2), (_record(1, 8, 0, 1, 1), 3),
+    for other, code in ((_record(1, 8, 0, 1, 0), 1), (_record(1, 8, 0, 0, 2), 8), (_record(1, 8, 0, 2, 1), 6),
                         (_record(2, 8, 0, 0, 0), DIVERGED), (_record(1, 9, 0, 0, 0), DIVERGED)):
         fake.other = other  # another rank has data, gets, or is elsewhere
         before = time.perf_counter()
@@ -382,15 +389,18 @@ def test_the_compiled_sync_hands_every_other_call_to_the_method():
 
 
 def test_the_compiled_sync_leaves_a_superstep_with_data_or_a_divergence_to_the_finisher():
-    """Another rank has data (code 1), gets (2), or is elsewhere (DIVERGED): the step ran, no row
-    was appended and the counter is the finisher's to move; the finisher gets the code."""
+    """Another rank has data (the code is its level: 1 or 2), records for itself (4), gets (8), or is
+    elsewhere (DIVERGED): the step ran, no row was appended and the counter is the finisher's to
+    move; the finisher gets the code."""
     fake = _FakeMPI()
     sync, owner, _, _, rows, calls = _plain_sync(fake)
-    for other, code in ((_record(1, 5, 0, 1, 0), 1), (_record(1, 5, 0, 0, 1), 2), (_record(2, 5, 0, 0, 0), DIVERGED)):
+    cases = ((_record(1, 5, 0, 1, 0), 1), (_record(1, 5, 0, 0, 1), 4), (_record(1, 5, 0, 2, 2), 10),
+             (_record(2, 5, 0, 0, 0), DIVERGED))
+    for other, code in cases:
         fake.other = other
         sync("x")
         assert calls[-1] == ("finish", code, "x")
-    assert owner.superstep == 5 and len(rows) == 0 and len(fake.started) == 3
+    assert owner.superstep == 5 and len(rows) == 0 and len(fake.started) == len(cases)
 
 
 @mpi
@@ -541,7 +551,7 @@ def test_the_blocking_step_calls_allreduce_with_the_handles_and_reads_the_max(wi
     in_place, datatype, op, comm = handles
     step = fake.step(in_place, datatype, op, comm)
     assert step.collective == "blocking"
-    assert step.agree(1, 7, 42, True, False) == 1
+    assert step.agree(1, 7, 42, 1, 0) == 1
     np.testing.assert_array_equal(fake.sent[-1], _record(1, 7, 42, 1, 0))
     sendbuf, recvbuf, count, *rest = fake.calls[-1]
     as_c = ctypes.c_int if width == 4 else ctypes.c_void_p     # the oracle: ctypes' own conversion
@@ -549,7 +559,7 @@ def test_the_blocking_step_calls_allreduce_with_the_handles_and_reads_the_max(wi
     assert recvbuf == fake.address() and count == 10
     assert rest == [as_c(h).value for h in (datatype, op, comm)]
     fake.other = _record(1, 7, 42, 0, 1)
-    assert step.agree(1, 7, 42, False, False) == 2
+    assert step.agree(1, 7, 42, 0, 0) == 1 << 2
     fake.other = _record(1, 8, 42, 0, 0)
     assert step.agree(1, 7, 42, False, False) == DIVERGED
     rows = Rows()
@@ -589,8 +599,8 @@ def test_the_real_blocking_step_agrees_with_mpi4pys_allreduce():
     step = native.compiled_allreduce_step(comm, record)
     try:
         assert step is not None and step.collective == "blocking"
-        assert step.agree(3, 11, 5, True, True) == 3
-        oracle = _record(3, 11, 5, 1, 1)
+        assert step.agree(3, 11, 5, 2, 2) == 2 | 2 << 2
+        oracle = _record(3, 11, 5, 2, 2)
         comm.Allreduce(MPI.IN_PLACE, oracle, MPI.MAX)
         np.testing.assert_array_equal(np.frombuffer(record, np.int64), oracle)
     finally:

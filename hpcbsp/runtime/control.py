@@ -3,7 +3,9 @@
 Every operation that involves all ranks of a BSP context (``sync``, registration, ``allreduce``,
 ``broadcast``, ``split``, leaving the context, reporting a failure) starts with the *same* MPI call:
 an ``Allreduce(MAX)`` of a few int64 words holding what this rank is doing (``kind``), its
-superstep, a signature of the operation's arguments, and whether it has data to move.  Because
+superstep, a signature of the operation's arguments, and what it has to move (levels of
+:class:`~.outbox.Data` and :class:`~.outbox.Extra`: the maximum over the ranks says how the
+superstep's data travel).  Because
 every rank enters the same collective whatever it is doing, a program whose ranks diverged (one
 registers a coarray while another syncs, one left while others wait) cannot hang in mismatched
 MPI collectives: the disagreement is seen by all ranks in that one step, they gather a
@@ -37,6 +39,7 @@ from ..util.waiting import poll
 from .environment import setting
 from .errors import BadInput, BSPError, Divergence, PeerFailed, SyncTimeout
 from .native import compiled_allreduce_step, compiled_step
+from .outbox import Data, Extra
 from .waiting import Naps
 
 if TYPE_CHECKING:
@@ -125,9 +128,11 @@ class ControlStep:
         # sure; the Python path below makes the same collective, so ranks may mix them.
         self._compiled = (compiled_step(self._persistent, self._pbuf) if self._persistent is not None
                           else compiled_allreduce_step(comm, self._pbuf))
-        #: The compiled blocking step's ``agree(kind, superstep, sig, data, gets)``, returning
-        #: ``data | gets << 1`` or ``DIVERGED`` (then call :meth:`diverged`); None when the step
-        #: is non-blocking or not compiled.  The empty sync's hot path calls it directly.
+        #: The compiled blocking step's ``agree(kind, superstep, sig, data, extra)`` (levels:
+        #: :class:`~.outbox.Data`, :class:`~.outbox.Extra`), returning the agreed ``data |
+        #: extra << 2`` (each the highest of any rank), or ``DIVERGED`` (then call
+        #: :meth:`diverged`); None when the step is non-blocking or not compiled.  The empty
+        #: sync's hot path calls it directly.
         self.blocking_step: Callable[[int, int, int, int, int], int] | None = None
         #: The same step for a rank with nothing pending, timed and recorded in one compiled call:
         #: ``empty_step(kind, superstep, label, rows)`` returns what ``blocking_step`` would with
@@ -162,13 +167,15 @@ class ControlStep:
         superstep: int,
         sig: int,
         describe: Callable[[], str],
-        has_data: bool | int = False,
-        has_gets: bool | int = False,
+        data: int = Data.NONE,
+        extra: int = Extra.NONE,
         progress: Sequence[Callable[[], object]] = (),
         deadline: float | None = None,
         timed: bool = False,
-    ) -> tuple[bool, bool]:
-        """Enter the control step; return ``(any_data, any_gets)`` as agreed by all ranks.
+    ) -> tuple[int, int]:
+        """Enter the control step with ``data`` and ``extra`` (:class:`~.outbox.Data` and
+        :class:`~.outbox.Extra`: what this rank has for others, and besides); return both as
+        agreed by all ranks (the highest level of any rank).
 
         Raises :class:`~.errors.Divergence` on every rank if the ranks disagree on the kind of
         call, the superstep or the signature (:class:`~.errors.PeerFailed` if some rank reported
@@ -186,12 +193,12 @@ class ControlStep:
         """
         blocking = not (self._nonblocking or timed)
         if blocking and self._compiled is not None:  # one compiled call (.native)
-            code = self._compiled.agree(kind, superstep, sig, has_data, has_gets)
+            code = self._compiled.agree(kind, superstep, sig, data, extra)
             if code < 0:
                 self.diverged(kind, superstep, describe)
-            return bool(code & 1), bool(code & 2)
-        d = 1 if has_data else 0
-        g = 1 if has_gets else 0
+            return code & 3, code >> 2
+        d = int(data)
+        g = int(extra)
         persistent = self._persistent
         if persistent is not None and blocking:  # in place, set up once
             buf = self._pbuf
@@ -220,7 +227,7 @@ class ControlStep:
         # the empty sync's hot path (_KIND, _STEP, _SIG = 0, 1, 2; _NFIELDS = 5).
         if r[0] + r[5] or r[1] + r[6] or r[2] + r[7]:
             self.diverged(kind, superstep, describe)
-        return r[3] == 1, r[4] == 1
+        return r[3], r[4]
 
     def free(self) -> None:
         """Release the persistent request (before the communicator is freed)."""

@@ -13,6 +13,7 @@ announced by a header and their place (:data:`PLACE`) and never copied.
 """
 from __future__ import annotations
 
+import enum
 import struct
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -31,6 +32,27 @@ HEADER = struct.Struct("<4q")  # code, object id, offset (a queue record: its ta
 PLACE = struct.Struct("<q")  # after a PUT_ELEMENTS_SHARED header: where the record lies in the arena
 #: The variable that sets :attr:`Outbox.large_bytes` (default 64 KiB), read when a context is made.
 LARGE_PUT_ENV = "HPCBSP_LARGE_PUT_BYTES"
+#: The most bytes a large put may have to travel in a bulk exchange (one region of an
+#: ``Alltoallv``: MPI's int counts).
+BULK_MAX = 2**31 - 1
+
+
+class Data(enum.IntEnum):
+    """What a rank has for other ranks at a sync: the control step's data field (:mod:`.control`),
+    whose maximum over the ranks, with :class:`Extra`'s, says how the superstep's data travel
+    (:mod:`.exchange`)."""
+
+    NONE = 0     #: no record for another rank
+    BULK = 1     #: only large puts to other ranks, at most one per destination (a bulk exchange)
+    GENERAL = 2  #: anything else for another rank
+
+
+class Extra(enum.IntEnum):
+    """What else a rank has at a sync: the control step's gets field."""
+
+    NONE = 0     #: no record for itself and no get
+    OWN = 1      #: records for itself, no get
+    GETS = 2     #: gets (from itself or from others)
 
 
 class BufferPool:
@@ -107,10 +129,17 @@ class Outbox:
     arena: Arena | None = None
     #: Puts of at least this many bytes travel on their own after the headers (``$HPCBSP_LARGE_PUT_BYTES``).
     large_bytes: int = field(init=False)
+    #: Per destination, this superstep's first large put: ``(object id + 1, offset, element
+    #: count)``, zeros where there is none (what a bulk exchange sends, :mod:`.exchange`).
+    heads: np.ndarray = field(init=False)
+    #: How many of this superstep's records are such first large puts.
+    bulk_puts: int = field(init=False)
 
     def __post_init__(self) -> None:
         self.large_bytes = int(setting(LARGE_PUT_ENV))
         self.pooled = []
+        self.heads = np.zeros((self.nprocs, 3), dtype=np.int64)
+        self.bulk_puts = 0
         self.reset()
 
     def reset(self) -> None:
@@ -124,6 +153,9 @@ class Outbox:
         self.nrecords = 0
         self.gets_count = 0
         self.large = [[] for _ in range(self.nprocs)]
+        if self.bulk_puts:
+            self.heads[:] = 0
+            self.bulk_puts = 0
 
     def add(self, dest: int, code: int, obj_id: int, offset: int, count: int,
             payload: np.ndarray | None, borrow: bool = False) -> None:
@@ -136,6 +168,9 @@ class Outbox:
         if code == PUT and dest != self.me and payload is not None and payload.nbytes >= self.large_bytes:
             buf += HEADER.pack(PUT_LARGE, obj_id, offset, count)
             raw = payload.reshape(-1).view(np.uint8)
+            if not self.large[dest] and raw.size <= BULK_MAX:
+                self.heads[dest] = (obj_id + 1, offset, count)
+                self.bulk_puts += 1
             if not borrow:
                 copy = self.pool.take(raw.size)
                 copy[:] = raw
@@ -195,6 +230,15 @@ class Outbox:
             self.traffic.bytes_out += record.nbytes
             self.traffic.msgs_out += 1
         self.nrecords += 1
+
+    def levels(self) -> tuple[Data, Extra]:
+        """What this rank has for the control step: for other ranks (:attr:`Data.BULK` where every
+        record is a large put to another rank, at most one per destination, each at most
+        :data:`BULK_MAX` bytes), and besides (records for itself, gets)."""
+        remote = self.traffic.msgs_out  # one per record for another rank
+        data = Data.NONE if not remote else Data.BULK if self.nrecords == self.bulk_puts else Data.GENERAL
+        extra = Extra.GETS if self.gets_count else Extra.OWN if self.nrecords > remote else Extra.NONE
+        return data, extra
 
     @property
     def remote(self) -> int:

@@ -40,10 +40,10 @@ from .arena import Arena
 from .coarray import Coarray
 from .control import ControlStep, Kind
 from .errors import BadInput, BSPError, SyncTimeout, UsageError
-from .exchange import ExchangeTimeout, exchange
+from .exchange import ExchangeTimeout, bulk_exchange, exchange
 from .ledger import Ledger, Traffic
 from .lifecycle import Lifecycle, abort_grace
-from .outbox import Outbox
+from .outbox import Data, Extra, Outbox
 from .queue import Queue
 
 _SYNC = int(Kind.SYNC)
@@ -187,8 +187,7 @@ class Supersteps:
                     self.superstep += 1
                 return
             t0 = _perf()
-            code = cast(_Agree, self._control.blocking_step)(_SYNC, self.superstep, 0, outbox.remote,
-                                                             outbox.gets_count)
+            code = cast(_Agree, self._control.blocking_step)(_SYNC, self.superstep, 0, *outbox.levels())
             traffic = self._after_fast_step(code, label)
         else:
             t0 = _perf()
@@ -198,12 +197,12 @@ class Supersteps:
                                  "timeout must be a positive number of seconds")
             if self._plain and _step is None and timeout is None:  # the control step in Python
                 try:
-                    any_data, any_gets = self._control.agree(_SYNC, self.superstep, 0, self._describe_sync,
-                                                             self._outbox.remote, self._outbox.gets_count)
+                    data, extra = self._control.agree(_SYNC, self.superstep, 0, self._describe_sync,
+                                                      *self._outbox.levels())
                 except BSPError:
                     self._life.control_step_failed()
                     raise
-                traffic = self._deliver(any_data, any_gets)
+                traffic = self._deliver(data, extra)
             else:
                 traffic = self._begin(_step, timeout)
         self._end(label, t0, traffic)
@@ -237,7 +236,7 @@ class Supersteps:
         self.__dict__["sync"] = fast
 
     def _after_fast_step(self, code: int, label: str | None) -> Traffic | None:
-        """The plain sync after its compiled control step returned ``code`` (``data | gets << 1``
+        """The plain sync after its compiled control step returned ``code`` (``data | extra << 2``
         as agreed, or ``DIVERGED``): deliver what there is (None if nothing moved)."""
         if code < 0:
             self._sync_label = label
@@ -245,17 +244,23 @@ class Supersteps:
                 self._control.diverged(_SYNC, self.superstep, self._describe_sync)
             finally:
                 self._life.control_step_failed()
-        return self._deliver(code & 1 == 1, code > 1)
+        return self._deliver(code & 3, code >> 2)
 
-    def _deliver(self, any_data: bool, any_gets: bool) -> Traffic | None:
-        """The plain sync's delivery: clear the queues' last messages, then move the superstep's
-        puts, gets and records if any rank has some for another rank, or apply this rank's own
-        without a message if none has.  Returns the traffic (None if nothing moved)."""
+    def _deliver(self, data: int, extra: int) -> Traffic | None:
+        """The plain sync's delivery, ``data`` and ``extra`` the agreed levels
+        (:class:`~.outbox.Data`, :class:`~.outbox.Extra`): clear the queues' last messages, then
+        move the superstep's puts, gets and records if any rank has some for another rank (in
+        a bulk exchange where they are all large puts, at most one per destination, and no rank
+        has anything else), or apply this rank's own without a message if none has.  Returns
+        the traffic (None if nothing moved)."""
         for q in self._queues:
             q._clear()
-        if not (any_data or self._outbox.nrecords):
+        if data == Data.BULK and extra == Extra.NONE:
+            traffic = bulk_exchange(self.comm, self._outbox, self._objects)
+        elif data or self._outbox.nrecords:
+            traffic = exchange(self.comm, self._outbox, self._objects, extra == Extra.GETS, local=not data)
+        else:
             return None
-        traffic = exchange(self.comm, self._outbox, self._objects, any_gets, local=not any_data)
         self._outbox.reset()
         return traffic
 
@@ -273,6 +278,7 @@ class Supersteps:
         else:
             kind, sig, describe = step.kind, step.sig, step.describe
         outbox = self._outbox
+        # (Never a bulk exchange here: its collectives could not honour a timeout.)
         any_data, any_gets = self._agree(kind, sig, describe, outbox.remote > 0, bool(outbox.gets_count),
                                          timeout=timeout)
         traffic = None
@@ -323,19 +329,28 @@ class Supersteps:
                with_progress: bool = True, timeout: float | None = None) -> tuple[bool, bool]:
         """A control step of this context: every rank must make the same call (``kind`` and
         ``sig`` at this superstep), else every rank raises.  Waits with mailbox progress and
-        within ``timeout`` (this call's own, else the context's)."""
+        within ``timeout`` (this call's own, else the context's).  Returns whether any rank has
+        data for another (``has_data``: this rank has) and whether any has gets."""
         self._life.check_open()
         limit = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + limit if limit is not None else None
         try:
-            return self._control.agree(kind, self.superstep, sig, describe, has_data, has_gets,
-                                       self._progress if with_progress else (), deadline,
-                                       timed=timeout is not None)
+            data, extra = self._control.agree(kind, self.superstep, sig, describe,
+                                              Data.GENERAL if has_data else Data.NONE,
+                                              Extra.GETS if has_gets else Extra.NONE,
+                                              self._progress if with_progress else (), deadline,
+                                              timed=timeout is not None)
         except BSPError:
             # The ranks disagreed and all of them know it (or this rank timed out): no further
             # collective call could be matched, so a failure report must not start one.
             self._life.control_step_failed()
             raise
+        if data == Data.BULK:  # another rank offered a bulk exchange: it is in a plain sync
+            self._life.control_step_failed()
+            raise BSPError(f"rank {self.pid}: at superstep {self.superstep} this rank's call (a sync with a "
+                           "timeout or hooks, or a collective) met a plain sync on another rank: give every "
+                           "rank the same timeout and make the same calls")
+        return data == Data.GENERAL, extra == Extra.GETS
 
     def _add_sync_hook(self, hook: SyncHook) -> None:
         self._hooks.append(hook)

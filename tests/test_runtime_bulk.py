@@ -1,0 +1,190 @@
+"""The bulk exchange: a superstep whose records for other ranks are all large puts, at most one
+per destination, travels in one ``Alltoall`` of heads and one ``Alltoallv`` (``exchange.
+bulk_exchange``); every other superstep in the general exchange.  Oracles: the rank arithmetic,
+a numpy model of BSPlib's order (puts applied in ascending source rank, gets read before any
+put lands), and a spy on which exchange ran.  Serially for the outbox's levels; under
+``mpiexec -n 2`` and ``-n 3`` for the rest.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hpcbsp
+from hpcbsp.runtime import outbox as outbox_module
+from hpcbsp.runtime.outbox import Data, Extra, Outbox
+
+mpi = pytest.mark.mpi(min_size=2)
+
+
+def _spy(monkeypatch) -> list[str]:
+    """Which exchange each superstep with data took: "bulk", "general" or "local"."""
+    import hpcbsp.runtime.superstep as superstep
+
+    paths: list[str] = []
+    bulk, general = superstep.bulk_exchange, superstep.exchange
+
+    def spy_bulk(*args, **kw):
+        paths.append("bulk")
+        return bulk(*args, **kw)
+
+    def spy_general(*args, local=False, **kw):
+        paths.append("local" if local else "general")
+        return general(*args, local=local, **kw)
+
+    monkeypatch.setattr(superstep, "bulk_exchange", spy_bulk)
+    monkeypatch.setattr(superstep, "exchange", spy_general)
+    return paths
+
+
+def _context(bsp, monkeypatch, large_bytes: int = 64, **kw) -> hpcbsp.BSP:
+    monkeypatch.setenv("HPCBSP_LARGE_PUT_BYTES", str(large_bytes))  # small puts count as large
+    return hpcbsp.BSP(bsp.comm, wait="spin", **kw)
+
+
+def test_the_outbox_says_when_a_bulk_exchange_can_carry_its_records(monkeypatch):
+    """Hand cases of :meth:`Outbox.levels` on an outbox of 3 ranks (this one is rank 1)."""
+    monkeypatch.setenv("HPCBSP_LARGE_PUT_BYTES", "64")
+    box = Outbox(3, 1)
+    big, small = np.zeros(10), np.zeros(2)
+    assert box.levels() == (Data.NONE, Extra.NONE)
+    box.add(1, outbox_module.PUT, 0, 0, 10, big)                 # a put to itself
+    assert box.levels() == (Data.NONE, Extra.OWN)
+    box.reset()
+    box.add(0, outbox_module.PUT, 0, 4, 10, big)
+    box.add(2, outbox_module.PUT, 1, 0, 10, big, borrow=True)   # hpput
+    assert box.levels() == (Data.BULK, Extra.NONE)
+    np.testing.assert_array_equal(box.heads, [[1, 4, 10], [0, 0, 0], [2, 0, 10]])
+    box.add(1, outbox_module.PUT, 0, 0, 10, big)                 # and one to itself
+    assert box.levels() == (Data.GENERAL, Extra.OWN)
+    box.reset()
+    np.testing.assert_array_equal(box.heads, np.zeros((3, 3)))
+    box.add(0, outbox_module.PUT, 0, 0, 10, big)
+    box.add(0, outbox_module.PUT, 0, 20, 10, big)                # a second one to rank 0
+    assert box.levels() == (Data.GENERAL, Extra.NONE)
+    box.reset()
+    box.add(0, outbox_module.PUT, 0, 0, 10, big)
+    box.add(2, outbox_module.PUT, 0, 0, 2, small)                # a small put travels inline
+    assert box.levels() == (Data.GENERAL, Extra.NONE)
+    box.reset()
+    box.add(0, outbox_module.PUT, 0, 0, 10, big)
+    box.add_get(1, 0, 0, 2, None)                                # a get, here from itself
+    assert box.levels() == (Data.GENERAL, Extra.GETS)
+    box.reset()
+    monkeypatch.setattr(outbox_module, "BULK_MAX", 79)           # a payload too large for one region
+    box.add(0, outbox_module.PUT, 0, 0, 10, big)
+    assert box.levels() == (Data.GENERAL, Extra.NONE)
+
+
+@mpi
+@pytest.mark.parametrize("how", ["put", "hpput"])
+def test_one_large_put_per_destination_travels_in_a_bulk_exchange(bsp, monkeypatch, how):
+    """Every rank puts a block into its own slot of every other rank, three supersteps running:
+    one bulk exchange each, and every slot holds what its source put there."""
+    paths = _spy(monkeypatch)
+    with _context(bsp, monkeypatch) as ctx:
+        p, me, n = ctx.nprocs, ctx.pid, 50
+        x = ctx.coarray(p * n, dtype=np.float64)
+        for step in range(3):
+            blocks = [np.full(n, 1000.0 * step + 10 * me + q) for q in range(p)]
+            for q in range(p):
+                if q != me:
+                    getattr(x, how)(q, blocks[q], offset=me * n)
+            ctx.sync(f"step {step}")
+            for s in range(p):
+                if s != me:
+                    np.testing.assert_array_equal(x.local[s * n:(s + 1) * n], 1000.0 * step + 10 * s + me)
+            row = ctx.ledger[-1]
+            assert (row.msgs_out, row.bytes_out) == (p - 1, 8 * n * (p - 1))
+            assert (row.msgs_in, row.bytes_in) == (p - 1, 8 * n * (p - 1))
+    assert paths == ["bulk"] * 3
+
+
+@mpi
+@pytest.mark.parametrize("own", [False, True], ids=["others only", "with the target's own records"])
+def test_overlapping_bulk_puts_land_in_ascending_source_order(bsp, monkeypatch, own):
+    """Every other rank puts a block into overlapping places of one target rank (at 3 ranks, the
+    middle one): a bulk exchange.  With ``own`` the target also puts into the same places itself
+    and gets from itself: the general exchange.  Either way the result is BSPlib's: puts applied
+    in ascending source rank (the target's own in its place among them), the get reading before
+    any put.  Oracle: the numpy model."""
+    paths = _spy(monkeypatch)
+    with _context(bsp, monkeypatch) as ctx:
+        p, me, n = ctx.nprocs, ctx.pid, 20
+        target = min(1, p - 1)
+        x = ctx.coarray(3 * p + n + 5, dtype=np.int64)
+        x.local[:] = -7
+        ctx.sync()
+        sources = [s for s in range(p) if s != target or own]
+        got = None
+        if me in sources:
+            x.put(target, np.full(n, 100 + me), offset=3 * me)
+        if own and me == target:
+            got = x.get(target, 0, 6)
+        ctx.sync()
+        if me == target:
+            model = np.full(x.local.size, -7)
+            for s in sorted(sources):
+                model[3 * s:3 * s + n] = 100 + s
+            np.testing.assert_array_equal(x.local, model)
+            if own:
+                np.testing.assert_array_equal(got.value, [-7] * 6)
+    assert paths[-1] == ("general" if own else "bulk")
+
+
+@mpi
+def test_other_supersteps_take_the_general_exchange(bsp, monkeypatch):
+    """Two large puts to one destination, or a small put beside a large one, anywhere: every rank
+    takes the general exchange, with the same values as the bulk one would give."""
+    paths = _spy(monkeypatch)
+    with _context(bsp, monkeypatch) as ctx:
+        p, me, n = ctx.nprocs, ctx.pid, 16
+        x = ctx.coarray(4 * n, dtype=np.int64)
+        right = (me + 1) % p
+        x.put(right, np.full(n, me), offset=0)
+        if me == 0:
+            x.put(right, np.full(n, 50), offset=2 * n)   # a second large put to the same rank
+        ctx.sync()
+        left = (me - 1) % p
+        np.testing.assert_array_equal(x.local[:n], left)
+        if left == 0:
+            np.testing.assert_array_equal(x.local[2 * n:3 * n], 50)
+        x.put(right, np.full(n, me + 10), offset=n)
+        if me == p - 1:
+            x.put(right, [99], offset=3 * n)                # a small put
+        ctx.sync()
+        np.testing.assert_array_equal(x.local[n:2 * n], left + 10)
+        if left == p - 1:
+            assert x.local[3 * n] == 99
+    assert paths == ["general", "general"]
+
+
+@mpi
+def test_a_context_with_a_timeout_never_takes_the_bulk_exchange(bsp, monkeypatch):
+    """Its exchange must bound every wait, which the bulk exchange's collectives cannot."""
+    paths = _spy(monkeypatch)
+    with _context(bsp, monkeypatch, timeout=60) as ctx:
+        p, me, n = ctx.nprocs, ctx.pid, 16
+        x = ctx.coarray(n, dtype=np.int64)
+        x.put((me + 1) % p, np.arange(n) + me)
+        ctx.sync()
+        np.testing.assert_array_equal(x.local, np.arange(n) + (me - 1) % p)
+    assert paths == ["general"]
+
+
+@mpi
+def test_ranks_may_mix_the_compiled_and_the_python_step_in_a_bulk_exchange(bsp, monkeypatch):
+    """Odd ranks make the control step through mpi4py, even ranks the compiled one: both read the
+    same levels, so every rank takes the bulk exchange together, and the values are right."""
+    if bsp.pid % 2:
+        monkeypatch.setenv("HPCBSP_COMPILED_SYNC", "0")
+    paths = _spy(monkeypatch)
+    with _context(bsp, monkeypatch) as ctx:
+        assert ctx.extension.compiled_sync == (ctx.pid % 2 == 0)
+        p, me, n = ctx.nprocs, ctx.pid, 24
+        x = ctx.coarray(n, dtype=np.int64)
+        for step in range(4):
+            x.put((me + 1) % p, np.arange(n) * step + me)
+            ctx.sync()
+            np.testing.assert_array_equal(x.local, np.arange(n) * step + (me - 1) % p)
+    assert paths == ["bulk"] * 4
