@@ -330,33 +330,42 @@ def allreduce_step(uintptr_t allreduce, int handle_bytes, intptr_t in_place, int
     return step
 
 
-def plain_sync(RecordStep step not None, Rows rows not None, int64_t kind, object owner, object outbox,
-               list queues not None, object method, object finish):
+cdef class Counter:
+    """A context's superstep counter, ``value``, kept in C: the compiled sync (:func:`plain_sync`)
+    reads and moves it without a Python attribute lookup, the context's ``superstep`` property
+    through this attribute."""
+
+    cdef public int64_t value
+
+
+def plain_sync(RecordStep step not None, Rows rows not None, int64_t kind, Counter counter not None,
+               object outbox, list queues not None, object method, object finish):
     """A context's ``sync`` while it is plain: the empty superstep without a Python frame.
 
     Returns a compiled function of the method's signature, ``sync(label=None, *, timeout=None,
-    _step=None)``, that stands in for the method ``sync`` of ``owner`` (a
-    :class:`hpcbsp.runtime.superstep.Supersteps`, as the instance attribute of that name) while
-    the context is open, without sync hooks or timeout, and its blocking control step ``step``
-    is compiled; the owner installs and removes it (``Supersteps._fast_sync``).  ``sync()`` or
-    ``sync(label)`` on a rank with no record pending (``outbox.nrecords == 0``) and no queue
-    (``queues`` empty) is :meth:`RecordStep.agree_row` of kind ``kind`` at ``owner.superstep``
-    and, when it returns 0 (no rank has data), ``owner.superstep += 1``: the method's own empty
-    path, the same record, agreement and ledger row, without the interpreter in between.
-    Everything else (a timeout, records pending, a queue, the step closed) is ``method(...)``,
-    the method itself; when another rank has data, or the ranks diverged, ``finish(code,
-    label)`` completes the superstep the step began.  (A function, not an object with
-    ``__call__``: its arguments are parsed without building a tuple and a dict per call.)
+    _step=None)``, that stands in for the method ``sync`` of a
+    :class:`hpcbsp.runtime.superstep.Supersteps` (as the instance attribute of that name) whose
+    superstep counter is ``counter``, while the context is open, without sync hooks or timeout,
+    and its blocking control step ``step`` is compiled; the context installs and removes it
+    (``Supersteps._fast_sync``).  ``sync()`` or ``sync(label)`` on a rank with no record pending
+    (``outbox.nrecords == 0``) and no queue (``queues`` empty) is :meth:`RecordStep.agree_row`
+    of kind ``kind`` at superstep ``counter.value`` and, when it returns 0 (no rank has data),
+    ``counter.value += 1``: the method's own empty path, the same record, agreement and ledger
+    row, without the interpreter in between.  Everything else (a timeout, records pending, a
+    queue, the step closed) is ``method(...)``, the method itself; when another rank has data,
+    or the ranks diverged, ``finish(code, label)`` completes the superstep the step began.  (A
+    function, not an object with ``__call__``: its arguments are parsed without building a
+    tuple and a dict per call.)
     """
     def sync(label=None, *, timeout=None, _step=None):
         cdef int64_t superstep
         cdef int code
         if timeout is not None or _step is not None or queues or step._mode == _CLOSED or outbox.nrecords:
             return method(label, timeout=timeout, _step=_step)
-        superstep = owner.superstep
+        superstep = counter.value
         code = step._agree_row(kind, superstep, label, rows)
         if code == 0:
-            owner.superstep = superstep + 1
+            counter.value = superstep + 1
         else:
             finish(code, label)
     return sync

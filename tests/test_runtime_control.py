@@ -12,7 +12,7 @@ import pytest
 
 import hpcbsp
 from hpcbsp import Divergence
-from hpcbsp.kernels._persistent import Rows, plain_sync
+from hpcbsp.kernels._persistent import Counter, Rows, plain_sync
 from hpcbsp.runtime import native
 from hpcbsp.runtime.native import DIVERGED, RecordStep, start_wait_loop
 
@@ -317,11 +317,11 @@ def test_a_superstep_with_only_own_records_sends_no_message(bsp, monkeypatch):
 
 # ---- the compiled sync (plain_sync's function standing for bsp.sync) ----------------------------------------
 
-class _Owner:
-    """What the compiled sync needs of a context: its superstep counter (the oracle for the counting)."""
-
-    def __init__(self) -> None:
-        self.superstep = 5
+def _counter(value: int = 5) -> Counter:
+    """A context's superstep counter, at ``value`` (the oracle for the counting)."""
+    counter = Counter()
+    counter.value = value
+    return counter
 
 
 class _Outbox:
@@ -330,7 +330,7 @@ class _Outbox:
 
 def _plain_sync(fake: _FakeMPI):
     """A compiled sync over the fake MPI with spies for the method and the finisher."""
-    owner, outbox, queues, rows = _Owner(), _Outbox(), [], Rows()
+    owner, outbox, queues, rows = _counter(), _Outbox(), [], Rows()
     calls: list[tuple] = []
 
     def method(label=None, **kwargs):
@@ -345,13 +345,13 @@ def _plain_sync(fake: _FakeMPI):
 
 def test_the_compiled_sync_is_the_empty_step_and_the_counter_when_nothing_is_pending():
     """``sync()`` and ``sync(label)`` with nothing pending: one step with the record of kind 1 at
-    the owner's superstep, one ledger row, the counter up by one, neither spy called.  Oracles:
+    the counter's superstep, one ledger row, the counter up by one, neither spy called.  Oracles:
     the hand-built record, the row's fields, the counter by hand."""
     fake = _FakeMPI()
     sync, owner, _, _, rows, calls = _plain_sync(fake)
     sync()
     sync("labelled")
-    assert owner.superstep == 7 and calls == []
+    assert owner.value == 7 and calls == []
     np.testing.assert_array_equal(fake.started[0], _record(1, 5, 0, 0, 0))
     np.testing.assert_array_equal(fake.started[1], _record(1, 6, 0, 0, 0))
     assert [row[:2] for row in rows] == [(5, None), (6, "labelled")]
@@ -377,7 +377,7 @@ def test_the_compiled_sync_hands_every_other_call_to_the_method():
                      ("method", "c", {"timeout": None, "_step": step})]
     with pytest.raises(TypeError):
         sync("d", 5.0)
-    assert fake.started == [] and owner.superstep == 5 and len(rows) == 0
+    assert fake.started == [] and owner.value == 5 and len(rows) == 0
     closed = _FakeMPI()
     step = closed.step()
     step.close()  # (its request freed)
@@ -400,7 +400,7 @@ def test_the_compiled_sync_leaves_a_superstep_with_data_or_a_divergence_to_the_f
         fake.other = other
         sync("x")
         assert calls[-1] == ("finish", code, "x")
-    assert owner.superstep == 5 and len(rows) == 0 and len(fake.started) == len(cases)
+    assert owner.value == 5 and len(rows) == 0 and len(fake.started) == len(cases)
 
 
 @mpi

@@ -35,7 +35,7 @@ from typing import Any, Callable, NamedTuple, Protocol, cast
 import numpy as np
 from mpi4py import MPI
 
-from ..kernels._persistent import plain_sync
+from ..kernels._persistent import Counter, plain_sync
 from .arena import Arena
 from .coarray import Coarray
 from .control import ControlStep, Kind
@@ -93,7 +93,7 @@ class Supersteps:
         self.comm: MPI.Comm = comm
         self.pid: int = comm.Get_rank()
         self.nprocs: int = comm.Get_size()
-        self.superstep: int = 0
+        self._count = Counter()  # the superstep counter (kept in C: the compiled sync moves it)
         self.timeout = timeout
         #: How this context's ranks wait for one another: "spin" or "yield" (agreed by all).
         self.wait = wait
@@ -128,6 +128,15 @@ class Supersteps:
         if self._outbox.arena is not None:  # (freed by _leave when the ranks leave together)
             self._life.add_close_hook(self._outbox.arena.close)
         self._fast_sync()
+
+    @property
+    def superstep(self) -> int:
+        """The number of supersteps this context has ended (the current one's index)."""
+        return self._count.value
+
+    @superstep.setter
+    def superstep(self, value: int) -> None:
+        self._count.value = value
 
     @property
     def elements_transport(self) -> str:
@@ -230,7 +239,7 @@ class Supersteps:
         if step is None or type(self).sync is not Supersteps.sync:
             self.__dict__.pop("sync", None)
             return
-        fast = plain_sync(step, self._rows, _SYNC, self, self._outbox, self._queues,
+        fast = plain_sync(step, self._rows, _SYNC, self._count, self._outbox, self._queues,
                           Supersteps.sync.__get__(self), self._finish_empty)
         fast.__doc__ = Supersteps.sync.__doc__  # help(bsp.sync) says what the method says
         self.__dict__["sync"] = fast
