@@ -83,7 +83,7 @@ class ControlStep:
 
     ``nonblocking`` selects ``Iallreduce`` (needed to make progress on FA-BSP mailboxes or to
     honour a timeout while waiting) instead of the cheaper blocking step (a persistent
-    ``Allreduce``, or a plain one before MPI-4).  It must be the same on every rank at every step
+    or a plain ``Allreduce``: :attr:`collective`).  It must be the same on every rank at every step
     (blocking, persistent and non-blocking collectives never match one another), which
     holds because it changes only at collective calls (mailbox registration) or by a setting that
     every rank shares (the context's timeout).

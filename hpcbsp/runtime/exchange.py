@@ -48,7 +48,7 @@ program order, so the last writer is well defined and results are deterministic.
 from __future__ import annotations
 
 from itertools import accumulate
-from typing import Any, Protocol, Sequence, cast
+from typing import Any, Collection, Protocol, Sequence, cast
 
 import numpy as np
 from mpi4py import MPI
@@ -422,7 +422,7 @@ def bulk_exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered]
     # (Python lists from here: at a few ranks, numpy's per-call cost would be most of the work.)
     rows = got.tolist()
     sources = [s for s in range(p) if rows[s][0]]
-    alone: Any = sources
+    alone: Collection[int] = sources
     if len(sources) > 1:  # which puts overlap another source's (per object: its id + 1)
         spans: dict[int, list[tuple[int, int, int]]] = {}
         for s in sources:
