@@ -26,7 +26,7 @@ their maxima over the ranks as ``data | gets << 2``.
 
 :meth:`RecordStep.agree_row` is the empty sync's whole step: it reads the clock before and after
 the step (``CLOCK_MONOTONIC``, the clock of Python's ``time.perf_counter`` on Linux) and, when the
-reduced record says that no rank has data or gets, appends the superstep's row to the ledger's
+reduced record says that no rank has data for another, appends the superstep's row to the ledger's
 :class:`Rows` itself.  :class:`Rows` keeps a row as two int64 and two doubles (32 bytes: its
 label as the number of a distinct label, its traffic only where it is not None), so that
 appending one costs a store, not four Python objects (a tuple, two floats, an int: about 0.2 us
@@ -287,19 +287,21 @@ cdef class RecordStep:
         return self._step(kind, step, sig, data, gets)
 
     def agree_row(self, int64_t kind, int64_t step, object label, Rows rows not None):
-        """``agree(kind, step, 0, 0, False)``, timed: when it returns 0 (no rank has data or
-        gets), ``(step, label, t_start, t_end, None)`` is appended to ``rows``, the two times read
-        just before and after the step; otherwise nothing is appended and ``t_start`` is kept in
-        :attr:`started`."""
+        """``agree(kind, step, 0, 0, 0)`` for a rank with nothing pending, timed: when no rank has
+        data for another (the reduced data field is 0: whatever the others have for themselves,
+        this rank has nothing more to do), ``(step, label, t_start, t_end, None)`` is appended to
+        ``rows``, the two times read just before and after the step, and 0 is returned;
+        otherwise nothing is appended, ``t_start`` is kept in :attr:`started`, and ``agree``'s
+        code is returned."""
         return self._agree_row(kind, step, label, rows)
 
     cdef int _agree_row(self, int64_t kind, int64_t step, object label, Rows rows) except -2:
         cdef double t0 = _now()
-        cdef int code = self._step(kind, step, 0, 0, False)
-        if code == 0:
+        cdef int code = self._step(kind, step, 0, 0, 0)
+        if code >= 0 and (code & 3) == 0:
             rows.push(step, label, t0, _now(), None)
-        else:
-            self.started = t0
+            return 0
+        self.started = t0
         return code
 
 
@@ -349,7 +351,8 @@ def plain_sync(RecordStep step not None, Rows rows not None, int64_t kind, Count
     and its blocking control step ``step`` is compiled; the context installs and removes it
     (``Supersteps._fast_sync``).  ``sync()`` or ``sync(label)`` on a rank with no record pending
     (``outbox.nrecords == 0``) and no queue (``queues`` empty) is :meth:`RecordStep.agree_row`
-    of kind ``kind`` at superstep ``counter.value`` and, when it returns 0 (no rank has data),
+    of kind ``kind`` at superstep ``counter.value`` and, when it returns 0 (no rank has data for
+    another),
     ``counter.value += 1``: the method's own empty path, the same record, agreement and ledger
     row, without the interpreter in between.  Everything else (a timeout, records pending, a
     queue, the step closed) is ``method(...)``, the method itself; when another rank has data,

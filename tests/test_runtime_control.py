@@ -131,10 +131,11 @@ def test_the_compiled_step_writes_the_record_and_reads_the_max_reduction():
 
 
 def test_the_timed_step_appends_the_row_only_when_no_rank_has_data_or_gets():
-    """``agree_row`` is ``agree(kind, step, 0, False, False)`` with the superstep's ledger row:
-    appended, with times on ``time.perf_counter``'s clock (the oracle: reads of it around the
-    call), when the reduced record has no data and no gets; otherwise nothing is appended and
-    the start time is kept."""
+    """``agree_row`` is ``agree(kind, step, 0, 0, 0)`` with the superstep's ledger row: appended,
+    with times on ``time.perf_counter``'s clock (the oracle: reads of it around the call), and 0
+    returned, when the reduced record has no data for another rank (whatever other ranks have
+    for themselves, gets from themselves included); otherwise nothing is appended, the start
+    time is kept and the code returned."""
     fake = _FakeMPI()
     step = fake.step()
     rows = Rows()
@@ -144,13 +145,17 @@ def test_the_timed_step_appends_the_row_only_when_no_rank_has_data_or_gets():
     np.testing.assert_array_equal(fake.started[-1], _record(1, 7, 0, 0, 0))  # no data, no gets, sig 0
     assert len(rows) == 1 and rows[0][:2] == (7, "label") and rows[0][4] is None
     assert before <= rows[0][2] <= rows[0][3] <= after
-    for other, code in ((_record(1, 8, 0, 1, 0), 1), (_record(1, 8, 0, 0, 2), 8), (_record(1, 8, 0, 2, 1), 6),
-                        (_record(2, 8, 0, 0, 0), DIVERGED), (_record(1, 9, 0, 0, 0), DIVERGED)):
-        fake.other = other  # another rank has data, gets, or is elsewhere
+    for step_no, own in ((8, 1), (9, 2)):  # another rank has records for itself, or gets from itself
+        fake.other = _record(1, step_no, 0, 0, own)
+        assert step.agree_row(1, step_no, "own", rows) == 0 and rows[-1][:2] == (step_no, "own")
+    assert len(rows) == 3
+    for other, code in ((_record(1, 10, 0, 1, 0), 1), (_record(1, 10, 0, 2, 1), 6), (_record(1, 10, 0, 2, 2), 10),
+                        (_record(2, 10, 0, 0, 0), DIVERGED), (_record(1, 11, 0, 0, 0), DIVERGED)):
+        fake.other = other  # another rank has data for another, or is elsewhere
         before = time.perf_counter()
-        assert step.agree_row(1, 8, None, rows) == code
+        assert step.agree_row(1, 10, None, rows) == code
         assert before <= step.started <= time.perf_counter()
-        assert len(rows) == 1  # nothing appended: the caller delivers, then records the row
+        assert len(rows) == 3  # nothing appended: the caller delivers, then records the row
     with pytest.raises(TypeError):
         step.agree_row(1, 0, None, [])  # the rows must be the ledger's store
 
@@ -354,7 +359,10 @@ def test_the_compiled_sync_is_the_empty_step_and_the_counter_when_nothing_is_pen
     assert owner.value == 7 and calls == []
     np.testing.assert_array_equal(fake.started[0], _record(1, 5, 0, 0, 0))
     np.testing.assert_array_equal(fake.started[1], _record(1, 6, 0, 0, 0))
-    assert [row[:2] for row in rows] == [(5, None), (6, "labelled")]
+    fake.other = _record(1, 7, 0, 0, 1)  # another rank has records for itself only: nothing to do here
+    sync("own")
+    assert owner.value == 8 and calls == []
+    assert [row[:2] for row in rows] == [(5, None), (6, "labelled"), (7, "own")]
 
 
 def test_the_compiled_sync_hands_every_other_call_to_the_method():
@@ -389,12 +397,13 @@ def test_the_compiled_sync_hands_every_other_call_to_the_method():
 
 
 def test_the_compiled_sync_leaves_a_superstep_with_data_or_a_divergence_to_the_finisher():
-    """Another rank has data (the code is its level: 1 or 2), records for itself (4), gets (8), or is
-    elsewhere (DIVERGED): the step ran, no row was appended and the counter is the finisher's to
-    move; the finisher gets the code."""
+    """Another rank has data for another (the code is the level, 1 or 2, with the others'
+    extras), or is elsewhere (DIVERGED): the step ran, no row was appended and the counter is
+    the finisher's to move; the finisher gets the code.  (Another rank's records for itself
+    alone leave this rank nothing to do: the first test's case.)"""
     fake = _FakeMPI()
     sync, owner, _, _, rows, calls = _plain_sync(fake)
-    cases = ((_record(1, 5, 0, 1, 0), 1), (_record(1, 5, 0, 0, 1), 4), (_record(1, 5, 0, 2, 2), 10),
+    cases = ((_record(1, 5, 0, 1, 0), 1), (_record(1, 5, 0, 2, 1), 6), (_record(1, 5, 0, 2, 2), 10),
              (_record(2, 5, 0, 0, 0), DIVERGED))
     for other, code in cases:
         fake.other = other
