@@ -188,3 +188,26 @@ def test_ranks_may_mix_the_compiled_and_the_python_step_in_a_bulk_exchange(bsp, 
             ctx.sync()
             np.testing.assert_array_equal(x.local, np.arange(n) * step + (me - 1) % p)
     assert paths == ["bulk"] * 4
+
+
+@mpi
+def test_a_bulk_exchange_stages_regions_that_lie_too_far_apart(bsp, monkeypatch):
+    """As if each side's regions lay more than 2 GiB apart (at 3 ranks each side has two): they
+    travel through one staging buffer each way, and every slot holds what its source put."""
+    import hpcbsp.runtime.exchange as exchange
+
+    monkeypatch.setattr(exchange, "_SPAN", 0)
+    paths = _spy(monkeypatch)
+    with _context(bsp, monkeypatch) as ctx:
+        p, me, n = ctx.nprocs, ctx.pid, 40
+        x = ctx.coarray(p * n, dtype=np.int32)
+        y = ctx.coarray(p * n, dtype=np.int32)  # the destinations' regions in two arrays
+        for q in range(p):
+            if q != me:
+                (x if q % 2 else y).put(q, np.arange(n, dtype=np.int32) + 100 * me + q, offset=me * n)
+        ctx.sync()
+        for s in range(p):
+            if s != me:
+                got = (x if me % 2 else y).local[s * n:(s + 1) * n]
+                np.testing.assert_array_equal(got, np.arange(n) + 100 * s + me)
+    assert paths == ["bulk"]

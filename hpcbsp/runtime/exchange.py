@@ -360,19 +360,25 @@ def _alltoallv_rounds(comm: MPI.Comm, rounds: int, outbox: Outbox, incoming: lis
     for src, where in incoming:
         into[src].append(where)
     for k in range(rounds):
-        out = [arrs[k] if d != me and k < len(arrs) else None for d, arrs in enumerate(outbox.large)]
-        back = [dests[k] if k < len(dests) else None for dests in into]
-        sbuf, scounts, sdispls, staged = _regions(out)
-        if staged is not None:
-            for a, at in zip(out, sdispls):
-                if a is not None and a.nbytes:
-                    staged[at:at + a.nbytes] = a
-        rbuf, rcounts, rdispls, landed = _regions(back)
-        comm.Alltoallv([sbuf, (scounts, sdispls), MPI.BYTE], [rbuf, (rcounts, rdispls), MPI.BYTE])
-        if landed is not None:
-            for a, at in zip(back, rdispls):
-                if a is not None and a.nbytes:
-                    a[...] = landed[at:at + a.nbytes]
+        _alltoallv(comm, [arrs[k] if d != me and k < len(arrs) else None for d, arrs in enumerate(outbox.large)],
+                   [dests[k] if k < len(dests) else None for dests in into])
+
+
+def _alltoallv(comm: MPI.Comm, out: list[np.ndarray | None], back: list[np.ndarray | None]) -> None:
+    """One ``Alltoallv`` (collective) that sends ``out[d]`` to rank ``d`` and receives from rank
+    ``s`` into ``back[s]`` (uint8 arrays, None for nothing), each side as :func:`_regions` lays
+    it out (staged through one buffer only where its regions lie too far apart)."""
+    sbuf, scounts, sdispls, staged = _regions(out)
+    if staged is not None:
+        for a, at in zip(out, sdispls):
+            if a is not None and a.nbytes:
+                staged[at:at + a.nbytes] = a
+    rbuf, rcounts, rdispls, landed = _regions(back)
+    comm.Alltoallv([sbuf, (scounts, sdispls), MPI.BYTE], [rbuf, (rcounts, rdispls), MPI.BYTE])
+    if landed is not None:
+        for a, at in zip(back, rdispls):
+            if a is not None and a.nbytes:
+                a[...] = landed[at:at + a.nbytes]
 
 
 def _isolated_large_puts(data: list, registry: Sequence[Registered]) -> set[int]:
@@ -442,18 +448,7 @@ def bulk_exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered]
             back[s] = tmp.view(np.uint8)
         traffic.bytes_in += cnt * target.itemsize
     traffic.msgs_in += len(sources)
-    out = [arrs[0] if arrs and d != me else None for d, arrs in enumerate(outbox.large)]
-    sbuf, scounts, sdispls, staged = _regions(out)
-    if staged is not None:
-        for a, at in zip(out, sdispls):
-            if a is not None and a.nbytes:
-                staged[at:at + a.nbytes] = a
-    rbuf, rcounts, rdispls, landed = _regions(back)
-    comm.Alltoallv([sbuf, (scounts, sdispls), MPI.BYTE], [rbuf, (rcounts, rdispls), MPI.BYTE])
-    if landed is not None:
-        for a, at in zip(back, rdispls):
-            if a is not None and a.nbytes:
-                a[...] = landed[at:at + a.nbytes]
+    _alltoallv(comm, [arrs[0] if arrs and d != me else None for d, arrs in enumerate(outbox.large)], back)
     for target, off, values in later:
         target._write(off, values)
     return traffic
