@@ -61,6 +61,11 @@ def test_the_sync_bench_runs_on_two_ranks_with_its_fine_grained_rows():
     assert ratio_of(ratio, a2a, put, 0.01), (put, a2a, ratio)
     median, low, high = figures(rf"the same ratio within each round .*?: median {NUM}x, {NUM}-{NUM} over the rounds", out)
     assert low <= median <= high, (low, median, high)
+    # 0.25 MiB over one other rank: each small put is 64 KiB; the fixed cost is the difference
+    small_put, small_a2a = figures(rf"hpput of 64 KiB to every other rank \+ sync \(the bulk exchange\) +{NUM} us +"
+                                   rf"a bare Alltoallv of the same bytes +{NUM} us", out)
+    fixed = float(re.search(rf"the superstep's fixed cost {NUM} us", out).group(1))
+    assert abs(fixed - (small_put - small_a2a)) <= 0.11, (small_put, small_a2a, fixed)
     # 0.25 MiB of 8-byte words, as single-element puts: the median over the rounds lies in their range
     elements, median, low, high = figures(
         rf"32,768 single-word puts to random ranks and offsets, one put_elements call +{NUM} ms = "

@@ -7,7 +7,9 @@ shared machines are noisy. Put throughput: every rank sends M MiB in total, spli
 other ranks, as one put per destination, and the sync delivers it; the baseline packs the same
 bytes into one send buffer and calls one ``Alltoallv`` into a receive buffer.  The put, the
 baseline, ``hpput`` and the baseline again take turns in rounds of their own, so that each side
-follows the other, not a third measurement.
+follows the other, not a third measurement.  A small superstep's fixed cost: an ``hpput`` of 64
+KiB to every other rank and its sync (one large put per destination: the bulk exchange,
+:func:`hpcbsp.runtime.exchange.bulk_exchange`) against a bare ``Alltoallv`` of the same bytes.
 
 Fine-grained puts: the same number of 8-byte words sent as single-element puts to random ranks
 (other than the sender) and random offsets, as one ``put_elements`` call, against the vectorised
@@ -42,6 +44,9 @@ import hpcbsp
 from hpcbsp.kernels import elements
 from hpcbsp.runtime.native import compiled_allreduce_step, compiled_call, compiled_loop, why_not_compiled
 from hpcbsp.util.args import OneLineParser, add_iters, add_repeats, positive_float
+
+#: The bytes of each put of the small superstep (its fixed cost: the bulk exchange's).
+SMALL_BYTES = 64 * 1024
 
 
 def _time(fn, iters: int, comm: MPI.Comm) -> float:
@@ -147,7 +152,7 @@ def bench(bsp: "hpcbsp.BSP", iters: int, mib: float, rounds: int) -> dict[str, f
             if loops.get(b) is not None:
                 allreduce[f"{b}_c"].append(_time(lambda b=b: loops[b](iters), 1, comm) / iters)
         if blocking_step is not None:
-            allreduce["record_blocking"].append(_time(lambda: blocking_step.agree(1, 0, 0, False, False), iters, comm))
+            allreduce["record_blocking"].append(_time(lambda: blocking_step.agree(1, 0, 0, 0, 0), iters, comm))
     for req in requests.values():
         req.Free()
     if blocking_step is not None:
@@ -179,6 +184,24 @@ def bench(bsp: "hpcbsp.BSP", iters: int, mib: float, rounds: int) -> dict[str, f
     def alltoallv() -> None:
         sendbuf[:] = src  # packing the same bytes into one send buffer
         comm.Alltoallv([sendbuf, (counts, displs), MPI.DOUBLE], [recvbuf, (counts, displs), MPI.DOUBLE])
+
+    # A small superstep's fixed cost: 64 KiB hpput to every other rank (the bulk exchange: one
+    # large put per destination) against a bare Alltoallv of the same bytes, no pack on either side.
+    small = min(SMALL_BYTES // 8, per_dest)
+    small_counts = np.array([0 if q == me else small for q in range(p)], dtype=np.int64)
+    small_displs = np.concatenate([[0], np.cumsum(small_counts)[:-1]])
+    small_src = np.ascontiguousarray(src[:small])
+    small_send = np.tile(small_src, max(len(others), 1))  # the same bytes for every destination
+    small_recv = np.empty(small * max(len(others), 1))
+
+    def bsp_hpput_small() -> None:
+        for q in others:
+            target.hpput(q, small_src, offset=slot[q] * per_dest)
+        bsp.sync("hpput small")
+
+    def alltoallv_small() -> None:
+        comm.Alltoallv([small_send, (small_counts, small_displs), MPI.DOUBLE],
+                       [small_recv, (small_counts, small_displs), MPI.DOUBLE])
 
     # The same number of 8-byte words as single-element puts to random ranks and offsets: one
     # put_elements call (the batched path), and a sample of one put call per word.
@@ -236,6 +259,7 @@ def bench(bsp: "hpcbsp.BSP", iters: int, mib: float, rounds: int) -> dict[str, f
 
     put_iters = max(3, iters // 200)
     puts, hpputs, a2a, a2a_h, elems, singles, vector_puts = [], [], [], [], [], [], []
+    small_puts, small_a2a = [], []
     floor: dict[str, list[float]] = {"read": [], "move": [], "scatter": []}
     # The put and hpput against their baseline, in rounds of put, pack + Alltoallv, hpput, pack +
     # Alltoallv: each follows the baseline and the baseline follows it, so that neither side
@@ -246,6 +270,11 @@ def bench(bsp: "hpcbsp.BSP", iters: int, mib: float, rounds: int) -> dict[str, f
         a2a.append(_time(alltoallv, put_iters, comm))
         hpputs.append(_time(bsp_hpput, put_iters, comm))
         a2a_h.append(_time(alltoallv, put_iters, comm))
+    # The small superstep against its bare Alltoallv, alternating.
+    small_iters = max(10, iters // 10)
+    for _ in range(rounds):
+        small_puts.append(_time(bsp_hpput_small, small_iters, comm))
+        small_a2a.append(_time(alltoallv_small, small_iters, comm))
     # The element puts against vectorised puts, and the floor of a random scatter, in rounds of
     # their own.
     for _ in range(rounds):
@@ -299,6 +328,7 @@ def bench(bsp: "hpcbsp.BSP", iters: int, mib: float, rounds: int) -> dict[str, f
             **{f"{key}_us": 1e6 * med(v) if v else float("nan") for key, v in allreduce.items()},
             "put_s": med(puts), "hpput_s": med(hpputs), "alltoallv_s": med(a2a), "alltoallv_h_s": med(a2a_h),
             "vector_put_s": med(vector_puts), "bytes": nbytes,
+            "small_bytes": 8 * small, "small_put_s": med(small_puts), "small_alltoallv_s": med(small_a2a),
             "elements_s": med(elems), "elements_transport": transport,
             "singles_s": med(singles) if singles else float("nan"), "words": words,
             "elements_ratios": [e / q for e, q in zip(elems, vector_puts)],
@@ -373,6 +403,11 @@ def main(argv: list[str]) -> int:
         print(f"hpput (unbuffered) {1e3 * r['hpput_s']:8.2f} ms ({gbs(r['hpput_s']):.2f} GB/s)   "
               f"throughput ratio = {r['alltoallv_h_s'] / r['hpput_s']:.2f}x of pack+Alltoallv "
               f"({1e3 * r['alltoallv_h_s']:.2f} ms, timed after it)")
+        if p > 1:
+            fixed = r["small_put_s"] - r["small_alltoallv_s"]
+            print(f"hpput of {r['small_bytes'] / 1024:g} KiB to every other rank + sync (the bulk exchange) "
+                  f"{1e6 * r['small_put_s']:8.1f} us   a bare Alltoallv of the same bytes "
+                  f"{1e6 * r['small_alltoallv_s']:8.1f} us   the superstep's fixed cost {1e6 * fixed:.1f} us")
         if r['words']:  # one rank alone sends nothing
             er, fr, fp = r["elements_ratios"], r["floor_ratios"], r["floor_parts_s"]
             print(f"{r['words']:,} single-word puts to random ranks and offsets, one put_elements call "
