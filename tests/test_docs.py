@@ -22,8 +22,9 @@ A block that is not to run as such says so in an HTML comment on the line(s) abo
                                           (``.ci/run`` starts one), otherwise skipped with why
     <!-- doc-test: timeout S -->          seconds this block may take (default 180)
 
-Blocks with another info string (``text`` for program output or a file tree, ``json``, ...) are
-not commands; a block without an info string fails :func:`test_every_block_is_run_or_marked`,
+Blocks with another info string (``text`` for program output or a file tree, ``json``, ``c``
+for a C source a documented command builds, ...) are not commands; a block without an info
+string fails :func:`test_every_block_is_run_or_marked`,
 which also checks every marker.  Inline commands in the prose are not run.
 """
 from __future__ import annotations
@@ -49,7 +50,7 @@ DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 VENV_BIN = Path(sys.executable).parent
 
 RUNNABLE = {"bash": "shell", "sh": "shell", "shell": "shell", "python": "python"}
-NOT_COMMANDS = {"text", "json", "csv", "toml", "yaml", "ini", "diff"}
+NOT_COMMANDS = {"text", "json", "csv", "toml", "yaml", "ini", "diff", "c"}  # output, files, C source
 DEFAULT_TIMEOUT = 180.0
 
 
@@ -151,7 +152,7 @@ def test_every_block_is_run_or_marked():
                             "or ```text for output and file trees")
         elif block.lang not in RUNNABLE and block.lang not in NOT_COMMANDS:
             problems.append(f"{block.where}: info string {block.lang!r} is neither a command "
-                            f"({', '.join(RUNNABLE)}) nor known as output ({', '.join(sorted(NOT_COMMANDS))})")
+                            f"({', '.join(RUNNABLE)}) nor known as output or a listing ({', '.join(sorted(NOT_COMMANDS))})")
         problems += _marker_problems(block)
         name = block.marker("file")
         if name:
