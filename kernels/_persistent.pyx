@@ -22,7 +22,8 @@ step's persistent ``MPI_Allreduce_init(MAX)`` request, or ``MPI_Allreduce`` and 
 field ``i`` agrees on every rank exactly when ``r[i] + r[i + 5] == 0``.  ``data`` and ``gets`` are
 levels from 0 to 3 (what a rank has to move, the caller's business:
 :class:`hpcbsp.runtime.outbox.Data` and :class:`~hpcbsp.runtime.outbox.Extra`); the step returns
-their maxima over the ranks as ``data | gets << 2``.
+their maxima over the ranks as ``data | gets << 2``, with 16 added where every rank gave the same
+``data`` (its maximum is its minimum).
 
 :meth:`RecordStep.agree_row` is the empty sync's whole step: it reads the clock before and after
 the step (``CLOCK_MONOTONIC``, the clock of Python's ``time.perf_counter`` on Linux) and, when the
@@ -277,11 +278,12 @@ cdef class RecordStep:
             raise self._error(code)
         if r[0] + r[5] or r[1] + r[6] or r[2] + r[7]:
             return DIVERGED
-        return <int>((r[3] & 3) | (r[4] & 3) << 2)
+        return <int>((r[3] & 3) | (r[4] & 3) << 2 | (r[3] + r[8] == 0) << 4)
 
     def agree(self, int64_t kind, int64_t step, int64_t sig, int64_t data, int64_t gets):
         """Reduce the record; return ``data | gets << 2`` as reduced by MAX (each a level from 0
-        to 3, the caller's business), or ``DIVERGED``."""
+        to 3, the caller's business), plus 16 where every rank gave the same ``data``; or
+        ``DIVERGED``."""
         if not (0 <= data <= 3 and 0 <= gets <= 3):
             raise ValueError(f"RecordStep.agree: data and gets are levels from 0 to 3, not {data} and {gets}")
         return self._step(kind, step, sig, data, gets)

@@ -1,9 +1,10 @@
 """The bulk exchange: a superstep whose records for other ranks are all large puts, at most one
 per destination, travels in one ``Alltoall`` of heads and one ``Alltoallv`` (``exchange.
-bulk_exchange``); every other superstep in the general exchange.  Oracles: the rank arithmetic,
-a numpy model of BSPlib's order (puts applied in ascending source rank, gets read before any
-put lands), and a spy on which exchange ran.  Serially for the outbox's levels; under
-``mpiexec -n 2`` and ``-n 3`` for the rest.
+bulk_exchange``), and in the ``Alltoallv`` alone where every rank's puts go where they went in
+the last bulk exchange; every other superstep in the general exchange.  Oracles: the rank
+arithmetic, a numpy model of BSPlib's order (puts applied in ascending source rank, gets read
+before any put lands), a model of the levels each rank offers, and a spy on which exchange ran.
+Serially for the outbox's levels; under ``mpiexec -n 2`` and ``-n 3`` for the rest.
 """
 from __future__ import annotations
 
@@ -18,14 +19,15 @@ mpi = pytest.mark.mpi(min_size=2)
 
 
 def _spy(monkeypatch) -> list[str]:
-    """Which exchange each superstep with data took: "bulk", "general" or "local"."""
+    """Which exchange each superstep with data took: "bulk", "repeat" (a bulk exchange without
+    its ``Alltoall``), "general" or "local"."""
     import hpcbsp.runtime.superstep as superstep
 
     paths: list[str] = []
     bulk, general = superstep.bulk_exchange, superstep.exchange
 
     def spy_bulk(*args, **kw):
-        paths.append("bulk")
+        paths.append("repeat" if kw.get("repeat") else "bulk")
         return bulk(*args, **kw)
 
     def spy_general(*args, local=False, **kw):
@@ -76,6 +78,41 @@ def test_the_outbox_says_when_a_bulk_exchange_can_carry_its_records(monkeypatch)
     assert box.levels() == (Data.GENERAL, Extra.NONE)
 
 
+def test_the_outbox_offers_to_repeat_the_last_bulk_exchange_only_with_the_same_heads(monkeypatch):
+    """:attr:`Data.REPEAT` where this superstep's heads are the last bulk exchange's (as
+    :meth:`Outbox.remember` kept them), :attr:`Data.BULK` where any differs, is missing or is
+    new; :func:`outbox.agreed` grants the repeat only where every rank offered it.  Hand cases."""
+    monkeypatch.setenv("HPCBSP_LARGE_PUT_BYTES", "64")
+    box = Outbox(3, 1)
+    big = np.zeros(10)
+
+    def puts(*heads):  # (dest, object, offset) with 10 elements each
+        box.reset()
+        for dest, obj, offset in heads:
+            box.add(dest, outbox_module.PUT, obj, offset, 10, big)
+        return box.levels()
+
+    assert puts((0, 0, 4), (2, 1, 0)) == (Data.BULK, Extra.NONE)  # nothing learnt yet
+    box.remember([[1, 0, 10], [0, 0, 0], [0, 0, 0]])
+    assert box.sent == [(1, 4, 10), None, (2, 0, 10)] and box.received[0] == [1, 0, 10]
+    assert puts((0, 0, 4), (2, 1, 0)) == (Data.REPEAT, Extra.NONE)
+    assert puts((2, 1, 0), (0, 0, 4)) == (Data.REPEAT, Extra.NONE)  # in another order
+    assert puts((0, 0, 5), (2, 1, 0)) == (Data.BULK, Extra.NONE)    # another offset
+    assert puts((0, 1, 4), (2, 1, 0)) == (Data.BULK, Extra.NONE)    # another object
+    assert puts((0, 0, 4),) == (Data.BULK, Extra.NONE)              # one destination fewer
+    assert puts() == (Data.NONE, Extra.NONE)                        # nothing: cannot vouch
+    box.reset()
+    box.add(0, outbox_module.PUT, 0, 4, 12, np.zeros(12))            # another count
+    box.add(2, outbox_module.PUT, 1, 0, 10, big)
+    assert box.levels() == (Data.BULK, Extra.NONE)
+    uniform = outbox_module.UNIFORM
+    assert outbox_module.agreed(Data.REPEAT | uniform) == (Data.REPEAT, Extra.NONE)
+    assert outbox_module.agreed(Data.REPEAT) == (Data.BULK, Extra.NONE)  # some rank offered less
+    assert outbox_module.agreed(Data.BULK | Extra.GETS << 2) == (Data.BULK, Extra.GETS)
+    assert outbox_module.agreed(Data.GENERAL | Extra.OWN << 2 | uniform) == (Data.GENERAL, Extra.OWN)
+    assert outbox_module.agreed(uniform) == (Data.NONE, Extra.NONE)
+
+
 @mpi
 @pytest.mark.parametrize("how", ["put", "hpput"])
 def test_one_large_put_per_destination_travels_in_a_bulk_exchange(bsp, monkeypatch, how):
@@ -97,7 +134,7 @@ def test_one_large_put_per_destination_travels_in_a_bulk_exchange(bsp, monkeypat
             row = ctx.ledger[-1]
             assert (row.msgs_out, row.bytes_out) == (p - 1, 8 * n * (p - 1))
             assert (row.msgs_in, row.bytes_in) == (p - 1, 8 * n * (p - 1))
-    assert paths == ["bulk"] * 3
+    assert paths == ["bulk", "repeat", "repeat"]  # the same places each time: learnt once
 
 
 @mpi
@@ -175,7 +212,8 @@ def test_a_context_with_a_timeout_never_takes_the_bulk_exchange(bsp, monkeypatch
 @mpi
 def test_ranks_may_mix_the_compiled_and_the_python_step_in_a_bulk_exchange(bsp, monkeypatch):
     """Odd ranks make the control step through mpi4py, even ranks the compiled one: both read the
-    same levels, so every rank takes the bulk exchange together, and the values are right."""
+    same levels, so every rank takes the bulk exchange together (then its repeats, the places
+    unchanged), and the values are right."""
     if bsp.pid % 2:
         monkeypatch.setenv("HPCBSP_COMPILED_SYNC", "0")
     paths = _spy(monkeypatch)
@@ -187,7 +225,7 @@ def test_ranks_may_mix_the_compiled_and_the_python_step_in_a_bulk_exchange(bsp, 
             x.put((me + 1) % p, np.arange(n) * step + me)
             ctx.sync()
             np.testing.assert_array_equal(x.local, np.arange(n) * step + (me - 1) % p)
-    assert paths == ["bulk"] * 4
+    assert paths == ["bulk"] + ["repeat"] * 3
 
 
 @mpi
@@ -211,3 +249,44 @@ def test_a_bulk_exchange_stages_regions_that_lie_too_far_apart(bsp, monkeypatch)
                 got = (x if me % 2 else y).local[s * n:(s + 1) * n]
                 np.testing.assert_array_equal(got, np.arange(n) + 100 * s + me)
     assert paths == ["bulk"]
+
+
+@mpi
+def test_a_repeated_bulk_exchange_skips_its_alltoall_only_where_every_rank_repeats(bsp, monkeypatch):
+    """Supersteps of large puts whose places change now and then: one rank moves its puts, the
+    last rank falls silent (it cannot vouch that nothing comes from it), a general superstep
+    comes between.  Every superstep lands what a numpy model of the puts says, and takes the
+    exchange a model of the levels says: the ``Alltoall`` is skipped exactly where every rank
+    puts where it put in the last bulk exchange."""
+    paths = _spy(monkeypatch)
+    with _context(bsp, monkeypatch) as ctx:
+        p, me, n = ctx.nprocs, ctx.pid, 16
+        x = ctx.coarray(2 * p * n, dtype=np.float64)
+        # Per superstep, (rank, shift) -> where that rank puts: None for no puts, else its slot
+        # shifted by `shift` blocks; "small" for a general superstep (one small put each).
+        plan = [0, 0, {0: p}, {0: p}, {p - 1: None}, {p - 1: None}, "small", {p - 1: None}, 0, 0]
+        sent: dict[int, dict[int, int]] | None = None  # the last bulk exchange's places, per rank
+        expected = []
+        for step, shape in enumerate(plan):
+            model = x.local.copy()
+            places: dict[int, dict[int, int]] = {}
+            for r in range(p):
+                shift = shape.get(r, 0) if isinstance(shape, dict) else 0
+                places[r] = {} if shift is None else {q: (r + shift) * n for q in range(p) if q != r}
+            if shape == "small":
+                x.put((me + 1) % p, np.array([float(step)]), offset=2 * p * n - 1)
+                model[-1] = step
+                expected.append("general")
+            else:
+                for q, at in places[me].items():
+                    x.put(q, np.full(n, 1000.0 * step + 10 * me + q), offset=at)
+                for s in range(p):
+                    if me in places[s]:
+                        model[places[s][me]:places[s][me] + n] = 1000.0 * step + 10 * s + me
+                repeat = sent is not None and all(places[r] and places[r] == sent[r] for r in range(p))
+                expected.append("repeat" if repeat else "bulk")
+                sent = places
+            ctx.sync()
+            np.testing.assert_array_equal(x.local, model, err_msg=f"superstep {step}")
+    assert paths == expected
+    assert "repeat" in expected and expected.count("bulk") >= 4  # (the plan's own check)

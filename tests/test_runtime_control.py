@@ -110,18 +110,22 @@ def _record(kind, step, sig, data, gets):
 
 def test_the_compiled_step_writes_the_record_and_reads_the_max_reduction():
     """The data and gets fields are levels from 0 to 3 and come back as the maxima over the ranks,
-    data in the low two bits, gets in the next two.  Oracle: hand-built records, numpy's maximum."""
+    data in the low two bits, gets in the next two, and 16 where every rank gave the same data
+    level.  Oracle: hand-built records, numpy's maximum."""
     fake = _FakeMPI()
     step = fake.step()
-    assert step.agree(1, 7, 42, 1, 0) == 1                       # alone: its own levels
+    assert step.agree(1, 7, 42, 1, 0) == 1 | 16                  # alone: its own levels, uniform
     np.testing.assert_array_equal(fake.started[-1], _record(1, 7, 42, 1, 0))
     assert fake.requests == [0x5EED] and fake.waits == 1         # the request handed over, as given
     fake.other = _record(1, 7, 42, 0, 2)                        # another rank has gets
-    assert step.agree(1, 7, 42, 0, 0) == 2 << 2
-    assert step.agree(1, 7, 42, 2, 1) == 2 | 2 << 2
+    assert step.agree(1, 7, 42, 0, 0) == 2 << 2 | 16
+    assert step.agree(1, 7, 42, 2, 1) == 2 | 2 << 2             # data 2 here, 0 there: not uniform
     np.testing.assert_array_equal(fake.started[-1], _record(1, 7, 42, 2, 1))
     fake.other = _record(1, 7, 42, 3, 0)                        # another rank's data level is higher
     assert step.agree(1, 7, 42, 2, 1) == 3 | 1 << 2
+    assert step.agree(1, 7, 42, 3, 1) == 3 | 1 << 2 | 16         # the same data level on both
+    fake.other = _record(1, 7, 42, 1, 3)                        # a lower one there: not uniform
+    assert step.agree(1, 7, 42, 3, 0) == 3 | 3 << 2
     for data, gets in ((4, 0), (0, 4), (-1, 0)):
         with pytest.raises(ValueError, match="levels from 0 to 3"):
             step.agree(1, 7, 42, data, gets)
@@ -560,7 +564,7 @@ def test_the_blocking_step_calls_allreduce_with_the_handles_and_reads_the_max(wi
     in_place, datatype, op, comm = handles
     step = fake.step(in_place, datatype, op, comm)
     assert step.collective == "blocking"
-    assert step.agree(1, 7, 42, 1, 0) == 1
+    assert step.agree(1, 7, 42, 1, 0) == 1 | 16                  # alone: uniform
     np.testing.assert_array_equal(fake.sent[-1], _record(1, 7, 42, 1, 0))
     sendbuf, recvbuf, count, *rest = fake.calls[-1]
     as_c = ctypes.c_int if width == 4 else ctypes.c_void_p     # the oracle: ctypes' own conversion
@@ -568,18 +572,19 @@ def test_the_blocking_step_calls_allreduce_with_the_handles_and_reads_the_max(wi
     assert recvbuf == fake.address() and count == 10
     assert rest == [as_c(h).value for h in (datatype, op, comm)]
     fake.other = _record(1, 7, 42, 0, 1)
-    assert step.agree(1, 7, 42, 0, 0) == 1 << 2
+    assert step.agree(1, 7, 42, 0, 0) == 1 << 2 | 16
+    assert step.agree(1, 7, 42, 1, 0) == 1 | 1 << 2             # data 1 here, 0 there
     fake.other = _record(1, 8, 42, 0, 0)
     assert step.agree(1, 7, 42, False, False) == DIVERGED
     rows = Rows()
     fake.other = None
     assert step.agree_row(1, 9, "empty", rows) == 0 and rows[-1][:2] == (9, "empty")
-    assert len(fake.calls) == 4
+    assert len(fake.calls) == 5
     step.close()
     assert step.collective == "closed"
     with pytest.raises(ValueError, match="closed"):
         step.agree(1, 0, 0, False, False)
-    assert len(fake.calls) == 4
+    assert len(fake.calls) == 5
 
 
 def test_the_blocking_step_raises_the_mpi_error_and_refuses_bad_arguments():
@@ -608,7 +613,7 @@ def test_the_real_blocking_step_agrees_with_mpi4pys_allreduce():
     step = native.compiled_allreduce_step(comm, record)
     try:
         assert step is not None and step.collective == "blocking"
-        assert step.agree(3, 11, 5, 2, 2) == 2 | 2 << 2
+        assert step.agree(3, 11, 5, 2, 2) == 2 | 2 << 2 | 16        # one rank: uniform
         oracle = _record(3, 11, 5, 2, 2)
         comm.Allreduce(MPI.IN_PLACE, oracle, MPI.MAX)
         np.testing.assert_array_equal(np.frombuffer(record, np.int64), oracle)

@@ -20,10 +20,11 @@ window is freed when the ranks leave the context together (``BSP.close``, bounde
 grace); after a failure it is left to the end of the process.
 
 Reuse: each rank's segment has two halves, and packing alternates between them at the end of
-each of its exchanges.  The half written in one superstep is read during that superstep's
-exchange; this rank writes it again only two exchanges later, after a control step that every
-rank entered after finishing that exchange (every superstep starts with one), so no reader can
-still be at it.
+each superstep that packed (asked the arena for room).  The half written in one superstep is
+read during that superstep's exchange; this rank writes it again only after another superstep
+that packed, after a control step that every rank entered after finishing that exchange (every
+superstep starts with one), so no reader can still be at it.  (A superstep that packed nothing
+leaves the half as it was: no reader is at it.)
 
 Memory model: every rank holds the window's passive-target lock (``Lock_all``) while it exists,
 and ``Win.Sync`` orders the sender's stores before the headers go and the receiver's loads after
@@ -143,7 +144,8 @@ class Arena:
             self._win.Sync()
 
     def end_superstep(self) -> None:
-        """This rank's exchange is over: the next superstep packs into the other half."""
+        """This rank's exchange of a superstep that asked for room is over: the next superstep
+        packs into the other half (the outbox calls it only then)."""
         self._half ^= 1
         self._used = self._asked = 0
 

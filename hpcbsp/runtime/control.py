@@ -5,7 +5,7 @@ Every operation that involves all ranks of a BSP context (``sync``, registration
 an ``Allreduce(MAX)`` of a few int64 words holding what this rank is doing (``kind``), its
 superstep, a signature of the operation's arguments, and what it has to move (levels of
 :class:`~.outbox.Data` and :class:`~.outbox.Extra`: the maximum over the ranks says how the
-superstep's data travel).  Because
+superstep's data travel, and whether all ranks gave the same data level: :func:`~.outbox.agreed`).  Because
 every rank enters the same collective whatever it is doing, a program whose ranks diverged (one
 registers a coarray while another syncs, one left while others wait) cannot hang in mismatched
 MPI collectives: the disagreement is seen by all ranks in that one step, they gather a
@@ -39,7 +39,7 @@ from ..util.waiting import poll
 from .environment import setting
 from .errors import BadInput, BSPError, Divergence, PeerFailed, SyncTimeout
 from .native import compiled_allreduce_step, compiled_step
-from .outbox import Data, Extra
+from .outbox import UNIFORM, Data, Extra, agreed
 from .waiting import Naps
 
 if TYPE_CHECKING:
@@ -130,7 +130,8 @@ class ControlStep:
                           else compiled_allreduce_step(comm, self._pbuf))
         #: The compiled blocking step's ``agree(kind, superstep, sig, data, extra)`` (levels:
         #: :class:`~.outbox.Data`, :class:`~.outbox.Extra`), returning the agreed ``data |
-        #: extra << 2`` (each the highest of any rank), or ``DIVERGED`` (then call
+        #: extra << 2`` (each the highest of any rank, ``| UNIFORM`` where all gave the same
+        #: data: :func:`~.outbox.agreed` reads it), or ``DIVERGED`` (then call
         #: :meth:`diverged`); None when the step is non-blocking or not compiled.  The empty
         #: sync's hot path calls it directly.
         self.blocking_step: Callable[[int, int, int, int, int], int] | None = None
@@ -175,7 +176,7 @@ class ControlStep:
     ) -> tuple[int, int]:
         """Enter the control step with ``data`` and ``extra`` (:class:`~.outbox.Data` and
         :class:`~.outbox.Extra`: what this rank has for others, and besides); return both as
-        agreed by all ranks (the highest level of any rank).
+        agreed by all ranks (the highest level of any rank; :func:`~.outbox.agreed`).
 
         Raises :class:`~.errors.Divergence` on every rank if the ranks disagree on the kind of
         call, the superstep or the signature (:class:`~.errors.PeerFailed` if some rank reported
@@ -196,7 +197,7 @@ class ControlStep:
             code = self._compiled.agree(kind, superstep, sig, data, extra)
             if code < 0:
                 self.diverged(kind, superstep, describe)
-            return code & 3, code >> 2
+            return agreed(code)
         d = int(data)
         g = int(extra)
         persistent = self._persistent
@@ -227,7 +228,7 @@ class ControlStep:
         # the empty sync's hot path (_KIND, _STEP, _SIG = 0, 1, 2; _NFIELDS = 5).
         if r[0] + r[5] or r[1] + r[6] or r[2] + r[7]:
             self.diverged(kind, superstep, describe)
-        return r[3], r[4]
+        return agreed(r[3] | r[4] << 2 | (r[3] + r[8] == 0) * UNIFORM)  # (as the compiled step's code)
 
     def free(self) -> None:
         """Release the persistent request (before the communicator is freed)."""

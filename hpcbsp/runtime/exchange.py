@@ -34,7 +34,10 @@ model's l for h = 0 says.  A superstep in which every record of every rank is a 
 another rank, at most one per destination (halo exchanges, transposes), takes the *bulk
 exchange* (:func:`bulk_exchange`): one ``Alltoall`` of what comes from whom, one ``Alltoallv``
 of the payloads, none of the counts, headers and parsing above (about 14 µs less per superstep
-at two ranks, docs/performance.md).
+at two ranks, docs/performance.md).  Where every rank's puts go where they went in the last bulk
+exchange (an iterative program's halo exchange, superstep after superstep), the control step
+says so (:attr:`~.outbox.Data.REPEAT`, granted only where every rank offers it) and the
+``Alltoallv`` alone moves the superstep: what came from whom is what came then.
 
 A bounded exchange (``deadline`` given: the context or the sync has a timeout) trades the
 ``Alltoall`` of counts for point-to-point messages and waits for every message by polling, so
@@ -409,7 +412,7 @@ def _unshared(spans: dict[int, list[tuple[int, int, int]]]) -> set[int]:
     return alone
 
 
-def bulk_exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered]) -> Traffic:
+def bulk_exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], repeat: bool = False) -> Traffic:
     """Deliver a superstep in which every rank's records are large puts to other ranks, at most
     one per destination (the control step agreed on :attr:`~.outbox.Data.BULK` and no rank has
     anything else; collective over ``comm``); return this rank's traffic.
@@ -418,15 +421,22 @@ def bulk_exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered]
     offset, element count), and one ``Alltoallv`` moves the payloads, each received straight into
     its target where no other source's put overlaps it: the count exchange, the header round and
     the parsing of the general exchange are not needed.  Puts that overlap are received into
-    temporaries and applied in ascending source rank, as BSPlib prescribes.
+    temporaries and applied in ascending source rank, as BSPlib prescribes.  With ``repeat``
+    (every rank offered :attr:`~.outbox.Data.REPEAT`: its puts go where they went in the last
+    bulk exchange), what came from whom then (:attr:`Outbox.received`) stands for the
+    ``Alltoall``: the superstep costs the control step and the ``Alltoallv`` alone.
     """
     p, me = outbox.nprocs, outbox.me
     traffic = outbox.traffic
     traffic.records = outbox.nrecords
-    got = np.empty((p, 3), dtype=np.int64)
-    comm.Alltoall(outbox.heads, got)
-    # (Python lists from here: at a few ranks, numpy's per-call cost would be most of the work.)
-    rows = got.tolist()
+    if repeat:
+        rows = outbox.received
+    else:
+        got = np.empty((p, 3), dtype=np.int64)
+        comm.Alltoall(outbox.heads, got)
+        # (Python lists from here: at a few ranks, numpy's per-call cost would be most of the work.)
+        rows = got.tolist()
+        outbox.remember(rows)
     sources = [s for s in range(p) if rows[s][0]]
     alone: Collection[int] = sources
     if len(sources) > 1:  # which puts overlap another source's (per object: its id + 1)

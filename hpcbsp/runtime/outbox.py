@@ -43,8 +43,12 @@ class Data(enum.IntEnum):
     (:mod:`.exchange`)."""
 
     NONE = 0     #: no record for another rank
-    BULK = 1     #: only large puts to other ranks, at most one per destination (a bulk exchange)
-    GENERAL = 2  #: anything else for another rank
+    #: a bulk superstep whose puts go where this rank's went in the last bulk exchange (the same
+    #: destinations, objects, offsets and counts): where every rank offers it, the exchange
+    #: reuses what it learnt then and skips its ``Alltoall`` (:func:`agreed`)
+    REPEAT = 1
+    BULK = 2     #: only large puts to other ranks, at most one per destination (a bulk exchange)
+    GENERAL = 3  #: anything else for another rank
 
 
 class Extra(enum.IntEnum):
@@ -53,6 +57,22 @@ class Extra(enum.IntEnum):
     NONE = 0     #: no record for itself and no get
     OWN = 1      #: records for itself, no get
     GETS = 2     #: gets (from itself or from others)
+
+
+#: The bit of the control step's code that says every rank offered the same data level.
+UNIFORM = 16
+
+
+def agreed(code: int) -> tuple[int, int]:
+    """The levels the ranks agreed on, from the control step's ``code`` (``data | extra << 2``,
+    each the highest level any rank offered, ``| UNIFORM`` where every rank offered the same
+    data level): ``(data, extra)``.  A repeated bulk exchange needs every rank's offer
+    (:attr:`Data.REPEAT`: a rank with nothing to send cannot vouch that nothing comes from it
+    where something came last time); where only some offered it, the exchange is a plain bulk one."""
+    data = code & 3
+    if data == Data.REPEAT and not code & UNIFORM:
+        data = Data.BULK
+    return data, (code >> 2) & 3
 
 
 class BufferPool:
@@ -134,28 +154,47 @@ class Outbox:
     heads: np.ndarray = field(init=False)
     #: How many of this superstep's records are such first large puts.
     bulk_puts: int = field(init=False)
+    #: What the last bulk exchange learnt: per destination the head this rank sent (None where
+    #: it sent nothing), and per source the head it received (``[0, 0, 0]`` where nothing came).
+    sent: list[tuple[int, int, int] | None] = field(init=False)
+    received: list[list[int]] = field(init=False)
+    #: Whether this superstep's heads so far equal those of :attr:`sent`.
+    same: bool = field(init=False)
+    #: Whether this superstep asked the arena for room (only then does its end move the arena on).
+    arena_asked: bool = field(init=False)
 
     def __post_init__(self) -> None:
         self.large_bytes = int(setting(LARGE_PUT_ENV))
         self.pooled = []
         self.heads = np.zeros((self.nprocs, 3), dtype=np.int64)
         self.bulk_puts = 0
+        self.sent = [None] * self.nprocs
+        self.received = []
+        self.gets = [[] for _ in range(self.nprocs)]
+        self.gets_count = 0
+        self.arena_asked = False
         self.reset()
 
     def reset(self) -> None:
         self.pool.give(self.pooled)  # the copies made for buffered large puts; never user arrays
         self.pooled = []
-        if self.arena is not None:
-            self.arena.end_superstep()
+        # (Only what this superstep used: a bulk superstep's whole sync is a few microseconds of
+        # this bookkeeping, each line slower on caches its copies have just flushed.)
+        if self.arena_asked:
+            self.arena_asked = False
+            if self.arena is not None:
+                self.arena.end_superstep()
         self.bufs = [bytearray() for _ in range(self.nprocs)]
-        self.gets = [[] for _ in range(self.nprocs)]
+        if self.gets_count:
+            self.gets = [[] for _ in range(self.nprocs)]
+            self.gets_count = 0
         self.traffic = Traffic()
         self.nrecords = 0
-        self.gets_count = 0
         self.large = [[] for _ in range(self.nprocs)]
         if self.bulk_puts:
             self.heads[:] = 0
             self.bulk_puts = 0
+        self.same = True
 
     def add(self, dest: int, code: int, obj_id: int, offset: int, count: int,
             payload: np.ndarray | None, borrow: bool = False) -> None:
@@ -169,8 +208,11 @@ class Outbox:
             buf += HEADER.pack(PUT_LARGE, obj_id, offset, count)
             raw = payload.reshape(-1).view(np.uint8)
             if not self.large[dest] and raw.size <= BULK_MAX:
-                self.heads[dest] = (obj_id + 1, offset, count)
+                head = (obj_id + 1, offset, count)
+                self.heads[dest] = head
                 self.bulk_puts += 1
+                if head != self.sent[dest]:
+                    self.same = False
             if not borrow:
                 copy = self.pool.take(raw.size)
                 copy[:] = raw
@@ -197,7 +239,10 @@ class Outbox:
     def element_buffer(self, nbytes: int) -> np.ndarray:
         """A buffer of ``nbytes`` to pack element puts into, kept until the exchange is done:
         from the arena where they fit there, else from :attr:`pool`."""
-        buf = self.arena.take(nbytes) if self.arena is not None else None
+        buf = None
+        if self.arena is not None:
+            self.arena_asked = True
+            buf = self.arena.take(nbytes)
         if buf is None:
             buf = self.pool.take(nbytes)
             self.keep_until_sent(buf)
@@ -234,9 +279,17 @@ class Outbox:
     def levels(self) -> tuple[Data, Extra]:
         """What this rank has for the control step: for other ranks (:attr:`Data.BULK` where every
         record is a large put to another rank, at most one per destination, each at most
-        :data:`BULK_MAX` bytes), and besides (records for itself, gets)."""
+        :data:`BULK_MAX` bytes; :attr:`Data.REPEAT` where these are the last bulk exchange's),
+        and besides (records for itself, gets)."""
         remote = self.traffic.msgs_out  # one per record for another rank
-        data = Data.NONE if not remote else Data.BULK if self.nrecords == self.bulk_puts else Data.GENERAL
+        if not remote:
+            data = Data.NONE
+        elif self.nrecords != self.bulk_puts:
+            data = Data.GENERAL
+        elif self.same and self.bulk_puts == len(self.sent) - self.sent.count(None):
+            data = Data.REPEAT  # (the same heads, as many: the same destinations)
+        else:
+            data = Data.BULK
         extra = Extra.GETS if self.gets_count else Extra.OWN if self.nrecords > remote else Extra.NONE
         return data, extra
 
@@ -246,6 +299,12 @@ class Outbox:
         what the control step reports; with none anywhere, every rank applies its own records
         without any message."""
         return self.traffic.msgs_out
+
+    def remember(self, received: list[list[int]]) -> None:
+        """A bulk exchange's ``Alltoall`` is over: keep what this rank sent and ``received``
+        (per source rank: object id + 1, offset, count) for the exchanges that repeat it."""
+        self.sent = [(h[0], h[1], h[2]) if h[0] else None for h in self.heads.tolist()]
+        self.received = received
 
     def keep_until_sent(self, buf: np.ndarray) -> None:
         """Give ``buf`` (from :attr:`pool`) back to the pool once this superstep's exchange is done."""

@@ -43,7 +43,7 @@ from .errors import BadInput, BSPError, SyncTimeout, UsageError
 from .exchange import ExchangeTimeout, bulk_exchange, exchange
 from .ledger import Ledger, Traffic
 from .lifecycle import Lifecycle, abort_grace
-from .outbox import Data, Extra, Outbox
+from .outbox import Data, Extra, Outbox, agreed
 from .queue import Queue
 
 _SYNC = int(Kind.SYNC)
@@ -245,27 +245,29 @@ class Supersteps:
         self.__dict__["sync"] = fast
 
     def _after_fast_step(self, code: int, label: str | None) -> Traffic | None:
-        """The plain sync after its compiled control step returned ``code`` (``data | extra << 2``
-        as agreed, or ``DIVERGED``): deliver what there is (None if nothing moved)."""
+        """The plain sync after its compiled control step returned ``code`` (the levels as
+        :func:`~.outbox.agreed` reads them, or ``DIVERGED``): deliver what there is (None if
+        nothing moved)."""
         if code < 0:
             self._sync_label = label
             try:
                 self._control.diverged(_SYNC, self.superstep, self._describe_sync)
             finally:
                 self._life.control_step_failed()
-        return self._deliver(code & 3, code >> 2)
+        return self._deliver(*agreed(code))
 
     def _deliver(self, data: int, extra: int) -> Traffic | None:
         """The plain sync's delivery, ``data`` and ``extra`` the agreed levels
         (:class:`~.outbox.Data`, :class:`~.outbox.Extra`): clear the queues' last messages, then
         move the superstep's puts, gets and records if any rank has some for another rank (in
         a bulk exchange where they are all large puts, at most one per destination, and no rank
-        has anything else), or apply this rank's own without a message if none has.  Returns
+        has anything else; without learning what comes from whom where every rank repeats the
+        last one's), or apply this rank's own without a message if none has.  Returns
         the traffic (None if nothing moved)."""
         for q in self._queues:
             q._clear()
-        if data == Data.BULK and extra == Extra.NONE:
-            traffic = bulk_exchange(self.comm, self._outbox, self._objects)
+        if data in (Data.BULK, Data.REPEAT) and extra == Extra.NONE:
+            traffic = bulk_exchange(self.comm, self._outbox, self._objects, repeat=data == Data.REPEAT)
         elif data or self._outbox.nrecords:
             traffic = exchange(self.comm, self._outbox, self._objects, extra == Extra.GETS, local=not data)
         else:
@@ -354,7 +356,7 @@ class Supersteps:
             # collective call could be matched, so a failure report must not start one.
             self._life.control_step_failed()
             raise
-        if data == Data.BULK:  # another rank offered a bulk exchange: it is in a plain sync
+        if data in (Data.BULK, Data.REPEAT):  # another rank offered a bulk exchange: it is in a plain sync
             self._life.control_step_failed()
             raise BSPError(f"rank {self.pid}: at superstep {self.superstep} this rank's call (a sync with a "
                            "timeout or hooks, or a collective) met a plain sync on another rank: give every "
