@@ -15,7 +15,8 @@
 #   For plain MPI without Slurm it writes a hostfile and a launcher: see `status`, docs/cluster.md.
 #
 # Runs as root on Debian/Ubuntu, with or without systemd (containers, CI): installs slurm-wlm and
-# munge with apt-get when missing, writes /etc/slurm/slurm.conf, creates a munge key, starts the
+# munge with apt-get when missing (and the PMI libraries srun needs for Open MPI and Intel MPI,
+# libpmix-dev and libpmi2-0: a warning where that fails), writes /etc/slurm/slurm.conf, creates a munge key, starts the
 # daemons and waits (LOCAL_SLURM_WAIT_S, default 90 s) until every node is idle. Starting the same
 # cluster again is harmless; starting a different one while one runs is refused. A start that
 # fails removes what it made.
@@ -62,6 +63,7 @@ readonly HOSTS_END="# END hpcbsp local-cluster nodes"
 
 say() { printf 'local-cluster: %s\n' "$*"; }
 die() { printf 'local-cluster: error: %s\n' "$*" >&2; exit 1; }
+warn() { printf 'local-cluster: warning: %s\n' "$*" >&2; }
 bad_usage() { printf 'local-cluster: %s (see --help)\n' "$*" >&2; exit 2; }
 
 usage() {
@@ -107,6 +109,31 @@ install_packages() {
   [[ $ok -eq 1 ]] || { tail -n 20 /tmp/hpcbsp-slurm-apt.log >&2; die "apt-get install ${pkgs[*]} failed (log: /tmp/hpcbsp-slurm-apt.log)"; }
   have_binaries || die "installed ${pkgs[*]} but slurmctld/slurmd/munged are still not on PATH"
   say "installed $(slurmd -V)"
+}
+
+# The PMI libraries that srun needs for the MPIs other than MPICH (which carries its own PMI-2
+# client): Slurm's PMIx plugin opens libpmix.so (Debian: libpmix-dev) for Open MPI 5 under
+# `srun --mpi=pmix`; Intel MPI under `srun --mpi=pmi2` loads Slurm's libpmi2.so.0 (libpmi2-0).
+readonly PMI_PACKAGES=(libpmix-dev libpmi2-0)
+
+pmi_libraries_present() {
+  compgen -G "/usr/lib/*/libpmix.so" >/dev/null && compgen -G "/usr/lib/*/libpmi2.so.0" >/dev/null
+}
+
+install_pmi_libraries() {
+  if pmi_libraries_present; then
+    return
+  fi
+  # Only srun with Open MPI or Intel MPI needs them: a failure here is a warning, not an error.
+  if ! command -v apt-get >/dev/null; then
+    warn "no libpmix.so or libpmi2.so.0 and no apt-get: srun --mpi=pmix (Open MPI) and Intel MPI under srun will not start; install ${PMI_PACKAGES[*]} or their equivalents by hand"
+    return
+  fi
+  say "installing ${PMI_PACKAGES[*]} with apt-get (srun's PMI for Open MPI and Intel MPI)..."
+  if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${PMI_PACKAGES[@]}" \
+      >/tmp/hpcbsp-slurm-pmi-apt.log 2>&1 || ! pmi_libraries_present; then
+    warn "apt-get install ${PMI_PACKAGES[*]} failed (log: /tmp/hpcbsp-slurm-pmi-apt.log): srun --mpi=pmix (Open MPI) and Intel MPI under srun will not start; MPICH is not affected"
+  fi
 }
 
 # --- munge ---------------------------------------------------------------------------------------
@@ -706,6 +733,7 @@ cmd_start() {
     die "a local cluster of $have already runs; stop it first ($0 stop), then start $want"
   fi
   install_packages
+  install_pmi_libraries
   if ((nodes > 1)); then
     local tool
     for tool in ip tc nsenter unshare; do command -v "$tool" >/dev/null || die "$tool not found: emulated nodes need iproute2 and util-linux"; done

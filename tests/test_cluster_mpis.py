@@ -24,7 +24,7 @@ Without the 4-node cluster (or not as root) the cluster tests skip and say why; 
 fail instead (see cluster_helpers). Under srun, Open MPI needs Slurm's PMIx plugin with the PMIx
 library it was built against, Intel MPI Slurm's PMI-2 library (``libpmi2.so``,
 ``I_MPI_PMI_LIBRARY``); where this machine lacks one, that case skips and says which (Debian's
-packages: libpmix-dev, libpmi2-0).
+packages: libpmix-dev, libpmi2-0, which ``slurm/local-cluster.sh start`` installs when missing).
 """
 from __future__ import annotations
 

@@ -94,7 +94,8 @@ def test_the_outbox_offers_to_repeat_the_last_bulk_exchange_only_with_the_same_h
 
     assert puts((0, 0, 4), (2, 1, 0)) == (Data.BULK, Extra.NONE)  # nothing learnt yet
     box.remember([[1, 0, 10], [0, 0, 0], [0, 0, 0]])
-    assert box.sent == [(1, 4, 10), None, (2, 0, 10)] and box.received[0] == [1, 0, 10]
+    assert box.sent == [(1, 4, 10), None, (2, 0, 10)] and box.sent_count == 2
+    assert box.received[0] == [1, 0, 10]
     assert puts((0, 0, 4), (2, 1, 0)) == (Data.REPEAT, Extra.NONE)
     assert puts((2, 1, 0), (0, 0, 4)) == (Data.REPEAT, Extra.NONE)  # in another order
     assert puts((0, 0, 5), (2, 1, 0)) == (Data.BULK, Extra.NONE)    # another offset

@@ -158,6 +158,8 @@ class Outbox:
     #: it sent nothing), and per source the head it received (``[0, 0, 0]`` where nothing came).
     sent: list[tuple[int, int, int] | None] = field(init=False)
     received: list[list[int]] = field(init=False)
+    #: How many heads :attr:`sent` holds.
+    sent_count: int = field(init=False)
     #: Whether this superstep's heads so far equal those of :attr:`sent`.
     same: bool = field(init=False)
     #: Whether this superstep asked the arena for room (only then does its end move the arena on).
@@ -170,6 +172,7 @@ class Outbox:
         self.bulk_puts = 0
         self.sent = [None] * self.nprocs
         self.received = []
+        self.sent_count = 0
         self.gets = [[] for _ in range(self.nprocs)]
         self.gets_count = 0
         self.arena_asked = False
@@ -286,7 +289,7 @@ class Outbox:
             data = Data.NONE
         elif self.nrecords != self.bulk_puts:
             data = Data.GENERAL
-        elif self.same and self.bulk_puts == len(self.sent) - self.sent.count(None):
+        elif self.same and self.bulk_puts == self.sent_count:
             data = Data.REPEAT  # (the same heads, as many: the same destinations)
         else:
             data = Data.BULK
@@ -304,6 +307,7 @@ class Outbox:
         """A bulk exchange's ``Alltoall`` is over: keep what this rank sent and ``received``
         (per source rank: object id + 1, offset, count) for the exchanges that repeat it."""
         self.sent = [(h[0], h[1], h[2]) if h[0] else None for h in self.heads.tolist()]
+        self.sent_count = self.bulk_puts
         self.received = received
 
     def keep_until_sent(self, buf: np.ndarray) -> None:
