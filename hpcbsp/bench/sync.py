@@ -7,7 +7,9 @@ shared machines are noisy. Put throughput: every rank sends M MiB in total, spli
 other ranks, as one put per destination, and the sync delivers it; the baseline packs the same
 bytes into one send buffer and calls one ``Alltoallv`` into a receive buffer.  The put, the
 baseline, ``hpput`` and the baseline again take turns in rounds of their own, so that each side
-follows the other, not a third measurement.  A small superstep's fixed cost: an ``hpput`` of 64
+follows the other, not a third measurement; each block is timed after a warm-up of untimed
+supersteps (half its timed ones), the steady state of a program that repeats its superstep, and
+the first superstep of each block, just after the other side's, is reported beside.  A small superstep's fixed cost: an ``hpput`` of 64
 KiB to every other rank and its sync (one large put per destination: the bulk exchange,
 :func:`hpcbsp.runtime.exchange.bulk_exchange`) against a bare ``Alltoallv`` of the same bytes.
 
@@ -47,9 +49,23 @@ from hpcbsp.util.args import OneLineParser, add_iters, add_repeats, positive_flo
 
 #: The bytes of each put of the small superstep (its fixed cost: the bulk exchange's).
 SMALL_BYTES = 64 * 1024
+#: The share of a block's timed calls that first run untimed in the put/pack rounds (a warm-up).
+WARMUP_FRACTION = 0.5
 
 
-def _time(fn, iters: int, comm: MPI.Comm) -> float:
+def _first(fn, comm: MPI.Comm) -> float:
+    """Seconds of one call of ``fn``, the slowest rank's (collective)."""
+    comm.Barrier()
+    t0 = time.perf_counter()
+    fn()
+    return comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+
+
+def _time(fn, iters: int, comm: MPI.Comm, warmup: int = 0) -> float:
+    """Seconds per call of ``fn``, the slowest rank's mean over ``iters`` calls after ``warmup``
+    untimed ones (collective)."""
+    for _ in range(warmup):
+        fn()
     comm.Barrier()
     t0 = time.perf_counter()
     for _ in range(iters):
@@ -265,11 +281,21 @@ def bench(bsp: "hpcbsp.BSP", iters: int, mib: float, rounds: int) -> dict[str, f
     # Alltoallv: each follows the baseline and the baseline follows it, so that neither side
     # inherits the caches of a third measurement (timed between other measurements, the ratio
     # moved with what ran just before each side: docs/performance.md, the put under Intel MPI).
+    # Each block of a side first runs WARMUP_FRACTION of its calls untimed (as the OSU
+    # benchmarks' "skip" iterations): a side's first supersteps after the other's run up to twice
+    # as long, decaying over about four, and the put's more than the pack's (docs/performance.md,
+    # "The put's warm-up"); a program repeating its superstep meets the steady state.  The first
+    # call of each block is timed on its own and reported beside.
+    warm = max(1, int(put_iters * WARMUP_FRACTION))
+    first_put: list[float] = []
+    first_a2a: list[float] = []
     for _ in range(rounds):
-        puts.append(_time(bsp_put, put_iters, comm))
-        a2a.append(_time(alltoallv, put_iters, comm))
-        hpputs.append(_time(bsp_hpput, put_iters, comm))
-        a2a_h.append(_time(alltoallv, put_iters, comm))
+        first_put.append(_first(bsp_put, comm))
+        puts.append(_time(bsp_put, put_iters, comm, warm - 1))
+        first_a2a.append(_first(alltoallv, comm))
+        a2a.append(_time(alltoallv, put_iters, comm, warm - 1))
+        hpputs.append(_time(bsp_hpput, put_iters, comm, warm))
+        a2a_h.append(_time(alltoallv, put_iters, comm, warm))
     # The small superstep against its bare Alltoallv, alternating.
     small_iters = max(10, iters // 10)
     for _ in range(rounds):
@@ -327,6 +353,7 @@ def bench(bsp: "hpcbsp.BSP", iters: int, mib: float, rounds: int) -> dict[str, f
             "collective": collective,
             **{f"{key}_us": 1e6 * med(v) if v else float("nan") for key, v in allreduce.items()},
             "put_s": med(puts), "hpput_s": med(hpputs), "alltoallv_s": med(a2a), "alltoallv_h_s": med(a2a_h),
+            "put_first_s": med(first_put), "alltoallv_first_s": med(first_a2a), "warmup": warm,
             "vector_put_s": med(vector_puts), "bytes": nbytes,
             "small_bytes": 8 * small, "small_put_s": med(small_puts), "small_alltoallv_s": med(small_a2a),
             "elements_s": med(elems), "elements_transport": transport,
@@ -400,6 +427,9 @@ def main(argv: list[str]) -> int:
         pr = r["put_ratios"]
         print(f"  the same ratio within each round (put, then pack+Alltoallv, back to back): median "
               f"{statistics.median(pr):.2f}x, {min(pr):.2f}-{max(pr):.2f} over the rounds")
+        print(f"  each block timed after {r['warmup']} untimed supersteps; its first, just after the other "
+              f"side's: put {1e3 * r['put_first_s']:.2f} ms, pack+Alltoallv {1e3 * r['alltoallv_first_s']:.2f} ms "
+              f"= {r['alltoallv_first_s'] / r['put_first_s']:.2f}x")
         print(f"hpput (unbuffered) {1e3 * r['hpput_s']:8.2f} ms ({gbs(r['hpput_s']):.2f} GB/s)   "
               f"throughput ratio = {r['alltoallv_h_s'] / r['hpput_s']:.2f}x of pack+Alltoallv "
               f"({1e3 * r['alltoallv_h_s']:.2f} ms, timed after it)")
