@@ -9,9 +9,10 @@ bytes into one send buffer and calls one ``Alltoallv`` into a receive buffer.  T
 baseline, ``hpput`` and the baseline again take turns in rounds of their own, so that each side
 follows the other, not a third measurement; each block is timed after a warm-up of untimed
 supersteps (half its timed ones), the steady state of a program that repeats its superstep, and
-the first superstep of each block, just after the other side's, is reported beside.  A small superstep's fixed cost: an ``hpput`` of 64
-KiB to every other rank and its sync (one large put per destination: the bulk exchange,
-:func:`hpcbsp.runtime.exchange.bulk_exchange`) against a bare ``Alltoallv`` of the same bytes.
+the first superstep of each block, just after the other side's, is reported beside.  A small
+superstep's fixed cost: an ``hpput`` of 64 KiB to every other rank and its sync (one large put
+per destination: the bulk exchange, :func:`hpcbsp.runtime.exchange.bulk_exchange`) against a
+bare ``Alltoallv`` of the same bytes.
 
 Fine-grained puts: the same number of 8-byte words sent as single-element puts to random ranks
 (other than the sender) and random offsets, as one ``put_elements`` call, against the vectorised

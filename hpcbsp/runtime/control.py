@@ -5,8 +5,8 @@ Every operation that involves all ranks of a BSP context (``sync``, registration
 an ``Allreduce(MAX)`` of a few int64 words holding what this rank is doing (``kind``), its
 superstep, a signature of the operation's arguments, and what it has to move (levels of
 :class:`~.outbox.Data` and :class:`~.outbox.Extra`: the maximum over the ranks says how the
-superstep's data travel, and whether all ranks gave the same data level: :func:`~.outbox.agreed`).  Because
-every rank enters the same collective whatever it is doing, a program whose ranks diverged (one
+superstep's data travel, and whether all ranks gave the same data level: :func:`~.outbox.agreed`).
+Because every rank enters the same collective whatever it is doing, a program whose ranks diverged (one
 registers a coarray while another syncs, one left while others wait) cannot hang in mismatched
 MPI collectives: the disagreement is seen by all ranks in that one step, they gather a
 description of what each was doing, and every rank raises the same :class:`BSPError`.
