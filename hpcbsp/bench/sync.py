@@ -54,14 +54,6 @@ SMALL_BYTES = 64 * 1024
 WARMUP_FRACTION = 0.5
 
 
-def _first(fn, comm: MPI.Comm) -> float:
-    """Seconds of one call of ``fn``, the slowest rank's (collective)."""
-    comm.Barrier()
-    t0 = time.perf_counter()
-    fn()
-    return comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
-
-
 def _time(fn, iters: int, comm: MPI.Comm, warmup: int = 0) -> float:
     """Seconds per call of ``fn``, the slowest rank's mean over ``iters`` calls after ``warmup``
     untimed ones (collective)."""
@@ -291,9 +283,9 @@ def bench(bsp: "hpcbsp.BSP", iters: int, mib: float, rounds: int) -> dict[str, f
     first_put: list[float] = []
     first_a2a: list[float] = []
     for _ in range(rounds):
-        first_put.append(_first(bsp_put, comm))
+        first_put.append(_time(bsp_put, 1, comm))
         puts.append(_time(bsp_put, put_iters, comm, warm - 1))
-        first_a2a.append(_first(alltoallv, comm))
+        first_a2a.append(_time(alltoallv, 1, comm))
         a2a.append(_time(alltoallv, put_iters, comm, warm - 1))
         hpputs.append(_time(bsp_hpput, put_iters, comm, warm))
         a2a_h.append(_time(alltoallv, put_iters, comm, warm))
