@@ -27,6 +27,7 @@ from hpcbsp.util.mpiflavour import (
     program_output,
     timeout_env,
 )
+from hpcbsp.util.proctree import descendants, signal_ranks
 
 MPIEXEC = find_mpiexec()
 #: The MPI of that mpiexec (MPICH, Open MPI, Intel MPI or unknown).
@@ -101,8 +102,9 @@ def run_mpi(nprocs: int, args: list[str], *, timeout: float = 120, env: dict[str
             python: bool = True, cwd: str | None = None) -> MPIResult:
     """Run ``mpiexec -n nprocs [python] args`` and return its status and output.
 
-    After ``timeout`` seconds the job is a hang: every process under mpiexec is sent SIGUSR1 (an
-    hpcbsp rank prints its stacks, each line prefixed by its rank), and 3 s later the whole job
+    After ``timeout`` seconds the job is a hang: its ranks are sent SIGUSR1 (an hpcbsp rank prints
+    its stacks, each line prefixed by its rank; the launcher's processes are spared it: Intel
+    MPI's proxy dies of it), and 3 s later the whole job
     is killed; the result says ``timed_out`` and its stderr, stacks included, is also written to
     this process's stderr, which pytest shows with the failure.  MPIEXEC_TIMEOUT (read by MPICH,
     Open MPI and Intel MPI) is set 10 s later as a second bound.
@@ -117,11 +119,7 @@ def run_mpi(nprocs: int, args: list[str], *, timeout: float = 120, env: dict[str
         out, err = proc.communicate(timeout=timeout)
         return MPIResult(proc.returncode, out, err, False)
     except subprocess.TimeoutExpired:
-        for pid in descendants(proc.pid):
-            try:
-                os.kill(pid, signal.SIGUSR1)
-            except OSError:
-                pass
+        signal_ranks(descendants(proc.pid), signal.SIGUSR1)  # not the launcher's processes
         try:
             out, err = proc.communicate(timeout=3)
         except subprocess.TimeoutExpired:
@@ -136,25 +134,6 @@ def run_mpi(nprocs: int, args: list[str], *, timeout: float = 120, env: dict[str
         return MPIResult(-9, out, err, True)
     finally:
         remove_leftover_segments(before)
-
-
-def descendants(root: int) -> list[int]:
-    """The processes below ``root`` (mpiexec: its proxies and the ranks), from /proc."""
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as fh:
-                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(name))
-    found, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 def shm_segments() -> set[str]:

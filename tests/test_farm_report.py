@@ -71,12 +71,15 @@ def test_a_report_that_fails_after_the_check_costs_nothing(tmp_path, monkeypatch
 
 @SERIAL
 def test_the_app_refuses_an_unwritable_report_before_any_work():
-    for run in (lambda env: subprocess.run([sys.executable, *JACOBI], capture_output=True, text=True, timeout=120,
-                                           env=clean_env(**env), stdin=subprocess.DEVNULL),
-                lambda env: run_mpi(2, JACOBI, timeout=90, env=env)):
-        proc = run({"HPCBSP_FARM_REPORT": "/proc/no/report.jsonl"})
-        assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
-        assert proc.stderr.strip().splitlines() == [
+    bad = {"HPCBSP_FARM_REPORT": "/proc/no/report.jsonl"}
+    alone = subprocess.run([sys.executable, *JACOBI], capture_output=True, text=True, timeout=120,
+                           env=clean_env(**bad), stdin=subprocess.DEVNULL)
+    under = run_mpi(2, JACOBI, timeout=90, env=bad)
+    # (under mpiexec, what the program said: Open MPI's mpiexec adds a block of its own)
+    for code, out, err in ((alone.returncode, alone.stdout, alone.stderr),
+                           (under.returncode, under.stdout, under.program_stderr)):
+        assert code == 2 and out == "", out + err
+        assert err.strip().splitlines() == [
             "[hpcbsp] error: environment variable HPCBSP_FARM_REPORT='/proc/no/report.jsonl' is not a file that "
             "can be written (its folder cannot be created: No such file or directory): correct it or unset it "
             "(docs/environment.md)"]

@@ -23,7 +23,6 @@ import numpy as np
 import pytest
 from mpi_helpers import (
     clean_env,
-    descendants,
     hydra_only,
     mpiexec_command,
     openmpi_only,
@@ -34,6 +33,7 @@ from mpi_helpers import (
 import hpcbsp
 from hpcbsp.apps.heat import reference
 from hpcbsp.runtime.partition import Block
+from hpcbsp.util.proctree import descendants
 
 pytestmark = pytest.mark.serial_only  # launches its own MPI jobs: runs in the serial pass, not once per rank
 

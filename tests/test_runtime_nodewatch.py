@@ -142,6 +142,21 @@ def test_a_normal_end_is_silent():
     assert all(p.returncode == 0 for p in job.procs)
 
 
+def test_the_signals_meant_for_the_ranks_leave_the_watcher_running():
+    # Slurm signals every process of a step (scancel --signal, a time-limit warning); a hung job's
+    # ranks are sent SIGUSR1 for their stacks: the watcher stays, then still sees a death.
+    job = Job([0, 1], 2)
+    for sig in (signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
+        os.kill(job.watcher, sig)
+    time.sleep(0.3)
+    with open(f"/proc/{job.watcher}/stat") as fh:
+        assert fh.read().rsplit(")", 1)[1].split()[0] in ("S", "R")
+    job.kill(1)
+    job.tell(0, "exit")
+    lines = job.lines()
+    assert len(lines) == 1 and lines[0].startswith(f"[hpcbsp] rank 1/2 (pid {job.procs[1].pid} on "), lines
+
+
 def test_a_rank_that_reported_its_failure_keeps_the_watch_quiet():
     # It said why the job ends (claimed) and died; the launcher's kills that follow are no news.
     job = Job([0, 1, 2], 3)

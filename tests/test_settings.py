@@ -203,7 +203,7 @@ def test_an_app_refuses_a_bad_value_on_every_rank_in_one_line(name, text, tmp_pa
     ledger = tmp_path / "runs" / "ledger.json"
     res = run_mpi(2, [*HEAT, "--ledger", str(ledger)], timeout=90, env={name: text})
     assert not res.timed_out
-    _expect_refused(res.returncode, res.stdout, res.stderr, name, text, ledger)
+    _expect_refused(res.returncode, res.stdout, res.program_stderr, name, text, ledger)  # (not mpiexec's own block)
 
 
 @SERIAL

@@ -14,8 +14,9 @@ processes keep CPUs busy, it runs each item ``--repeats`` times, in turn:
 * ``calibrate``: ``hpcbsp-cost calibrate`` of the BSF Jacobi at K = 1, 2 (once hung at K = 2
   under a load of 19).
 
-A run that outlives ``--timeout`` is a **hang**: every process of it is sent SIGUSR1 first (each
-hpcbsp rank prints its stacks, prefixed by its rank) and killed 3 s later; its output, stacks
+A run that outlives ``--timeout`` is a **hang**: its ranks are sent SIGUSR1 first (each hpcbsp
+rank prints its stacks, prefixed by its rank; the launcher's own processes are spared it,
+:func:`hpcbsp.util.proctree.signal_ranks`) and every process of it is killed 3 s later; its output, stacks
 included, goes to ``OUT/soak.log`` with that of every failed run.  The summary (a table; and
 ``OUT/summary.json``) counts runs (for the pytest items, tests), passes, failures and hangs.
 Exit status 0 only with no failure and no hang.
@@ -33,6 +34,7 @@ import time
 from pathlib import Path
 
 from ..util.args import OneLineParser, add_repeats, positive_int
+from ..util.proctree import job_processes, signal_ranks
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
@@ -68,31 +70,16 @@ def run_once(cmd: list[str], timeout: float) -> tuple[str, str, float]:
             outcome = "pass" if proc.returncode == 0 else "fail"
         except subprocess.TimeoutExpired:
             outcome = "hang"
-            for sig, pause in ((signal.SIGUSR1, 3.0), (signal.SIGKILL, 0.0)):
-                for pid in _group(proc.pid):
-                    try:
-                        os.kill(pid, sig)
-                    except OSError:
-                        pass
-                time.sleep(pause)
+            signal_ranks(job_processes(proc.pid), signal.SIGUSR1)  # the ranks' stacks (not the launcher's)
+            time.sleep(3.0)
+            for pid in job_processes(proc.pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
             proc.wait()
         log.seek(0)
         return outcome, log.read(), time.monotonic() - t0
-
-
-def _group(pgid: int) -> list[int]:
-    """The processes of session/process group ``pgid`` and their descendants (mpiexec's ranks
-    stay in it; the nodes' watchers, in sessions of their own, end with their ranks)."""
-    pids = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                fields = open(f"/proc/{name}/stat").read().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if int(fields[2]) == pgid or int(fields[3]) == pgid:
-                pids.append(int(name))
-    return pids
 
 
 def counts(item: str, outcome: str, output: str) -> tuple[int, int]:

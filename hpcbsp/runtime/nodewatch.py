@@ -462,9 +462,11 @@ def _running(pid: int) -> bool:
 def main(argv: list[str]) -> int:
     """``nodewatch.py MARKER FD PERIOD TIMEOUT`` (a timeout of 0: no failure detection)."""
     marker, fd, period, timeout = argv[1], int(argv[2]), float(argv[3]), float(argv[4])
-    # Ctrl-C, or Slurm signalling every process of a step, is for the ranks: this watcher ends
-    # when they have ended, and says why if it must.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Ctrl-C, Slurm signalling every process of a step (scancel --signal, a time-limit warning:
+    # SIGUSR1/2 would end this process by default) and a request for the ranks' stacks (SIGUSR1)
+    # are for the ranks: this watcher ends when they have ended, and says why if it must.
+    for sig in (signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, signal.SIG_IGN)
     listener = socket.socket(fileno=fd)
     Watch(listener, marker, period, timeout).serve()
     return 0

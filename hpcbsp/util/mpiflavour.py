@@ -41,6 +41,8 @@ from PyPI; ``docs/cluster.md``, "Your site's MPI"):
   nodes, which prefixes tune the library (shown by ``hpcbsp info``).
 * **the launcher's variables**: those a rank's environment gets from mpiexec, which a child
   process must not inherit to start as a job of its own (:func:`child_env`).
+* **the launcher's processes**: the programs of mpiexec and its proxies (:data:`LAUNCHER_PROGRAMS`),
+  which a signal meant for the ranks must not reach (Intel MPI's proxy dies of SIGUSR1);
 * **crash lines**: how mpiexec's output says that a rank died of a signal (:func:`crash_line`);
   and which lines of a job's output are the MPI's own (Open MPI's help blocks between rules of
   dashes, hydra's ``[mpiexec@HOST]`` lines and ``BAD TERMINATION`` banner), so that what a
@@ -96,6 +98,7 @@ class Flavour:
     transport_vars: tuple[str, ...] = ()             # variables that choose the transport
     setting_prefixes: tuple[str, ...] = ()           # prefixes of the variables that tune it
     shm_prefixes: tuple[str, ...] = ()               # its files in /dev/shm (left behind by killed ranks)
+    launcher_programs: tuple[str, ...] = ()          # the programs of its launcher's own processes
     crash_pattern: str | None = None                 # mpiexec's report of a rank killed by a signal
     own_lines: tuple[str, ...] = ()                  # patterns of the lines the MPI itself writes
     own_blocks: tuple[str, ...] = ()                 # patterns of the rules around its multi-line messages
@@ -137,6 +140,8 @@ class Flavour:
 
 
 _HYDRA_CRASH = r"EXIT STRING: (.*\(signal \d+\))"
+#: Hydra's mpiexec and the proxy it starts on each node (with its bootstrap proxy, across nodes).
+_HYDRA_PROGRAMS = ("mpiexec", "mpiexec.hydra", "mpirun", "hydra_pmi_proxy", "hydra_bstrap_proxy")
 #: Hydra's own lines, and the banner it prints around a rank that ended badly.
 _HYDRA_LINES = (r"\[mpiexec@[^\]]*\] ", r"\[proxy:[^\]]*\] ", r"YOUR APPLICATION TERMINATED WITH THE EXIT STRING: ",
                 r"This typically refers to a problem with your application\.$",
@@ -152,6 +157,7 @@ MPICH = Flavour(
     transport_vars=("MPIR_CVAR_CH4_NETMOD", "UCX_TLS", "UCX_NET_DEVICES", "FI_PROVIDER", "FI_TCP_IFACE"),
     setting_prefixes=("MPIR_CVAR_", "MPICH_", "HYDRA_", "UCX_", "FI_"),
     shm_prefixes=("mpich_shm_",),
+    launcher_programs=_HYDRA_PROGRAMS,
     crash_pattern=_HYDRA_CRASH,
     # MPICH's library also says so itself when a rank calls MPI_Abort.
     own_lines=_HYDRA_LINES + (_MPICH_ABORT,),
@@ -177,6 +183,7 @@ OPENMPI = Flavour(
                     "OMPI_MCA_btl_tcp_if_exclude", "UCX_TLS", "UCX_NET_DEVICES"),
     setting_prefixes=("OMPI_MCA_", "PRTE_MCA_", "PMIX_MCA_", "OMPI_ALLOW_RUN_AS_ROOT", "UCX_"),
     shm_prefixes=("sm_segment.",),
+    launcher_programs=("mpiexec", "mpirun", "prterun", "prte", "prted"),
     crash_pattern=r"noticed that process rank \d+ with PID \d+ on node \S+ exited on\s+(signal \d+(?: \([^)]*\))?)",
     # Its messages (MPI_ABORT, a non-zero exit, a crash) are help blocks between rules of dashes;
     # PMIx and components write single lines tagged [HOST:PID].
@@ -202,6 +209,7 @@ IMPI = Flavour(
     transport_vars=("I_MPI_FABRICS", "I_MPI_OFI_PROVIDER", "FI_PROVIDER", "FI_TCP_IFACE"),
     setting_prefixes=("I_MPI_", "FI_"),
     crash_pattern=r"KILLED BY SIGNAL: (\d+ \([^)]*\))",
+    launcher_programs=_HYDRA_PROGRAMS,
     own_lines=_HYDRA_LINES + (_MPICH_ABORT,),  # Intel MPI's library is MPICH's
     own_blocks=_HYDRA_BLOCKS,
     variables=(
@@ -215,6 +223,9 @@ IMPI = Flavour(
 )
 UNKNOWN = Flavour(name="unknown", title="an MPI hpcbsp does not know", launcher="unknown", srun_mpi=None)
 _BY_NAME = {f.name: f for f in (MPICH, OPENMPI, IMPI, UNKNOWN)}
+#: The programs of every known launcher's own processes (the ranks are the other processes of
+#: a job: :func:`hpcbsp.util.proctree.signal_ranks`).
+LAUNCHER_PROGRAMS: frozenset[str] = frozenset(p for f in (MPICH, OPENMPI, IMPI) for p in f.launcher_programs)
 
 
 def by_name(name: str) -> Flavour:

@@ -22,8 +22,11 @@
   not a lost node: the caller decides.
 * **a rank killed from outside** (what a lost node that nobody names looks like, or the
   out-of-memory killer): ``[hpcbsp] rank R/P (...) died without a report: killed by SIGKILL``
-  (the runtime's death watch), hydra's ``EXIT STRING: Killed (signal 9)``, Slurm's
-  ``srun: error: NODE: task R: Killed`` (which also names NODE, above);
+  (the runtime's death watch), mpiexec's own report of a rank that died of signal 9 (in any
+  MPI's words, :func:`hpcbsp.util.mpiflavour.crash_line`: MPICH's hydra ``EXIT STRING: Killed
+  (signal 9)``, Intel MPI's ``KILLED BY SIGNAL: 9 (Killed)``; Open MPI's spans two lines and is
+  read from its exit status instead, :mod:`.verdict`), Slurm's ``srun: error: NODE: task R:
+  Killed`` (which also names NODE, above);
 * **the program's own failure**: ``[hpcbsp] rank R/P failed:`` (an exception, its traceback
   follows), ``[hpcbsp] error: ...`` (bad input), a rank that ``crashed with SIGSEGV`` (or another
   crash signal);
@@ -32,7 +35,8 @@
 
 Nothing here starts or stops anything; the patterns follow the lines' one home each (the
 launcher in ``slurm/local-cluster.sh``, ``runtime/nodewatch.py``, ``runtime/control.py``,
-``runtime/superstep.py``, ``runtime/report.py``) and tests/test_supervise.py holds them to it.
+``runtime/superstep.py``, ``runtime/report.py``, ``util/mpiflavour.py``) and tests/test_supervise.py
+holds them to it.
 """
 from __future__ import annotations
 
@@ -40,6 +44,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
+from ...util.mpiflavour import UNKNOWN, crash_line
 from ...util.progress import Reported, parse
 
 #: (pattern with the node as group "node", who says it).
@@ -56,8 +61,9 @@ _LATE = re.compile(r"timed out (?:waiting for the other ranks \(ranks not arrive
                    r"|after \S+ s waiting for (?P<one>rank \d+ \(on \S+\)))")
 _ON = re.compile(r"\d+ \(on ([^)\s]+)\)")
 _KILLED = re.compile(r"died without a report: killed by (?:SIGKILL|a signal or crashed)"
-                     r"|EXIT STRING: Killed \(signal 9\)"
                      r"|srun: error: (?P<node>\S+): tasks? [\d,-]+: Killed")
+#: The signal number 9 in mpiexec's words for a rank that died of a signal (crash_line's).
+_SIGKILL = re.compile(r"\b9\b")
 _FAILED = re.compile(r"\[hpcbsp\] rank \d+/\d+ failed:|\[hpcbsp\] error: |died without a report: crashed with ")
 
 
@@ -89,10 +95,11 @@ class Signs:
             self._lost_at(now)
             return
         m = _KILLED.search(line)
-        if m:
+        crash = None if m else crash_line(UNKNOWN, line)
+        if m or (crash is not None and _SIGKILL.search(crash)):
             if self.killed is None:
                 self.killed = line.strip()
-                if m.group("node") and not self.lost:
+                if m and m.group("node") and not self.lost:
                     self.lost[m.group("node")] = "Slurm (its task was killed)"
             self._lost_at(now)
             return

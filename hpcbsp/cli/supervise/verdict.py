@@ -11,7 +11,8 @@ In this order:
 5. a rank reported a failure of its own (an exception, bad input, a crash such as SIGSEGV):
    **failed**;
 6. a rank was killed from outside (SIGKILL, as every process of a lost node is: a line says so,
-   or the job's exit status is 9 or 137, hydra's and Slurm's for it): **killed**, a loss whose
+   or the job's exit status is 9 or 137, MPICH's hydra's and Open MPI's or Slurm's for it; Intel
+   MPI's hydra exits 255, as for any failure, so only its line says it): **killed**, a loss whose
    node is not named;
 7. anything else: **failed**.
 
@@ -26,7 +27,8 @@ from typing import Sequence
 
 from .job import Ended
 
-#: Exit statuses of a job one of whose ranks was killed by SIGKILL (hydra: 9; a shell or srun: 137).
+#: Exit statuses of a job one of whose ranks was killed by SIGKILL (MPICH's hydra: 9; Open MPI's
+#: mpiexec, a shell or srun: 137).
 KILLED_CODES = (9, 137)
 
 

@@ -1,0 +1,92 @@
+"""The processes of a job on this machine, read from ``/proc`` (Linux), and signals for its ranks.
+
+A job started by ``mpiexec`` is a tree: the launcher, its proxies (hydra's ``hydra_pmi_proxy``,
+Open MPI's ``prted``), the ranks, and what the ranks start (hpcbsp's node watcher).  Asking the
+ranks for their stacks (SIGUSR1: :func:`hpcbsp.runtime.runner` registers ``faulthandler`` for
+it) must reach the ranks only: Intel MPI's ``hydra_pmi_proxy`` has no handler for SIGUSR1 and
+dies of it, orphaning the ranks and losing everything they write after it (MPICH's forwards
+it).  :func:`signal_ranks` therefore skips every launcher's own programs
+(:data:`hpcbsp.util.mpiflavour.LAUNCHER_PROGRAMS`).
+
+Nothing here starts anything; a process that ends while it is read is left out.
+"""
+from __future__ import annotations
+
+import os
+import signal
+from typing import Iterable
+
+from .mpiflavour import LAUNCHER_PROGRAMS
+
+
+def _stat(pid: str) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (state, ppid, pgrp, session, ...)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _processes() -> dict[int, list[str]]:
+    found = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit() and (fields := _stat(name)) is not None:
+            found[int(name)] = fields
+    return found
+
+
+def descendants(root: int) -> list[int]:
+    """The processes below ``root`` (for mpiexec: its proxies, the ranks and what they started)."""
+    children: dict[int, list[int]] = {}
+    for pid, fields in _processes().items():
+        children.setdefault(int(fields[1]), []).append(pid)
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def in_group(pgid: int) -> list[int]:
+    """The processes of process group or session ``pgid`` (a launcher started with
+    ``start_new_session=True``: it and every process it started that stayed in its session; the
+    node watchers of hpcbsp's ranks have sessions of their own, and end with their ranks)."""
+    return [pid for pid, fields in _processes().items() if pgid in (int(fields[2]), int(fields[3]))]
+
+
+def job_processes(root: int) -> list[int]:
+    """Every process of the job whose launcher is ``root`` (started with
+    ``start_new_session=True``): its session and process group and everything below them.
+    MPICH's hydra puts its proxy and each rank in a session of its own, so the session alone
+    holds only mpiexec; the tree alone misses what a dead proxy left behind."""
+    found = dict.fromkeys([root, *in_group(root)])
+    for pid in list(found):
+        found.update(dict.fromkeys(descendants(pid)))
+    return list(found)
+
+
+def program(pid: int) -> str | None:
+    """The base name of process ``pid``'s program (its ``argv[0]``), or None if it has ended."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv0 = fh.read().split(b"\0", 1)[0]
+    except OSError:
+        return None
+    return os.path.basename(argv0.decode(errors="replace")) or None
+
+
+def signal_ranks(pids: Iterable[int], sig: int = signal.SIGUSR1) -> list[int]:
+    """Send ``sig`` to those of ``pids`` that are not a launcher's own process; the pids sent to."""
+    sent = []
+    for pid in pids:
+        name = program(pid)
+        if name is None or name in LAUNCHER_PROGRAMS:
+            continue
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            continue
+        sent.append(pid)
+    return sent
