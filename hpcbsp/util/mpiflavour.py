@@ -364,7 +364,13 @@ def crash_line(flavour: Flavour, output: str) -> str | None:
     found = [" ".join(m.group(1).split()) for pattern in patterns for m in re.finditer(pattern, output)]
     if not found:
         return None
-    return next((words for words in found if not re.search(r"\b9\b", words)), found[0])
+    return next((words for words in found if not is_sigkill(words)), found[0])
+
+
+def is_sigkill(words: str) -> bool:
+    """Whether :func:`crash_line`'s ``words`` name signal 9, SIGKILL (``Killed (signal 9)``,
+    ``9 (Killed)``, ``signal 9 (Killed)``): a kill from outside, not a crash of the program."""
+    return re.search(r"\b9\b", words) is not None
 
 
 def program_output(flavour: Flavour, text: str) -> str:

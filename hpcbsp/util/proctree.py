@@ -2,7 +2,7 @@
 
 A job started by ``mpiexec`` is a tree: the launcher, its proxies (hydra's ``hydra_pmi_proxy``,
 Open MPI's ``prted``), the ranks, and what the ranks start (hpcbsp's node watcher).  Asking the
-ranks for their stacks (SIGUSR1: :func:`hpcbsp.runtime.runner` registers ``faulthandler`` for
+ranks for their stacks (SIGUSR1: :mod:`hpcbsp.runtime.runner` registers ``faulthandler`` for
 it) must reach the ranks only: Intel MPI's ``hydra_pmi_proxy`` has no handler for SIGUSR1 and
 dies of it, orphaning the ranks and losing everything they write after it (MPICH's forwards
 it).  :func:`signal_ranks` therefore skips every launcher's own programs
@@ -36,12 +36,11 @@ def _processes() -> dict[int, list[str]]:
     return found
 
 
-def descendants(root: int) -> list[int]:
-    """The processes below ``root`` (for mpiexec: its proxies, the ranks and what they started)."""
+def _below(roots: list[int], procs: dict[int, list[str]]) -> list[int]:
     children: dict[int, list[int]] = {}
-    for pid, fields in _processes().items():
+    for pid, fields in procs.items():
         children.setdefault(int(fields[1]), []).append(pid)
-    found, todo = [], [root]
+    found, todo = [], list(roots)
     while todo:
         for child in children.get(todo.pop(), []):
             found.append(child)
@@ -49,22 +48,31 @@ def descendants(root: int) -> list[int]:
     return found
 
 
+def _in_group(pgid: int, procs: dict[int, list[str]]) -> list[int]:
+    return [pid for pid, fields in procs.items() if pgid in (int(fields[2]), int(fields[3]))]
+
+
+def descendants(root: int) -> list[int]:
+    """The processes below ``root`` (for mpiexec: its proxies, the ranks and what they started)."""
+    return _below([root], _processes())
+
+
 def in_group(pgid: int) -> list[int]:
     """The processes of process group or session ``pgid`` (a launcher started with
     ``start_new_session=True``: it and every process it started that stayed in its session; the
     node watchers of hpcbsp's ranks have sessions of their own, and end with their ranks)."""
-    return [pid for pid, fields in _processes().items() if pgid in (int(fields[2]), int(fields[3]))]
+    return _in_group(pgid, _processes())
 
 
 def job_processes(root: int) -> list[int]:
     """Every process of the job whose launcher is ``root`` (started with
-    ``start_new_session=True``): its session and process group and everything below them.
-    MPICH's hydra puts its proxy and each rank in a session of its own, so the session alone
-    holds only mpiexec; the tree alone misses what a dead proxy left behind."""
-    found = dict.fromkeys([root, *in_group(root)])
-    for pid in list(found):
-        found.update(dict.fromkeys(descendants(pid)))
-    return list(found)
+    ``start_new_session=True``): its session and process group and everything below them, read
+    from one look at ``/proc``.  MPICH's hydra puts its proxy and each rank in a session of its
+    own, so the session alone holds only mpiexec; the tree alone misses the processes that a
+    dead proxy orphaned (children of init now) where they stayed in the session."""
+    procs = _processes()
+    group = dict.fromkeys([root, *_in_group(root, procs)])
+    return list(dict.fromkeys([*group, *_below(list(group), procs)]))
 
 
 def program(pid: int) -> str | None:

@@ -44,7 +44,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from ...util.mpiflavour import UNKNOWN, crash_line
+from ...util.mpiflavour import UNKNOWN, crash_line, is_sigkill
 from ...util.progress import Reported, parse
 
 #: (pattern with the node as group "node", who says it).
@@ -62,8 +62,6 @@ _LATE = re.compile(r"timed out (?:waiting for the other ranks \(ranks not arrive
 _ON = re.compile(r"\d+ \(on ([^)\s]+)\)")
 _KILLED = re.compile(r"died without a report: killed by (?:SIGKILL|a signal or crashed)"
                      r"|srun: error: (?P<node>\S+): tasks? [\d,-]+: Killed")
-#: The signal number 9 in mpiexec's words for a rank that died of a signal (crash_line's).
-_SIGKILL = re.compile(r"\b9\b")
 _FAILED = re.compile(r"\[hpcbsp\] rank \d+/\d+ failed:|\[hpcbsp\] error: |died without a report: crashed with ")
 
 
@@ -96,7 +94,7 @@ class Signs:
             return
         m = _KILLED.search(line)
         crash = None if m else crash_line(UNKNOWN, line)
-        if m or (crash is not None and _SIGKILL.search(crash)):
+        if m or (crash is not None and is_sigkill(crash)):
             if self.killed is None:
                 self.killed = line.strip()
                 if m and m.group("node") and not self.lost:
