@@ -400,6 +400,12 @@ rc=\$?
 if [ \$rc -gt 128 ]; then
   echo "[hpcbsp rsh] lost node \$host: the MPI processes there were killed (signal \$((rc - 128)))" >&3
 fi
+# Hydra looks for a launcher that failed once per wake-up on its output pipes (waitpid WNOHANG
+# right after a pipe closes). This shell's pipes close as it exits, a moment before its status
+# can be reaped: hydra may look too early, miss the failure, and then wait for the launchers
+# of the other nodes, a frozen node's forever. So a failure keeps the pipes open half a second
+# longer than this shell, and hydra wakes up when the status is there.
+if [ \$rc -ne 0 ]; then sleep 0.5 3>&- </dev/null & fi
 exit \$rc
 EOF
   chmod 755 "$RSH"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -143,10 +144,11 @@ def test_a_normal_end_is_silent():
 
 
 def test_the_signals_meant_for_the_ranks_leave_the_watcher_running():
-    # Slurm signals every process of a step (scancel --signal, a time-limit warning); a hung job's
-    # ranks are sent SIGUSR1 for their stacks: the watcher stays, then still sees a death.
+    # Slurm signals every process of a step (scancel --signal, a time-limit warning, SIGTERM to a
+    # step that srun ends because a task was killed); a hung job's ranks are sent SIGUSR1 for
+    # their stacks: the watcher stays, then still sees a death.
     job = Job([0, 1], 2)
-    for sig in (signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
         os.kill(job.watcher, sig)
     time.sleep(0.3)
     with open(f"/proc/{job.watcher}/stat") as fh:
@@ -364,3 +366,52 @@ def test_a_first_death_reaped_before_the_watch_looks_is_judged_by_the_others(sig
             and lines[0].endswith("killed by a signal or crashed"), lines
     else:
         assert lines == []
+
+
+def _die_on_two_nodes(tmp_path, gap):
+    """Rank 1 (node b) is killed, rank 0 (node a) ``gap`` seconds later, as a launcher or an MPI
+    library ends a job's other ranks for a lost one.  Both watchers deal with their death at the
+    same time (threads: neither has heard the other yet), each unsure whether it was first.
+    Returns what each said and the pids."""
+    import threading
+    watches, said, _ = _pair(tmp_path)
+    children = {h: subprocess.Popen(["sleep", "30"]) for h in ("b", "a")}
+    try:
+        seen = {}
+        for h in ("b", "a"):
+            children[h].send_signal(signal.SIGKILL)  # a zombie until reaped below
+            seen[h] = time.time()
+            time.sleep(gap)
+        ranks = {h: nodewatch._Rank(1 if h == "b" else 0, 2, children[h].pid, -1)  # private on purpose:
+                 for h in ("a", "b")}                                            # ranks without pipes
+        threads = [threading.Thread(target=watches[h].first_death, args=(ranks[h], seen[h])) for h in ("a", "b")]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(timeout=10)
+        return said, {h: c.pid for h, c in children.items()}
+    finally:
+        for child in children.values():
+            child.kill()
+            child.wait(timeout=10)
+
+
+def test_of_two_nodes_deaths_only_the_earlier_is_named(tmp_path):
+    # 50 ms apart (more than SAME_MOMENT).  Oracle: the order of the kills, made by the test:
+    # b names its rank with the doubt, a stays quiet.
+    said, pid = _die_on_two_nodes(tmp_path, 0.05)
+    assert said["a"] == [], said
+    assert len(said["b"]) == 1 and said["b"][0].startswith(f"[hpcbsp] rank 1/2 (pid {pid['b']} on "), said
+    assert said["b"][0].endswith("killed by SIGKILL (out of memory, or a kill from outside) "
+                                 "(the launcher was ending the job: a rank on another node may have died first)")
+
+
+def test_deaths_on_two_nodes_at_one_moment_are_named_together(tmp_path):
+    # Within SAME_MOMENT the order cannot be told: one line, by the node that saw its death
+    # first (b, killed first by the test), naming a's rank with it.
+    assert nodewatch.SAME_MOMENT >= 0.005
+    said, pid = _die_on_two_nodes(tmp_path, 0.0)
+    assert said["a"] == [], said
+    assert len(said["b"]) == 1 and said["b"][0].startswith(f"[hpcbsp] rank 1/2 (pid {pid['b']} on "), said
+    assert re.search(r"killed by SIGKILL \(out of memory, or a kill from outside\), within \d+\.\d ms of "
+                     r"rank 0/2 \(on a\): either may have died first$", said["b"][0]), said

@@ -32,6 +32,19 @@ of the job is on this node (the order is then the job's order); on a job spread 
 of another node may have died first and the launcher killed this one for it, so unless another
 rank of this node still runs 0.3 s later, the line says that doubt.
 
+**First across nodes.**  A watcher that is to name a death first tells the job's other watchers
+(``died HOST TIME RANK``: the wall-clock time it saw the pipe close).  A death that may not be the
+first (a SIGKILL or an unknown end, on a job spread over nodes) is named only after those 0.3 s,
+in which the others' announcements come in; a crash is named at once.  If another node announced
+a death earlier by more than :data:`SAME_MOMENT` (10 ms), this watcher stays quiet and that node
+names its rank: when one rank is killed, the ranks that the launcher ends for it later are not
+named before it.  Deaths closer than that are one moment, as far as the nodes can tell: the
+watchers wake up, and the nodes' clocks agree (NTP, PTP), no better; under Open MPI a rank that
+loses a peer's connection aborts (``MPI_ERRORS_ARE_FATAL``) a fraction of a millisecond after the
+peer died.  Of those, the one seen first speaks and names the others with it ("within 0.2 ms of
+rank 3/4 (on node4): either may have died first"); the rest stay quiet.  With the detector off (a
+timeout of 0) the watchers do not talk, and each node names its own first death.
+
 **The failure detector.**  When the job spans nodes, every context tells each node's watcher
 where the others listen (:func:`.deathwatch.introduce`: the host names and UDP ports, gathered
 over the context's communicator).  Every ``PERIOD`` seconds each watcher sends a datagram to
@@ -78,6 +91,10 @@ IDLE_LIMIT = 30.0
 #: Seconds between the scans of the ranks' mapped ``/dev/shm`` files.
 SCAN_PERIOD = 2.0
 _STOPS = {signal.SIGHUP, signal.SIGINT, signal.SIGTERM}
+#: Seconds within which two nodes' first deaths count as one moment: the watchers wake up, and the
+#: nodes' clocks agree, no better than that; a rank that an MPI library ends for a lost peer can
+#: die a fraction of a millisecond after it.
+SAME_MOMENT = 0.01
 
 
 def probe(pid: int) -> tuple[str, int | None]:
@@ -126,11 +143,12 @@ class _Rank:
 
 
 class _Peer:
-    __slots__ = ("host", "address", "ranks", "heard", "done")
+    __slots__ = ("host", "address", "ranks", "heard", "done", "died")
 
     def __init__(self, host: str, address: tuple[str, int], ranks: list[int], heard: float):
         self.host, self.address, self.ranks, self.heard = host, address, ranks, heard
         self.done = False  # its ranks have all ended: not expected any more
+        self.died: tuple[float, int] | None = None  # (wall-clock time, rank) of the first death it announced
 
 
 def _ranks_text(ranks: list[int]) -> str:
@@ -290,7 +308,8 @@ class Watch:
                     pass  # no route (a cut link): the peer's silence is its own news
 
     def hear(self, now: float | None = None) -> None:
-        """Take in the heartbeats that arrived (heard at ``now``, default the clock's now)."""
+        """Take in the heartbeats and announced deaths that arrived (heard at ``now``, default
+        the clock's now)."""
         assert self.udp is not None
         now = time.monotonic() if now is None else now
         while True:
@@ -300,11 +319,16 @@ class Watch:
                 return
             except OSError:
                 return
-            word, _, host = data.decode(errors="replace").partition(" ")
+            word, host, *rest = data.decode(errors="replace").split() + ["", ""]
             peer = self.peers.get(host)
             if peer is not None:
                 peer.heard = now
                 peer.done |= word == "bye"
+                if word == "died" and peer.died is None:
+                    try:
+                        peer.died = float(rest[0]), int(rest[1])
+                    except ValueError:
+                        pass
 
     def meet(self, table: bytes) -> None:
         """Learn the job's other nodes from a rank (lines ``HOST PORT RANK,RANK,...``)."""
@@ -366,6 +390,7 @@ class Watch:
                 pass
 
     def on_pipe(self, r: _Rank) -> None:
+        seen = time.time()  # (the wall clock: compared with other nodes' times, see first_death)
         try:
             data = os.read(r.fd, 64)
         except OSError:
@@ -384,9 +409,11 @@ class Watch:
         if self.quiet or self.decided:
             return
         self.decided = True
-        self.first_death(r)
+        self.first_death(r, seen)
 
-    def first_death(self, r: _Rank) -> None:
+    def first_death(self, r: _Rank, seen: float) -> None:
+        """Name rank ``r``, whose pipe closed first on this node (at wall-clock time ``seen``),
+        unless its end was no death or another node saw one earlier (the module docstring)."""
         _, code = probe(r.pid)
         all_here = self.ever >= r.size  # every rank of the job registered on this node
         kind, how = verdict(code, all_here)
@@ -398,11 +425,20 @@ class Watch:
         if kind == "quiet":
             self.quiet = True
             return
+        self.send(b"died %s %.6f %d" % (self.host.encode(), seen, r.rank))
         if kind == "maybe":
-            time.sleep(0.3)
+            self.listen(0.3)  # for the other nodes' deaths, and to see whether this node's go on
             if any(_running(o.pid) for o in self.ranks.values()):
-                kind = "sure"  # another rank of this node goes on: this one died first
-        if kind == "maybe":
+                kind = "sure"  # another rank of this node goes on: this one died first here
+        earlier, together = self.deaths_elsewhere(seen)
+        if earlier:
+            self.quiet = True  # that node names its rank: this one was ended for it
+            return
+        if together:
+            gap = max(abs(p.died[0] - seen) for p in together if p.died)
+            others = ", ".join(f"rank {p.died[1]}/{r.size} (on {p.host})" for p in together if p.died)
+            how += f", within {gap * 1e3:.1f} ms of {others}: either may have died first"
+        elif kind == "maybe":
             how += " (the launcher was ending the job: a rank on another node may have died first)"
         try:
             os.mkdir(self.marker)
@@ -411,6 +447,31 @@ class Watch:
         self.remove_marker = True
         self.say(f"[hpcbsp] rank {r.rank}/{r.size} (pid {r.pid} on {socket.gethostname()}) "
                  f"died without a report: {how}")
+
+    def listen(self, seconds: float) -> None:
+        """Take in the other nodes' datagrams for ``seconds`` (a plain sleep without the detector)."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            if self.udp is None:
+                time.sleep(left)
+                return
+            try:
+                ready, _, _ = select.select([self.udp], [], [], left)
+            except InterruptedError:
+                continue
+            if ready:
+                self.hear()
+
+    def deaths_elsewhere(self, seen: float) -> tuple[bool, list[_Peer]]:
+        """The other nodes' announced deaths against this node's, seen at wall-clock time
+        ``seen``: whether one of them speaks instead of this node (it saw its death earlier by
+        more than :data:`SAME_MOMENT`, or within it but first: every node that heard the same
+        picks the same one), and the nodes whose deaths came within :data:`SAME_MOMENT` of
+        this one's (to be named with it)."""
+        near = [p for p in self.peers.values() if p.died is not None and abs(p.died[0] - seen) <= SAME_MOMENT]
+        first = min([(seen, self.host), *((p.died[0], p.host) for p in near if p.died)])
+        earlier = any(p.died is not None and p.died[0] < seen - SAME_MOMENT for p in self.peers.values())
+        return earlier or first[1] != self.host, near
 
     def others_stopping(self) -> bool:
         """Whether another rank of the node ended by HUP, INT or TERM (the job is being stopped;
@@ -463,9 +524,11 @@ def main(argv: list[str]) -> int:
     """``nodewatch.py MARKER FD PERIOD TIMEOUT`` (a timeout of 0: no failure detection)."""
     marker, fd, period, timeout = argv[1], int(argv[2]), float(argv[3]), float(argv[4])
     # Ctrl-C, Slurm signalling every process of a step (scancel --signal, a time-limit warning:
-    # SIGUSR1/2 would end this process by default) and a request for the ranks' stacks (SIGUSR1)
-    # are for the ranks: this watcher ends when they have ended, and says why if it must.
-    for sig in (signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
+    # SIGUSR1/2 would end this process by default; SIGTERM to all of a step that srun ends
+    # because a task failed, while this watcher may still be about to name it) and a request for
+    # the ranks' stacks (SIGUSR1) are for the ranks: this watcher ends when they have ended, and
+    # says why if it must.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, signal.SIG_IGN)
     listener = socket.socket(fileno=fd)
     Watch(listener, marker, period, timeout).serve()
