@@ -14,6 +14,8 @@ STALE_AGE = 60.0
 
 
 def stat(pid: int | str) -> list[str]:
+    """The fields of ``/proc/PID/stat`` after the command name (state, ppid, ...); ``[]`` once
+    the process has been reaped."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
             return fh.read().rsplit(")", 1)[1].split()

@@ -101,15 +101,13 @@ def probe(pid: int) -> tuple[str, int | None]:
     """``(state, exit code)`` of process ``pid`` from ``/proc/PID/stat``: ``("gone", None)``
     once it has been reaped; the exit code is 0 while it lives and, for a zombie, the wait
     status (its low 7 bits the signal that ended it)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
+    fields = nodeclean.stat(pid)
+    if not fields:
         return "gone", None
     try:
         return fields[0], int(fields[-1])
-    except (IndexError, ValueError):
-        return fields[0] if fields else "gone", None
+    except ValueError:
+        return fields[0], None
 
 
 def verdict(code: int | None, all_here: bool) -> tuple[str, str]:
