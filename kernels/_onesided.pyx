@@ -10,7 +10,7 @@ plain C loop with the GIL released: no Python per update.  Completion (``MPI_Win
 
 This module includes no MPI header and links no MPI library: which functions, window and types
 it calls with is the caller's business (:mod:`hpcbsp.apps.irregular.rma` finds them in the MPI
-library the process already runs, through :func:`hpcbsp.runtime.native.mpi_symbols`).  MPI
+library the process already runs, through :func:`hpcbsp.runtime.superstep.native.mpi_symbols`).  MPI
 handles are ``int`` in MPICH's ABI and pointers in Open MPI's; ``handle_size`` (4 or 8, what
 ``MPI._sizeof(MPI.Win)`` says) chooses the signature the functions are called with.
 """

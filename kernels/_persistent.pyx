@@ -15,13 +15,13 @@ integers, as in MPICH's ABI; pointers where they are pointers, as in Open MPI's)
 persistent collectives are slower than their blocking ones (Open MPI 5: docs/performance.md).
 
 This module knows nothing of MPI: which functions, request and handles it calls is the caller's
-business (:mod:`hpcbsp.runtime.native` hands it ``MPI_Start`` and ``MPI_Wait`` with the control
+business (:mod:`hpcbsp.runtime.superstep.native` hands it ``MPI_Start`` and ``MPI_Wait`` with the control
 step's persistent ``MPI_Allreduce_init(MAX)`` request, or ``MPI_Allreduce`` and the handles of
 ``MPI_IN_PLACE``, ``MPI_INT64_T``, ``MPI_MAX`` and the context's communicator).  The record layout is the control step's:
 ``[kind, step, sig, data, gets, -kind, -step, -sig, -data, -gets]``; after a MAX reduction,
 field ``i`` agrees on every rank exactly when ``r[i] + r[i + 5] == 0``.  ``data`` and ``gets`` are
 levels from 0 to 3 (what a rank has to move, the caller's business:
-:class:`hpcbsp.runtime.outbox.Data` and :class:`~hpcbsp.runtime.outbox.Extra`); the step returns
+:class:`hpcbsp.runtime.superstep.outbox.Data` and :class:`~hpcbsp.runtime.superstep.outbox.Extra`); the step returns
 their maxima over the ranks as ``data | gets << 2``, with 16 added where every rank gave the same
 ``data`` (its maximum is its minimum).
 
@@ -348,7 +348,7 @@ def plain_sync(RecordStep step not None, Rows rows not None, int64_t kind, Count
 
     Returns a compiled function of the method's signature, ``sync(label=None, *, timeout=None,
     _step=None)``, that stands in for the method ``sync`` of a
-    :class:`hpcbsp.runtime.superstep.Supersteps` (as the instance attribute of that name) whose
+    :class:`hpcbsp.runtime.superstep.supersteps.Supersteps` (as the instance attribute of that name) whose
     superstep counter is ``counter``, while the context is open, without sync hooks or timeout,
     and its blocking control step ``step`` is compiled; the context installs and removes it
     (``Supersteps._fast_sync``).  ``sync()`` or ``sync(label)`` on a rank with no record pending

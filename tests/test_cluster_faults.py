@@ -79,7 +79,7 @@ def prog(bsp):
             time.sleep(60)  # the others wait for it in the next sync
 
 with hpcbsp.BSP(timeout=None if sys.argv[2] == "none" else float(sys.argv[2])) as ctx:
-    from hpcbsp.runtime.runner import install_excepthook
+    from hpcbsp.runtime.failure.guards import install_excepthook
     install_excepthook()
     prog(ctx)
 """
@@ -167,7 +167,7 @@ def test_a_node_whose_link_goes_down_ends_the_job_naming_its_rank(tmp_path: Path
     assert elapsed >= SYNC_TIMEOUT * 0.5, f"ended after {elapsed:.1f} s, before any timeout could fire:\n{out[-3000:]}"
 
 
-# -- with no timeout set: the failure detector (hpcbsp/runtime/nodewatch.py) at its defaults ----
+# -- with no timeout set: the failure detector (hpcbsp/runtime/failure/nodewatch.py) at its defaults ----
 #: The detector's default timeout (10 s) and its period, plus the launcher's own clean-up.
 DETECTOR_BOUND = 30.0
 

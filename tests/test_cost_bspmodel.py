@@ -9,7 +9,7 @@ from hpcbsp.cli.cost import main
 from hpcbsp.cost.bspmodel import compare, load_ledger
 from hpcbsp.cost.errors import CostInputError
 from hpcbsp.cost.profile import FORMAT, profile_from_dict
-from hpcbsp.runtime.ledger import write_records
+from hpcbsp.runtime.superstep.ledger import write_records
 
 PROFILE = {
     "format": FORMAT, "nprocs": 2, "r_flops": 1e9, "l_empty": 1e-5,

@@ -275,7 +275,7 @@ def _mpi_settings(ck: Path) -> dict:
     """The settings the saved run recorded (read back, to load it outside the job)."""
     from mpi4py import MPI
 
-    from hpcbsp.runtime.context import BSP
+    from hpcbsp.runtime.api.context import BSP
 
     with BSP(MPI.COMM_SELF) as bsp:
         state = bsp.restore(str(ck / "mpi-ssp-r0"), program="hpcbsp.elastic.train").state

@@ -392,7 +392,7 @@ def test_mpi_torch_run_killed_and_restarted_goes_on_from_the_saved_server_state(
     assert not dead.timed_out and dead.returncode != 0
     from mpi4py import MPI
 
-    from hpcbsp.runtime.context import BSP
+    from hpcbsp.runtime.api.context import BSP
     with BSP(MPI.COMM_SELF) as bsp:
         state = bsp.restore(str(ck / "mpi-ssp-r0"), program="hpcbsp.elastic.train").state
     saved = CheckpointPlan(ck).load(ck / "mpi-ssp-r0", json.loads(state["config"].tobytes().decode()))

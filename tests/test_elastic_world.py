@@ -2,7 +2,7 @@
 timeout, and that it lives and ends on the runtime's lifecycle.
 
 Oracles: MPI's own view of the job (``MPI.COMM_WORLD``, ``Comm.Compare``), the arguments and the
-environment given, and for failures the rules of :mod:`hpcbsp.runtime.runner` (the failing rank
+environment given, and for failures the rules of :mod:`hpcbsp.runtime.api.runner` (the failing rank
 named, every rank stopped, a timeout reported in one line).
 
     mpiexec -n 2 python -m pytest -q --only-mpi tests/test_elastic_world.py   (and -n 3)

@@ -1,4 +1,4 @@
-"""One side of a round of ``Alltoallv`` for the large puts (``hpcbsp.runtime.exchange._regions``):
+"""One side of a round of ``Alltoallv`` for the large puts (``hpcbsp.runtime.superstep.exchange._regions``):
 the buffer, counts and displacements MPI is given for each rank's region.  Oracle: the regions'
 own addresses and sizes, counted by hand, and the bytes MPI would read at buffer + displacement
 (read back through numpy), which must be the regions' bytes."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-import hpcbsp.runtime.exchange as exchange
+import hpcbsp.runtime.superstep.exchange as exchange
 
 
 def _address(a: np.ndarray) -> int:

@@ -14,7 +14,7 @@ from mpi_helpers import run_mpi
 
 import hpcbsp
 from hpcbsp.apps.fft import ParallelFFT, bit_reverse_permutation, fft_radix2, random_signal, usable_ranks
-from hpcbsp.runtime.partition import Cyclic
+from hpcbsp.runtime.api.partition import Cyclic
 
 mpi = pytest.mark.mpi(min_size=2)
 

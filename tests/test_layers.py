@@ -34,7 +34,7 @@ TOP = 8
 
 
 def _package_of(module: str) -> str | None:
-    """``hpcbsp.runtime.context`` -> ``runtime``; the root package -> ``""``; not hpcbsp -> None."""
+    """``hpcbsp.runtime.api.context`` -> ``runtime``; the root package -> ``""``; not hpcbsp -> None."""
     parts = module.split(".")
     if parts[0] != "hpcbsp":
         return None
@@ -134,3 +134,65 @@ def test_importing_a_layer_imports_nothing_above_it(module):
     # `import hpcbsp.runtime` runs hpcbsp/__init__ first, which loads the top's choice of layers
     # (runtime and fabsp, see docs/architecture.md); nothing above fabsp may come with it.
     assert {pkg for pkg in loaded if LAYERS.get(pkg, TOP) > max(mine, LAYERS["fabsp"])} == set()
+
+
+#: runtime/'s own layers (docs/architecture.md): its shared modules (errors, environment, launch
+#: checks) at the bottom, then failure handling, the superstep machinery, and the API users meet.
+RUNTIME_LAYERS = {"": 0, "failure": 1, "superstep": 2, "api": 3}
+
+
+def _runtime_layer(module: str) -> float | None:
+    """``hpcbsp.runtime.superstep.control`` -> 2; ``hpcbsp.runtime.errors`` -> 0; the package
+    ``hpcbsp.runtime`` itself (its public names) -> above all; not runtime -> None."""
+    parts = module.split(".")
+    if parts[:2] != ["hpcbsp", "runtime"]:
+        return None
+    if len(parts) == 2:
+        return len(RUNTIME_LAYERS)
+    return RUNTIME_LAYERS.get(parts[2], 0)
+
+
+def _runtime_violations() -> list[str]:
+    """Imports inside runtime/ that point up its layers.  An import under ``if TYPE_CHECKING:`` is
+    a type annotation's, not a dependency at run time, and is allowed."""
+    bad = []
+    for path in sorted(p for p in (ROOT / "runtime").rglob("*.py") if "__pycache__" not in p.parts):
+        rel = path.relative_to(ROOT / "runtime")
+        if rel == Path("__init__.py"):
+            continue
+        mine = RUNTIME_LAYERS.get(rel.parts[0], 0) if len(rel.parts) > 1 else 0
+        tree = ast.parse(path.read_text(), str(path))
+        typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+                       and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+                       for stmt in node.body for n in ast.walk(stmt)}
+        typing_lines = {node.lineno for node in ast.walk(tree)
+                        if id(node) in typing_only and isinstance(node, (ast.Import, ast.ImportFrom))}
+        for line, module in _imports(path):
+            theirs = _runtime_layer(module)
+            if theirs is not None and theirs > mine and line not in typing_lines:
+                bad.append(f"runtime/{rel}:{line}: layer {mine} imports {module} (layer {theirs})")
+    return bad
+
+
+def test_runtime_sub_packages_import_down():
+    assert _runtime_violations() == []
+
+
+def test_every_runtime_sub_package_has_a_layer():
+    subs = {p.name for p in (ROOT / "runtime").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert subs == set(RUNTIME_LAYERS) - {""}, "add the new sub-package to RUNTIME_LAYERS and docs/architecture.md"
+
+
+def test_the_runtime_checker_sees_an_upward_import(tmp_path, monkeypatch):
+    # The oracle of the check itself: failure/ importing the superstep machinery is reported, a
+    # typing-only import of the API is not.
+    runtime = tmp_path / "hpcbsp" / "runtime"
+    for sub in ("failure", "superstep", "api"):
+        (runtime / sub).mkdir(parents=True)
+        (runtime / sub / "__init__.py").write_text("")
+    (runtime / "failure" / "bad.py").write_text("def f():\n    from ..superstep import control\n")
+    (runtime / "superstep" / "ok.py").write_text(
+        "from typing import TYPE_CHECKING\nfrom ..errors import BSPError\nif TYPE_CHECKING:\n    from ..api.coarray import Coarray\n")
+    monkeypatch.setattr(__import__(__name__), "ROOT", tmp_path / "hpcbsp")
+    assert _runtime_violations() == [
+        "runtime/failure/bad.py:2: layer 1 imports hpcbsp.runtime.superstep (layer 2)"]

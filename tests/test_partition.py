@@ -1,4 +1,4 @@
-"""Partitionings (hpcbsp.runtime.partition) against a brute-force enumeration oracle.
+"""Partitionings (hpcbsp.runtime.api.partition) against a brute-force enumeration oracle.
 
 The oracle deals the global indices out one by one from the definition of each layout (a loop,
 not the closed forms under test): block = consecutive runs of the sizes n//p (+1 on the first
@@ -13,9 +13,9 @@ import itertools
 import numpy as np
 import pytest
 
-from hpcbsp.runtime.distribution import block_range
+from hpcbsp.runtime.api.distribution import block_range
+from hpcbsp.runtime.api.partition import Block, BlockCyclic, Cyclic, Explicit, Grid, dims_create, from_description, grid, partitioning
 from hpcbsp.runtime.errors import BSPError
-from hpcbsp.runtime.partition import Block, BlockCyclic, Cyclic, Explicit, Grid, dims_create, from_description, grid, partitioning
 
 
 def enumerate_block(n: int, p: int) -> list[tuple[int, int]]:

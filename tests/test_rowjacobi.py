@@ -13,7 +13,7 @@ from mpi_helpers import run_mpi
 
 import hpcbsp
 from hpcbsp.apps.rowjacobi import CSRRows, dominant_system, jacobi, solve
-from hpcbsp.runtime.distribution import block_range
+from hpcbsp.runtime.api.distribution import block_range
 
 mpi = pytest.mark.mpi(min_size=2)
 

@@ -1,4 +1,4 @@
-"""Packed element puts through the node's shared arena (``hpcbsp.runtime.arena``).
+"""Packed element puts through the node's shared arena (``hpcbsp.runtime.superstep.arena``).
 
 On one node the records of ``put_elements`` are packed into a shared-memory window and applied
 by their destinations from the sender's memory; the window grows inside exchanges by the ranks'
@@ -17,8 +17,8 @@ import pytest
 from mpi_helpers import run_mpi
 
 import hpcbsp
-from hpcbsp.runtime import arena as arena_mod
 from hpcbsp.runtime.errors import BadInput
+from hpcbsp.runtime.superstep import arena as arena_mod
 
 mpi = pytest.mark.mpi(min_size=2)
 PROGRAMS = os.path.join(os.path.dirname(__file__), "programs")
@@ -129,7 +129,7 @@ def test_a_half_is_not_rewritten_while_a_slow_rank_still_reads_it(bsp, monkeypat
     """Rank 1 waits 0.3 s before applying each record; meanwhile rank 0 leaves the sync and
     packs the next superstep's puts to it at once.  Were the same half of rank 0's segment
     reused, rank 1 would apply those new values; the oracle says which values must land."""
-    from hpcbsp.runtime.coarray import Coarray
+    from hpcbsp.runtime.api.coarray import Coarray
 
     me = bsp.pid
     with hpcbsp.BSP(bsp.comm) as ctx:

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import hpcbsp
-from hpcbsp.runtime import outbox as outbox_module
-from hpcbsp.runtime.outbox import Data, Extra, Outbox
+from hpcbsp.runtime.superstep import outbox as outbox_module
+from hpcbsp.runtime.superstep.outbox import Data, Extra, Outbox
 
 mpi = pytest.mark.mpi(min_size=2)
 
@@ -21,7 +21,7 @@ mpi = pytest.mark.mpi(min_size=2)
 def _spy(monkeypatch) -> list[str]:
     """Which exchange each superstep with data took: "bulk", "repeat" (a bulk exchange without
     its ``Alltoall``), "general" or "local"."""
-    import hpcbsp.runtime.superstep as superstep
+    import hpcbsp.runtime.superstep.supersteps as superstep
 
     paths: list[str] = []
     bulk, general = superstep.bulk_exchange, superstep.exchange
@@ -233,7 +233,7 @@ def test_ranks_may_mix_the_compiled_and_the_python_step_in_a_bulk_exchange(bsp, 
 def test_a_bulk_exchange_stages_regions_that_lie_too_far_apart(bsp, monkeypatch):
     """As if each side's regions lay more than 2 GiB apart (at 3 ranks each side has two): they
     travel through one staging buffer each way, and every slot holds what its source put."""
-    import hpcbsp.runtime.exchange as exchange
+    import hpcbsp.runtime.superstep.exchange as exchange
 
     monkeypatch.setattr(exchange, "_SPAN", 0)
     paths = _spy(monkeypatch)

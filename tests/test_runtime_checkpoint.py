@@ -15,8 +15,8 @@ from mpi_helpers import run_mpi
 import hpcbsp
 from hpcbsp import BadInput, BSPError, UsageError
 from hpcbsp.apps.heat import reference
-from hpcbsp.runtime.distribution import block_range
-from hpcbsp.runtime.partition import Block, Explicit, Grid, grid, partitioning
+from hpcbsp.runtime.api.distribution import block_range
+from hpcbsp.runtime.api.partition import Block, Explicit, Grid, grid, partitioning
 
 HEAT = ["-m", "hpcbsp.apps.heat", "--n", "600", "--steps", "60"]
 

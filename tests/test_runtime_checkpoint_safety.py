@@ -18,8 +18,8 @@ from mpi_helpers import run_mpi
 
 import hpcbsp
 from hpcbsp import BSPError
-from hpcbsp.runtime import checkpoint as ckpt
-from hpcbsp.runtime.distribution import block_range
+from hpcbsp.runtime.api import checkpoint as ckpt
+from hpcbsp.runtime.api.distribution import block_range
 
 N = 11  # elements of the test coarray, split over the ranks
 

@@ -10,7 +10,7 @@ import pytest
 import hpcbsp
 from hpcbsp import UsageError
 from hpcbsp.apps.classic import distributed_matvec, inner_product, prefix_sum
-from hpcbsp.runtime.distribution import block_range
+from hpcbsp.runtime.api.distribution import block_range
 
 mpi = pytest.mark.mpi(min_size=2)
 

@@ -13,8 +13,8 @@ import pytest
 import hpcbsp
 from hpcbsp import Divergence
 from hpcbsp.kernels._persistent import Counter, Rows, plain_sync
-from hpcbsp.runtime import native
-from hpcbsp.runtime.native import DIVERGED, RecordStep, start_wait_loop
+from hpcbsp.runtime.superstep import native
+from hpcbsp.runtime.superstep.native import DIVERGED, RecordStep, start_wait_loop
 
 mpi = pytest.mark.mpi(min_size=2)
 
@@ -64,7 +64,7 @@ def test_sync_with_its_own_timeout_moves_data_like_any_sync(bsp):
     assert [row.label for row in bsp.ledger][-1] == "step 4"
 
 
-# ---- the compiled control step (hpcbsp.runtime.native) ---------------------------------------
+# ---- the compiled control step (hpcbsp.runtime.superstep.native) ---------------------------------------
 
 _START = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
 _WAIT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
@@ -292,7 +292,7 @@ def test_a_superstep_with_only_own_records_sends_no_message(bsp, monkeypatch):
     exchange's messages when no rank has any for another (the control step tells); with one
     remote record anywhere every rank takes part in the exchange.  Oracles: the values (by
     hand) and which way the exchange was called (a spy on it)."""
-    import hpcbsp.runtime.superstep as superstep
+    import hpcbsp.runtime.superstep.supersteps as superstep
 
     calls: list[bool] = []
     real = superstep.exchange

@@ -200,7 +200,7 @@ def test_same_inputs_same_bytes_in_separate_runs(nprocs):
 @mpi
 def test_a_coarray_with_a_layout_is_sized_by_it_and_puts_address_it(bsp):
     # Oracle: Cyclic's closed form (g on rank g mod p at g // p), written out here.
-    from hpcbsp.runtime.partition import Cyclic
+    from hpcbsp.runtime.api.partition import Cyclic
 
     n, p = 17, bsp.nprocs
     x = bsp.coarray(dtype=np.int64, name="x", layout=Cyclic(n, p))
@@ -215,7 +215,7 @@ def test_a_coarray_with_a_layout_is_sized_by_it_and_puts_address_it(bsp):
 
 @mpi
 def test_a_layout_that_does_not_fit_the_coarray_is_a_usage_error(bsp):
-    from hpcbsp.runtime.partition import Block
+    from hpcbsp.runtime.api.partition import Block
 
     p = bsp.nprocs
     with pytest.raises(UsageError, match=rf"layout Block\(n=10, p={p + 1}\) is over {p + 1} ranks, this context has {p}"):
@@ -239,7 +239,7 @@ def test_many_large_puts_per_rank_land_in_source_and_program_order(bsp, monkeypa
     the large payloads travel in rounds of one Alltoallv each; "staged": the same with every
     round's regions copied through one buffer (as when they lie too far apart for MPI's int
     displacements); "messages": a sync with a timeout sends them as messages."""
-    import hpcbsp.runtime.exchange as exchange
+    import hpcbsp.runtime.superstep.exchange as exchange
 
     if how == "staged":
         monkeypatch.setattr(exchange, "_SPAN", 0)

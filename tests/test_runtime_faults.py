@@ -157,7 +157,7 @@ def test_a_rank_silent_inside_the_data_exchange_is_named_within_the_timeout(npro
             in res.stderr), res.output
 
 
-# -- the failure detector (hpcbsp/runtime/nodewatch.py), with no sync timeout set --------------------
+# -- the failure detector (hpcbsp/runtime/failure/nodewatch.py), with no sync timeout set --------------------
 def test_a_frozen_rank_ends_the_job_with_no_setting():
     # Rank 2 stops itself (SIGSTOP); nobody set a timeout.  The watch's default (10 s stopped)
     # must end the job, naming the rank and the node, within 30 s of the freeze.
@@ -216,7 +216,7 @@ def test_sigusr1_prints_every_ranks_stack_with_its_rank_and_the_job_goes_on():
 
     for rank in (1, 2):  # where a hung rank is: in the sync, in the program's line 14 (the sync
         # has a Python frame unless it is the compiled one, with spinning waits: optional here)
-        assert re.search(rf"(\[rank {rank}\]   File \".*superstep.py\", line \d+ in sync\n)?"
+        assert re.search(rf"(\[rank {rank}\]   File \".*supersteps.py\", line \d+ in sync\n)?"
                          rf"\[rank {rank}\]   File \".*dump_stacks.py\", line 14 in prog", dump(rank)), err
     assert re.search(r"\[rank 0\]   File \".*dump_stacks.py\", line 13 in prog", dump(0)), err
 

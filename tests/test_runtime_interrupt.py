@@ -32,7 +32,7 @@ from mpi_helpers import (
 
 import hpcbsp
 from hpcbsp.apps.heat import reference
-from hpcbsp.runtime.partition import Block
+from hpcbsp.runtime.api.partition import Block
 from hpcbsp.util.proctree import descendants
 
 pytestmark = pytest.mark.serial_only  # launches its own MPI jobs: runs in the serial pass, not once per rank

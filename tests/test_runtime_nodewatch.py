@@ -1,4 +1,4 @@
-"""The node's death watch (hpcbsp/runtime/nodewatch.py) without MPI: stand-in ranks
+"""The node's death watch (hpcbsp/runtime/failure/nodewatch.py) without MPI: stand-in ranks
 (tests/programs/watched_rank.py), children of this test as a job's ranks are children of the
 launcher, register with one watcher; the test kills them in an order of its choosing.
 
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcbsp.runtime import nodeclean, nodewatch
-from hpcbsp.runtime.nodewatch import verdict
+from hpcbsp.runtime.failure import nodeclean, nodewatch
+from hpcbsp.runtime.failure.nodewatch import verdict
 
 HERE = Path(__file__).parent
 RANK = str(HERE / "programs" / "watched_rank.py")

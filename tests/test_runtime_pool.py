@@ -1,11 +1,11 @@
-"""The exchange's buffer pool (hpcbsp.runtime.outbox.BufferPool): exact sizes, reuse across
+"""The exchange's buffer pool (hpcbsp.runtime.superstep.outbox.BufferPool): exact sizes, reuse across
 supersteps of slightly different sizes, memory bounded by the working set.  Oracle: buffer
 identity (``np.shares_memory``) and hand-counted bytes."""
 from __future__ import annotations
 
 import numpy as np
 
-from hpcbsp.runtime.outbox import BufferPool
+from hpcbsp.runtime.superstep.outbox import BufferPool
 
 MiB = 1 << 20
 

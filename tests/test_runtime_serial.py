@@ -12,9 +12,9 @@ from mpi_helpers import clean_env
 
 import hpcbsp
 from hpcbsp import UsageError
-from hpcbsp.runtime.control import signature
-from hpcbsp.runtime.distribution import block_range, block_sizes
-from hpcbsp.runtime.ledger import per_superstep, summarize
+from hpcbsp.runtime.api.distribution import block_range, block_sizes
+from hpcbsp.runtime.superstep.control import signature
+from hpcbsp.runtime.superstep.ledger import per_superstep, summarize
 
 
 def test_one_rank_program_and_ledger_files(tmp_path):
@@ -87,7 +87,7 @@ def test_per_superstep_combines_ranks():
 
 
 def test_signature_is_the_same_in_every_process():
-    code = "from hpcbsp.runtime.control import signature; print(signature('coarray float64'))"
+    code = "from hpcbsp.runtime.superstep.control import signature; print(signature('coarray float64'))"
     # The rest of the environment stays: Open MPI's singleton does not start without HOME.
     outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            env=clean_env(PYTHONHASHSEED=str(seed))).stdout for seed in (1, 2)}
@@ -127,12 +127,12 @@ def test_sync_refuses_a_timeout_that_is_not_a_positive_number(bad):
 
 
 def test_every_kind_of_failure_is_a_bsp_error_and_reported_by_its_kind():
-    # Oracle: the report rules written in hpcbsp.runtime.report (bad input once on rank 0 as one
+    # Oracle: the report rules written in hpcbsp.runtime.failure.report (bad input once on rank 0 as one
     # line, a peer's failure as one line, a timeout as one line naming the program's line that
     # waited, anything else as a rank-prefixed traceback).
     from hpcbsp import BadInput, BSPError, Divergence, PeerFailed, SyncTimeout
     from hpcbsp.fabsp.engine import PeerFailed as EnginePeerFailed
-    from hpcbsp.runtime.report import format_failure
+    from hpcbsp.runtime.failure.report import format_failure
 
     kinds = (UsageError, Divergence, PeerFailed, SyncTimeout, BadInput)
     assert all(issubclass(k, BSPError) for k in kinds)
@@ -162,8 +162,8 @@ def test_every_kind_of_failure_is_a_bsp_error_and_reported_by_its_kind():
 def test_the_extension_interface_on_one_rank():
     # Oracle: what the test registers and does, step by step.
     from hpcbsp.fabsp.engine import Engine
-    from hpcbsp.runtime.control import Kind
-    from hpcbsp.runtime.extension import provided
+    from hpcbsp.runtime.api.extension import provided
+    from hpcbsp.runtime.superstep.control import Kind
 
     calls = []
     with hpcbsp.BSP() as bsp:

@@ -1,4 +1,4 @@
-"""Wait modes (hpcbsp.runtime.waiting): spinning or giving the core away while waiting in a sync.
+"""Wait modes (hpcbsp.runtime.superstep.waiting): spinning or giving the core away while waiting in a sync.
 
 Serial tests check the mode parsing and the nap schedule; the MPI tests (mpiexec -n 2 and -n 3)
 check that a yielding context computes the same as a spinning one, that ranks given different
@@ -15,7 +15,7 @@ from mpi4py import MPI
 
 import hpcbsp
 from hpcbsp import BadInput, BSPError
-from hpcbsp.runtime import waiting
+from hpcbsp.runtime.superstep import waiting
 
 mpi = pytest.mark.mpi(min_size=2)
 

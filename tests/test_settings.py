@@ -158,7 +158,7 @@ def test_the_choices_are_the_readers_own():
     from hpcbsp.elastic.transport import TRANSPORTS
     from hpcbsp.fabsp.routing import ROUTINGS
     from hpcbsp.farm.skeleton import EXCHANGES
-    from hpcbsp.runtime.waiting import WAIT_MODES
+    from hpcbsp.runtime.superstep.waiting import WAIT_MODES
 
     readers = {"HPCBSP_ROUTING": {"auto", *ROUTINGS}, "HPCBSP_WAIT": set(WAIT_MODES),
                "HPCBSP_PS_TRANSPORT": set(TRANSPORTS), "HPCBSP_FARM_EXCHANGE": set(EXCHANGES),

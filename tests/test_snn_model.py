@@ -24,7 +24,7 @@ from hpcbsp.apps.snn.network import (
     whole_network,
 )
 from hpcbsp.apps.snn.serial import simulate_serial
-from hpcbsp.runtime.distribution import block_range
+from hpcbsp.runtime.api.distribution import block_range
 
 SMALL = NetworkSpec(neurons=400, fanout=20, areas=4, delay_min=2, delay_local_max=8, delay_long_min=12,
                     delay_max=30, seed=3)

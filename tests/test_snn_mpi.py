@@ -16,7 +16,7 @@ from hpcbsp.apps.snn.async_mode import run_async, simulate_async
 from hpcbsp.apps.snn.bsp_mode import DEFAULT_WINDOW_CAP, run_bsp, simulate_bsp
 from hpcbsp.apps.snn.network import NetworkSpec, block_owner, build_local, whole_network
 from hpcbsp.apps.snn.serial import simulate_serial
-from hpcbsp.runtime.distribution import block_range
+from hpcbsp.runtime.api.distribution import block_range
 
 mpi = pytest.mark.mpi(min_size=2)
 

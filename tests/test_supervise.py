@@ -30,7 +30,7 @@ from hpcbsp.cli.supervise.hosts import choose, is_up
 from hpcbsp.cli.supervise.job import Ended, Stop, run_job
 from hpcbsp.cli.supervise.signs import Signs
 from hpcbsp.cli.supervise.verdict import classify
-from hpcbsp.runtime.checkpoint import describe
+from hpcbsp.runtime.api.checkpoint import describe
 from hpcbsp.util.progress import Progress, parse
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,11 +48,11 @@ LOST_LINES = [
      "slurm/local-cluster.sh", "[hpcbsp rsh] lost node \\$host:", "hpcbsp-node3", "the launcher"),
     ("[hpcbsp] node hpcbsp-node2 (rank 1) has not been heard from for 10 s: it died, froze or lost its link; "
      "ending the job (HPCBSP_HEARTBEAT_TIMEOUT=10)",
-     "hpcbsp/runtime/nodewatch.py", "has not been heard from for", "hpcbsp-node2", "the failure detector"),
+     "hpcbsp/runtime/failure/nodewatch.py", "has not been heard from for", "hpcbsp-node2", "the failure detector"),
     ("[hpcbsp] node n7 (ranks 4, 5) has not been heard from for 11 s: it died",
-     "hpcbsp/runtime/nodewatch.py", "[hpcbsp] node {peer.host} ({ranks})", "n7", "the failure detector"),
+     "hpcbsp/runtime/failure/nodewatch.py", "[hpcbsp] node {peer.host} ({ranks})", "n7", "the failure detector"),
     ("[hpcbsp] rank 2/4 (pid 123 on hpcbsp-node3) has been stopped for 10 s (SIGSTOP, or a frozen node); ending",
-     "hpcbsp/runtime/nodewatch.py", "has been \"\n                          f\"stopped for", "hpcbsp-node3",
+     "hpcbsp/runtime/failure/nodewatch.py", "has been \"\n                          f\"stopped for", "hpcbsp-node3",
      "the failure detector"),
     ("srun: error: Node failure on hpcbsp-node4", None, None, "hpcbsp-node4", "Slurm"),
 ]
@@ -69,8 +69,9 @@ def test_the_lines_that_name_a_lost_node(line, source, fixed, node, who):
 
 
 def test_timeouts_name_the_nodes_they_waited_for():
-    assert "ranks not arrived: " in (REPO / "hpcbsp/runtime/control.py").read_text()
-    assert "timed out after \"\n                f\"{limit:g} s waiting for" in (REPO / "hpcbsp/runtime/superstep.py").read_text()
+    assert "ranks not arrived: " in (REPO / "hpcbsp/runtime/superstep/control.py").read_text()
+    supersteps = (REPO / "hpcbsp/runtime/superstep/supersteps.py").read_text()
+    assert "timed out after \"\n                f\"{limit:g} s waiting for" in supersteps
     signs = Signs()
     signs.feed("[hpcbsp] rank 0/4: sync at superstep 7 timed out waiting for the other ranks (ranks not arrived: "
                "2 (on hpcbsp-node3), 3 (on hpcbsp-node4)); they are stuck in local work, dead, or never call sync")

@@ -3,7 +3,7 @@ option, checked before any work starts.  (The options every app has come from
 :mod:`hpcbsp.util.args`.)"""
 from __future__ import annotations
 
-from ..runtime.partition import dims_create
+from ..runtime.api.partition import dims_create
 from ..util.args import OneLineParser
 
 

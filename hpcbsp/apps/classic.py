@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import kernels
 from ..runtime import BSP
-from ..runtime.distribution import block_range
+from ..runtime.api.distribution import block_range
 from ..util.args import (OneLineParser, add_common_options, add_n, check_memory, check_outputs, ledger_output, plural)
 
 

@@ -24,7 +24,7 @@ from hpcbsp.apps.bsf.system import solve
 from hpcbsp.apps.bsf.jacobi import build as jacobi
 from hpcbsp.util.args import (OneLineParser, add_common_options, add_n, check_memory, check_out_dir, check_outputs,
                               ledger_output, plural)
-from hpcbsp.runtime.ledger import summarize
+from hpcbsp.runtime.superstep.ledger import summarize
 
 
 def run_demo(bsp: "hpcbsp.BSP", n: int, seed: int = 0, ledger: str | None = None, quiet: bool = False

@@ -4,7 +4,7 @@ Scientific Computation*, ch. 3; new code, the book is the reference for the algo
     mpiexec -n P python -m hpcbsp.apps.fft [--n N] [--repeats R] [--seed S] [--ledger PATH]
                                            [--json] [--quiet]
 
-Input and output are distributed cyclically over p ranks (:class:`~hpcbsp.runtime.partition.Cyclic`):
+Input and output are distributed cyclically over p ranks (:class:`~hpcbsp.runtime.api.partition.Cyclic`):
 rank s holds ``x[s::p]`` and ends with ``y[s::p]``, ``y = DFT(x)``.  With ``n/p = m'``:
 
 1. *local stages* (work): rank s transforms its cyclic part with the radix-2 FFT of length m'
@@ -38,8 +38,8 @@ import sys
 import numpy as np
 
 from ..runtime import BSP
-from ..runtime.ledger import summarize
-from ..runtime.partition import Cyclic
+from ..runtime.superstep.ledger import summarize
+from ..runtime.api.partition import Cyclic
 from ..util.args import (OneLineParser, add_common_options, add_n, add_repeats, check_memory, check_outputs,
                          ledger_output)
 from ..util.progress import Progress

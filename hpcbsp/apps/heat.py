@@ -22,10 +22,10 @@ from typing import Callable
 import numpy as np
 
 import hpcbsp
-from hpcbsp.runtime.checkpoint import check_target, exists as checkpoint_exists
-from hpcbsp.runtime.distribution import block_range
-from hpcbsp.runtime.partition import Block
-from hpcbsp.runtime.ledger import summarize
+from hpcbsp.runtime.api.checkpoint import check_target, exists as checkpoint_exists
+from hpcbsp.runtime.api.distribution import block_range
+from hpcbsp.runtime.api.partition import Block
+from hpcbsp.runtime.superstep.ledger import summarize
 from hpcbsp.util.args import (OneLineParser, add_checkpoint, add_common_options, add_n, check_checkpoint,
                               check_memory, check_outputs, ledger_output, nonnegative_int, plural, positive_float)
 from hpcbsp.util.progress import Progress

@@ -4,7 +4,7 @@ Scientific Computation*, ch. 2; new code, the book is the reference for the algo
     mpiexec -n P python -m hpcbsp.apps.lu [--n N] [--grid MxN] [--seed S] [--ledger PATH]
                                           [--json] [--quiet]
 
-The n x n matrix is distributed M x N cyclically (:func:`hpcbsp.runtime.partition.grid`): element
+The n x n matrix is distributed M x N cyclically (:func:`hpcbsp.runtime.api.partition.grid`): element
 ``(i, j)`` lives on the rank at grid coordinates ``(i mod M, j mod N)``, rank ``s*N + t``.  The
 result overwrites A with L (unit lower, below the diagonal) and U, in LAPACK's packed form, with
 the row interchanges of LAPACK's ``ipiv`` (row k swapped with row ``piv[k]``, whole rows), so
@@ -33,7 +33,7 @@ Stage k (k = 0..n-1) is at most four supersteps; ``t_k = k mod N``, ``s_k = k mo
     and one row or column part into each other rank.
 
 With the replicated pivot vector every rank knows r and whether the swap superstep is needed.
-The run prints the ledger (``hpcbsp.runtime.ledger.summarize``) and the check, or with ``--json``
+The run prints the ledger (``hpcbsp.runtime.superstep.ledger.summarize``) and the check, or with ``--json``
 one JSON object (``n``, ``grid``, ``ranks``, ``pivots_equal``, ``max_error``, ``residual``,
 ``ok``); a long run prints a progress line per two seconds on stderr (``--quiet``: none).
 ``--ledger run.json`` saves the ledger for ``hpcbsp-cost ledger run.json --profile PROFILE.json``.
@@ -48,8 +48,8 @@ from typing import Callable
 import numpy as np
 
 from ..runtime import BSP
-from ..runtime.ledger import summarize
-from ..runtime.partition import Grid, dims_create, grid
+from ..runtime.superstep.ledger import summarize
+from ..runtime.api.partition import Grid, dims_create, grid
 from ..util.args import OneLineParser, add_common_options, add_n, check_memory, check_outputs, ledger_output
 from ..util.progress import Progress
 from .algorithms_common import add_grid_option, grid_dims

@@ -28,7 +28,7 @@ import numpy as np
 from .. import kernels
 from ..kernels.reference import csr_to_dense
 from ..runtime import BSP
-from ..runtime.distribution import block_range
+from ..runtime.api.distribution import block_range
 from ..util.args import (OneLineParser, add_common_options, add_n, check_memory, check_outputs, ledger_output,
                          nonnegative_int, plural, positive_float, positive_int)
 from ..util.progress import Progress

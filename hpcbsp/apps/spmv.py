@@ -6,12 +6,12 @@ Computation*, ch. 4; new code, the book is the reference for the algorithm only)
                                             [--repeats R] [--seed S] [--ledger PATH]
                                             [--json] [--quiet]
 
-Distribution (a Cartesian 2-D partitioning, :func:`hpcbsp.runtime.partition.grid`): the nonzero
+Distribution (a Cartesian 2-D partitioning, :func:`hpcbsp.runtime.api.partition.grid`): the nonzero
 a_ij lives on the rank at grid coordinates ``(phi_r(i), phi_c(j))`` of an M x N processor grid,
 with phi_r, phi_c block or cyclic.  The vectors are spread over all ranks, each entry in the
 processor column (x) or row (y) that uses it: x_j on ``(local_c(j) mod M, phi_c(j))`` and y_i on
 ``(phi_r(i), local_r(i) mod N)`` (local_c, local_r: the 1-D partitionings' local indices), as
-:class:`~hpcbsp.runtime.partition.Explicit` partitionings.
+:class:`~hpcbsp.runtime.api.partition.Explicit` partitionings.
 
 Supersteps:
 
@@ -48,8 +48,8 @@ import numpy as np
 
 from .. import kernels
 from ..runtime import BSP
-from ..runtime.ledger import summarize
-from ..runtime.partition import Explicit, Grid, dims_create, grid
+from ..runtime.superstep.ledger import summarize
+from ..runtime.api.partition import Explicit, Grid, dims_create, grid
 from ..util.args import (OneLineParser, add_common_options, add_n, add_repeats, check_memory, check_outputs,
                          fraction, ledger_output, positive_int)
 from ..util.progress import Progress

@@ -11,7 +11,7 @@ follows the other, not a third measurement; each block is timed after a warm-up 
 supersteps (half its timed ones), the steady state of a program that repeats its superstep, and
 the first superstep of each block, just after the other side's, is reported beside.  A small
 superstep's fixed cost: an ``hpput`` of 64 KiB to every other rank and its sync (one large put
-per destination: the bulk exchange, :func:`hpcbsp.runtime.exchange.bulk_exchange`) against a
+per destination: the bulk exchange, :func:`hpcbsp.runtime.superstep.exchange.bulk_exchange`) against a
 bare ``Alltoallv`` of the same bytes.
 
 Fine-grained puts: the same number of 8-byte words sent as single-element puts to random ranks
@@ -20,14 +20,14 @@ puts above; and, for scale, a sample of the same words sent by one ``put`` call 
 
 The empty sync is also measured with its control step through mpi4py's Python calls
 (``HPCBSP_COMPILED_SYNC=0``, a second context on the same ranks), the way it ran before the step
-was compiled (:mod:`hpcbsp.runtime.native`).  Its floor (issue 30's target, <= 1.25x) is this
+was compiled (:mod:`hpcbsp.runtime.superstep.native`).  Its floor (issue 30's target, <= 1.25x) is this
 MPI's fastest allreduce of one integer through mpi4py, blocking or persistent, timed in the same
 rounds; for reference the same persistent allreduce is also started and waited for from C, once
 per call from Python (the least any call from Python costs) and in a C loop (no interpreter), and
 the record's blocking ``MPI_Allreduce`` once per call from Python (the control step's collective
 where the library runs it faster than the persistent one, ``HPCBSP_CONTROL_COLLECTIVE``).
 
-Wait modes (:mod:`hpcbsp.runtime.waiting`): two contexts on the same ranks, one ``wait="spin"``
+Wait modes (:mod:`hpcbsp.runtime.superstep.waiting`): two contexts on the same ranks, one ``wait="spin"``
 and one ``wait="yield"``, measured alternately: the empty sync's latency, and a sync in which the
 last rank arrives W ms late (``--nap-ms``), for which the other ranks' CPU time during the wait
 (``time.process_time``) and the time the sync ends after that rank's arrival are reported.
@@ -45,7 +45,7 @@ from mpi4py import MPI
 
 import hpcbsp
 from hpcbsp.kernels import elements
-from hpcbsp.runtime.native import compiled_allreduce_step, compiled_call, compiled_loop, why_not_compiled
+from hpcbsp.runtime.superstep.native import compiled_allreduce_step, compiled_call, compiled_loop, why_not_compiled
 from hpcbsp.util.args import OneLineParser, add_iters, add_repeats, positive_float
 
 #: The bytes of each put of the small superstep (its fixed cost: the bulk exchange's).
@@ -105,7 +105,7 @@ def bench(bsp: "hpcbsp.BSP", iters: int, mib: float, rounds: int) -> dict[str, f
     python_sync: list[float] = []
     barrier: list[float] = []
     # The same sync with the control step through mpi4py's Python calls (as before it was
-    # compiled, hpcbsp.runtime.native), in a second context on the same ranks.
+    # compiled, hpcbsp.runtime.superstep.native), in a second context on the same ranks.
     saved = os.environ.get("HPCBSP_COMPILED_SYNC")
     os.environ["HPCBSP_COMPILED_SYNC"] = "0"
     try:
@@ -117,7 +117,7 @@ def bench(bsp: "hpcbsp.BSP", iters: int, mib: float, rounds: int) -> dict[str, f
             os.environ["HPCBSP_COMPILED_SYNC"] = saved
     # The floor the issue names: this MPI's fastest allreduce of one integer (MAX, in place),
     # plain, persistent from Python (Start + Wait through mpi4py), and persistent from C
-    # (hpcbsp.runtime.native: no interpreter between the calls); and the same three of the
+    # (hpcbsp.runtime.superstep.native: no interpreter between the calls); and the same three of the
     # sync's own 80-byte control record.
     buffers = {"one": np.zeros(1, np.int64), "record": np.zeros(10, np.int64)}
     # Between the last two: one compiled Start + Wait per call from Python, the least any
@@ -134,7 +134,7 @@ def bench(bsp: "hpcbsp.BSP", iters: int, mib: float, rounds: int) -> dict[str, f
         calls[b] = compiled_call(requests[b])
 
     # The record's blocking allreduce as one compiled call from Python (the control step's own,
-    # where the library runs it faster than the persistent one: runtime.control).
+    # where the library runs it faster than the persistent one: runtime.superstep.control).
     blocking_step = compiled_allreduce_step(comm, bytearray(80))
     allreduce["record_blocking"] = []
 

@@ -79,9 +79,9 @@ def gather_info() -> dict[str, Any]:
 
 def _control_step(title: str) -> str:
     """The control step's collective (every sync begins with it) and whether it is compiled."""
-    from ..runtime.control import requested_collective
     from ..runtime.environment import setting
-    from ..runtime.native import why_not_compiled
+    from ..runtime.superstep.control import requested_collective
+    from ..runtime.superstep.native import why_not_compiled
 
     chosen = requested_collective()
     source = (f"HPCBSP_CONTROL_COLLECTIVE=auto: the faster under {title}"

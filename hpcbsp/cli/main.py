@@ -80,7 +80,7 @@ def _run_script(path: str, argv: list[str]) -> int:
     if not os.access(path, os.R_OK):
         _say(f"{PROG}: cannot read {path}: permission denied")
         return 2
-    from ..runtime.runner import run_script
+    from ..runtime.api.runner import run_script
 
     return run_script(path, argv)
 
@@ -98,7 +98,7 @@ def _run_module(name: str, argv: list[str]) -> int:
     if spec is None:
         _say(f"{PROG}: no module named {name!r}{f' ({why})' if why else ''}")
         return 2
-    from ..runtime.runner import run_module
+    from ..runtime.api.runner import run_module
 
     return run_module(name, spec.origin or name, argv)
 

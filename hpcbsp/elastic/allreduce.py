@@ -32,7 +32,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..kernels.update import sgd_step
-from ..runtime.distribution import block_range
+from ..runtime.api.distribution import block_range
 from .protocol import ServerResult, ServerTimeout, WorkerResult, poll_until, wait_request
 from .runlog import RunLog
 
@@ -85,7 +85,7 @@ def run_allreduce(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray] | 
     ServerResult on rank 0 (its ``log`` as a server run's: pushes = applied = steps per worker,
     staleness 0, ``wait_s`` = time each worker spent in the allreduce), WorkerResult elsewhere.
     """
-    from hpcbsp.runtime.context import BSP
+    from hpcbsp.runtime.api.context import BSP
 
     if duration is None and max_updates is None:
         raise ValueError("run_allreduce() needs a stop condition: duration or max_updates")

@@ -50,7 +50,7 @@ protocol's tags cannot meet other traffic.
 
 Every wait polls instead of blocking inside MPI, so that it is bounded by ``timeout`` (a broken
 run fails instead of hanging), and between polls it does what the wait mode says
-(:mod:`hpcbsp.runtime.waiting`; ``wait=`` of :func:`serve` and :func:`work`, ``$HPCBSP_WAIT``,
+(:mod:`hpcbsp.runtime.superstep.waiting`; ``wait=`` of :func:`serve` and :func:`work`, ``$HPCBSP_WAIT``,
 agreed by all ranks at the start): ``spin`` where every rank has a core (lowest latency;
 ``python -m hpcbsp.bench elastic`` measures it, docs/performance.md), ``yield``
 where ranks share cores (a rank blocked in MPI would spin on the core a worker's compute needs:
@@ -67,7 +67,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..runtime.errors import SyncTimeout
-from ..runtime.waiting import Naps
+from ..runtime.superstep.waiting import Naps
 from ..util.waiting import poll
 from .runlog import RunLog
 
@@ -87,7 +87,7 @@ class ServerTimeout(SyncTimeout, TimeoutError):
     """A wait of the parameter server, a worker or the allreduce baseline exceeded its bound.
 
     A :class:`hpcbsp.SyncTimeout`: uncaught, it is reported as one line naming the rank and ends
-    the job, as a collective's timeout does (:mod:`hpcbsp.runtime.runner`)."""
+    the job, as a collective's timeout does (:mod:`hpcbsp.runtime.api.runner`)."""
 
 
 @dataclass
@@ -113,7 +113,7 @@ class WorkerResult:
 
 def poll_until(test: Callable[[], Any], until: float, timeout_at: float, what: str, mode: str = "yield") -> Any:
     """Call ``test()`` until it returns something other than None, pausing between as the wait
-    ``mode`` says (``"spin"`` or ``"yield"``, :class:`hpcbsp.runtime.waiting.Naps`).
+    ``mode`` says (``"spin"`` or ``"yield"``, :class:`hpcbsp.runtime.superstep.waiting.Naps`).
 
     Returns None when ``until`` (a soft deadline, ``time.monotonic`` clock) passes; raises
     :class:`ServerTimeout` when ``timeout_at`` passes.

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from ..runtime.waiting import resolve
+from ..runtime.superstep.waiting import resolve
 from .coordinator import Coordinator, Stream
 from .evaluator import BackgroundEvaluator
 from .policies.base import SyncPolicy

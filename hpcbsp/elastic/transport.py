@@ -72,8 +72,8 @@ import numpy as np
 from mpi4py import MPI
 
 from ..kernels.update import copy, sgd_step
-from ..runtime.arena import on_one_node
 from ..runtime.environment import setting
+from ..runtime.superstep.arena import on_one_node
 from .wire import PIECE_BYTES, pieces
 
 __all__ = ["TRANSPORTS", "TRANSPORT_ENV", "CHUNK_BYTES", "SharedWeights", "TornWeights", "WindowStores",

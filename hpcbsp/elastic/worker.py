@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from ..runtime.waiting import resolve
+from ..runtime.superstep.waiting import resolve
 from .protocol import (
     ACK_TAG,
     CONTINUE,

@@ -2,7 +2,7 @@
 
 :func:`launch_world` calls ``fn(world, *args, **kw)`` on every rank inside :func:`hpcbsp.run`,
 so a training program lives and ends as every other hpcbsp program does (the runtime's
-lifecycle, :mod:`hpcbsp.runtime.lifecycle` and :mod:`hpcbsp.runtime.runner`; nothing here adds
+lifecycle, :mod:`hpcbsp.runtime.superstep.lifecycle` and :mod:`hpcbsp.runtime.api.runner`; nothing here adds
 a second one):
 
 * Ctrl-C ends every rank at once, with one line naming the interrupted rank (status 130);

@@ -8,7 +8,7 @@ Use through the BSP context::
     bsp.sync()                   # returns when every mailbox is quiescent on every rank
 
 Importing this package provides ``BSP.mailbox`` (through
-:func:`hpcbsp.runtime.extension.provide`, so that the runtime never imports this layer);
+:func:`hpcbsp.runtime.api.extension.provide`, so that the runtime never imports this layer);
 ``import hpcbsp`` does it.  Modules: :mod:`.mailbox` (the user-facing class), :mod:`.routing`
 (the routings a mailbox is given), :mod:`.relay` (records hop to hop), :mod:`.formats` (fixed-size
 and ragged records), :mod:`.aggregation` and :mod:`.ragged` (their per-destination buffers), :mod:`.combining`
@@ -16,7 +16,7 @@ and ragged records), :mod:`.aggregation` and :mod:`.ragged` (their per-destinati
 :mod:`.engine` (transport, handler loop, failure notices: the context's sync hook) and
 :mod:`.termination` (double-wave quiescence detection).
 """
-from ..runtime.extension import provide
+from ..runtime.api.extension import provide
 from .mailbox import Mailbox
 
 provide("mailbox", Mailbox)  # bsp.mailbox(...) creates a Mailbox(bsp, ...)

@@ -1,7 +1,7 @@
 """The FA-BSP engine of one BSP context: moves mailbox messages, runs handlers, ends supersteps.
 
 One engine serves all mailboxes of a context and is the context's sync hook (see
-:class:`hpcbsp.runtime.superstep.SyncHook`):
+:class:`hpcbsp.runtime.superstep.supersteps.SyncHook`):
 
 * ``progress()`` (non-blocking) receives what has arrived, runs handlers one batch at a time,
   and completes finished sends;
@@ -50,14 +50,14 @@ from mpi4py import MPI
 
 from ..runtime.environment import setting
 from ..runtime.errors import PeerFailed, SyncTimeout, UsageError
-from ..runtime.ledger import Traffic
+from ..runtime.superstep.ledger import Traffic
 from ..util.waiting import BUSY, poll, yield_core
 from .handlers import Handlers
 from .notices import POISON_TAG, FailureNotices
 from .termination import DoubleWave
 
 if TYPE_CHECKING:
-    from ..runtime.context import BSP
+    from ..runtime.api.context import BSP
     from .mailbox import Mailbox
 
 #: Messages received per non-blocking ``progress`` call before returning to the caller's work.
@@ -97,7 +97,7 @@ class Engine:
         self.pid = bsp.pid
         self.nprocs = bsp.nprocs
         self._bsp = bsp
-        # How idle waits pause, as the context's wait mode says (hpcbsp.runtime.waiting): with a
+        # How idle waits pause, as the context's wait mode says (hpcbsp.runtime.superstep.waiting): with a
         # core per rank ("spin") a yield to the scheduler only; with ranks sharing cores
         # ("yield") a short sleep, so that the rank with work gets the core.
         spin = bsp.wait == "spin"

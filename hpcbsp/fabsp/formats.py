@@ -28,8 +28,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..kernels.envelopes import Scratch, split_envelopes
+from ..runtime.api.records import as_records, check_pids
 from ..runtime.errors import UsageError
-from ..runtime.records import as_records, check_pids
 from .aggregation import Aggregator, Buffers, Unwrapped, take_rows
 from .ragged import WORD, RaggedAggregator, check_lengths, count_records, gather_records, head_dtype, unpack
 

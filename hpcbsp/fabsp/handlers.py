@@ -26,7 +26,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..runtime.errors import PeerFailed
-from ..runtime.ledger import Traffic
+from ..runtime.superstep.ledger import Traffic
 from .notices import POISON_TAG, FailureNotices
 
 if TYPE_CHECKING:

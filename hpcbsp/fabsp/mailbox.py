@@ -80,9 +80,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from ..runtime.control import Kind
 from ..runtime.environment import setting
 from ..runtime.errors import UsageError
+from ..runtime.superstep.control import Kind
 from .aggregation import SPARES, Buffers, CombiningAggregator
 from .backpressure import SendWindow
 from .combining import Combiner, check_combine
@@ -91,7 +91,7 @@ from .formats import Fixed, Ragged, RecordFormat
 from .routing import Routing, resolve_routing
 
 if TYPE_CHECKING:
-    from ..runtime.context import BSP
+    from ..runtime.api.context import BSP
 
 #: The bytes a mailbox's buffers share (:func:`.engine.default_buffer`'s budget) and, for a
 #: combining mailbox, the most bytes of one buffer when it is not given.

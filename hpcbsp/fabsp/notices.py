@@ -22,7 +22,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ..runtime.lifecycle import abort_grace
+from ..runtime.superstep.lifecycle import abort_grace
 
 #: Tag of the failure notice; mailbox tags are their indices, far below this.
 POISON_TAG = 32000

@@ -23,8 +23,8 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..kernels import group_by_dest
+from ..runtime.api.records import destination_slices
 from ..runtime.errors import UsageError
-from ..runtime.records import destination_slices
 from .aggregation import take_rows
 
 #: Bytes of the record count at the head of a message.

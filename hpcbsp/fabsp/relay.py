@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..kernels import group_by_dest
-from ..runtime.records import destination_slices
+from ..runtime.api.records import destination_slices
 
 #: Address fields of a record travelling through other ranks: its destination and origin.
 TO = ("to", np.int32)

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..runtime import BSP
-from ..runtime.checkpoint import check_target
-from ..runtime.checkpoint import exists as checkpoint_exists
+from ..runtime.api.checkpoint import check_target
+from ..runtime.api.checkpoint import exists as checkpoint_exists
 from ..util.args import plural
 
 PROGRAM = "hpcbsp.farm"
@@ -32,7 +32,7 @@ class FarmCheckpoint:
     def check(self) -> None:
         """Raise :class:`~hpcbsp.runtime.errors.BSPError` (one line) if ``path`` is not a place
         for this farm's checkpoints: a file, a folder that hpcbsp did not write, a checkpoint of
-        another program (see :func:`hpcbsp.runtime.checkpoint.check_target`).  Local: call it
+        another program (see :func:`hpcbsp.runtime.api.checkpoint.check_target`).  Local: call it
         before the run."""
         check_target(self.path, PROGRAM)
 

@@ -44,7 +44,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..runtime import BSP, BSPError
-from ..runtime.distribution import block_range
+from ..runtime.api.distribution import block_range
 from ..runtime.environment import setting
 from . import emulation as emu
 from .checkpointing import FarmCheckpoint

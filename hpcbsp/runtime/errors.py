@@ -11,7 +11,7 @@ Catch what you mean::
     +-- BadInput        every rank raises the same error about bad input (a damaged checkpoint,
                         a launcher that does not match the MPI library)
 
-How an uncaught one is reported (:mod:`hpcbsp.runtime.report`): :class:`BadInput` once, on rank
+How an uncaught one is reported (:mod:`hpcbsp.runtime.failure.report`): :class:`BadInput` once, on rank
 0, as one line; :class:`PeerFailed` as one line per rank; :class:`SyncTimeout` as one line per
 rank naming the program's line that waited; every other kind with the rank's traceback.
 """
@@ -45,7 +45,7 @@ class SyncTimeout(BSPError):
     """A collective BSP call waited longer than its ``timeout`` (the call's or the context's).
 
     The waiting collective cannot be completed or cancelled, so the job cannot go on: uncaught,
-    it ends the job (see :func:`hpcbsp.runtime.runner.excepthook`).
+    it ends the job (see :func:`hpcbsp.runtime.failure.guards.excepthook`).
     """
 
 

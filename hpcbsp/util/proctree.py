@@ -2,7 +2,7 @@
 
 A job started by ``mpiexec`` is a tree: the launcher, its proxies (hydra's ``hydra_pmi_proxy``,
 Open MPI's ``prted``), the ranks, and what the ranks start (hpcbsp's node watcher).  Asking the
-ranks for their stacks (SIGUSR1: :mod:`hpcbsp.runtime.runner` registers ``faulthandler`` for
+ranks for their stacks (SIGUSR1: :mod:`hpcbsp.runtime.api.runner` registers ``faulthandler`` for
 it) must reach the ranks only: Intel MPI's ``hydra_pmi_proxy`` has no handler for SIGUSR1 and
 dies of it, orphaning the ranks and losing everything they write after it (MPICH's forwards
 it).  :func:`signal_ranks` therefore skips every launcher's own programs

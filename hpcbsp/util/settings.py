@@ -176,18 +176,18 @@ _PACKAGE: tuple[Setting, ...] = (
             "stops there, behind a dead link, is named too); uncaught, it ends the job with one line per "
             "rank. `bsp.sync(label, timeout=S)` sets it for one sync. Give every rank the same value.",
             "no limit (a training world of `hpcbsp.elastic`: 60)", "a positive number of seconds",
-            "`runtime/lifecycle.py`", _seconds),
+            "`runtime/superstep/lifecycle.py`", _seconds),
     Setting("HPCBSP_ABORT_GRACE",
             "Seconds the other ranks have, after one rank failed, to reach a BSP call (where they learn "
             "of the failure and stop cleanly) before the whole job is aborted. Used by the runtime and "
             "by FA-BSP mailboxes.",
-            "`10`", "a positive number of seconds", "`runtime/lifecycle.py`", _seconds, 10.0),
+            "`10`", "a positive number of seconds", "`runtime/superstep/lifecycle.py`", _seconds, 10.0),
     Setting("HPCBSP_COMPILED_SYNC",
             "`0` runs the control step (an empty `sync`, and every blocking collective's first step) "
             "through mpi4py's Python calls instead of one compiled call to the MPI library's "
-            "`MPI_Start`/`MPI_Wait` (see `hpcbsp/runtime/native.py`). The two drive the same persistent "
+            "`MPI_Start`/`MPI_Wait` (see `hpcbsp/runtime/superstep/native.py`). The two drive the same persistent "
             "request, so ranks may differ in it. Read when a context is made.",
-            "`1`", "`0` or `1`", "`runtime/native.py`", _switch, True),
+            "`1`", "`0` or `1`", "`runtime/superstep/native.py`", _switch, True),
     Setting("HPCBSP_CONTROL_COLLECTIVE",
             "The allreduce of the small record every sync and collective call begins with (the control "
             "step): `persistent` (`MPI_Allreduce_init` once, `MPI_Start` + `MPI_Wait` per step), "
@@ -195,35 +195,35 @@ _PACKAGE: tuple[Setting, ...] = (
             "faster (blocking under Open MPI, persistent under MPICH and Intel MPI; docs/performance.md). "
             "The ranks check that they agree when a context is made (the two kinds never match). "
             "Read when a context is made.",
-            "`auto`", "one of `auto`, `persistent`, `blocking`", "`runtime/control.py`",
+            "`auto`", "one of `auto`, `persistent`, `blocking`", "`runtime/superstep/control.py`",
             _choice("auto", "persistent", "blocking"), "auto"),
     Setting("HPCBSP_DEATHWATCH",
             "`0` turns off the watcher (one process per job and node) that names a rank which died "
             "without a report (SIGKILL, a segfault, the out-of-memory killer), removes the job's "
             "`/dev/shm` segments after a fault and runs the failure detector; see "
-            "`hpcbsp/runtime/nodewatch.py`.",
-            "`1`", "`0` or `1`", "`runtime/deathwatch.py`", _switch, True),
+            "`hpcbsp/runtime/failure/nodewatch.py`.",
+            "`1`", "`0` or `1`", "`runtime/failure/deathwatch.py`", _switch, True),
     Setting("HPCBSP_HEARTBEAT_TIMEOUT",
             "The failure detector, on without any setting: the watcher of each node "
-            "(`hpcbsp/runtime/nodewatch.py`, a process beside the ranks, so a rank that computes for "
+            "(`hpcbsp/runtime/failure/nodewatch.py`, a process beside the ranks, so a rank that computes for "
             "hours in one superstep is never suspected) ends the job, naming the node and its ranks, "
             "when another node of the job has not been heard from for this many seconds (it died, froze, "
             "or lost its link) or a rank of its own node has been stopped (SIGSTOP) that long. Shorter "
             "finds a lost node sooner; too short gives up a node whose watcher was starved of CPU for "
             "that long (an overloaded node) or, for a stopped rank, a job suspended on purpose. `0` "
             "turns the detector off (the watch still names a rank that died). At least two periods.",
-            "`10`", "`0` (off) or a number of seconds >= 0.1", "`runtime/deathwatch.py`",
+            "`10`", "`0` (off) or a number of seconds >= 0.1", "`runtime/failure/deathwatch.py`",
             _seconds_or_off, 10.0),
     Setting("HPCBSP_HEARTBEAT_PERIOD",
             "Seconds between two heartbeats (a UDP datagram from each node's watcher to every other "
             "node's) and between two looks at the node's ranks. The cost is a few datagrams per second "
             "per node, outside the ranks (`python -m hpcbsp.bench watch` measures it).",
-            "`1`", "a number of seconds >= 0.05", "`runtime/deathwatch.py`", _seconds_at_least(0.05), 1.0),
+            "`1`", "a number of seconds >= 0.05", "`runtime/failure/deathwatch.py`", _seconds_at_least(0.05), 1.0),
     Setting("HPCBSP_LARGE_PUT_BYTES",
             "Puts of at least this many bytes are received straight into the target array instead of "
             "through a staging buffer (and travel on their own after the headers: in rounds of one "
             "Alltoallv, as messages in a sync with a timeout). Read when a context is made.",
-            "`65536`", "an integer from 1 to 2**63 - 1", "`runtime/outbox.py`",
+            "`65536`", "an integer from 1 to 2**63 - 1", "`runtime/superstep/outbox.py`",
             _integer(1, 2**63 - 1), 64 * 1024),
     Setting("HPCBSP_MAILBOX_BYTES",
             "Bytes per destination buffer of an FA-BSP mailbox that does not give its own buffer size "
@@ -243,8 +243,8 @@ _PACKAGE: tuple[Setting, ...] = (
             "How a rank waits for the others in a collective call, as `hpcbsp.BSP(wait=...)` sets it for "
             "one context: `spin` (busy-poll, lowest latency), `yield` (poll with growing sleeps, gives "
             "the core away), `auto` (yield when a node runs more ranks than it has cores). See "
-            "`hpcbsp/runtime/waiting.py`.",
-            "`auto`", "one of `auto`, `spin`, `yield`", "`runtime/waiting.py`",
+            "`hpcbsp/runtime/superstep/waiting.py`.",
+            "`auto`", "one of `auto`, `spin`, `yield`", "`runtime/superstep/waiting.py`",
             _choice("auto", "spin", "yield"), "auto"),
     Setting("HPCBSP_ELEMENTS_TRANSPORT",
             "How the packed records of `Coarray.put_elements` reach their ranks: `auto` (where every "
@@ -253,8 +253,8 @@ _PACKAGE: tuple[Setting, ...] = (
             "only a header travels; the window, up to 2 x 1.25 x the largest batch of a superstep per "
             "rank, grows when the ranks agree inside a sync and only if `/dev/shm` has room; messages "
             "otherwise), `messages` (always messages). A rank that says `messages`, or a sync given a "
-            "timeout, switches it off on every rank. See `hpcbsp/runtime/arena.py`.",
-            "`auto`", "one of `auto`, `messages`", "`runtime/arena.py`", _choice("auto", "messages"), "auto"),
+            "timeout, switches it off on every rank. See `hpcbsp/runtime/superstep/arena.py`.",
+            "`auto`", "one of `auto`, `messages`", "`runtime/superstep/arena.py`", _choice("auto", "messages"), "auto"),
     Setting("HPCBSP_PS_TRANSPORT",
             "How the parameter server's weights reach the workers, as `serve(..., transport=)` and "
             "`work(..., transport=)` set it for one run: `auto` (an MPI shared-memory window where the "

@@ -13,6 +13,6 @@ def prog(bsp):
 
 hpcbsp.BSP  # noqa: B018  (import check)
 with hpcbsp.BSP(timeout=2.0) as ctx:
-    from hpcbsp.runtime.runner import install_excepthook
+    from hpcbsp.runtime.failure.guards import install_excepthook
     install_excepthook()
     prog(ctx)

@@ -7,7 +7,7 @@ a rank whose node froze or whose link went down mid-exchange looks like to the o
 import time
 
 import hpcbsp
-from hpcbsp.runtime import exchange
+from hpcbsp.runtime.superstep import exchange
 
 _counts = exchange._exchange_counts
 
@@ -31,6 +31,6 @@ def prog(bsp):
 
 
 with hpcbsp.BSP(timeout=2.0) as ctx:
-    from hpcbsp.runtime.runner import install_excepthook
+    from hpcbsp.runtime.failure.guards import install_excepthook
     install_excepthook()
     prog(ctx)

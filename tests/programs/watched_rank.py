@@ -1,10 +1,11 @@
 """A stand-in for one rank of a job on this node, for the death-watch tests (no mpiexec).
 
 ``python watched_rank.py RANK SIZE [SHM]``: registers with the node's watcher exactly as a BSP
-context does (:func:`hpcbsp.runtime.deathwatch.start`), first mapping the file ``SHM`` when
+context does (:func:`hpcbsp.runtime.failure.deathwatch.start`), first mapping the file ``SHM`` when
 given (as MPICH maps its ``/dev/shm`` segment), prints ``ready`` and waits for a line on stdin:
-``exit`` ends it normally (its ``bye``), ``claim`` says it reports its own failure first (:func:`~hpcbsp.runtime.deathwatch.claim`) and
-then dies with SIGKILL.  Its siblings under one parent (the test) are one job."""
+``exit`` ends it normally (its ``bye``), ``claim`` says it reports its own failure first
+(:func:`~hpcbsp.runtime.failure.deathwatch.claim`) and then dies with SIGKILL.
+Its siblings under one parent (the test) are one job."""
 import mmap
 import os
 import signal
@@ -13,7 +14,7 @@ import sys
 import mpi4py
 
 mpi4py.rc.initialize = False  # no MPI here: a stand-in starts in a fraction of the time
-from hpcbsp.runtime import deathwatch  # noqa: E402
+from hpcbsp.runtime.failure import deathwatch  # noqa: E402
 
 rank, size = int(sys.argv[1]), int(sys.argv[2])
 if len(sys.argv) > 3:

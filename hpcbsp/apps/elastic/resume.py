@@ -86,8 +86,8 @@ class CheckpointPlan:
     def check(self, mode: str, policies: list[str], repeats: int) -> None:
         """Raise :class:`CheckpointError` if a run's checkpoint path holds something that is not
         this program's checkpoint (a file or folder of the user's): checked before the runs,
-        since a save never replaces it (:func:`hpcbsp.runtime.checkpoint.check_target`)."""
-        from hpcbsp.runtime.checkpoint import check_target
+        since a save never replaces it (:func:`hpcbsp.runtime.api.checkpoint.check_target`)."""
+        from hpcbsp.runtime.api.checkpoint import check_target
         from hpcbsp.runtime.errors import BSPError
 
         for repeat in range(repeats):
@@ -101,7 +101,7 @@ class CheckpointPlan:
         """Write ``state`` (objects :mod:`.snapshot` supports) atomically to ``path``."""
         from mpi4py import MPI
 
-        from hpcbsp.runtime.context import BSP
+        from hpcbsp.runtime.api.context import BSP
         from hpcbsp.runtime.errors import BSPError
 
         config = json.dumps(settings, sort_keys=True).encode()
@@ -129,8 +129,8 @@ class CheckpointPlan:
         """
         from mpi4py import MPI
 
-        from hpcbsp.runtime import checkpoint as ckpt
-        from hpcbsp.runtime.context import BSP
+        from hpcbsp.runtime.api import checkpoint as ckpt
+        from hpcbsp.runtime.api.context import BSP
         from hpcbsp.runtime.errors import BSPError
 
         if not ckpt.exists(path):

@@ -42,7 +42,7 @@ from mpi4py import MPI
 
 from ...kernels import scatter_add
 from ...runtime import BSP, BadInput, BSPError
-from ...runtime.checkpoint import check_target, exists as checkpoint_exists
+from ...runtime.api.checkpoint import check_target, exists as checkpoint_exists
 from ...util.args import add_checkpoint, add_skew, check_checkpoint, positive_int
 from .rma import histogram_rma
 from .cli import table_app_main

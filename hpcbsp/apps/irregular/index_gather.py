@@ -29,7 +29,7 @@ from mpi4py import MPI
 
 from ...kernels import gather, group_by_dest
 from ...runtime import BSP
-from ...runtime.records import destination_slices
+from ...runtime.api.records import destination_slices
 from .rma import gather_rma
 from .cli import table_app_main
 from .layout import cyclic_owner

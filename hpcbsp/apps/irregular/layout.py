@@ -1,6 +1,6 @@
 """bale's cyclic layout of the irregular apps' tables: global index ``g`` lives on rank ``g % P``
 at offset ``g // P``.  (A general partitioning with the same map is
-:class:`hpcbsp.runtime.partition.Cyclic`; this is the apps' vectorised hot path.)"""
+:class:`hpcbsp.runtime.api.partition.Cyclic`; this is the apps' vectorised hot path.)"""
 from __future__ import annotations
 
 import numpy as np

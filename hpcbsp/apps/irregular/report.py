@@ -13,7 +13,7 @@ import numpy as np
 
 from ...fabsp.engine import Engine
 from ...runtime import BSP
-from ...runtime.ledger import summarize
+from ...runtime.superstep.ledger import summarize
 from ...util.args import plural
 
 

@@ -15,7 +15,7 @@ SHMEM atomic or get per update), and the baseline FA-BSP must beat by aggregatio
 
 The operations are issued from C (:class:`hpcbsp.kernels._onesided.Updates`: a plain loop calling
 the MPI library's ``MPI_Accumulate`` / ``MPI_Get``, found in the running process by
-:func:`hpcbsp.runtime.native.mpi_symbols`), so an update costs what MPI makes it cost and no
+:func:`hpcbsp.runtime.superstep.native.mpi_symbols`), so an update costs what MPI makes it cost and no
 Python.  Where those functions cannot be found surely (no ``/proc``, a statically linked MPI,
 two MPI libraries), or with ``compiled=False``, the same operations are issued from a Python
 loop through mpi4py (an mpi4py call on top of MPI's work per update); :func:`issuer` says which
@@ -35,7 +35,7 @@ from mpi4py.util.dtlib import from_numpy_dtype
 
 from ...kernels.onesided import Updates
 from ...runtime import BSP
-from ...runtime.native import mpi_symbols
+from ...runtime.superstep.native import mpi_symbols
 from .naive import timed_naive
 
 

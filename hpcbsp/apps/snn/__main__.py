@@ -114,7 +114,7 @@ def save_spikes(path: str, res: RunResult) -> None:
 
 def report(res: RunResult, spec: NetworkSpec) -> str:
     """Rank 0's text report."""
-    from hpcbsp.runtime.ledger import summarize
+    from hpcbsp.runtime.superstep.ledger import summarize
 
     lines = [f"snn --mode {res.mode} on {plural(res.nprocs, 'rank')}: {plural(spec.neurons, 'neuron')} in "
              f"{plural(spec.areas, 'area')}, "

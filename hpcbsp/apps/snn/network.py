@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...runtime.distribution import block_range
+from ...runtime.api.distribution import block_range
 from .lif import LIFParams
 
 if TYPE_CHECKING:

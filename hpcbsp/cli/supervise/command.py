@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ...runtime.checkpoint import describe
+from ...runtime.api.checkpoint import describe
 from ...runtime.launch import find_mpiexec
 from ...util.args import OneLineParser, nonnegative_int, plural, positive_int
 from ...util.jobcommand import LAUNCHES, JobCommandError, job_command, read_hosts

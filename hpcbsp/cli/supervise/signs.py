@@ -34,8 +34,8 @@
   sign of a loss came.
 
 Nothing here starts or stops anything; the patterns follow the lines' one home each (the
-launcher in ``slurm/local-cluster.sh``, ``runtime/nodewatch.py``, ``runtime/control.py``,
-``runtime/superstep.py``, ``runtime/report.py``, ``util/mpiflavour.py``) and tests/test_supervise.py
+launcher in ``slurm/local-cluster.sh``, ``runtime/failure/nodewatch.py``, ``runtime/superstep/control.py``,
+``runtime/superstep/supersteps.py``, ``runtime/failure/report.py``, ``util/mpiflavour.py``) and tests/test_supervise.py
 holds them to it.
 """
 from __future__ import annotations

@@ -43,8 +43,8 @@ from typing import Callable
 
 from mpi4py import MPI
 
-from .environment import setting
-from .errors import BSPError
+from ..environment import setting
+from ..errors import BSPError
 
 #: Environment variable that sets the default mode.
 WAIT_ENV = "HPCBSP_WAIT"

@@ -42,8 +42,8 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ..util.waiting import poll, yield_core
-from .environment import setting
+from ...util.waiting import poll, yield_core
+from ..environment import setting
 
 __all__ = ["ARENA_ENV", "Arena", "NEVER", "on_one_node"]
 

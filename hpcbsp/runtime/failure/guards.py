@@ -1,10 +1,9 @@
-"""Running a BSP function on every rank, and what happens when one rank fails.
+"""A rank's process guards: what happens when one rank fails, is interrupted or is asked to stop.
 
-The rule: a failing rank prints its traceback once, prefixed with its rank; the other ranks learn
-of the failure at their next collective BSP call (a :class:`~.errors.PeerFailed`, printed
-as one line); the job ends with a non-zero status within seconds.  If the other ranks never reach
-a BSP call (stuck in local work or in MPI calls of their own), the job is aborted after
-``$HPCBSP_ABORT_GRACE`` seconds.
+An uncaught exception (:func:`excepthook`) is printed once, with its rank, and the open BSP
+contexts of the process (:data:`LIVE`) tell their peers, which learn of it at their next
+collective call; with no context open the job is aborted, so that ranks blocked in MPI calls of
+their own do not hang.
 
 Ctrl-C (SIGINT) in a job of several ranks is no failure to negotiate: a collective in progress
 cannot be cancelled, and the ranks get the signal at different points of their supersteps.  Once
@@ -14,47 +13,32 @@ Ctrl-C) at superstep S; ending all P ranks`` (one rank per node prints it), and 
 with status 130 at once; no traceback, no wait.  A watcher thread acts even while the main thread
 is blocked in an MPI call.  A checkpoint being written then is left unfinished in ``PATH.tmp``:
 ``PATH`` (or, during its swap, ``PATH.old``) still holds the last complete one (see
-:mod:`.checkpoint`).  On one rank SIGINT stays Python's ``KeyboardInterrupt`` (``finally`` blocks
+:mod:`hpcbsp.runtime.api.checkpoint`).  On one rank SIGINT stays Python's ``KeyboardInterrupt`` (``finally`` blocks
 run; an interactive session survives), reported as one line when uncaught.
+
+SIGTERM (scancel, a time limit) tells the node's watcher that the rank was asked to stop and ends
+it as the signal does; SIGUSR1 prints every thread's stack, prefixed with the rank.
 """
 from __future__ import annotations
 
 import os
-import runpy
 import signal
 import sys
 import threading
 import time
+import weakref
 from types import FrameType, TracebackType
-from typing import Any, Callable, TypeVar
+from typing import Any
 
 from mpi4py import MPI
 
+from ..errors import BSPError, SyncTimeout
 from . import deathwatch
-from .context import BSP
-from .errors import BSPError, SyncTimeout
-from .lifecycle import LIVE
 from .report import abort_job, format_failure, report_failure
 
-T = TypeVar("T")
-
-
-def run(fn: Callable[..., T], *args: Any, comm: MPI.Comm | None = None, **kw: Any) -> T:
-    """Call ``fn(bsp, *args, **kw)`` on every rank of ``comm`` and return this rank's result.
-
-    MPI stays initialised afterwards.  If ``fn`` raises on some rank, the exception propagates
-    there and every other rank raises :class:`~.errors.PeerFailed` at its next collective
-    BSP call.  An uncaught exception is printed once, with its rank (see :func:`excepthook`).
-    """
-    install_excepthook()
-    bsp = BSP(comm)
-    try:
-        result = fn(bsp, *args, **kw)
-    except BaseException as exc:
-        bsp._fail(exc)
-        raise
-    bsp.close()
-    return result
+#: The open BSP contexts of this process (their lifecycles: ``fail(exc)``, ``superstep``), so that
+#: an uncaught exception or Ctrl-C can tell their peers.
+LIVE: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 
 def excepthook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
@@ -233,29 +217,3 @@ def _end_job_interrupted() -> None:
     os._exit(INTERRUPTED)
 
 
-def run_script(path: str, argv: list[str]) -> int:
-    """``python -m hpcbsp SCRIPT [ARGS]``: run a script with hpcbsp's failure handling."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-    return run_main(lambda: runpy.run_path(path, run_name="__main__"), [path, *argv])
-
-
-def run_module(name: str, origin: str, argv: list[str]) -> int:
-    """``hpcbsp run -m MODULE [ARGS]``: run a module as ``__main__`` with hpcbsp's failure
-    handling (``origin``: its file, for ``sys.argv[0]``)."""
-    return run_main(lambda: runpy.run_module(name, run_name="__main__", alter_sys=True), [origin, *argv])
-
-
-def run_main(body: Callable[[], object], argv: list[str]) -> int:
-    """Run ``body()`` as a program with ``argv``: its exit status, an uncaught exception
-    reported by :func:`excepthook` (status 1)."""
-    install_excepthook()
-    sys.argv = argv
-    try:
-        body()
-    except SystemExit as exc:
-        code = exc.code
-        return code if isinstance(code, int) else (0 if code is None else 1)
-    except BaseException:
-        excepthook(*sys.exc_info())
-        return 1
-    return 0

@@ -25,15 +25,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
-from .control import Kind, signature
-from .errors import UsageError
+from ..errors import UsageError
+from ..superstep.control import Kind, signature
 from .records import check_pid
 
 if TYPE_CHECKING:
-    from .arena import Arena
+    from ..superstep.arena import Arena
+    from ..superstep.supersteps import SyncHook
     from .coarray import Coarray
     from .context import BSP
-    from .superstep import SyncHook
 
 H = TypeVar("H")
 

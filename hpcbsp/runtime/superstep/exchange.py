@@ -56,7 +56,7 @@ from typing import Any, Collection, Protocol, Sequence, cast
 import numpy as np
 from mpi4py import MPI
 
-from ..util.waiting import poll, yield_core
+from ...util.waiting import poll, yield_core
 from .arena import NEVER, Arena
 from .ledger import Traffic
 from .outbox import GET, HEADER, PLACE, PUT, PUT_ELEMENTS, PUT_ELEMENTS_LARGE, PUT_ELEMENTS_SHARED, PUT_LARGE, Outbox

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import UsageError
-from .outbox import SEND, Outbox
+from ..errors import UsageError
+from ..superstep.outbox import SEND, Outbox
 from .records import as_records, check_pid, split_by_destination
 
 if TYPE_CHECKING:

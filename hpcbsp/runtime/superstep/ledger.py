@@ -21,8 +21,8 @@ from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from mpi4py import MPI
 
-from ..kernels._persistent import Rows
-from .errors import UsageError
+from ...kernels._persistent import Rows
+from ..errors import UsageError
 
 
 class CostModel(Protocol):

@@ -21,14 +21,15 @@ from typing import Any, Callable, NoReturn
 import numpy as np
 from mpi4py import MPI
 
+from ..failure.report import abort_job
+from ..superstep import lifecycle
+from ..superstep.supersteps import Supersteps
 from . import checkpoint as ckpt
-from . import collectives, lifecycle, registration
+from . import collectives, registration
 from .coarray import Coarray
 from .extension import Extension, provided
 from .partition import Grid, Partitioning
 from .queue import Queue
-from .report import abort_job
-from .superstep import Supersteps
 from .var import Var
 
 _perf = time.perf_counter
@@ -50,7 +51,7 @@ class BSP(Supersteps):
         How a rank waits for the others in a collective call: ``"spin"`` (busy-poll, lowest
         latency), ``"yield"`` (poll with growing sleeps, gives the core away) or ``"auto"``
         (yield when a node runs more ranks than it has cores).  Default: ``$HPCBSP_WAIT`` or
-        ``"auto"``; see :mod:`hpcbsp.runtime.waiting`.  The mode used is :attr:`wait`.
+        ``"auto"``; see :mod:`hpcbsp.runtime.superstep.waiting`.  The mode used is :attr:`wait`.
 
     Notes
     -----
@@ -127,13 +128,13 @@ class BSP(Supersteps):
 
     def var(self, value: Any = 0.0, dtype: Any = None, *, name: str | None = None) -> Var:
         """Register a value with one image on every rank, each starting at ``value`` (collective;
-        Bulk's ``var``; :mod:`hpcbsp.runtime.var`).  The ranks must agree on the dtype (default:
+        Bulk's ``var``; :mod:`hpcbsp.runtime.api.var`).  The ranks must agree on the dtype (default:
         ``value``'s) and shape.  h-relation: none."""
         return registration.var(self, value, dtype, name)
 
     def queue(self, dtype: Any, *, name: str | None = None, ragged: bool = False) -> Queue:
         """Register a typed message queue (collective); with ``ragged``, each send is one
-        message of any length.  See :mod:`hpcbsp.runtime.queue`.  h-relation: none."""
+        message of any length.  See :mod:`hpcbsp.runtime.api.queue`.  h-relation: none."""
         return registration.queue(self, dtype, name, ragged)
 
     def mailbox(self, handler: Callable[..., object], dtype: Any, **kw: Any) -> Any:
@@ -194,7 +195,7 @@ class BSP(Supersteps):
         """Reduce ``x`` element-wise over all ranks, keeping only this rank's block of the result
         (collective; a superstep of its own).  ``x``: a 1-D C-contiguous numeric array of one
         length ``n`` on every rank; rank ``r``'s block is ``block_range(n, p, r)``
-        (:class:`hpcbsp.runtime.partition.Block`).  Returns a view of ``out`` (default: a new
+        (:class:`hpcbsp.runtime.api.partition.Block`).  Returns a view of ``out`` (default: a new
         array like ``x``) whose elements in this rank's block hold the reduction (the others are
         scratch); ``op`` as for :meth:`allreduce`.  With :meth:`allgather_blocks`, an allreduce
         in two supersteps with room for work on one block between them (as the allreduce
@@ -230,7 +231,7 @@ class BSP(Supersteps):
     # ------------------------------------------------------------------ checkpoints
     def checkpoint(self, path: str, *, program: str | None = None, **state: Any) -> str:
         """Save all coarrays and the replicated ``state`` at this superstep boundary (collective).
-        Atomic and checksummed; see :mod:`hpcbsp.runtime.checkpoint`.  ``program`` tags the
+        Atomic and checksummed; see :mod:`hpcbsp.runtime.api.checkpoint`.  ``program`` tags the
         checkpoint (default: the main script or module name) so that another program cannot
         restore it by mistake.  Call it right after a ``sync``: pending puts are refused.
         h-relation: none (file I/O; a gather of checksums to rank 0)."""
@@ -238,7 +239,7 @@ class BSP(Supersteps):
 
     def restore(self, path: str, *, program: str | None = None) -> ckpt.Checkpoint:
         """Load a checkpoint into the registered coarrays (by name) and return it (collective):
-        a :class:`~hpcbsp.runtime.checkpoint.Checkpoint` with ``superstep`` and ``state``; the
+        a :class:`~hpcbsp.runtime.api.checkpoint.Checkpoint` with ``superstep`` and ``state``; the
         context's superstep counter continues from the saved one.  Coarrays registered with a
         ``layout`` are redistributed from the saved layout to the current one, so it works on
         another number of ranks (one without a layout is refused there, with a

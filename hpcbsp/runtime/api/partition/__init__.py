@@ -11,8 +11,8 @@ its coarrays (``bsp.coarray(part.local_size(bsp.pid))``) and to address puts and
 1-D partitionings
     :class:`Block`
         contiguous blocks, the first ``n mod p`` ranks one element longer (its sizes from
-        :mod:`hpcbsp.runtime.distribution`, the home of the block split, whose
-        :func:`~hpcbsp.runtime.distribution.block_range` the runtime uses directly);
+        :mod:`hpcbsp.runtime.api.distribution`, the home of the block split, whose
+        :func:`~hpcbsp.runtime.api.distribution.block_range` the runtime uses directly);
     :class:`Cyclic`
         ``g`` on rank ``g mod p`` at local index ``g // p``;
     :class:`BlockCyclic`
@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import BSPError
+from ...errors import BSPError
 from .grid import Grid, dims_create, grid
 from .onedim import Block, BlockCyclic, Cyclic, Explicit, Partitioning, partitioning
 

@@ -19,26 +19,27 @@ quiet on every rank and is freed when the program leaves the block; after a time
 this rank saw, it is left alone (a collective may still be in flight).
 
 :data:`LIVE` holds the open contexts of this process, so that an uncaught exception at top level
-(:func:`hpcbsp.runtime.runner.excepthook`) can tell their peers.  ``$HPCBSP_ABORT_GRACE`` (read
+(:func:`hpcbsp.runtime.failure.guards.excepthook`) can tell their peers.  ``$HPCBSP_ABORT_GRACE`` (read
 by :func:`abort_grace`, the one place) bounds how long a failing rank waits for its peers to
 hear of it before it aborts the job.
 """
 from __future__ import annotations
 
 import time
-import weakref
 from typing import Callable, Sequence
 
 from mpi4py import MPI
 
-from . import arena, deathwatch, environment, waiting
+from .. import environment
+from ..errors import BSPError, UsageError
+from ..failure import deathwatch
+from ..failure.guards import LIVE, install_excepthook
+from ..failure.report import abort_job, format_failure
+from ..launch import check_world
+from . import arena, waiting
 from .control import ControlStep, Kind
-from .errors import BSPError, UsageError
-from .launch import check_world
-from .report import abort_job, format_failure
 
 #: The open contexts' lifecycles in this process (an uncaught failure tells their peers).
-LIVE: "weakref.WeakSet[Lifecycle]" = weakref.WeakSet()
 
 
 def abort_grace() -> float:
@@ -60,8 +61,6 @@ def start(comm: MPI.Comm | None, timeout: float | None,
     Returns ``(the copy, timeout, wait mode, shared_elements)``, the arguments of
     :class:`~.superstep.Supersteps`.
     """
-    from .runner import install_excepthook  # (runner imports the context, which imports this)
-
     install_excepthook()
     environment.check(MPI.COMM_WORLD.Get_rank())
     check_world(MPI.COMM_WORLD.Get_size())

@@ -5,7 +5,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import BSPError
+from ...errors import BSPError
 from ._checks import IndexLike, as_index, check_int, result
 from .onedim import Partitioning, partitioning
 

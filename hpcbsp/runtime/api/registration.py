@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..errors import UsageError
+from ..superstep.control import Kind, signature
 from .coarray import Coarray
-from .control import Kind, signature
-from .errors import UsageError
 from .partition import Grid, Partitioning
 from .queue import Queue
 from .var import Var
@@ -136,7 +136,7 @@ def _register_coarray(bsp: "BSP", local: np.ndarray, name: str | None, scratch: 
 def _check_layout(bsp: "BSP", layout: Any, where: str) -> None:
     """A :class:`UsageError` at ``where`` unless ``layout`` is a partitioning over ``bsp``'s ranks."""
     if not isinstance(layout, (Partitioning, Grid)):
-        raise UsageError(f"{where}: layout must be a partitioning (hpcbsp.runtime.partition: "
+        raise UsageError(f"{where}: layout must be a partitioning (hpcbsp.runtime.api.partition: "
                          f"Block, Cyclic, BlockCyclic, Explicit, Grid), got {type(layout).__name__}")
     if layout.p != bsp.nprocs:
         raise UsageError(f"{where}: layout {layout!r} is over {layout.p} ranks, this context has "

@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..environment import setting
 from .arena import Arena
-from .environment import setting
 from .ledger import Traffic
 
 if TYPE_CHECKING:
-    from .coarray import GetFuture
+    from ..api.coarray import GetFuture
 
 PUT, GET, SEND, PUT_LARGE, PUT_ELEMENTS, PUT_ELEMENTS_LARGE, PUT_ELEMENTS_SHARED = 1, 2, 3, 4, 5, 6, 7
 HEADER = struct.Struct("<4q")  # code, object id, offset (a queue record: its tag), element count

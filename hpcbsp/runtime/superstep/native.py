@@ -38,8 +38,8 @@ from typing import Any, Callable, cast
 
 from mpi4py import MPI
 
-from ..kernels._persistent import DIVERGED, RecordStep, allreduce_step, start_wait_loop
-from .environment import setting
+from ...kernels._persistent import DIVERGED, RecordStep, allreduce_step, start_wait_loop
+from ..environment import setting
 
 __all__ = ["DIVERGED", "RecordStep", "compiled_allreduce_step", "compiled_call", "compiled_loop", "compiled_step",
            "mpi_functions", "mpi_symbols", "start_wait_loop", "why_not_compiled"]

@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 import numpy as np
 from mpi4py import MPI
 
-from .control import Kind, signature
+from ..errors import UsageError
+from ..superstep.control import Kind, signature
+from ..superstep.ledger import Traffic
+from ..superstep.supersteps import Step
 from .distribution import block_range
-from .errors import UsageError
-from .ledger import Traffic
 from .records import check_pid
-from .superstep import Step
 
 if TYPE_CHECKING:
-    from .superstep import Supersteps
+    from ..superstep.supersteps import Supersteps
 
 C = TypeVar("C")  # the context type split makes
 #: ``foldl``'s default ``initial``: fold from the first rank's value.
@@ -48,7 +48,7 @@ def _count_both_ways(traffic: Traffic, nbytes: int, nprocs: int) -> None:
 
 
 def allreduce(bsp: "Supersteps", x: Any, op: str, exact: bool, out: np.ndarray | None = None) -> Any:
-    """See :meth:`hpcbsp.runtime.context.BSP.allreduce`."""
+    """See :meth:`hpcbsp.runtime.api.context.BSP.allreduce`."""
     if op not in OPS:
         raise UsageError(f"rank {bsp.pid}: allreduce op {op!r} is not one of {', '.join(OPS)}")
     arr = np.asarray(x)
@@ -84,7 +84,7 @@ def allreduce(bsp: "Supersteps", x: Any, op: str, exact: bool, out: np.ndarray |
 
 
 def _exact_sum(bsp: "Supersteps", arr: np.ndarray) -> float:
-    from .. import kernels
+    from ... import kernels
 
     desc = "allreduce(op='sum', exact=True)"
     total: list[np.ndarray] = []
@@ -113,7 +113,7 @@ def _check_ring_buffer(bsp: "Supersteps", arr: Any, call: str) -> np.ndarray:
 
 
 def reduce_scatter(bsp: "Supersteps", x: Any, op: str, out: np.ndarray | None) -> np.ndarray:
-    """See :meth:`hpcbsp.runtime.context.BSP.reduce_scatter`."""
+    """See :meth:`hpcbsp.runtime.api.context.BSP.reduce_scatter`."""
     if op not in OPS:
         raise UsageError(f"rank {bsp.pid}: reduce_scatter op {op!r} is not one of {', '.join(OPS)}")
     arr = _check_ring_buffer(bsp, x, "reduce_scatter")
@@ -155,7 +155,7 @@ def reduce_scatter(bsp: "Supersteps", x: Any, op: str, out: np.ndarray | None) -
 
 
 def allgather_blocks(bsp: "Supersteps", buf: Any) -> np.ndarray:
-    """See :meth:`hpcbsp.runtime.context.BSP.allgather_blocks`."""
+    """See :meth:`hpcbsp.runtime.api.context.BSP.allgather_blocks`."""
     arr = _check_ring_buffer(bsp, buf, "allgather_blocks")
     if not arr.flags.writeable:
         raise UsageError(f"rank {bsp.pid}: allgather_blocks writes the other ranks' blocks into "
@@ -180,7 +180,7 @@ def allgather_blocks(bsp: "Supersteps", buf: Any) -> np.ndarray:
 
 
 def broadcast(bsp: "Supersteps", x: Any, root: int) -> Any:
-    """See :meth:`hpcbsp.runtime.context.BSP.broadcast`."""
+    """See :meth:`hpcbsp.runtime.api.context.BSP.broadcast`."""
     root = check_pid(root, bsp.nprocs, bsp.pid, "broadcast")
     desc = f"broadcast(root={root})"
     is_root = bsp.pid == root
@@ -211,7 +211,7 @@ def broadcast(bsp: "Supersteps", x: Any, root: int) -> Any:
 
 
 def gather_all(bsp: "Supersteps", x: Any) -> list[Any]:
-    """See :meth:`hpcbsp.runtime.context.BSP.gather_all`."""
+    """See :meth:`hpcbsp.runtime.api.context.BSP.gather_all`."""
     desc = "gather_all"
     arr = x if isinstance(x, np.ndarray) and x.dtype.kind != "O" else None
     meta = (arr.shape, arr.dtype.str, arr.dtype.descr) if arr is not None else None
@@ -244,7 +244,7 @@ def gather_all(bsp: "Supersteps", x: Any) -> list[Any]:
 
 
 def foldl(bsp: "Supersteps", x: Any, fn: Callable[[Any, Any], Any], initial: Any) -> Any:
-    """See :meth:`hpcbsp.runtime.context.BSP.foldl` (``initial`` is :data:`NO_INITIAL` where the
+    """See :meth:`hpcbsp.runtime.api.context.BSP.foldl` (``initial`` is :data:`NO_INITIAL` where the
     caller gave none)."""
     if not callable(fn):
         raise UsageError(f"rank {bsp.pid}: foldl(fn={fn!r}): fn must be a function of two values")

@@ -5,7 +5,7 @@ from typing import Any, Sequence, Union
 
 import numpy as np
 
-from ..errors import BSPError
+from ...errors import BSPError
 
 IndexLike = Union[int, np.integer, np.ndarray, Sequence[int]]
 

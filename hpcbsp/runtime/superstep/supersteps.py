@@ -30,21 +30,23 @@ from __future__ import annotations
 
 import time
 import warnings
-from typing import Any, Callable, NamedTuple, Protocol, cast
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Protocol, cast
 
 import numpy as np
 from mpi4py import MPI
 
-from ..kernels._persistent import Counter, plain_sync
+from ...kernels._persistent import Counter, plain_sync
+from ..errors import BadInput, BSPError, SyncTimeout, UsageError
 from .arena import Arena
-from .coarray import Coarray
 from .control import ControlStep, Kind
-from .errors import BadInput, BSPError, SyncTimeout, UsageError
 from .exchange import ExchangeTimeout, bulk_exchange, exchange
 from .ledger import Ledger, Traffic
 from .lifecycle import Lifecycle, abort_grace
 from .outbox import Data, Extra, Outbox, agreed
-from .queue import Queue
+
+if TYPE_CHECKING:  # the objects a context holds (api/ builds on this package)
+    from ..api.coarray import Coarray
+    from ..api.queue import Queue
 
 _SYNC = int(Kind.SYNC)
 _Agree = Callable[[int, int, int, int, int], int]  # the compiled control step (ControlStep.blocking_step)

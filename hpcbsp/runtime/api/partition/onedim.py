@@ -5,8 +5,8 @@ from typing import Any
 
 import numpy as np
 
+from ...errors import BSPError
 from ..distribution import block_sizes
-from ..errors import BSPError
 from ._checks import IndexLike, as_index, check_int, result
 
 
@@ -181,7 +181,7 @@ class Block(Partitioning):
     """Contiguous blocks: rank r holds ``n // p`` indices, plus one if ``r < n mod p``.
 
     Rank r's block is ``range(*block_range(n, p, r))``: the sizes come from
-    :mod:`hpcbsp.runtime.distribution`, the one home of the block split, which the runtime's
+    :mod:`hpcbsp.runtime.api.distribution`, the one home of the block split, which the runtime's
     collectives and the block-row apps use without a partitioning object.
 
     Parameters

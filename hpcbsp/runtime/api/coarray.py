@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..kernels import elements
-from .errors import UsageError
-from .outbox import PUT, Outbox
+from ...kernels import elements
+from ..errors import UsageError
+from ..superstep.outbox import PUT, Outbox
 from .records import as_records, check_pid
 
 if TYPE_CHECKING:

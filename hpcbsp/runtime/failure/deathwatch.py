@@ -37,9 +37,9 @@ import time
 
 from mpi4py import MPI
 
+from ..environment import setting
+from ..errors import BadInput
 from . import nodeclean
-from .environment import setting
-from .errors import BadInput
 
 __all__ = ["start", "introduce", "heartbeat_settings", "watched", "claim", "claim_report", "stopping"]
 

@@ -34,16 +34,16 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import numpy as np
 from mpi4py import MPI
 
-from ..util.mpiflavour import running_flavour
-from ..util.waiting import poll
-from .environment import setting
-from .errors import BadInput, BSPError, Divergence, PeerFailed, SyncTimeout
+from ...util.mpiflavour import running_flavour
+from ...util.waiting import poll
+from ..environment import setting
+from ..errors import BadInput, BSPError, Divergence, PeerFailed, SyncTimeout
 from .native import compiled_allreduce_step, compiled_step
 from .outbox import UNIFORM, Data, Extra, agreed
 from .waiting import Naps
 
 if TYPE_CHECKING:
-    from ..kernels._persistent import RecordStep, Rows
+    from ...kernels._persistent import RecordStep, Rows
 
 
 class Kind(enum.IntEnum):

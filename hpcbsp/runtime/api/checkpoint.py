@@ -48,9 +48,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from ..errors import BadInput, BSPError, UsageError
+from ..superstep.control import Kind
 from .coarray import Coarray
-from .control import Kind
-from .errors import BadInput, BSPError, UsageError
 from .partition import Grid, Partitioning, from_description
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ def check_target(path: str | os.PathLike[str], program: str | None = None) -> No
     ``PATH``, ``PATH.tmp`` and ``PATH.old`` must each be absent, an empty directory, or hpcbsp's
     own (see the module docstring); with ``program``, a checkpoint at ``PATH`` must be of that
     program.  Local and read-only: a command line calls it before the work starts, and
-    :meth:`BSP.checkpoint <hpcbsp.runtime.context.BSP.checkpoint>` on rank 0 before every save.
+    :meth:`BSP.checkpoint <hpcbsp.runtime.api.context.BSP.checkpoint>` on rank 0 before every save.
     """
     why = _why_not(os.path.abspath(os.fspath(path)), program)
     if why:
@@ -438,7 +438,7 @@ def _layouts(path: str, name: str, info: dict[str, Any], c: Coarray, saved_p: in
             f"{where} was {moved}, and {missing}: hpcbsp cannot know which global elements each part "
             "holds (concatenating them in rank order would permute a cyclic array). Register it with "
             "its layout when saving and restoring (bsp.coarray(..., layout=Block(n, bsp.nprocs)), "
-            "Cyclic, BlockCyclic or Grid from hpcbsp.runtime.partition), or restore on "
+            "Cyclic, BlockCyclic or Grid from hpcbsp.runtime.api.partition), or restore on "
             f"{saved_p} rank(s) with the same part sizes")
     saved = from_description(info["layout"])
     here = c.layout

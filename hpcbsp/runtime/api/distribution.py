@@ -3,7 +3,7 @@
 
 This module is the one home of that arithmetic: the runtime's ring collectives, checkpoints and
 the block-row apps call :func:`block_range` directly (a pair of ints, no objects), and the
-partitioning :class:`hpcbsp.runtime.partition.Block`, which adds owners, local indices and
+partitioning :class:`hpcbsp.runtime.api.partition.Block`, which adds owners, local indices and
 redistribution, takes its sizes from :func:`block_sizes`.
 """
 from __future__ import annotations

@@ -10,7 +10,7 @@ import threading
 import time
 import traceback
 
-from .errors import BadInput, PeerFailed, SyncTimeout
+from ..errors import BadInput, PeerFailed, SyncTimeout
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../hpcbsp
 #: The layers whose frames a timeout's report skips to name the program's (or app's) line.

@@ -9,8 +9,8 @@ from typing import Any, Callable, Union
 
 import numpy as np
 
-from ..kernels import check_dests, group_by_dest
-from .errors import UsageError
+from ...kernels import check_dests, group_by_dest
+from ..errors import UsageError
 
 #: What a call is, for an error message: the text, or a function that makes it (hot paths pass
 #: one, so that the text is built only when there is an error to report).
