@@ -164,6 +164,27 @@ def test_every_block_is_run_or_marked():
     assert sum(b.runs for b in ALL_BLOCKS) > 0
 
 
+NOTES = sorted((REPO / "docs" / "notes").glob("*.md"))
+
+
+def test_journal_blocks_are_marked_not_run():
+    """The engineers' notes (docs/notes/, not user docs) are not run: their commands are past
+    measurements (docs/notes/README.md says why).  So that none of them looks tested, every
+    command block there is marked ``no-run (journal: ...)``, and every marker is well formed."""
+    assert NOTES, "docs/notes/ holds no notes"
+    problems: list[str] = []
+    for doc in NOTES:
+        for block in parse(doc):
+            if not block.lang:
+                problems.append(f"{block.where}: a block without an info string")
+            problems += _marker_problems(block)
+            reason = block.marker("no-run")
+            if block.lang in RUNNABLE and not (reason or "").startswith("(journal:"):
+                problems.append(f"{block.where}: a command block of the journal is not run by the doc "
+                                "test; mark it <!-- doc-test: no-run (journal: a past measurement) -->")
+    assert not problems, "\n".join(problems)
+
+
 # ---------------------------------------------------------------------------------------- running
 
 def _workdir(tmp_path: Path) -> Path:
