@@ -26,9 +26,12 @@ from hpcbsp.runtime.checkpoint import check_target, exists as checkpoint_exists
 from hpcbsp.runtime.distribution import block_range
 from hpcbsp.runtime.partition import Block
 from hpcbsp.runtime.ledger import summarize
-from hpcbsp.util.args import (OneLineParser, add_checkpoint, add_common_options, add_n, check_checkpoint,
-                              check_memory, check_outputs, ledger_output, nonnegative_int, plural, positive_float)
+from hpcbsp.util.args.checks import check_checkpoint, check_memory, check_outputs, ledger_output
+from hpcbsp.util.args.parser import OneLineParser
+from hpcbsp.util.args.types import nonnegative_int, positive_float
+from hpcbsp.util.args.vocabulary import add_checkpoint, add_common_options, add_n
 from hpcbsp.util.progress import Progress
+from hpcbsp.util.text import plural
 
 PROGRAM = "hpcbsp.apps.heat"
 

@@ -53,7 +53,9 @@ from hpcbsp.elastic.transport import open_transport
 from hpcbsp.elastic.wire import FORMATS, HEADER_BYTES
 from hpcbsp.elastic.world import World, launch_world
 from hpcbsp.kernels.update import sgd_step
-from hpcbsp.util.args import OneLineParser, add_iters, add_repeats, positive_int
+from hpcbsp.util.args.parser import OneLineParser
+from hpcbsp.util.args.types import positive_int
+from hpcbsp.util.args.vocabulary import add_iters, add_repeats
 
 
 def _server_round(comm: MPI.Comm, grad: np.ndarray, w0: np.ndarray, iters: int,

@@ -35,7 +35,9 @@ import numpy as np
 
 from hpcbsp import kernels
 from hpcbsp.kernels._extensions import MODULES
-from hpcbsp.util.args import OneLineParser, add_n, add_repeats, add_seed, positive_int
+from hpcbsp.util.args.parser import OneLineParser
+from hpcbsp.util.args.types import positive_int
+from hpcbsp.util.args.vocabulary import add_n, add_repeats, add_seed
 
 
 @dataclass

@@ -32,7 +32,9 @@ from mpi4py import MPI
 import hpcbsp
 from hpcbsp.cost.probe import fit_line, probe
 from hpcbsp.runtime.launch import machine_id, transport_advice, transport_settings
-from hpcbsp.util.args import OneLineParser, add_repeats, positive_float
+from hpcbsp.util.args.parser import OneLineParser
+from hpcbsp.util.args.types import positive_float
+from hpcbsp.util.args.vocabulary import add_repeats
 
 from .sync import bench as sync_bench
 

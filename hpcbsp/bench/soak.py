@@ -33,7 +33,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..util.args import OneLineParser, add_repeats, positive_int
+from ..util.args.parser import OneLineParser
+from ..util.args.types import positive_int
+from ..util.args.vocabulary import add_repeats
 from ..util.proctree import job_processes, signal_ranks
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -46,7 +46,9 @@ from mpi4py import MPI
 import hpcbsp
 from hpcbsp.kernels import elements
 from hpcbsp.runtime.native import compiled_allreduce_step, compiled_call, compiled_loop, why_not_compiled
-from hpcbsp.util.args import OneLineParser, add_iters, add_repeats, positive_float
+from hpcbsp.util.args.parser import OneLineParser
+from hpcbsp.util.args.types import positive_float
+from hpcbsp.util.args.vocabulary import add_iters, add_repeats
 
 #: The bytes of each put of the small superstep (its fixed cost: the bulk exchange's).
 SMALL_BYTES = 64 * 1024

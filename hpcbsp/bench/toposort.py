@@ -22,7 +22,9 @@ import hpcbsp
 
 from ..apps.irregular.toposort import PHASES, run_toposort
 from ..runtime import BSP
-from ..util.args import OneLineParser, add_n, add_repeats, add_seed, nonnegative_int, positive_float
+from ..util.args.parser import OneLineParser
+from ..util.args.types import nonnegative_int, positive_float
+from ..util.args.vocabulary import add_n, add_repeats, add_seed
 
 #: Issue 33, item 5: FA-BSP at least as fast as BSP.
 TARGET = 1.0

@@ -23,7 +23,9 @@ import subprocess
 import sys
 import time
 
-from ..util.args import OneLineParser, add_iters, add_n, add_placement, add_repeats, positive_int
+from ..util.args.parser import OneLineParser
+from ..util.args.types import positive_int
+from ..util.args.vocabulary import add_iters, add_n, add_placement, add_repeats
 from ..util.jobcommand import JobCommandError, job_command
 
 #: The largest cost the detector may have (issue 31): 2 %.

@@ -22,7 +22,8 @@ import numpy as np
 
 from hpcbsp.elastic.zipline import SyncSet, predict_end_times, zipline
 from hpcbsp.elastic.zipline_reference import heap_smallest_range
-from hpcbsp.util.args import OneLineParser, add_alias, add_repeats
+from hpcbsp.util.args.parser import OneLineParser
+from hpcbsp.util.args.vocabulary import add_alias, add_repeats
 
 TARGET_S = 0.02
 PAPER_S = 0.56

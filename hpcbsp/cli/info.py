@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import __version__
 from ..runtime.launch import detect_launch, find_mpiexec, machine_id, transport_advice, transport_settings
-from ..util.args import OneLineParser
+from ..util.args.parser import OneLineParser
 from ..util.mpiflavour import library_flavour, library_name, mpiexec_flavour
 
 

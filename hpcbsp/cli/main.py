@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ..util.args import settings_ok
+from ..util.args.parser import settings_ok
 from ..util.launcher import launcher_rank
 
 PROG = "hpcbsp"

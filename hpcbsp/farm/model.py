@@ -70,6 +70,8 @@ from typing import Iterable
 
 import numpy as np
 
+from ..util.choices import EXCHANGES
+
 
 class CostInputError(ValueError):
     """Bad input to a cost model: a malformed file, a missing column, an impossible parameter.
@@ -81,7 +83,6 @@ class CostInputError(ValueError):
     """
 
 
-COMM_FORMS: tuple[str, ...] = ("linear", "tree")
 GRANULARITIES: tuple[str, ...] = ("continuous", "ceil")
 #: The parameter set, in the order of :class:`BSFParams` (reports, RUNS.csv and MODEL.json use these keys).
 PARAM_NAMES: tuple[str, ...] = ("latency", "t_c", "t_map", "t_a", "t_p", "list_length")
@@ -163,8 +164,8 @@ class BSFParams:
 
 def check_form(comm: str, granularity: str, list_length: int | None) -> None:
     """Raise :class:`CostInputError` for an unknown or impossible model form."""
-    if comm not in COMM_FORMS:
-        raise CostInputError(f"unknown communication form {comm!r}; choose from {', '.join(COMM_FORMS)}")
+    if comm not in EXCHANGES:
+        raise CostInputError(f"unknown communication form {comm!r}; choose from {', '.join(EXCHANGES)}")
     if granularity not in GRANULARITIES:
         raise CostInputError(f"unknown granularity {granularity!r}; choose from {', '.join(GRANULARITIES)}")
     if granularity == "ceil" and not list_length:

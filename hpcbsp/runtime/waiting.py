@@ -43,12 +43,13 @@ from typing import Callable
 
 from mpi4py import MPI
 
+from hpcbsp.util.choices import WAIT_MODES  # (absolute: survives a move of this module)
+
 from .environment import setting
 from .errors import BSPError
 
 #: Environment variable that sets the default mode.
 WAIT_ENV = "HPCBSP_WAIT"
-WAIT_MODES: tuple[str, ...] = ("auto", "spin", "yield")
 #: Polling with only a yield to the scheduler at the start of a yielding wait (ranks that
 #: arrive together finish here).
 SPIN_S = 100e-6

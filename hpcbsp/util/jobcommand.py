@@ -34,10 +34,9 @@ import os
 from pathlib import Path
 from typing import Sequence
 
+from .choices import LAUNCHES
 from .mpiflavour import Flavour, local_args, mpiexec_flavour
 
-#: How a job is started: on this machine, across the hosts of a host file, or by Slurm's srun.
-LAUNCHES: tuple[str, ...] = ("mpiexec", "srun")
 #: The first line of the launcher slurm/local-cluster.sh writes beside its host file.
 LOCAL_CLUSTER_MARK = "hpcbsp slurm/local-cluster.sh"
 

@@ -33,6 +33,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from .choices import CONTROL_COLLECTIVES, EXCHANGES, ROUTING_CHOICES, TRANSPORTS, WAIT_MODES, one_of
 from .launcher import launcher_rank
 from .outputs import OutputError, prepare_output
 
@@ -69,7 +70,8 @@ class Setting:
 
 # -- parsers: stripped, non-empty text -> value, or ValueError (its text: why, if anything to add)
 
-def _choice(*choices: str) -> Callable[[str], str]:
+def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
+    """The parser of one of :mod:`.choices`' lists (any case: ``Yield`` is ``yield``)."""
     def parse(text: str) -> str:
         word = text.lower()
         if word not in choices:
@@ -195,8 +197,8 @@ _PACKAGE: tuple[Setting, ...] = (
             "faster (blocking under Open MPI, persistent under MPICH and Intel MPI; docs/performance.md). "
             "The ranks check that they agree when a context is made (the two kinds never match). "
             "Read when a context is made.",
-            "`auto`", "one of `auto`, `persistent`, `blocking`", "`runtime/control.py`",
-            _choice("auto", "persistent", "blocking"), "auto"),
+            "`auto`", one_of(CONTROL_COLLECTIVES), "`runtime/control.py`",
+            _choice(CONTROL_COLLECTIVES), "auto"),
     Setting("HPCBSP_DEATHWATCH",
             "`0` turns off the watcher (one process per job and node) that names a rank which died "
             "without a report (SIGKILL, a segfault, the out-of-memory killer), removes the job's "
@@ -237,15 +239,15 @@ _PACKAGE: tuple[Setting, ...] = (
             "2 or 3 messages per record), `node` (records for another node go through one rank of "
             "each node: one message per node pair, up to 3 per record), `auto` (direct up to 256 ranks, "
             "2d up to 32,768, 3d beyond). Give every rank the same value. See `hpcbsp/fabsp/routing.py`.",
-            "`auto`", "one of `auto`, `direct`, `2d`, `3d`, `node`", "`fabsp/routing.py`",
-            _choice("auto", "direct", "2d", "3d", "node"), "auto"),
+            "`auto`", one_of(ROUTING_CHOICES), "`fabsp/routing.py`",
+            _choice(ROUTING_CHOICES), "auto"),
     Setting("HPCBSP_WAIT",
             "How a rank waits for the others in a collective call, as `hpcbsp.BSP(wait=...)` sets it for "
             "one context: `spin` (busy-poll, lowest latency), `yield` (poll with growing sleeps, gives "
             "the core away), `auto` (yield when a node runs more ranks than it has cores). See "
             "`hpcbsp/runtime/waiting.py`.",
-            "`auto`", "one of `auto`, `spin`, `yield`", "`runtime/waiting.py`",
-            _choice("auto", "spin", "yield"), "auto"),
+            "`auto`", one_of(WAIT_MODES), "`runtime/waiting.py`",
+            _choice(WAIT_MODES), "auto"),
     Setting("HPCBSP_ELEMENTS_TRANSPORT",
             "How the packed records of `Coarray.put_elements` reach their ranks: `auto` (where every "
             "rank of a context is on one node and the context has no sync timeout, they are packed into "
@@ -254,7 +256,7 @@ _PACKAGE: tuple[Setting, ...] = (
             "rank, grows when the ranks agree inside a sync and only if `/dev/shm` has room; messages "
             "otherwise), `messages` (always messages). A rank that says `messages`, or a sync given a "
             "timeout, switches it off on every rank. See `hpcbsp/runtime/arena.py`.",
-            "`auto`", "one of `auto`, `messages`", "`runtime/arena.py`", _choice("auto", "messages"), "auto"),
+            "`auto`", one_of(TRANSPORTS), "`runtime/arena.py`", _choice(TRANSPORTS), "auto"),
     Setting("HPCBSP_PS_TRANSPORT",
             "How the parameter server's weights reach the workers, as `serve(..., transport=)` and "
             "`work(..., transport=)` set it for one run: `auto` (an MPI shared-memory window where the "
@@ -262,7 +264,7 @@ _PACKAGE: tuple[Setting, ...] = (
             "only updates them; messages otherwise), `messages` (the weights as messages in 1 MiB "
             "pieces, also on one node). Ranks that differ get messages. See "
             "`hpcbsp/elastic/transport.py`.",
-            "`auto`", "one of `auto`, `messages`", "`elastic/transport.py`", _choice("auto", "messages"), "auto"),
+            "`auto`", one_of(TRANSPORTS), "`elastic/transport.py`", _choice(TRANSPORTS), "auto"),
     Setting("HPCBSP_FARM_REPORT",
             "A file to which a BSF farm program (`hpcbsp.farm`, e.g. `hpcbsp.apps.bsf.jacobi`) appends "
             "its measured timings, one JSON line per run (missing folders are created); checked before "
@@ -273,7 +275,7 @@ _PACKAGE: tuple[Setting, ...] = (
     Setting("HPCBSP_FARM_EXCHANGE",
             "The BSF farm's exchange when the program does not choose one: `linear` (the master talks to "
             "the workers one by one) or `tree` (binomial tree); the apps' `--exchange`.",
-            "`linear`", "one of `linear`, `tree`", "`farm/skeleton.py`", _choice("linear", "tree"), "linear"),
+            "`linear`", one_of(EXCHANGES), "`farm/skeleton.py`", _choice(EXCHANGES), "linear"),
     Setting("HPCBSP_FARM_EMULATE",
             "Emulated compute for farm programs that do not pass `emulate=`: the workers wait the Map's "
             "measured time instead of computing (a simulation of compute, and every output says so); "

@@ -43,7 +43,9 @@ from mpi4py import MPI
 from ...kernels import scatter_add
 from ...runtime import BSP, BadInput, BSPError
 from ...runtime.checkpoint import check_target, exists as checkpoint_exists
-from ...util.args import add_checkpoint, add_skew, check_checkpoint, positive_int
+from ...util.args.checks import check_checkpoint
+from ...util.args.types import positive_int
+from ...util.args.vocabulary import add_checkpoint, add_skew
 from .rma import histogram_rma
 from .cli import table_app_main
 from .layout import cyclic_owner

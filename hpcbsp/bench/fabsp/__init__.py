@@ -68,7 +68,9 @@ import time
 import hpcbsp
 
 from ...runtime import BSP
-from ...util.args import OneLineParser, add_n, add_repeats, add_seed, add_skew, nonnegative_int, positive_int
+from ...util.args.parser import OneLineParser
+from ...util.args.types import nonnegative_int, positive_int
+from ...util.args.vocabulary import add_n, add_repeats, add_seed, add_skew
 from .common import say
 from .links import combine, link, link_rate
 from .local import auto_rounds, memory, overlap, throughput

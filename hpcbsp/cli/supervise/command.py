@@ -14,10 +14,13 @@ from typing import Sequence
 
 from ...runtime.checkpoint import describe
 from ...runtime.launch import find_mpiexec
-from ...util.args import OneLineParser, nonnegative_int, plural, positive_int
-from ...util.jobcommand import LAUNCHES, JobCommandError, job_command, read_hosts
+from ...util.args.parser import OneLineParser
+from ...util.args.types import nonnegative_int, positive_int
+from ...util.choices import LAUNCHES
+from ...util.jobcommand import JobCommandError, job_command, read_hosts
 from ...util.launcher import launcher_name
 from ...util.mpiflavour import mpiexec_flavour
+from ...util.text import plural
 from . import hosts as hostcheck
 from .job import Ended, Stop, run_job
 from .verdict import Verdict, classify
