@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from ...runtime.checkpoint import describe
 from ...runtime.launch import find_mpiexec
@@ -103,6 +105,9 @@ def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, Where]:
         parser.error(f"unknown option {program[0]!r} (the program goes after --)")
     if shutil.which(program[0]) is None:
         parser.error(f"program {program[0]!r} not found (give a path or a command on PATH)")
+    why = python_without_hpcbsp(program[0], os.environ)
+    if why:
+        parser.error(why)
     args.program = program
     if args.launch == "srun":
         if args.hosts is not None:
@@ -133,6 +138,33 @@ def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, Where]:
     if args.ranks is None:
         args.ranks = len(where.listed)
     return args, where
+
+
+#: Seconds the check that the program's Python has hpcbsp may take (it starts that Python once).
+PYTHON_CHECK_S = 30.0
+
+
+def python_without_hpcbsp(command: str, env: Mapping[str, str]) -> str | None:
+    """Why the program cannot run hpcbsp, when it is a Python interpreter (``python``,
+    ``python3.11``, a path to one) that cannot import hpcbsp in the environment the job gets
+    (the ``python`` first on PATH is often another than the one hpcbsp is installed in); None
+    when it can, when it is no Python, or when that cannot be told here (the check itself
+    failed or ran out of time: the launch then says what it says).  The check runs that
+    Python on this machine once, asking only where hpcbsp would be found (nothing is imported)."""
+    found = shutil.which(command, path=env.get("PATH"))
+    if found is None or not re.fullmatch(r"python[0-9.]*", os.path.basename(command)):
+        return None
+    probe = "import importlib.util, sys; sys.exit(3 if importlib.util.find_spec('hpcbsp') is None else 0)"
+    try:
+        done = subprocess.run([found, "-c", probe], env=dict(env), stdin=subprocess.DEVNULL, capture_output=True,
+                              timeout=PYTHON_CHECK_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 3:
+        return None
+    here = sys.executable
+    return (f"the program's {command} is {found}, which cannot import hpcbsp (this hpcbsp runs under {here}): "
+            f"give that Python after -- (-- {here} ...), or activate the virtualenv that has hpcbsp")
 
 
 def checkpoint_of(program: Sequence[str]) -> str | None:
@@ -171,6 +203,8 @@ class Supervisor:
         self.stop = stop
         self.checkpoint = checkpoint_of(self.program)
         self.last_code = 1  #: the exit status of the last launch
+        #: The MPI the jobs run on (its launcher's own lines, its leftover files).
+        self.flavour = mpiexec_flavour(find_mpiexec() if where.srun else where.mpiexec)
 
     # -- where the next launch runs ----------------------------------------------------------
     @property
@@ -231,7 +265,7 @@ class Supervisor:
                 return code
             self.announce(restarts, plan)
             env = {**os.environ, RESTART_VAR: str(restarts)}
-            ended = run_job(plan.argv, env, self.stop, srun=self.where.srun)
+            ended = run_job(plan.argv, env, self.stop, srun=self.where.srun, flavour=self.flavour)
             self.last_code = ended.code
             if ended.code == 0:
                 if restarts:
@@ -296,9 +330,15 @@ class Supervisor:
                 f"line said {unit} {done})")
 
     def interrupted(self, ended: Ended | None) -> int:
+        """The line after Ctrl-C or SIGTERM, naming the signal received, and its exit status."""
         signum = self.stop.signum or signal.SIGINT
         name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-        say(f"interrupted ({name}): {'the job was ended; ' if ended is not None else ''}no restart")
+        done = ""
+        if ended is not None:
+            done = "the job was ended; "
+            if ended.removed:
+                done += f"removed the {plural(len(ended.removed), 'file')} it left ({', '.join(ended.removed)}); "
+        say(f"interrupted ({name}): {done}no restart")
         return 128 + signum
 
 
