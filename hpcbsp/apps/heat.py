@@ -119,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.alpha <= 0.5:
         parser.error("--alpha must be in (0, 0.5] for a stable explicit scheme")
     # never over a folder that is not a checkpoint of this program
-    check_checkpoint(parser, args, lambda path: check_target(path, PROGRAM), (hpcbsp.BSPError,))
+    check_checkpoint(parser, args, lambda path: check_target(path, PROGRAM), (hpcbsp.BSPError,),
+                     exists=checkpoint_exists)
     check_memory(parser, 8.0 * 4 * args.n, f"--n {args.n}", "use a smaller --n")
     check_outputs(parser, [(args.out, "--out file", (".npy",)), ledger_output(args.ledger)])
 

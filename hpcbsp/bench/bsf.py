@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from hpcbsp.bench import measuring
 from hpcbsp.util.args.checks import check_out_dir
 from hpcbsp.util.args.parser import OneLineParser
 from hpcbsp.util.args.types import positive_int
@@ -298,6 +299,7 @@ def main(argv: list[str]) -> int:
     if args.report_only:
         if not os.path.isfile(os.path.join(args.out_dir, "measurements.json")):
             ps.error(f"--report-only: no {os.path.join(args.out_dir, 'measurements.json')}; run the bench first")
+        measuring()
         return report(args)
     if detect_launch().launcher != "singleton":
         ps.error("run it without mpiexec or srun: it launches its own MPI job of max K + 1 ranks")
@@ -313,6 +315,7 @@ def main(argv: list[str]) -> int:
     refusal = root_refusal(flavour) if args.launch == "mpiexec" else None
     if refusal:
         ps.error(f"{mpiexec}: {refusal}")
+    measuring()
     os.makedirs(args.out_dir, exist_ok=True)
     # Without an enclosing job's launcher variables; waiting ranks give their cores away, in
     # hpcbsp's control step (HPCBSP_WAIT) and inside the MPI library (its own yield setting).

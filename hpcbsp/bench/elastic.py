@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from hpcbsp.bench import measuring
 from hpcbsp.elastic.allreduce import allreduce_step
 from hpcbsp.elastic.policies import make_policy
 from hpcbsp.elastic.server import serve, work
@@ -213,6 +214,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.iters, args.rounds = 10, 2
+    measuring()
     # (one rank measures the allreduce step alone; a second adds the server)
     r = launch_world(bench, args.params, args.iters, args.rounds, args.grad_dtype, min_ranks=1)
     if MPI.COMM_WORLD.Get_rank() == 0:

@@ -30,6 +30,7 @@ import numpy as np
 from mpi4py import MPI
 
 import hpcbsp
+from hpcbsp.bench import measuring
 from hpcbsp.cost.probe import fit_line, probe
 from hpcbsp.runtime.launch import machine_id, transport_advice, transport_settings
 from hpcbsp.util.args.parser import OneLineParser
@@ -100,6 +101,7 @@ def main(argv: list[str]) -> int:
         print("hpcbsp.bench nodes: needs at least 2 ranks, on several nodes: see docs/cluster.md",
               file=sys.stderr)
         return 2
+    measuring()
     r = hpcbsp.run(measure, args.mib, args.rounds, args.quick)
     if r is None:
         return 0

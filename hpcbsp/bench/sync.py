@@ -44,6 +44,7 @@ import numpy as np
 from mpi4py import MPI
 
 import hpcbsp
+from hpcbsp.bench import measuring
 from hpcbsp.kernels import elements
 from hpcbsp.runtime.native import compiled_allreduce_step, compiled_call, compiled_loop, why_not_compiled
 from hpcbsp.util.args.parser import OneLineParser
@@ -380,6 +381,7 @@ def main(argv: list[str]) -> int:
         args.iters, args.rounds = 200, 3
     if args.iters < 1 or args.rounds < 1 or not args.nap_ms > 0:
         parser.error("--iters and --rounds must be >= 1 and --nap-ms > 0")
+    measuring()
     r = hpcbsp.run(bench, args.iters, args.mib, args.rounds)
     w = hpcbsp.run(wait_modes, args.iters, args.rounds, args.nap_ms / 1e3) if MPI.COMM_WORLD.Get_size() > 1 else None
     if MPI.COMM_WORLD.Get_rank() == 0:

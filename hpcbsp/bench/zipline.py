@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from hpcbsp.bench import measuring
 from hpcbsp.elastic.zipline import SyncSet, predict_end_times, zipline
 from hpcbsp.elastic.zipline_reference import heap_smallest_range
 from hpcbsp.util.args.parser import OneLineParser
@@ -75,6 +76,7 @@ def main(argv: list[str]) -> int:
     if repeats < 1:
         p.error("--repeats must be at least 1")
 
+    measuring()
     tic = time.perf_counter()
     zipline(make_matrix("hetero", 4, 3))
     print(f"first call (Numba compile or cache load): {time.perf_counter() - tic:.3f} s")

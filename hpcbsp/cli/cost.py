@@ -25,7 +25,7 @@ from typing import Any, Sequence
 from hpcbsp.cost.errors import CostInputError
 from hpcbsp.cost.klist import parse_workers
 from hpcbsp.farm.model import GRANULARITIES, BSFModel, BSFParams
-from hpcbsp.util.args.parser import OneLineParser
+from hpcbsp.util.args.parser import OneLineParser, closed_stdout, quiet_pipe
 from hpcbsp.util.args.types import nonnegative_float, nonnegative_int, positive_int, positive_seconds, seconds, seed
 from hpcbsp.util.args.vocabulary import add_alias, add_placement
 from hpcbsp.util.choices import EXCHANGES
@@ -361,7 +361,12 @@ def _form_options(p: argparse.ArgumentParser, *, default: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``hpcbsp-cost``; returns the exit status."""
+    """Entry point of ``hpcbsp-cost``; returns the exit status (141, quietly, when stdout's
+    reader has gone: :func:`hpcbsp.util.args.parser.quiet_pipe`)."""
+    return quiet_pipe(lambda: _main(argv))
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -379,11 +384,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stderr.write(f"{PROG} {args.subcommand}: error: {exc}\n")
         return 2
     except OSError as exc:  # a file problem met while working: say which, without a traceback
+        if closed_stdout(exc):  # `hpcbsp-cost predict ... | head`: main's quiet_pipe ends it quietly
+            raise
         sys.stderr.write(f"{PROG} {args.subcommand}: error: {exc.strerror or exc}"
                          f"{f': {exc.filename}' if exc.filename else ''}\n")
         return 1
-    except BrokenPipeError:  # `hpcbsp-cost predict ... | head`
-        return 0
     except KeyboardInterrupt:
         sys.stderr.write(f"{PROG}: interrupted\n")
         return 130

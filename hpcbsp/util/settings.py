@@ -23,6 +23,11 @@ Semantics:
   rank 0.
 * Variables that only the Slurm scripts or the test suite read are declared too (``parse`` is
   None): they are known, so never warned about, and never parsed by the package.
+* :func:`shown` lists every ``HPCBSP_*`` variable set with what is wrong with it, if anything
+  (invalid, with the reason; unknown, with the closest name), and never raises: ``hpcbsp info``
+  shows them there instead of refusing to run.
+* The words a choice allows (``HPCBSP_WAIT``, ``HPCBSP_ROUTING``, ...) are the tuples of
+  :mod:`hpcbsp.util.choices`, which the code and the command lines read too.
 """
 from __future__ import annotations
 
@@ -38,7 +43,7 @@ from .launcher import launcher_rank
 from .outputs import OutputError, prepare_output
 
 __all__ = ["PREFIX", "SETTINGS", "Setting", "SettingError", "check", "emulation", "markdown_table",
-           "value", "warn"]
+           "shown", "value", "warn"]
 
 #: The prefix of every variable of hpcbsp's.
 PREFIX = "HPCBSP_"
@@ -325,21 +330,27 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (*_PACKAGE, *_SCRIPTS, *_SET,
 
 # -- reading and checking --------------------------------------------------------------------
 
-def _parse(setting: Setting, raw: str) -> Any:
+def _read(setting: Setting, raw: str) -> tuple[Any, str | None]:
+    """``(value, None)``, or ``(None, "is not ALLOWED (WHY)")`` for a bad ``raw``."""
     text = raw.strip()
     if not text:
-        return setting.unset
+        return setting.unset, None
     assert setting.parse is not None
     try:
-        return setting.parse(text)
+        return setting.parse(text), None
     except ValueError as exc:
         why = str(exc)
         # (int("x") and float("x") say "invalid literal ...": the allowed values say it better)
         if why.startswith(("invalid literal", "could not convert")):
             why = ""
-        raise SettingError(f"environment variable {setting.name}={raw!r} is not {_plain(setting.allowed)}"
-                           + (f" ({why})" if why else "")
-                           + f": correct it or unset it ({DOC})") from None
+        return None, f"is not {_plain(setting.allowed)}" + (f" ({why})" if why else "")
+
+
+def _parse(setting: Setting, raw: str) -> Any:
+    value, bad = _read(setting, raw)
+    if bad is not None:
+        raise SettingError(f"environment variable {setting.name}={raw!r} {bad}: correct it or unset it ({DOC})")
+    return value
 
 
 def _plain(text: str) -> str:
@@ -371,12 +382,36 @@ def check(environ: Mapping[str, str] | None = None) -> list[str]:
     return warnings
 
 
+def shown(environ: Mapping[str, str] | None = None) -> list[tuple[str, str, str | None]]:
+    """Every ``HPCBSP_*`` variable set in ``environ`` (default ``os.environ``), by name, as
+    ``(name, value, problem)``: ``problem`` is None for a value hpcbsp takes (or a variable only
+    the scripts or tests read), ``invalid: is not ALLOWED (WHY)`` for a bad value (with which
+    every command but ``hpcbsp info`` refuses to run), ``unknown: ...`` for a name that is not
+    hpcbsp's (with the closest one).  Nothing raises: ``hpcbsp info`` shows them all."""
+    env = os.environ if environ is None else environ
+    found: list[tuple[str, str, str | None]] = []
+    for name in sorted(n for n in env if n.startswith(PREFIX)):
+        setting = SETTINGS.get(name)
+        problem = None
+        if setting is None:
+            problem = f"unknown: not a variable of hpcbsp's, ignored; {_hint(name)}"
+        elif setting.python:
+            bad = _read(setting, env[name])[1]
+            problem = None if bad is None else f"invalid: {bad}"
+        found.append((name, env[name], problem))
+    return found
+
+
 def _unknown(name: str) -> str:
+    return f"{name} is not a variable of hpcbsp's and is ignored; {_hint(name)}"
+
+
+def _hint(name: str) -> str:
+    """``did you mean NAME?`` with the closest declared name, or where the known ones are."""
     # (compared without the prefix, which every name shares and which would make all look alike)
     tails = {known[len(PREFIX):]: known for known in SETTINGS}
     close = difflib.get_close_matches(name[len(PREFIX):], list(tails), n=1, cutoff=0.6)
-    hint = f"did you mean {tails[close[0]]}?" if close else "the known ones are in " + DOC
-    return f"{name} is not a variable of hpcbsp's and is ignored; {hint}"
+    return f"did you mean {tails[close[0]]}?" if close else "the known ones are in " + DOC
 
 
 _warned: set[str] = set()

@@ -16,6 +16,7 @@ import numpy as np
 import hpcbsp
 from hpcbsp import kernels
 from hpcbsp.farm import BSFProblem, FarmCheckpoint, parse_emulation, run_farm
+from hpcbsp.runtime.checkpoint import exists as checkpoint_exists
 from hpcbsp.util.args.checks import check_checkpoint, check_memory, check_outputs, ledger_output
 from hpcbsp.util.args.parser import OneLineParser
 from hpcbsp.util.args.types import positive_float, positive_int
@@ -139,7 +140,8 @@ def app_main(parser: OneLineParser, argv: list[str] | None, name: str, build: Pr
     """Parse and check the options, run the app on MPI.COMM_WORLD, report on rank 0."""
     args = parser.parse_args(argv)
     # never over a folder that is not a farm checkpoint
-    check_checkpoint(parser, args, lambda path: FarmCheckpoint(path).check(), (hpcbsp.BSPError,))
+    check_checkpoint(parser, args, lambda path: FarmCheckpoint(path).check(), (hpcbsp.BSPError,),
+                     exists=checkpoint_exists)
     if args.emulate_compute:
         try:
             parse_emulation(args.emulate_compute)

@@ -268,7 +268,8 @@ def _restart_options(parser: argparse.ArgumentParser) -> Callable[[argparse.Name
         if (args.rounds > 1 or args.checkpoint) and args.mode in ("naive", "rma"):
             parser.error("--rounds and --checkpoint work with --mode fabsp or bsp")
         # never over a folder that is not a checkpoint of this program
-        check_checkpoint(parser, args, lambda path: check_target(path, PROGRAM), (BSPError,))
+        check_checkpoint(parser, args, lambda path: check_target(path, PROGRAM), (BSPError,),
+                         exists=checkpoint_exists)
         if args.combine and args.mode != "fabsp":
             parser.error("--combine works with --mode fabsp")
         if args.rounds == 1 and not args.checkpoint:

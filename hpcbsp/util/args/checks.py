@@ -15,24 +15,31 @@ import argparse
 import os
 from typing import Any, Callable
 
-from ..outputs import OutputError, prepare_dir, prepare_output, prepare_parent
+from ..outputs import OutputError, file_in_the_way, prepare_dir, prepare_output, prepare_parent
 
 __all__ = ["LEDGER_SUFFIXES", "check_checkpoint", "check_memory", "check_out_dir", "check_outputs", "ledger_output",
            "physical_memory"]
 
 
 def check_checkpoint(parser: argparse.ArgumentParser, args: argparse.Namespace,
-                     check_target: Callable[[str], Any], errors: tuple[type[Exception], ...]) -> None:
-    """The checks of :func:`.vocabulary.add_checkpoint`'s options, before any work (each a usage error: one
-    line, exit 2):
+                     check_target: Callable[[str], Any], errors: tuple[type[Exception], ...],
+                     exists: Callable[[str], bool] | None = None) -> None:
+    """The checks of :func:`.vocabulary.add_checkpoint`'s options, before any work (each a usage
+    error: one line, exit 2):
 
     * ``--every K`` (K > 0) and ``--restart`` need ``--checkpoint``;
     * ``--checkpoint`` needs ``--every K`` (K > 0) or ``--restart``: with neither, no checkpoint
       would be written or read (``--checkpoint DIR --restart`` alone resumes from DIR and writes
       no further checkpoints);
+    * a path under a regular file (``notes.txt/ck``) is refused naming the file
+      (:func:`hpcbsp.util.outputs.file_in_the_way`);
     * ``check_target(path)`` (raising one of ``errors``, whose text says why) refuses a folder
       that is not this program's checkpoint, and where checkpoints will be written, the place
-      must take them (its missing parent folders are made, :func:`hpcbsp.util.outputs.prepare_parent`).
+      must take them (its missing parent folders are made, :func:`hpcbsp.util.outputs.prepare_parent`);
+    * with ``exists`` (whether a path holds a checkpoint to resume from), ``--restart`` without
+      ``--every K`` is refused where DIR holds none: the run would start afresh and write
+      nothing, which is never what was meant.  (With ``--every K`` it starts afresh and writes
+      checkpoints there: what ``hpcbsp supervise`` relies on, ``--restart`` from the first launch.)
 
     Afterwards ``args.every`` is an int (0 where it was not given)."""
     every = getattr(args, "every", None)
@@ -47,16 +54,25 @@ def check_checkpoint(parser: argparse.ArgumentParser, args: argparse.Namespace,
                      "every K steps or iterations), or --restart to resume from DIR")
     if hasattr(args, "every") and every is None:
         args.every = 0
-    if args.checkpoint:
+    if not args.checkpoint:
+        return
+    blocker = file_in_the_way(args.checkpoint)
+    if blocker is not None:
+        parser.error(f"--checkpoint {args.checkpoint}: {blocker} is a file, not a folder; give a checkpoint "
+                     "folder whose path runs through folders only")
+    try:
+        check_target(args.checkpoint)
+    except errors as exc:
+        parser.error(str(exc))
+    writes = getattr(args, "every", 1)  # (a program without --every writes by its own option)
+    if args.restart and not writes and exists is not None and not exists(args.checkpoint):
+        parser.error(f"--restart: there is no checkpoint in {args.checkpoint} to restart from; give the folder "
+                     "that holds one, or add --every K to start afresh and write checkpoints there")
+    if writes:
         try:
-            check_target(args.checkpoint)
-        except errors as exc:
+            prepare_parent(args.checkpoint, "--checkpoint folder")
+        except OutputError as exc:
             parser.error(str(exc))
-        if getattr(args, "every", 1):  # (a program without --every writes by its own option)
-            try:
-                prepare_parent(args.checkpoint, "--checkpoint folder")
-            except OutputError as exc:
-                parser.error(str(exc))
 
 
 #: File name endings the ledger can be saved as (``bsp.ledger.save``).

@@ -6,9 +6,10 @@
   variables (:func:`settings_ok`): a bad value is one line and exit 2 before any work, an unknown
   name a warning.  ``OneLineParser(check_settings=False)`` leaves that to the command
   (``hpcbsp info`` shows a bad value among the settings instead of refusing to run).
-* :func:`quiet_pipe` runs a command's ``main``: a reader that closed its end of stdout
-  (``hpcbsp --help | head -3``) ends the command quietly with status 141, as SIGPIPE ends
-  ``cat`` (128 + 13), instead of with a ``BrokenPipeError`` traceback.
+* A reader that closed its end of stdout (``hpcbsp --help | head -3``) ends a command quietly
+  with status 141, as SIGPIPE ends ``cat`` (128 + 13), instead of with a ``BrokenPipeError``
+  traceback: in :class:`OneLineParser`'s ``--help`` and usage, and in a command's ``main`` run
+  through :func:`quiet_pipe` (``hpcbsp``, ``hpcbsp-cost``, ``python -m hpcbsp.bench``).
 * :func:`not_a_program` is what ``python -m`` of a library module says.
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any, Callable, NoReturn
 from .. import settings
 from ..launcher import launcher_rank
 
-__all__ = ["CLOSED_STDOUT_STATUS", "OneLineParser", "not_a_program", "quiet_pipe", "settings_ok"]
+__all__ = ["CLOSED_STDOUT_STATUS", "OneLineParser", "closed_stdout", "not_a_program", "quiet_pipe", "settings_ok"]
 
 #: Exit status of a command whose stdout was closed by its reader (128 + SIGPIPE, as a shell shows
 #: a program that SIGPIPE ended).
@@ -43,6 +44,23 @@ class OneLineParser(argparse.ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
         self.check_settings = check_settings
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        """argparse's (``--help``, usage, ``--version``), but a closed stdout ends the command
+        quietly with :data:`CLOSED_STDOUT_STATUS` (argparse's own would ignore the failure and go
+        on to exit 0)."""
+        if not message:
+            return
+        file = file or sys.stderr
+        try:
+            file.write(message)
+            file.flush()
+        except OSError as exc:
+            if file is sys.stdout and closed_stdout(exc):
+                _drop_stdout()
+                sys.exit(CLOSED_STDOUT_STATUS)
+        except AttributeError:  # (no stream at all, as argparse allows)
+            pass
 
     def error(self, message: str) -> NoReturn:
         if launcher_rank() == 0:
@@ -73,30 +91,35 @@ def settings_ok() -> bool:
     return True
 
 
-def _closed_stdout(exc: BaseException) -> bool:
+def closed_stdout(exc: BaseException) -> bool:
+    """Whether ``exc`` says that stdout's reader has gone (``BrokenPipeError``, ``EPIPE``)."""
     return isinstance(exc, BrokenPipeError) or (isinstance(exc, OSError) and exc.errno == errno.EPIPE)
 
 
-def quiet_pipe(main: Callable[[], int | None]) -> NoReturn:
-    """``sys.exit(main())``, except that a closed stdout (its reader has gone: ``| head``) ends
-    the command at once with :data:`CLOSED_STDOUT_STATUS` and nothing on stderr.
+def _drop_stdout() -> None:
+    """Point stdout at ``/dev/null``: what is still buffered for it goes nowhere, and Python's
+    own flush at exit cannot fail a second time (with an ``Exception ignored`` message)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
-    What is still buffered for stdout is dropped (stdout is pointed at ``/dev/null``, so that
-    Python's own flush at exit cannot fail a second time)."""
+
+def quiet_pipe(main: Callable[[], int]) -> int:
+    """``main()``'s exit status, except that a closed stdout (its reader has gone: ``| head``)
+    ends it with :data:`CLOSED_STDOUT_STATUS` and nothing on stderr; stdout is flushed before
+    it returns, so that the failure cannot come later, at the interpreter's exit."""
     try:
         status = main()
         sys.stdout.flush()
     except BaseException as exc:
-        if not _closed_stdout(exc):
+        if not closed_stdout(exc):
             raise
-        try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-            os.close(devnull)
-        except (OSError, ValueError):
-            pass
-        sys.exit(CLOSED_STDOUT_STATUS)
-    sys.exit(status)
+        _drop_stdout()
+        return CLOSED_STDOUT_STATUS
+    return status
 
 
 def not_a_program(module: str, instead: str) -> int:
