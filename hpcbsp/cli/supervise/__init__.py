@@ -43,7 +43,7 @@ Semantics (like torchrun's ``--max-restarts`` and Horovod Elastic's restarts):
 * **Exit code**: the program's last one (0 when a relaunch finished); 130 after Ctrl-C, which
   ends the job and the supervisor without a restart (143 for SIGTERM).  Bad arguments: one
   line, exit 2, before anything starts (among them a host file with a line that is not a host,
-  and a ``python`` for the program that cannot import hpcbsp: the one first on PATH is often
+  and a ``python`` for the program that cannot import hpcbsp, :mod:`.interpreter`: the one first on PATH is often
   another than the one hpcbsp is installed in).
 """
 from __future__ import annotations

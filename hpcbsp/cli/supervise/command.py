@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shlex
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Sequence
 
 from ...runtime.checkpoint import describe
 from ...runtime.launch import find_mpiexec
@@ -24,6 +22,7 @@ from ...util.launcher import launcher_name
 from ...util.mpiflavour import mpiexec_flavour
 from ...util.text import plural
 from . import hosts as hostcheck
+from .interpreter import python_without_hpcbsp
 from .job import Ended, Stop, run_job
 from .verdict import Verdict, classify
 
@@ -138,33 +137,6 @@ def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, Where]:
     if args.ranks is None:
         args.ranks = len(where.listed)
     return args, where
-
-
-#: Seconds the check that the program's Python has hpcbsp may take (it starts that Python once).
-PYTHON_CHECK_S = 30.0
-
-
-def python_without_hpcbsp(command: str, env: Mapping[str, str]) -> str | None:
-    """Why the program cannot run hpcbsp, when it is a Python interpreter (``python``,
-    ``python3.11``, a path to one) that cannot import hpcbsp in the environment the job gets
-    (the ``python`` first on PATH is often another than the one hpcbsp is installed in); None
-    when it can, when it is no Python, or when that cannot be told here (the check itself
-    failed or ran out of time: the launch then says what it says).  The check runs that
-    Python on this machine once, asking only where hpcbsp would be found (nothing is imported)."""
-    found = shutil.which(command, path=env.get("PATH"))
-    if found is None or not re.fullmatch(r"python[0-9.]*", os.path.basename(command)):
-        return None
-    probe = "import importlib.util, sys; sys.exit(3 if importlib.util.find_spec('hpcbsp') is None else 0)"
-    try:
-        done = subprocess.run([found, "-c", probe], env=dict(env), stdin=subprocess.DEVNULL, capture_output=True,
-                              timeout=PYTHON_CHECK_S)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if done.returncode != 3:
-        return None
-    here = sys.executable
-    return (f"the program's {command} is {found}, which cannot import hpcbsp (this hpcbsp runs under {here}): "
-            f"give that Python after -- (-- {here} ...), or activate the virtualenv that has hpcbsp")
 
 
 def checkpoint_of(program: Sequence[str]) -> str | None:
