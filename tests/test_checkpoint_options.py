@@ -4,9 +4,9 @@ before the work, in one line naming the fix, and a place where checkpoints canno
 refused before the work too.
 
 Oracle: the rule as docs/cli.md states it (``--checkpoint`` needs ``--every K`` with K > 0, or
-``--restart``), the exit status and stderr of the command, and the files it leaves: a refused
-command leaves DIR absent; an accepted one writes DIR's checkpoint, or with ``--restart`` alone
-(DIR empty) nothing.
+``--restart``; ``--restart`` alone needs a checkpoint in DIR to resume from), the exit status and
+stderr of the command, and the files it leaves: a refused command leaves DIR absent; an accepted
+one writes DIR's checkpoint, or with ``--restart`` alone resumes and writes nothing further.
 """
 from __future__ import annotations
 
@@ -80,11 +80,42 @@ def test_an_unwritable_checkpoint_place_is_refused_before_the_work(module):
 
 @pytest.mark.parametrize("module", sorted(APPS))
 @pytest.mark.parametrize("every", [[], ["--every", "0"]])
-def test_restart_alone_only_resumes_and_writes_nothing(module, every, tmp_path):
-    ck = tmp_path / "ck"
+def test_restart_alone_needs_a_checkpoint_to_resume_from(module, every, tmp_path):
+    """--restart without --every K in a folder with no checkpoint would start afresh and write
+    nothing (issue 47, C.6): refused before the work, naming the folder and the fix."""
+    ck = tmp_path / "new"
     code, out, err = call(module, [*APPS[module], "--checkpoint", str(ck), *every, "--restart"])
+    assert code == 2 and out == "", out + err
+    assert len(err.strip().splitlines()) == 1, err
+    assert f"--restart: there is no checkpoint in {ck} to restart from; give the folder that holds one, " \
+           "or add --every K to start afresh and write checkpoints there" in err, err
+    assert not ck.exists()
+
+
+def test_restart_alone_resumes_and_writes_nothing_further(tmp_path):
+    """With a checkpoint there, --restart alone resumes from it (heat: 4 steps saved, 6 asked)
+    and writes no checkpoint of its own: meta.json still says superstep 4."""
+    ck = tmp_path / "ck"
+    heat = ["--n", "50", "--quiet", "--checkpoint", str(ck)]
+    assert call("hpcbsp.apps.heat", [*heat, "--steps", "4", "--every", "2"])[0] == 0
+    code, out, err = call("hpcbsp.apps.heat", [*heat, "--steps", "6", "--restart"])
     assert code == 0, out + err
-    assert not ck.exists(), "a checkpoint was written without --every K"
+    assert f"restarted from {ck} at step 4" in out, out
+    assert json.loads((ck / "meta.json").read_text())["superstep"] == 4
+
+
+@pytest.mark.parametrize("module", sorted(APPS))
+def test_a_checkpoint_under_a_file_names_the_file(module, tmp_path, monkeypatch):
+    """--checkpoint afile.txt/sub (issue 47, C.7): one line naming afile.txt as a file, not a
+    folder ("File exists" before), with --every or --restart; nothing is made."""
+    (tmp_path / "afile.txt").write_text("notes\n")
+    monkeypatch.chdir(tmp_path)
+    for more in (["--every", "2"], ["--restart"]):
+        for path in ("afile.txt/sub", "afile.txt/sub/deeper"):
+            code, out, err = call(module, [*APPS[module], "--checkpoint", path, *more])
+            assert code == 2 and out == "", out + err
+            assert err.count("\n") == 1 and f"--checkpoint {path}: afile.txt is a file, not a folder" in err, err
+    assert (tmp_path / "afile.txt").read_text() == "notes\n"
 
 
 def test_with_every_the_checkpoint_is_written(tmp_path):

@@ -20,7 +20,7 @@ import pytest
 
 from hpcbsp.bench.__main__ import available as available_benchmarks
 from hpcbsp.cli.main import list_apps
-from hpcbsp.util.args import VOCABULARY
+from hpcbsp.util.args.vocabulary import VOCABULARY
 
 REPO = Path(__file__).resolve().parents[1]
 CLI_MD = REPO / "docs" / "cli.md"

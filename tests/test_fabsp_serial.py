@@ -23,7 +23,7 @@ from hpcbsp.apps.irregular.naive import naive_exchange
 from hpcbsp.fabsp.aggregation import Aggregator
 from hpcbsp.fabsp.engine import Engine, default_buffer
 from hpcbsp.fabsp.termination import DoubleWave
-from hpcbsp.util.args import positive_int
+from hpcbsp.util.args.types import positive_int
 
 
 # ---------------------------------------------------------------------------- aggregation

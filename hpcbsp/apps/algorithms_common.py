@@ -4,7 +4,7 @@ option, checked before any work starts.  (The options every app has come from
 from __future__ import annotations
 
 from ..runtime.api.partition import dims_create
-from ..util.args import OneLineParser
+from ..util.args.parser import OneLineParser
 
 
 def add_grid_option(parser: OneLineParser) -> None:

@@ -16,7 +16,10 @@ import numpy as np
 from .. import kernels
 from ..runtime import BSP
 from ..runtime.api.distribution import block_range
-from ..util.args import (OneLineParser, add_common_options, add_n, check_memory, check_outputs, ledger_output, plural)
+from ..util.args.checks import check_memory, check_outputs, ledger_output
+from ..util.args.parser import OneLineParser
+from ..util.args.vocabulary import add_common_options, add_n
+from ..util.text import plural
 
 
 def inner_product(bsp: BSP, x_block: np.ndarray, y_block: np.ndarray) -> float:

@@ -22,8 +22,10 @@ from typing import Any
 import hpcbsp
 from hpcbsp.apps.bsf.system import solve
 from hpcbsp.apps.bsf.jacobi import build as jacobi
-from hpcbsp.util.args import (OneLineParser, add_common_options, add_n, check_memory, check_out_dir, check_outputs,
-                              ledger_output, plural)
+from hpcbsp.util.args.checks import check_memory, check_out_dir, check_outputs, ledger_output
+from hpcbsp.util.args.parser import OneLineParser
+from hpcbsp.util.args.vocabulary import add_common_options, add_n
+from hpcbsp.util.text import plural
 from hpcbsp.runtime.superstep.ledger import summarize
 
 

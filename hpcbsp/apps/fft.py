@@ -40,8 +40,9 @@ import numpy as np
 from ..runtime import BSP
 from ..runtime.superstep.ledger import summarize
 from ..runtime.api.partition import Cyclic
-from ..util.args import (OneLineParser, add_common_options, add_n, add_repeats, check_memory, check_outputs,
-                         ledger_output)
+from ..util.args.checks import check_memory, check_outputs, ledger_output
+from ..util.args.parser import OneLineParser
+from ..util.args.vocabulary import add_common_options, add_n, add_repeats
 from ..util.progress import Progress
 
 

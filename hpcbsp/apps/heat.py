@@ -26,9 +26,12 @@ from hpcbsp.runtime.api.checkpoint import check_target, exists as checkpoint_exi
 from hpcbsp.runtime.api.distribution import block_range
 from hpcbsp.runtime.api.partition import Block
 from hpcbsp.runtime.superstep.ledger import summarize
-from hpcbsp.util.args import (OneLineParser, add_checkpoint, add_common_options, add_n, check_checkpoint,
-                              check_memory, check_outputs, ledger_output, nonnegative_int, plural, positive_float)
+from hpcbsp.util.args.checks import check_checkpoint, check_memory, check_outputs, ledger_output
+from hpcbsp.util.args.parser import OneLineParser
+from hpcbsp.util.args.types import nonnegative_int, positive_float
+from hpcbsp.util.args.vocabulary import add_checkpoint, add_common_options, add_n
 from hpcbsp.util.progress import Progress
+from hpcbsp.util.text import plural
 
 PROGRAM = "hpcbsp.apps.heat"
 
@@ -116,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.alpha <= 0.5:
         parser.error("--alpha must be in (0, 0.5] for a stable explicit scheme")
     # never over a folder that is not a checkpoint of this program
-    check_checkpoint(parser, args, lambda path: check_target(path, PROGRAM), (hpcbsp.BSPError,))
+    check_checkpoint(parser, args, lambda path: check_target(path, PROGRAM), (hpcbsp.BSPError,),
+                     exists=checkpoint_exists)
     check_memory(parser, 8.0 * 4 * args.n, f"--n {args.n}", "use a smaller --n")
     check_outputs(parser, [(args.out, "--out file", (".npy",)), ledger_output(args.ledger)])
 

@@ -50,7 +50,9 @@ import numpy as np
 from ..runtime import BSP
 from ..runtime.superstep.ledger import summarize
 from ..runtime.api.partition import Grid, dims_create, grid
-from ..util.args import OneLineParser, add_common_options, add_n, check_memory, check_outputs, ledger_output
+from ..util.args.checks import check_memory, check_outputs, ledger_output
+from ..util.args.parser import OneLineParser
+from ..util.args.vocabulary import add_common_options, add_n
 from ..util.progress import Progress
 from .algorithms_common import add_grid_option, grid_dims
 

@@ -29,8 +29,11 @@ from .. import kernels
 from ..kernels.reference import csr_to_dense
 from ..runtime import BSP
 from ..runtime.api.distribution import block_range
-from ..util.args import (OneLineParser, add_common_options, add_n, check_memory, check_outputs, ledger_output,
-                         nonnegative_int, plural, positive_float, positive_int)
+from ..util.args.checks import check_memory, check_outputs, ledger_output
+from ..util.args.parser import OneLineParser
+from ..util.args.types import nonnegative_int, positive_float, positive_int
+from ..util.args.vocabulary import add_common_options, add_n
+from ..util.text import plural
 from ..util.progress import Progress
 
 

@@ -50,8 +50,10 @@ from .. import kernels
 from ..runtime import BSP
 from ..runtime.superstep.ledger import summarize
 from ..runtime.api.partition import Explicit, Grid, dims_create, grid
-from ..util.args import (OneLineParser, add_common_options, add_n, add_repeats, check_memory, check_outputs,
-                         fraction, ledger_output, positive_int)
+from ..util.args.checks import check_memory, check_outputs, ledger_output
+from ..util.args.parser import OneLineParser
+from ..util.args.types import fraction, positive_int
+from ..util.args.vocabulary import add_common_options, add_n, add_repeats
 from ..util.progress import Progress
 from .algorithms_common import add_grid_option, grid_dims
 

@@ -15,6 +15,8 @@ import pkgutil
 import sys
 
 import hpcbsp.bench as _pkg
+from hpcbsp.bench import announce, measuring
+from hpcbsp.util.args.parser import quiet_pipe
 from hpcbsp.util.launcher import launcher_rank
 from hpcbsp.util.provenance import describe
 
@@ -30,17 +32,24 @@ def available() -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    """Run a benchmark; its exit status (141, quietly, when stdout's reader has gone)."""
+    return quiet_pipe(lambda: _main(sys.argv[1:] if argv is None else argv))
+
+
+def _main(argv: list[str]) -> int:
     benches = available()
     if not argv or argv[0] in ("-h", "--help"):
-        print(__doc__.strip())
-        print("\nbenchmarks:")
+        out = sys.stdout if argv else sys.stderr  # (no benchmark named: a usage error)
+        print(__doc__.strip(), file=out)
+        print("\nbenchmarks:", file=out)
         for name, summary in sorted(benches.items()):
-            print(f"  {name:10s} {summary}")
+            print(f"  {name:10s} {summary}", file=out)
         return 0 if argv else 2
     name, rest = argv[0], argv[1:]
     if name == "all":
         _say_which(rest)
+        if not any(arg in ("-h", "--help") for arg in rest):
+            measuring()  # (once, before the first benchmark's header)
         status = 0
         for bench in sorted(benches):
             print(f"\n=== {bench} ===", flush=True)
@@ -55,11 +64,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _say_which(rest: list[str]) -> None:
-    """First line of a run (on the first rank, as the launcher's variables say; MPI is the
-    benchmark's to start; not in the job a benchmark launches itself, ``--inner``): which copy of
-    hpcbsp it measures."""
+    """First line of a run, once the benchmark has checked its arguments (:func:`hpcbsp.bench.measuring`;
+    on the first rank, as the launcher's variables say; MPI is the benchmark's to start; not in
+    the job a benchmark launches itself, ``--inner``): which copy of hpcbsp it measures."""
     if launcher_rank() == 0 and "--inner" not in rest:
-        print(f"measuring {describe()}", flush=True)
+        announce(f"measuring {describe()}")
 
 
 if __name__ == "__main__":

@@ -41,12 +41,16 @@ from typing import Any
 
 import numpy as np
 
-from hpcbsp.util.args import OneLineParser, add_iters, add_n, add_placement, add_repeats, check_out_dir, positive_int
+from hpcbsp.bench import measuring
+from hpcbsp.util.args.checks import check_out_dir
+from hpcbsp.util.args.parser import OneLineParser
+from hpcbsp.util.args.types import positive_int
+from hpcbsp.util.args.vocabulary import add_iters, add_n, add_placement, add_repeats
+from hpcbsp.util.choices import EXCHANGES
 from hpcbsp.util.jobcommand import JobCommandError, job_command
 from hpcbsp.util.mpiflavour import child_env, mpiexec_flavour, root_refusal, timeout_env
 
 APPS = ("jacobi", "cimmino")
-EXCHANGE_FORMS = ("linear", "tree")
 #: Relative K_max tolerance of the issue's target.
 KMAX_TOLERANCE = 0.15
 #: T(K) MAPE target: 10 % (issue 17), tightened to 5 % once the tree and t_0 were in the model (issue 29).
@@ -257,8 +261,8 @@ def parser() -> argparse.ArgumentParser:
     add_repeats(p, "calibration runs per K", default=2)
     p.add_argument("--sweep-repeats", type=positive_int, default=1, help="measured runs per K (default 1)")
     p.add_argument("--apps", type=_list(APPS), default=list(APPS), metavar="LIST", help="jacobi,cimmino (default both)")
-    p.add_argument("--exchanges", type=_list(EXCHANGE_FORMS), default=list(EXCHANGE_FORMS), metavar="LIST",
-                   help="linear,tree (default both)")
+    p.add_argument("--exchanges", type=_list(EXCHANGES), default=list(EXCHANGES), metavar="LIST",
+                   help=f"{','.join(EXCHANGES)} (default all)")
     add_n(p, "system order = list length l", per="in total", default=1000)
     add_iters(p, "farm iterations per run", default=12)
     p.add_argument("--t-map", type=float, default=None, metavar="S",
@@ -295,6 +299,7 @@ def main(argv: list[str]) -> int:
     if args.report_only:
         if not os.path.isfile(os.path.join(args.out_dir, "measurements.json")):
             ps.error(f"--report-only: no {os.path.join(args.out_dir, 'measurements.json')}; run the bench first")
+        measuring()
         return report(args)
     if detect_launch().launcher != "singleton":
         ps.error("run it without mpiexec or srun: it launches its own MPI job of max K + 1 ranks")
@@ -310,6 +315,7 @@ def main(argv: list[str]) -> int:
     refusal = root_refusal(flavour) if args.launch == "mpiexec" else None
     if refusal:
         ps.error(f"{mpiexec}: {refusal}")
+    measuring()
     os.makedirs(args.out_dir, exist_ok=True)
     # Without an enclosing job's launcher variables; waiting ranks give their cores away, in
     # hpcbsp's control step (HPCBSP_WAIT) and inside the MPI library (its own yield setting).

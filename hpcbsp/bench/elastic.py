@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from hpcbsp.bench import measuring
 from hpcbsp.elastic.allreduce import allreduce_step
 from hpcbsp.elastic.policies import make_policy
 from hpcbsp.elastic.server import serve, work
@@ -53,7 +54,9 @@ from hpcbsp.elastic.transport import open_transport
 from hpcbsp.elastic.wire import FORMATS, HEADER_BYTES
 from hpcbsp.elastic.world import World, launch_world
 from hpcbsp.kernels.update import sgd_step
-from hpcbsp.util.args import OneLineParser, add_iters, add_repeats, positive_int
+from hpcbsp.util.args.parser import OneLineParser
+from hpcbsp.util.args.types import positive_int
+from hpcbsp.util.args.vocabulary import add_iters, add_repeats
 
 
 def _server_round(comm: MPI.Comm, grad: np.ndarray, w0: np.ndarray, iters: int,
@@ -211,6 +214,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.iters, args.rounds = 10, 2
+    measuring()
     # (one rank measures the allreduce step alone; a second adds the server)
     r = launch_world(bench, args.params, args.iters, args.rounds, args.grad_dtype, min_ranks=1)
     if MPI.COMM_WORLD.Get_rank() == 0:

@@ -34,8 +34,11 @@ from typing import Any
 import numpy as np
 
 from hpcbsp import kernels
+from hpcbsp.bench import measuring
 from hpcbsp.kernels._extensions import MODULES
-from hpcbsp.util.args import OneLineParser, add_n, add_repeats, add_seed, positive_int
+from hpcbsp.util.args.parser import OneLineParser
+from hpcbsp.util.args.types import positive_int
+from hpcbsp.util.args.vocabulary import add_n, add_repeats, add_seed
 
 
 @dataclass
@@ -203,6 +206,7 @@ def main(argv: list[str]) -> int:
             p.error(f"unknown kernel {unknown[0]!r}; choose from {', '.join(sorted(known))}")
         rows = [r for r in rows if r.name in wanted]
         threaded = [r for r in threaded if r.name in wanted]
+    measuring()
     # Repeat small calls so that one timing lasts a few milliseconds at least.
     number = max(1, 2_000_000 // n)
 

@@ -30,9 +30,12 @@ import numpy as np
 from mpi4py import MPI
 
 import hpcbsp
+from hpcbsp.bench import measuring
 from hpcbsp.cost.probe import fit_line, probe
 from hpcbsp.runtime.launch import machine_id, transport_advice, transport_settings
-from hpcbsp.util.args import OneLineParser, add_repeats, positive_float
+from hpcbsp.util.args.parser import OneLineParser
+from hpcbsp.util.args.types import positive_float
+from hpcbsp.util.args.vocabulary import add_repeats
 
 from .sync import bench as sync_bench
 
@@ -98,6 +101,7 @@ def main(argv: list[str]) -> int:
         print("hpcbsp.bench nodes: needs at least 2 ranks, on several nodes: see docs/cluster.md",
               file=sys.stderr)
         return 2
+    measuring()
     r = hpcbsp.run(measure, args.mib, args.rounds, args.quick)
     if r is None:
         return 0

@@ -24,7 +24,10 @@ import hpcbsp
 from hpcbsp.apps.snn.async_mode import simulate_async
 from hpcbsp.apps.snn.bsp_mode import simulate_bsp
 from hpcbsp.apps.snn.network import NetworkSpec, distribute
-from hpcbsp.util.args import OneLineParser, add_json, add_n, add_repeats, nonnegative_int, positive_float, positive_int
+from hpcbsp.bench import measuring
+from hpcbsp.util.args.parser import OneLineParser
+from hpcbsp.util.args.types import nonnegative_int, positive_float, positive_int
+from hpcbsp.util.args.vocabulary import add_json, add_n, add_repeats
 
 #: (name, how) of the runs compared; the baselines first, async last (the ratios' denominator).
 RUNS = (("bsp global d_min", "global"), ("bsp cross-rank d_min", "cross"), ("async lookahead", "async"))
@@ -124,6 +127,7 @@ def main(argv: list[str]) -> int:
     steps = round(args.time_ms / spec.lif.dt_ms)
     if MPI.COMM_WORLD.Get_size() > spec.neurons:
         parser.error("more ranks than neurons")
+    measuring()
     out = hpcbsp.run(bench, spec, steps, args.rounds)
     if MPI.COMM_WORLD.Get_rank() != 0:
         return 0

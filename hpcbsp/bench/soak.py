@@ -33,8 +33,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..util.args import OneLineParser, add_repeats, positive_int
+from ..util.args.parser import OneLineParser
+from ..util.args.types import positive_int
+from ..util.args.vocabulary import add_repeats
 from ..util.proctree import job_processes, signal_ranks
+from . import measuring
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
@@ -124,6 +127,7 @@ def main(argv: list[str]) -> int:
     if unknown or not chosen:
         print(f"hpcbsp.bench soak: error: --items {args.items!r}: choose from {', '.join(items)}", file=sys.stderr)
         return 2
+    measuring()
     hogs = [_hog() for _ in range(args.hogs)]
     tally = {i: {"runs": 0, "failed": 0, "hung": 0, "jobs": 0, "seconds": 0.0} for i in chosen}
     print(f"soak: {args.repeats} rounds of {', '.join(chosen)} beside {args.hogs} CPU hogs; "

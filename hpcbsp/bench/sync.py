@@ -44,9 +44,12 @@ import numpy as np
 from mpi4py import MPI
 
 import hpcbsp
+from hpcbsp.bench import measuring
 from hpcbsp.kernels import elements
 from hpcbsp.runtime.superstep.native import compiled_allreduce_step, compiled_call, compiled_loop, why_not_compiled
-from hpcbsp.util.args import OneLineParser, add_iters, add_repeats, positive_float
+from hpcbsp.util.args.parser import OneLineParser
+from hpcbsp.util.args.types import positive_float
+from hpcbsp.util.args.vocabulary import add_iters, add_repeats
 
 #: The bytes of each put of the small superstep (its fixed cost: the bulk exchange's).
 SMALL_BYTES = 64 * 1024
@@ -134,7 +137,7 @@ def bench(bsp: "hpcbsp.BSP", iters: int, mib: float, rounds: int) -> dict[str, f
         calls[b] = compiled_call(requests[b])
 
     # The record's blocking allreduce as one compiled call from Python (the control step's own,
-    # where the library runs it faster than the persistent one: runtime.superstep.control).
+    # where the library runs it faster than the persistent one: runtime.control).
     blocking_step = compiled_allreduce_step(comm, bytearray(80))
     allreduce["record_blocking"] = []
 
@@ -378,6 +381,7 @@ def main(argv: list[str]) -> int:
         args.iters, args.rounds = 200, 3
     if args.iters < 1 or args.rounds < 1 or not args.nap_ms > 0:
         parser.error("--iters and --rounds must be >= 1 and --nap-ms > 0")
+    measuring()
     r = hpcbsp.run(bench, args.iters, args.mib, args.rounds)
     w = hpcbsp.run(wait_modes, args.iters, args.rounds, args.nap_ms / 1e3) if MPI.COMM_WORLD.Get_size() > 1 else None
     if MPI.COMM_WORLD.Get_rank() == 0:

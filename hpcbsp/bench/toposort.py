@@ -22,7 +22,10 @@ import hpcbsp
 
 from ..apps.irregular.toposort import PHASES, run_toposort
 from ..runtime import BSP
-from ..util.args import OneLineParser, add_n, add_repeats, add_seed, nonnegative_int, positive_float
+from ..util.args.parser import OneLineParser
+from ..util.args.types import nonnegative_int, positive_float
+from ..util.args.vocabulary import add_n, add_repeats, add_seed
+from . import measuring
 
 #: Issue 33, item 5: FA-BSP at least as fast as BSP.
 TARGET = 1.0
@@ -83,6 +86,7 @@ def main(argv: list[str]) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
+    measuring()
     return hpcbsp.run(_bench, args)
 
 

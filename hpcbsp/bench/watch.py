@@ -23,8 +23,11 @@ import subprocess
 import sys
 import time
 
-from ..util.args import OneLineParser, add_iters, add_n, add_placement, add_repeats, positive_int
+from ..util.args.parser import OneLineParser
+from ..util.args.types import positive_int
+from ..util.args.vocabulary import add_iters, add_n, add_placement, add_repeats
 from ..util.jobcommand import JobCommandError, job_command
+from . import measuring
 
 #: The largest cost the detector may have (issue 31): 2 %.
 TARGET = 0.02
@@ -76,6 +79,7 @@ def main(argv: list[str]) -> int:
     except JobCommandError as exc:
         print(f"hpcbsp.bench watch: error: {exc}", file=sys.stderr)
         return 2
+    measuring()
     inner = [sys.executable, "-m", "hpcbsp.bench", "watch", "--inner", "--iters", str(args.iters),
              "--n", str(args.n)]
     order = [("on", "off"), ("off", "on")]

@@ -20,9 +20,11 @@ from collections.abc import Callable
 
 import numpy as np
 
+from hpcbsp.bench import measuring
 from hpcbsp.elastic.zipline import SyncSet, predict_end_times, zipline
 from hpcbsp.elastic.zipline_reference import heap_smallest_range
-from hpcbsp.util.args import OneLineParser, add_alias, add_repeats
+from hpcbsp.util.args.parser import OneLineParser
+from hpcbsp.util.args.vocabulary import add_alias, add_repeats
 
 TARGET_S = 0.02
 PAPER_S = 0.56
@@ -74,6 +76,7 @@ def main(argv: list[str]) -> int:
     if repeats < 1:
         p.error("--repeats must be at least 1")
 
+    measuring()
     tic = time.perf_counter()
     zipline(make_matrix("hetero", 4, 3))
     print(f"first call (Numba compile or cache load): {time.perf_counter() - tic:.3f} s")

@@ -24,18 +24,11 @@ from typing import Any, Sequence
 
 from hpcbsp.cost.errors import CostInputError
 from hpcbsp.cost.klist import parse_workers
-from hpcbsp.farm.model import COMM_FORMS, GRANULARITIES, BSFModel, BSFParams
-from hpcbsp.util.args import (
-    OneLineParser,
-    add_alias,
-    add_placement,
-    nonnegative_float,
-    nonnegative_int,
-    positive_int,
-    positive_seconds,
-    seconds,
-    seed,
-)
+from hpcbsp.farm.model import GRANULARITIES, BSFModel, BSFParams
+from hpcbsp.util.args.parser import OneLineParser, closed_stdout, quiet_pipe
+from hpcbsp.util.args.types import nonnegative_float, nonnegative_int, positive_int, positive_seconds, seconds, seed
+from hpcbsp.util.args.vocabulary import add_alias, add_placement
+from hpcbsp.util.choices import EXCHANGES
 from hpcbsp.util.launcher import launcher_rank
 from hpcbsp.util.outputs import OutputError, prepare_output
 
@@ -331,7 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="limit per run in seconds, fractions allowed (default 300)")
     p.add_argument("--mpiexec", metavar="PATH", help="mpiexec to use (default: the one beside this Python)")
     add_placement(p, "each run")
-    p.add_argument("--exchange", choices=("linear", "tree"),
+    p.add_argument("--exchange", choices=EXCHANGES,
                    help="the farm's exchange in every run (default: the program's own, linear unless it says)")
     p.add_argument("--emulate-compute", nargs="?", const="measure", metavar="t_map=S[,t_a=S]",
                    help="a SIMULATION of compute: workers wait the Map's time instead of computing "
@@ -358,7 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _form_options(p: argparse.ArgumentParser, *, default: bool) -> None:
-    p.add_argument("--comm", choices=COMM_FORMS, default="linear" if default else None,
+    p.add_argument("--comm", choices=EXCHANGES, default="linear" if default else None,
                    help="master-worker communication: one by one (linear) or the farm's binomial tree"
                         + (" (default linear)" if default else " (default linear; a fit cannot tell the tree's "
                            "latency from its transfers)"))
@@ -368,7 +361,12 @@ def _form_options(p: argparse.ArgumentParser, *, default: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``hpcbsp-cost``; returns the exit status."""
+    """Entry point of ``hpcbsp-cost``; returns the exit status (141, quietly, when stdout's
+    reader has gone: :func:`hpcbsp.util.args.parser.quiet_pipe`)."""
+    return quiet_pipe(lambda: _main(argv))
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -386,11 +384,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stderr.write(f"{PROG} {args.subcommand}: error: {exc}\n")
         return 2
     except OSError as exc:  # a file problem met while working: say which, without a traceback
+        if closed_stdout(exc):  # `hpcbsp-cost predict ... | head`: main's quiet_pipe ends it quietly
+            raise
         sys.stderr.write(f"{PROG} {args.subcommand}: error: {exc.strerror or exc}"
                          f"{f': {exc.filename}' if exc.filename else ''}\n")
         return 1
-    except BrokenPipeError:  # `hpcbsp-cost predict ... | head`
-        return 0
     except KeyboardInterrupt:
         sys.stderr.write(f"{PROG}: interrupted\n")
         return 130

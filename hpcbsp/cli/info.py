@@ -5,7 +5,11 @@ Intel MPI: :mod:`hpcbsp.util.mpiflavour`), the mpiexec beside this Python and wh
 to the same MPI, the launcher that started this job, the transport between nodes (the variables
 set that choose it, or that the library chooses) and the environment variables that matter for
 that MPI: those set (``mpi_settings``) and what each of the important ones does
-(``mpi_variables``); and which allreduce every sync begins with (``control_step``).
+(``mpi_variables``); which allreduce every sync begins with (``control_step``); and every
+``HPCBSP_*`` variable set (``hpcbsp_settings``), a bad value or an unknown name marked as such
+with the reason.  Unlike every other command, ``hpcbsp info`` runs with a bad ``HPCBSP_*``
+value (it is where one looks at them): it shows it, marked ``INVALID``, and its exit status
+does not change (0, or 1 for a launch that cannot work).
 """
 from __future__ import annotations
 
@@ -17,7 +21,8 @@ from typing import Any
 
 from .. import __version__
 from ..runtime.launch import detect_launch, find_mpiexec, machine_id, transport_advice, transport_settings
-from ..util.args import OneLineParser
+from ..util import settings
+from ..util.args.parser import OneLineParser
 from ..util.mpiflavour import library_flavour, library_name, mpiexec_flavour
 
 
@@ -69,6 +74,7 @@ def gather_info() -> dict[str, Any]:
         "mpi_settings": flavour.settings() or "none set (the library's defaults)",
         "mpi_variables": [f"{name}: {what}" for name, what in flavour.variables] or None,
         "control_step": _control_step(flavour.title),
+        "hpcbsp_settings": hpcbsp_settings() or "none set (the defaults)",
         "kernels": kernels.compiled_status(),
         "exact_sum": ("extraction fast path on" if kernels.exact_sum_fast_path_enabled() else
                       "integer bins only (the build or the floating-point environment rules out "
@@ -77,22 +83,33 @@ def gather_info() -> dict[str, Any]:
     return info
 
 
+def hpcbsp_settings() -> dict[str, dict[str, str | None]]:
+    """Every ``HPCBSP_*`` variable set: ``{name: {"value": ..., "problem": ...}}``
+    (:func:`hpcbsp.util.settings.shown`: ``problem`` is None, ``invalid: ...`` or ``unknown: ...``)."""
+    return {name: {"value": raw, "problem": problem} for name, raw, problem in settings.shown()}
+
+
 def _control_step(title: str) -> str:
     """The control step's collective (every sync begins with it) and whether it is compiled."""
     from ..runtime.environment import setting
+    from ..runtime.errors import BSPError
     from ..runtime.superstep.control import requested_collective
     from ..runtime.superstep.native import why_not_compiled
 
-    chosen = requested_collective()
-    source = (f"HPCBSP_CONTROL_COLLECTIVE=auto: the faster under {title}"
-              if setting("HPCBSP_CONTROL_COLLECTIVE") == "auto" else "HPCBSP_CONTROL_COLLECTIVE")
-    why = why_not_compiled(chosen)
+    try:
+        chosen = requested_collective()
+        source = (f"HPCBSP_CONTROL_COLLECTIVE=auto: the faster under {title}"
+                  if setting("HPCBSP_CONTROL_COLLECTIVE") == "auto" else "HPCBSP_CONTROL_COLLECTIVE")
+        why = why_not_compiled(chosen)
+    except BSPError:  # (a bad HPCBSP_CONTROL_COLLECTIVE or HPCBSP_COMPILED_SYNC)
+        return "not known: an HPCBSP_* variable it reads is invalid (see hpcbsp_settings)"
     return f"{chosen} MPI_Allreduce ({source}), " + (f"through mpi4py ({why})" if why else "compiled")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(
         prog="hpcbsp info",
+        check_settings=False,  # (a bad HPCBSP_* value is shown, marked invalid: hpcbsp_settings)
         description="Report hpcbsp's versions, the MPI library (MPICH, Open MPI, Intel MPI) and the "
                     "variables that matter to it, the world size, how the job was launched (mpiexec, "
                     "srun, singleton), the transport between nodes and which kernels are compiled. Run it "
@@ -122,6 +139,10 @@ def main(argv: list[str] | None = None) -> int:
                 value = ", ".join(f"{k}: {'compiled' if v else 'NOT compiled'}" for k, v in value.items())
             elif key == "mpi_variables" and value:
                 value = ("\n" + " " * (width + 2)).join(value)
+            elif key == "hpcbsp_settings" and isinstance(value, dict):
+                value = ("\n" + " " * (width + 2)).join(
+                    f"{name}={shown['value']!r}" + (f"  {_marked(shown['problem'])}" if shown["problem"] else "")
+                    for name, shown in value.items())
             elif isinstance(value, list):
                 value = ", ".join(map(str, value))
             elif isinstance(value, dict):
@@ -135,3 +156,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {launch_error}", file=sys.stderr)
         return 1
     return 0
+
+
+def _marked(problem: str) -> str:
+    """``invalid: ...`` as the text report shows it: INVALID, and what it means for the other commands."""
+    kind, _, why = problem.partition(": ")
+    if kind == "invalid":
+        return f"INVALID: {why}; every other hpcbsp command refuses to run with it (exit 2): correct it or unset it"
+    return f"{kind.upper()}: {why}"

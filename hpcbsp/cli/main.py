@@ -21,8 +21,9 @@ from __future__ import annotations
 import os
 import sys
 
-from ..util.args import settings_ok
+from ..util.args.parser import quiet_pipe, settings_ok
 from ..util.launcher import launcher_rank
+from ..util.text import plain
 
 PROG = "hpcbsp"
 RUN_USAGE = ("usage: hpcbsp run SCRIPT [ARGS...] | hpcbsp run -m MODULE [ARGS...]\n\n"
@@ -105,7 +106,8 @@ def _run_module(name: str, argv: list[str]) -> int:
 
 def list_apps() -> list[tuple[str, str]]:
     """``(name, summary)`` of every runnable module under hpcbsp.apps (read from the source: no
-    app is imported, so listing starts no MPI)."""
+    app is imported, so listing starts no MPI); the summary is the first paragraph of its
+    docstring as plain text (:func:`hpcbsp.util.text.plain`: no reStructuredText markup)."""
     import ast
     import pkgutil
 
@@ -128,7 +130,7 @@ def list_apps() -> list[tuple[str, str]]:
                 continue
             doc = ast.get_docstring(tree) or ""
             first = doc.strip().split("\n\n")[0].replace("\n", " ")
-            found.append((prefix + info.name, first))
+            found.append((prefix + info.name, plain(first)))
 
     scan(apps.__path__[0], "")
     return sorted(found)
@@ -145,7 +147,12 @@ def _apps() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    """Entry point of ``hpcbsp``; returns the exit status (141, quietly, when stdout's reader
+    has gone: :func:`hpcbsp.util.args.parser.quiet_pipe`)."""
+    return quiet_pipe(lambda: _main(sys.argv[1:] if argv is None else argv))
+
+
+def _main(argv: list[str]) -> int:
     if not argv:
         print(__doc__.strip(), file=sys.stderr)
         return 2

@@ -30,12 +30,13 @@ from typing import Any, Sequence, TextIO
 
 from ..farm.emulation import EMULATE_ENV, NOTICE, FarmEmulation, parse_emulation
 from ..farm.model import PARAM_NAMES
-from ..farm.skeleton import EXCHANGE_ENV, EXCHANGES
+from ..farm.skeleton import EXCHANGE_ENV
 from ..farm.timings import REPORT_ENV
 from ..runtime.launch import find_mpiexec
-from ..util.args import plural
+from ..util.choices import EXCHANGES
 from ..util.jobcommand import JobCommandError, job_command
 from ..util.mpiflavour import child_env, mpiexec_flavour, program_output, root_refusal, timeout_env
+from ..util.text import plural
 from .errors import CostInputError
 from .farmmodel import model_from_farm_runs
 from .modelfile import CalibratedModel, save_model

@@ -15,6 +15,7 @@ import numpy as np
 from ..farm.emulation import NOTICE, describe
 from ..farm.model import BSFModel, BSFParams
 from ..farm.timings import SAMPLE_FIELDS, per_iteration_params
+from ..util.choices import EXCHANGES
 from .errors import CostInputError
 from .modelfile import CalibratedModel, provenance
 
@@ -78,7 +79,7 @@ def _parse_report(report: Mapping[str, Any]) -> tuple[BSFParams, int, dict[str, 
     except (KeyError, TypeError, ValueError) as exc:
         raise CostInputError(f"not a farm report: missing or malformed {exc}") from None
     comm = str(report.get("exchange") or "linear")
-    if comm not in ("linear", "tree"):
+    if comm not in EXCHANGES:
         raise CostInputError(f"not a farm report: unknown exchange {comm!r}")
     return params, workers, samples, comm
 

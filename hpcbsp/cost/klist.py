@@ -1,16 +1,18 @@
 """Worker-count lists on the command line: ``1,2,4,...,100000``, ``1-16``, ``1,3,5,...,21``."""
 from __future__ import annotations
 
-import math
-
+from ..util.args.types import exact_integer
 from .errors import CostInputError
 
 #: Longest list a pattern may expand to (a typo like ``1,2,...,1e9`` should fail, not hang).
 MAX_ENTRIES = 2_000_000
+#: The largest worker count: K workers and the master are K + 1 MPI ranks, an MPI ``int``.
+MAX_WORKERS = 2**31 - 2
 
 
 def parse_workers(text: str) -> list[int]:
-    """Expand a worker-count list.
+    """Expand a worker-count list (:class:`CostInputError`, one line naming the bad entry, for
+    anything but whole numbers from 1 to :data:`MAX_WORKERS`).
 
     ``a,b,c`` lists values; ``a-b`` is the inclusive range; ``x,y,...,z`` continues the
     progression of the values before ``...`` up to and including ``z``: geometric when the last
@@ -54,15 +56,19 @@ def parse_workers(text: str) -> list[int]:
 
 
 def _int(text: str, whole: str) -> int:
+    """One worker count, exactly (``1e3`` is 1000; ``2.5`` and ``1e30`` are refused, never rounded)."""
     try:
-        if not text.isascii():
-            raise ValueError(text)
-        value = float(text)
-    except ValueError:
-        raise CostInputError(f"not a worker count: {text!r} in {whole!r}") from None
-    if not math.isfinite(value) or value != int(value):
+        value = exact_integer(text, MAX_WORKERS)
+    except OverflowError:
+        raise CostInputError(f"worker count {text!r} in {whole!r} is too large: at most {MAX_WORKERS:,} (K workers "
+                             "and the master are K + 1 MPI ranks, and MPI counts ranks in a C int)") from None
+    if value is None:
+        try:
+            float(text if text.isascii() else "?")
+        except ValueError:
+            raise CostInputError(f"not a worker count: {text!r} in {whole!r}") from None
         raise CostInputError(f"worker counts are integers, got {text!r} in {whole!r}")
-    return int(value)
+    return value
 
 
 def _continue(seen: list[int], end: int, whole: str) -> list[int]:

@@ -111,7 +111,7 @@ class CalibratedModel:
     def from_dict(cls, data: dict[str, Any], source: str = "<memory>") -> "CalibratedModel":
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise CostInputError(f"{source} is not an hpcbsp BSF model (expected \"format\": \"{FORMAT}\")")
-        model = BSFModel.from_dict(data)
+        model = BSFModel.from_dict(data, source)
         boot = data.get("bootstrap")
         coef = None
         method = None

@@ -74,12 +74,12 @@ from mpi4py import MPI
 from ..kernels.update import copy, sgd_step
 from ..runtime.environment import setting
 from ..runtime.superstep.arena import on_one_node
+from ..util.choices import TRANSPORTS
 from .wire import PIECE_BYTES, pieces
 
 __all__ = ["TRANSPORTS", "TRANSPORT_ENV", "CHUNK_BYTES", "SharedWeights", "TornWeights", "WindowStores",
            "open_transport"]
 
-TRANSPORTS = ("auto", "messages")
 TRANSPORT_ENV = "HPCBSP_PS_TRANSPORT"
 #: About this many bytes of weights per chunk of a pipelined update (see the module docstring):
 #: the copy of the last chunk is what the pipeline cannot hide, and each chunk costs the two

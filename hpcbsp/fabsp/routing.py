@@ -53,6 +53,8 @@ import numpy as np
 
 from ..runtime.environment import setting
 from ..runtime.errors import UsageError
+from ..util.choices import ROUTING_CHOICES
+from ..util.choices import ROUTINGS as ROUTING_NAMES
 from .relay import Relay, Straight
 
 #: The environment variable that chooses the routing of mailboxes that do not give one.
@@ -251,7 +253,7 @@ class NodeAware(Routing):
 
 
 #: The routings a mailbox can name (``routing=``, ``$HPCBSP_ROUTING``, ``--routing``).
-ROUTINGS: dict[str, type[Routing]] = {"direct": Direct, "2d": Grid2D, "3d": Grid3D, "node": NodeAware}
+ROUTINGS: dict[str, type[Routing]] = dict(zip(ROUTING_NAMES, (Direct, Grid2D, Grid3D, NodeAware), strict=True))
 
 
 def default_routing(nprocs: int, hosts: Sequence[str] | None = None, combine: bool = False) -> str:
@@ -301,7 +303,7 @@ def resolve_routing(routing: str | Routing | None, nprocs: int, where: str,
     if routing == "auto":
         routing = default_routing(nprocs, hosts, combine)
     if not isinstance(routing, str) or routing not in ROUTINGS:
-        raise UsageError(f"{where}: routing must be one of auto, {', '.join(ROUTINGS)} "
+        raise UsageError(f"{where}: routing must be one of {', '.join(ROUTING_CHOICES)} "
                          f"(or a Routing); got {routing!r}")
     if routing == "node":
         return NodeAware(nprocs, hosts)

@@ -9,10 +9,11 @@ K parameterises the model of :mod:`hpcbsp.farm.model` (see ``hpcbsp-cost calibra
 exchange is linear (one by one) or a tree; the workers' compute can be emulated (waits of its
 measured time: a simulation of compute, :mod:`hpcbsp.farm.emulation`).
 """
+from ..util.choices import EXCHANGES
 from .checkpointing import FarmCheckpoint
 from .emulation import EMULATE_ENV, FarmEmulation, parse_emulation
 from .problem import BSFProblem
-from .skeleton import EXCHANGE_ENV, EXCHANGES, FarmResult, run_farm
+from .skeleton import EXCHANGE_ENV, FarmResult, run_farm
 from .timings import REPORT_ENV, FarmTimings
 
 __all__ = ["BSFProblem", "EMULATE_ENV", "EXCHANGES", "EXCHANGE_ENV", "FarmCheckpoint", "FarmEmulation",

@@ -15,7 +15,7 @@ import numpy as np
 from ..runtime import BSP
 from ..runtime.api.checkpoint import check_target
 from ..runtime.api.checkpoint import exists as checkpoint_exists
-from ..util.args import plural
+from ..util.text import plural
 
 PROGRAM = "hpcbsp.farm"
 

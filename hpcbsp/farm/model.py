@@ -70,6 +70,8 @@ from typing import Iterable
 
 import numpy as np
 
+from ..util.choices import EXCHANGES
+
 
 class CostInputError(ValueError):
     """Bad input to a cost model: a malformed file, a missing column, an impossible parameter.
@@ -81,7 +83,6 @@ class CostInputError(ValueError):
     """
 
 
-COMM_FORMS: tuple[str, ...] = ("linear", "tree")
 GRANULARITIES: tuple[str, ...] = ("continuous", "ceil")
 #: The parameter set, in the order of :class:`BSFParams` (reports, RUNS.csv and MODEL.json use these keys).
 PARAM_NAMES: tuple[str, ...] = ("latency", "t_c", "t_map", "t_a", "t_p", "list_length")
@@ -116,7 +117,7 @@ class BSFParams:
         if not (math.isfinite(self.order_share) and 0.0 <= self.order_share <= 1.0):
             raise CostInputError(f"BSF parameter order_share must be within [0, 1], got {self.order_share!r}")
         if self.list_length is not None and int(self.list_length) < 1:
-            raise CostInputError(f"list length must be a positive integer, got {self.list_length!r}")
+            raise CostInputError(f"BSF parameter list_length must be an integer >= 1 (> 0), got {self.list_length!r}")
         if self.list_length is None and self.t_a != 0:
             raise CostInputError("t_a needs the list length (the Reduce folds l elements); give --list-length")
 
@@ -148,23 +149,49 @@ class BSFParams:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "BSFParams":
+    def from_dict(cls, data: dict, source: str | None = None) -> "BSFParams":
+        """The parameters of ``data`` (a model file's ``"params"``, a farm report), checked:
+        :class:`CostInputError` names ``source`` (the file, where given), the parameter and what
+        it must be (a number >= 0, an integer >= 1, ...)."""
         try:
-            length = data.get("list_length")
-            return cls(latency=float(data["latency"]), t_c=float(data["t_c"]), t_map=float(data["t_map"]),
-                       t_a=float(data.get("t_a", 0.0)), t_p=float(data["t_p"]),
-                       list_length=None if length is None else int(length), t_0=float(data.get("t_0", 0.0)),
-                       order_share=float(data.get("order_share", 0.5)))
-        except KeyError as exc:
-            raise CostInputError(f"BSF parameters lack {exc.args[0]!r}") from None
-        except (TypeError, ValueError) as exc:
-            raise CostInputError(f"BSF parameters are not numbers: {exc}") from None
+            return cls._from_dict(data)
+        except CostInputError as exc:
+            raise CostInputError(f"{source}: {exc}" if source else str(exc)) from None
+
+    @classmethod
+    def _from_dict(cls, data: dict) -> "BSFParams":
+        if not isinstance(data, dict):
+            raise CostInputError("the BSF parameters are not an object of names and numbers")
+
+        def number(name: str, default: float | None = None) -> float:
+            if name not in data:
+                if default is None:
+                    raise CostInputError(f"BSF parameters lack {name!r}")
+                return default
+            raw = data[name]
+            try:
+                if isinstance(raw, bool):
+                    raise TypeError(raw)
+                return float(raw)
+            except (TypeError, ValueError):
+                raise CostInputError(f"BSF parameter {name} is not a number: {raw!r}") from None
+
+        length = data.get("list_length")
+        if length is not None:
+            count = number("list_length")
+            if not (math.isfinite(count) and count == int(count)):
+                raise CostInputError(f"BSF parameter list_length must be a whole number of elements "
+                                     f"(an integer >= 1), got {length!r}")
+            length = int(count)
+        return cls(latency=number("latency"), t_c=number("t_c"), t_map=number("t_map"), t_a=number("t_a", 0.0),
+                   t_p=number("t_p"), list_length=length, t_0=number("t_0", 0.0),
+                   order_share=number("order_share", 0.5))
 
 
 def check_form(comm: str, granularity: str, list_length: int | None) -> None:
     """Raise :class:`CostInputError` for an unknown or impossible model form."""
-    if comm not in COMM_FORMS:
-        raise CostInputError(f"unknown communication form {comm!r}; choose from {', '.join(COMM_FORMS)}")
+    if comm not in EXCHANGES:
+        raise CostInputError(f"unknown communication form {comm!r}; choose from {', '.join(EXCHANGES)}")
     if granularity not in GRANULARITIES:
         raise CostInputError(f"unknown granularity {granularity!r}; choose from {', '.join(GRANULARITIES)}")
     if granularity == "ceil" and not list_length:
@@ -361,12 +388,18 @@ class BSFModel:
         return {"comm": self.comm, "granularity": self.granularity, "params": self.params.as_dict()}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "BSFModel":
+    def from_dict(cls, data: dict, source: str | None = None) -> "BSFModel":
+        """The model of ``data`` (a model file's object; ``source``: the file, named in every
+        :class:`CostInputError`)."""
+        where = f"{source}: " if source else ""
+        if "params" not in data:
+            raise CostInputError(f"{where}model lacks 'params'")
+        params = BSFParams.from_dict(data["params"], source)
         try:
-            return cls(params=BSFParams.from_dict(data["params"]), comm=str(data.get("comm", "linear")),
+            return cls(params=params, comm=str(data.get("comm", "linear")),
                        granularity=str(data.get("granularity", "continuous")))
-        except KeyError as exc:
-            raise CostInputError(f"model lacks {exc.args[0]!r}") from None
+        except CostInputError as exc:
+            raise CostInputError(f"{where}{exc}") from None
 
 
 def plateau_starts(list_length: int, limit: int) -> np.ndarray:

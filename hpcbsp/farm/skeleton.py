@@ -46,6 +46,7 @@ import numpy as np
 from ..runtime import BSP, BSPError
 from ..runtime.api.distribution import block_range
 from ..runtime.environment import setting
+from ..util.choices import EXCHANGES
 from . import emulation as emu
 from .checkpointing import FarmCheckpoint
 from .problem import BSFProblem
@@ -53,8 +54,6 @@ from .timings import SAMPLE_FIELDS, FarmTimings, append_report, check_report, su
 
 #: One-byte supersteps timed to measure L.
 LATENCY_REPEATS = 7
-#: The farm's master-worker exchanges.
-EXCHANGES: tuple[str, ...] = ("linear", "tree")
 #: Environment variable that selects the exchange for programs that do not pass one.
 EXCHANGE_ENV = "HPCBSP_FARM_EXCHANGE"
 

@@ -23,21 +23,21 @@ A job restarted on part of the hosts (``hpcbsp supervise``) names them with ``on
 implies), or ``srun --exclude=...`` with ``exclude``.  :func:`probe_command` is the cheap check
 that a host answers, through the launcher the job would use.
 
-Bad input (an unreadable or empty host file, fewer hosts than ranks, a host file for an mpiexec of
-an MPI this module cannot tell) raises :class:`JobCommandError` with one line that names the file
-or program and what to do; callers print it and exit 2 before any job starts.  Nothing here
-imports MPI.
+Bad input (an unreadable or empty host file, a line that is not ``HOST`` or ``HOST:SLOTS``, fewer
+hosts than ranks, a host file for an mpiexec of an MPI this module cannot tell) raises
+:class:`JobCommandError` with one line that names the file or program (and the bad lines) and
+what to do; callers print it and exit 2 before any job starts.  Nothing here imports MPI.
 """
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Sequence
 
+from .choices import LAUNCHES
 from .mpiflavour import Flavour, local_args, mpiexec_flavour
 
-#: How a job is started: on this machine, across the hosts of a host file, or by Slurm's srun.
-LAUNCHES: tuple[str, ...] = ("mpiexec", "srun")
 #: The first line of the launcher slurm/local-cluster.sh writes beside its host file.
 LOCAL_CLUSTER_MARK = "hpcbsp slurm/local-cluster.sh"
 
@@ -46,18 +46,43 @@ class JobCommandError(ValueError):
     """A host file or launch choice that cannot start the job (one line for the user)."""
 
 
+#: A host name (RFC 1123 labels; ``_`` allowed, as some sites' /etc/hosts have it) or an IPv4
+#: address, then an optional ``:SLOTS``.
+_HOST_LINE = re.compile(r"(?P<host>[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+                        r"(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*)(?::(?P<slots>[0-9]+))?")
+#: Bad lines a refusal shows before it counts the rest.
+_SHOWN_BAD = 3
+
+
 def read_hosts(path: str | os.PathLike) -> list[str]:
-    """The distinct hosts of a host file, in order (``host`` or ``host:slots`` lines, ``#`` comments)."""
+    """The distinct hosts of a host file, in order (``host`` or ``host:slots`` lines, ``#`` comments).
+
+    Every other line is refused, before any launch: a :class:`JobCommandError` names the file and
+    the bad lines (their numbers and text), so that a file of something else (a README, a
+    binary, a shell script) is never taken for host names."""
     try:
-        text = Path(path).read_text()
+        data = Path(path).read_bytes()
     except OSError as exc:
         raise JobCommandError(f"host file {path}: cannot read it ({exc.strerror or exc}); "
                               "give a file with one host a line") from None
     hosts: list[str] = []
-    for line in text.splitlines():
-        host = line.split("#", 1)[0].strip().split(":", 1)[0].strip()
-        if host and host not in hosts:
-            hosts.append(host)
+    bad: list[str] = []
+    for number, raw in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        found = _HOST_LINE.fullmatch(line)
+        slots = found.group("slots") if found else None
+        if found is None or len(found.group("host")) > 253 or (slots is not None and int(slots) < 1):
+            shown = repr(line)
+            bad.append(f"line {number} {shown if len(shown) <= 40 else shown[:36] + '...'}")
+            continue
+        if found.group("host") not in hosts:
+            hosts.append(found.group("host"))
+    if bad:
+        shown = ", ".join(bad[:_SHOWN_BAD]) + (f" and {len(bad) - _SHOWN_BAD} more" if len(bad) > _SHOWN_BAD else "")
+        raise JobCommandError(f"host file {path}: {shown} {'is not a host' if len(bad) == 1 else 'are not hosts'} "
+                              "(one host a line: HOST or HOST:SLOTS, # comments); correct the file or give another")
     if not hosts:
         raise JobCommandError(f"host file {path}: lists no host; give a file with one host a line")
     return hosts

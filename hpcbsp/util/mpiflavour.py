@@ -46,7 +46,10 @@ from PyPI; ``docs/cluster.md``, "Your site's MPI"):
 * **crash lines**: how mpiexec's output says that a rank died of a signal (:func:`crash_line`);
   and which lines of a job's output are the MPI's own (Open MPI's help blocks between rules of
   dashes, hydra's ``[mpiexec@HOST]`` lines and ``BAD TERMINATION`` banner), so that what a
-  program said can be told apart (:func:`program_output`).
+  program said can be told apart (:func:`program_output`, :func:`own_patterns`);
+* **leftovers**: the files a job makes in ``/dev/shm`` and the temporary folder and removes only
+  when it ends normally (MPICH's ``mpich_shm_*`` segments, hydra's ``hydra_hwloc_xmlfile_*``;
+  :func:`leftover_names`).
 
 Nothing here imports mpi4py except :func:`running_flavour` (whose import of ``mpi4py.MPI``
 initialises MPI).
@@ -98,6 +101,7 @@ class Flavour:
     transport_vars: tuple[str, ...] = ()             # variables that choose the transport
     setting_prefixes: tuple[str, ...] = ()           # prefixes of the variables that tune it
     shm_prefixes: tuple[str, ...] = ()               # its files in /dev/shm (left behind by killed ranks)
+    temp_prefixes: tuple[str, ...] = ()              # its launcher's files in the temporary folder (/tmp)
     launcher_programs: tuple[str, ...] = ()          # the programs of its launcher's own processes
     crash_pattern: str | None = None                 # mpiexec's report of a rank killed by a signal
     own_lines: tuple[str, ...] = ()                  # patterns of the lines the MPI itself writes
@@ -157,6 +161,8 @@ MPICH = Flavour(
     transport_vars=("MPIR_CVAR_CH4_NETMOD", "UCX_TLS", "UCX_NET_DEVICES", "FI_PROVIDER", "FI_TCP_IFACE"),
     setting_prefixes=("MPIR_CVAR_", "MPICH_", "HYDRA_", "UCX_", "FI_"),
     shm_prefixes=("mpich_shm_",),
+    # hydra's proxy exports the node's topology for the ranks (hwloc) and removes it at a normal end
+    temp_prefixes=("hydra_hwloc_xmlfile_",),
     launcher_programs=_HYDRA_PROGRAMS,
     crash_pattern=_HYDRA_CRASH,
     # MPICH's library also says so itself when a rank calls MPI_Abort.
@@ -373,15 +379,33 @@ def is_sigkill(words: str) -> bool:
     return re.search(r"\b9\b", words) is not None
 
 
+def own_patterns(flavour: Flavour) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """``(lines, rules)``: what matches (``.match``) a line the MPI itself writes, and a rule line
+    that opens or closes one of its blocks (:attr:`Flavour.own_lines`, :attr:`Flavour.own_blocks`;
+    an MPI hpcbsp does not know: those of every flavour known).  A line is given without its
+    newline."""
+    flavours = [flavour] if flavour.known else [MPICH, OPENMPI, IMPI]
+    lines = re.compile("|".join(f"(?:{p})" for f in flavours for p in f.own_lines) or r"(?!)")
+    rules = re.compile("|".join(f"(?:{p})$" for f in flavours for p in f.own_blocks) or r"(?!)")
+    return lines, rules
+
+
+def leftover_names(flavour: Flavour) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(in /dev/shm, in the temporary folder)``: the name prefixes of the files a job of
+    ``flavour`` makes there and removes when it ends normally, so that a job that was stopped
+    may leave them (:attr:`Flavour.shm_prefixes`, :attr:`Flavour.temp_prefixes`; an MPI hpcbsp
+    does not know: those of every flavour known)."""
+    flavours = [flavour] if flavour.known else [MPICH, OPENMPI, IMPI]
+    return (tuple(p for f in flavours for p in f.shm_prefixes), tuple(p for f in flavours for p in f.temp_prefixes))
+
+
 def program_output(flavour: Flavour, text: str) -> str:
     """``text``, what an mpiexec job wrote, without what the MPI library and its launcher wrote
     themselves (``flavour``'s own lines and blocks; an MPI hpcbsp does not know: those of every
     flavour known), so that what the program said can be read or shown alone.  Open MPI's
     mpiexec adds a help block to any job that ends badly (a non-zero exit, ``MPI_Abort``), and a
     NUL byte; hydra adds nothing to a rank's non-zero exit."""
-    flavours = [flavour] if flavour.known else [MPICH, OPENMPI, IMPI]
-    lines = re.compile("|".join(f"(?:{p})" for f in flavours for p in f.own_lines) or r"(?!)")
-    rules = re.compile("|".join(f"(?:{p})$" for f in flavours for p in f.own_blocks) or r"(?!)")
+    lines, rules = own_patterns(flavour)
     kept: list[str] = []
     block: list[str] | None = None  # the lines of an open block: kept after all if it never closes
     for line in text.replace("\x00", "").splitlines(keepends=True):

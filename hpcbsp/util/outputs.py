@@ -4,7 +4,8 @@ Every check writes a probe file (a unique name, removed at once) where the outpu
 that it holds for every user (root included, for whom permission bits say nothing) and every
 file system (``/proc``, a read-only mount, a full quota's refusal to create).  Missing parent
 folders of an output file are created (the output would need them anyway); an output folder is
-not (:func:`prepare_dir`: the probe goes to its nearest existing ancestor).
+not (:func:`prepare_dir`: the probe goes to its nearest existing ancestor).  A regular file where
+a folder of the path must be (``notes.txt/out.json``) is named as such (:func:`file_in_the_way`).
 """
 from __future__ import annotations
 
@@ -31,10 +32,29 @@ def _probe(folder: str, what: str, path: str) -> None:
         raise OutputError(f"cannot write {what} {path}: {why}", f"nothing can be written there: {why}") from None
 
 
+def file_in_the_way(path: str | os.PathLike[str]) -> str | None:
+    """The nearest ancestor of ``path`` (as given: ``afile.txt`` for ``afile.txt/sub/x``) that
+    exists and is not a folder, so that ``path``'s folders cannot be made; None if there is none."""
+    path = os.fspath(path)
+    here = os.path.dirname(os.path.normpath(path))
+    while here and not os.path.isdir(here):
+        if os.path.lexists(here):
+            return here
+        parent = os.path.dirname(here)
+        if parent == here:
+            break
+        here = parent
+    return None
+
+
 def prepare_parent(path: str | os.PathLike[str], what: str = "output") -> str:
     """Create ``path``'s missing parent folders and check that something can be written there
     (``path`` itself may be a file, a folder, or absent)."""
     path = os.fspath(path)
+    blocker = file_in_the_way(path)
+    if blocker is not None:
+        raise OutputError(f"cannot create the folder for {what} {path}: {blocker} is a file, not a folder",
+                          f"its folder cannot be created: {blocker} is a file, not a folder")
     parent = os.path.dirname(os.path.abspath(path))
     try:
         os.makedirs(parent, exist_ok=True)
@@ -77,6 +97,6 @@ def prepare_dir(path: str | os.PathLike[str], what: str = "output folder") -> st
             break
         probe = parent
     if not os.path.isdir(probe):
-        raise OutputError(f"cannot create {what} {path}: {probe} is a file")
+        raise OutputError(f"cannot create {what} {path}: {file_in_the_way(path) or probe} is a file, not a folder")
     _probe(probe, what, path)
     return path

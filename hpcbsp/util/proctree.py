@@ -8,6 +8,9 @@ dies of it, orphaning the ranks and losing everything they write after it (MPICH
 it).  :func:`signal_ranks` therefore skips every launcher's own programs
 (:data:`hpcbsp.util.mpiflavour.LAUNCHER_PROGRAMS`).
 
+:func:`open_files` names the files a job's processes hold open or map (what ``hpcbsp
+supervise`` removes of a job it stopped: :mod:`hpcbsp.cli.supervise.leftovers`).
+
 Nothing here starts anything; a process that ends while it is read is left out.
 """
 from __future__ import annotations
@@ -73,6 +76,32 @@ def job_processes(root: int) -> list[int]:
     procs = _processes()
     group = dict.fromkeys([root, *_in_group(root, procs)])
     return list(dict.fromkeys([*group, *_below(list(group), procs)]))
+
+
+def open_files(pids: Iterable[int]) -> set[str]:
+    """The paths of the files that processes ``pids`` hold open (``/proc/PID/fd``) or map
+    (``/proc/PID/maps``), as the kernel names them; none that has been deleted, and nothing of
+    a process that has ended or is another user's (``/proc`` does not show those)."""
+    found: set[str] = set()
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            fds = []
+        for fd in fds:
+            try:
+                found.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+            except OSError:
+                pass
+        try:
+            with open(f"/proc/{pid}/maps") as fh:
+                for line in fh:
+                    parts = line.rstrip("\n").split(None, 5)
+                    if len(parts) == 6 and parts[5].startswith("/"):
+                        found.add(parts[5])
+        except OSError:
+            pass
+    return {path for path in found if path.startswith("/") and not path.endswith(" (deleted)")}
 
 
 def program(pid: int) -> str | None:

@@ -23,6 +23,11 @@ Semantics:
   rank 0.
 * Variables that only the Slurm scripts or the test suite read are declared too (``parse`` is
   None): they are known, so never warned about, and never parsed by the package.
+* :func:`shown` lists every ``HPCBSP_*`` variable set with what is wrong with it, if anything
+  (invalid, with the reason; unknown, with the closest name), and never raises: ``hpcbsp info``
+  shows them there instead of refusing to run.
+* The words a choice allows (``HPCBSP_WAIT``, ``HPCBSP_ROUTING``, ...) are the tuples of
+  :mod:`hpcbsp.util.choices`, which the code and the command lines read too.
 """
 from __future__ import annotations
 
@@ -33,11 +38,12 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from .choices import CONTROL_COLLECTIVES, EXCHANGES, ROUTING_CHOICES, TRANSPORTS, WAIT_MODES, one_of
 from .launcher import launcher_rank
 from .outputs import OutputError, prepare_output
 
 __all__ = ["PREFIX", "SETTINGS", "Setting", "SettingError", "check", "emulation", "markdown_table",
-           "value", "warn"]
+           "shown", "value", "warn"]
 
 #: The prefix of every variable of hpcbsp's.
 PREFIX = "HPCBSP_"
@@ -69,7 +75,8 @@ class Setting:
 
 # -- parsers: stripped, non-empty text -> value, or ValueError (its text: why, if anything to add)
 
-def _choice(*choices: str) -> Callable[[str], str]:
+def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
+    """The parser of one of :mod:`.choices`' lists (any case: ``Yield`` is ``yield``)."""
     def parse(text: str) -> str:
         word = text.lower()
         if word not in choices:
@@ -195,8 +202,8 @@ _PACKAGE: tuple[Setting, ...] = (
             "faster (blocking under Open MPI, persistent under MPICH and Intel MPI; docs/performance.md). "
             "The ranks check that they agree when a context is made (the two kinds never match). "
             "Read when a context is made.",
-            "`auto`", "one of `auto`, `persistent`, `blocking`", "`runtime/superstep/control.py`",
-            _choice("auto", "persistent", "blocking"), "auto"),
+            "`auto`", one_of(CONTROL_COLLECTIVES), "`runtime/superstep/control.py`",
+            _choice(CONTROL_COLLECTIVES), "auto"),
     Setting("HPCBSP_DEATHWATCH",
             "`0` turns off the watcher (one process per job and node) that names a rank which died "
             "without a report (SIGKILL, a segfault, the out-of-memory killer), removes the job's "
@@ -237,15 +244,15 @@ _PACKAGE: tuple[Setting, ...] = (
             "2 or 3 messages per record), `node` (records for another node go through one rank of "
             "each node: one message per node pair, up to 3 per record), `auto` (direct up to 256 ranks, "
             "2d up to 32,768, 3d beyond). Give every rank the same value. See `hpcbsp/fabsp/routing.py`.",
-            "`auto`", "one of `auto`, `direct`, `2d`, `3d`, `node`", "`fabsp/routing.py`",
-            _choice("auto", "direct", "2d", "3d", "node"), "auto"),
+            "`auto`", one_of(ROUTING_CHOICES), "`fabsp/routing.py`",
+            _choice(ROUTING_CHOICES), "auto"),
     Setting("HPCBSP_WAIT",
             "How a rank waits for the others in a collective call, as `hpcbsp.BSP(wait=...)` sets it for "
             "one context: `spin` (busy-poll, lowest latency), `yield` (poll with growing sleeps, gives "
             "the core away), `auto` (yield when a node runs more ranks than it has cores). See "
             "`hpcbsp/runtime/superstep/waiting.py`.",
-            "`auto`", "one of `auto`, `spin`, `yield`", "`runtime/superstep/waiting.py`",
-            _choice("auto", "spin", "yield"), "auto"),
+            "`auto`", one_of(WAIT_MODES), "`runtime/superstep/waiting.py`",
+            _choice(WAIT_MODES), "auto"),
     Setting("HPCBSP_ELEMENTS_TRANSPORT",
             "How the packed records of `Coarray.put_elements` reach their ranks: `auto` (where every "
             "rank of a context is on one node and the context has no sync timeout, they are packed into "
@@ -254,7 +261,7 @@ _PACKAGE: tuple[Setting, ...] = (
             "rank, grows when the ranks agree inside a sync and only if `/dev/shm` has room; messages "
             "otherwise), `messages` (always messages). A rank that says `messages`, or a sync given a "
             "timeout, switches it off on every rank. See `hpcbsp/runtime/superstep/arena.py`.",
-            "`auto`", "one of `auto`, `messages`", "`runtime/superstep/arena.py`", _choice("auto", "messages"), "auto"),
+            "`auto`", one_of(TRANSPORTS), "`runtime/superstep/arena.py`", _choice(TRANSPORTS), "auto"),
     Setting("HPCBSP_PS_TRANSPORT",
             "How the parameter server's weights reach the workers, as `serve(..., transport=)` and "
             "`work(..., transport=)` set it for one run: `auto` (an MPI shared-memory window where the "
@@ -262,7 +269,7 @@ _PACKAGE: tuple[Setting, ...] = (
             "only updates them; messages otherwise), `messages` (the weights as messages in 1 MiB "
             "pieces, also on one node). Ranks that differ get messages. See "
             "`hpcbsp/elastic/transport.py`.",
-            "`auto`", "one of `auto`, `messages`", "`elastic/transport.py`", _choice("auto", "messages"), "auto"),
+            "`auto`", one_of(TRANSPORTS), "`elastic/transport.py`", _choice(TRANSPORTS), "auto"),
     Setting("HPCBSP_FARM_REPORT",
             "A file to which a BSF farm program (`hpcbsp.farm`, e.g. `hpcbsp.apps.bsf.jacobi`) appends "
             "its measured timings, one JSON line per run (missing folders are created); checked before "
@@ -273,7 +280,7 @@ _PACKAGE: tuple[Setting, ...] = (
     Setting("HPCBSP_FARM_EXCHANGE",
             "The BSF farm's exchange when the program does not choose one: `linear` (the master talks to "
             "the workers one by one) or `tree` (binomial tree); the apps' `--exchange`.",
-            "`linear`", "one of `linear`, `tree`", "`farm/skeleton.py`", _choice("linear", "tree"), "linear"),
+            "`linear`", one_of(EXCHANGES), "`farm/skeleton.py`", _choice(EXCHANGES), "linear"),
     Setting("HPCBSP_FARM_EMULATE",
             "Emulated compute for farm programs that do not pass `emulate=`: the workers wait the Map's "
             "measured time instead of computing (a simulation of compute, and every output says so); "
@@ -323,21 +330,27 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (*_PACKAGE, *_SCRIPTS, *_SET,
 
 # -- reading and checking --------------------------------------------------------------------
 
-def _parse(setting: Setting, raw: str) -> Any:
+def _read(setting: Setting, raw: str) -> tuple[Any, str | None]:
+    """``(value, None)``, or ``(None, "is not ALLOWED (WHY)")`` for a bad ``raw``."""
     text = raw.strip()
     if not text:
-        return setting.unset
+        return setting.unset, None
     assert setting.parse is not None
     try:
-        return setting.parse(text)
+        return setting.parse(text), None
     except ValueError as exc:
         why = str(exc)
         # (int("x") and float("x") say "invalid literal ...": the allowed values say it better)
         if why.startswith(("invalid literal", "could not convert")):
             why = ""
-        raise SettingError(f"environment variable {setting.name}={raw!r} is not {_plain(setting.allowed)}"
-                           + (f" ({why})" if why else "")
-                           + f": correct it or unset it ({DOC})") from None
+        return None, f"is not {_plain(setting.allowed)}" + (f" ({why})" if why else "")
+
+
+def _parse(setting: Setting, raw: str) -> Any:
+    value, bad = _read(setting, raw)
+    if bad is not None:
+        raise SettingError(f"environment variable {setting.name}={raw!r} {bad}: correct it or unset it ({DOC})")
+    return value
 
 
 def _plain(text: str) -> str:
@@ -369,12 +382,36 @@ def check(environ: Mapping[str, str] | None = None) -> list[str]:
     return warnings
 
 
+def shown(environ: Mapping[str, str] | None = None) -> list[tuple[str, str, str | None]]:
+    """Every ``HPCBSP_*`` variable set in ``environ`` (default ``os.environ``), by name, as
+    ``(name, value, problem)``: ``problem`` is None for a value hpcbsp takes (or a variable only
+    the scripts or tests read), ``invalid: is not ALLOWED (WHY)`` for a bad value (with which
+    every command but ``hpcbsp info`` refuses to run), ``unknown: ...`` for a name that is not
+    hpcbsp's (with the closest one).  Nothing raises: ``hpcbsp info`` shows them all."""
+    env = os.environ if environ is None else environ
+    found: list[tuple[str, str, str | None]] = []
+    for name in sorted(n for n in env if n.startswith(PREFIX)):
+        setting = SETTINGS.get(name)
+        problem = None
+        if setting is None:
+            problem = f"unknown: not a variable of hpcbsp's, ignored; {_hint(name)}"
+        elif setting.python:
+            bad = _read(setting, env[name])[1]
+            problem = None if bad is None else f"invalid: {bad}"
+        found.append((name, env[name], problem))
+    return found
+
+
 def _unknown(name: str) -> str:
+    return f"{name} is not a variable of hpcbsp's and is ignored; {_hint(name)}"
+
+
+def _hint(name: str) -> str:
+    """``did you mean NAME?`` with the closest declared name, or where the known ones are."""
     # (compared without the prefix, which every name shares and which would make all look alike)
     tails = {known[len(PREFIX):]: known for known in SETTINGS}
     close = difflib.get_close_matches(name[len(PREFIX):], list(tails), n=1, cutoff=0.6)
-    hint = f"did you mean {tails[close[0]]}?" if close else "the known ones are in " + DOC
-    return f"{name} is not a variable of hpcbsp's and is ignored; {hint}"
+    return f"did you mean {tails[close[0]]}?" if close else "the known ones are in " + DOC
 
 
 _warned: set[str] = set()

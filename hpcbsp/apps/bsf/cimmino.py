@@ -20,7 +20,7 @@ import numpy as np
 from hpcbsp import kernels
 from hpcbsp.apps.bsf.system import app_main, app_parser, vector_sum_problem
 from hpcbsp.farm import BSFProblem
-from hpcbsp.util.args import positive_float
+from hpcbsp.util.args.types import positive_float
 
 
 def largest_singular_value(m: np.ndarray, iterations: int = 50, seed: int = 0) -> float:

@@ -16,9 +16,14 @@ import numpy as np
 import hpcbsp
 from hpcbsp import kernels
 from hpcbsp.farm import BSFProblem, FarmCheckpoint, parse_emulation, run_farm
-from hpcbsp.util.args import (OneLineParser, add_checkpoint, add_common_options, add_n, check_checkpoint,
-                              check_memory, check_outputs, ledger_output, plural, positive_float, positive_int)
+from hpcbsp.runtime.api.checkpoint import exists as checkpoint_exists
+from hpcbsp.util.args.checks import check_checkpoint, check_memory, check_outputs, ledger_output
+from hpcbsp.util.args.parser import OneLineParser
+from hpcbsp.util.args.types import positive_float, positive_int
+from hpcbsp.util.args.vocabulary import add_checkpoint, add_common_options, add_n
+from hpcbsp.util.choices import EXCHANGES
 from hpcbsp.util.progress import Progress
+from hpcbsp.util.text import plural
 
 ProblemBuilder = Callable[[np.ndarray, np.ndarray, argparse.Namespace], BSFProblem]
 
@@ -121,7 +126,7 @@ def app_parser(module: str, description: str, n: int, max_iter: int) -> OneLineP
     add_common_options(parser, seed_help="seed of the random system")
     parser.add_argument("--out", metavar="X.npy", help="write the solution x (rank 0)")
     add_checkpoint(parser, "iterations (x and the iteration count are saved; a restart may use any number of ranks)")
-    parser.add_argument("--exchange", choices=("linear", "tree"),
+    parser.add_argument("--exchange", choices=EXCHANGES,
                         help="master-worker exchange: one by one or a binomial tree (default $HPCBSP_FARM_EXCHANGE "
                              "or linear); both give the same bits")
     parser.add_argument("--emulate-compute", nargs="?", const="measure", metavar="t_map=S[,t_a=S]",
@@ -135,7 +140,8 @@ def app_main(parser: OneLineParser, argv: list[str] | None, name: str, build: Pr
     """Parse and check the options, run the app on MPI.COMM_WORLD, report on rank 0."""
     args = parser.parse_args(argv)
     # never over a folder that is not a farm checkpoint
-    check_checkpoint(parser, args, lambda path: FarmCheckpoint(path).check(), (hpcbsp.BSPError,))
+    check_checkpoint(parser, args, lambda path: FarmCheckpoint(path).check(), (hpcbsp.BSPError,),
+                     exists=checkpoint_exists)
     if args.emulate_compute:
         try:
             parse_emulation(args.emulate_compute)
@@ -165,7 +171,7 @@ def app_main(parser: OneLineParser, argv: list[str] | None, name: str, build: Pr
 if __name__ == "__main__":
     import sys
 
-    from hpcbsp.util.args import not_a_program
+    from hpcbsp.util.args.parser import not_a_program
 
     sys.exit(not_a_program("hpcbsp.apps.bsf.system",
                            "run python -m hpcbsp.apps.bsf.jacobi or python -m hpcbsp.apps.bsf.cimmino (--help for options)"))

@@ -23,28 +23,12 @@ from hpcbsp.elastic.data import DATASETS, DEFAULT_SAMPLES, DIGITS_SAMPLES
 from hpcbsp.elastic.models import MODELS, TORCH_MODELS
 from hpcbsp.elastic.policies import REGISTRY
 from hpcbsp.elastic.wire import FORMATS
-from hpcbsp.util.args import (
-    OneLineParser,
-    add_alias,
-    add_checkpoint,
-    add_json,
-    add_ledger,
-    add_n,
-    add_quiet,
-    add_repeats,
-    add_seed,
-    check_checkpoint,
-    check_memory,
-    check_outputs,
-    fraction,
-    integer,
-    ledger_output,
-    nonnegative_float,
-    nonnegative_int,
-    positive_float,
-    positive_int,
-    positive_seconds,
-)
+from hpcbsp.util.args.checks import check_checkpoint, check_memory, check_outputs, ledger_output
+from hpcbsp.util.args.parser import OneLineParser
+from hpcbsp.util.args.types import (fraction, integer, nonnegative_float, nonnegative_int, positive_float,
+                                    positive_int, positive_seconds)
+from hpcbsp.util.args.vocabulary import (add_alias, add_checkpoint, add_json, add_ledger, add_n, add_quiet,
+                                         add_repeats, add_seed)
 from hpcbsp.util.outputs import OutputError, prepare_dir
 from hpcbsp.util.progress import Progress
 

@@ -39,16 +39,9 @@ from typing import Any
 
 import numpy as np
 
-from hpcbsp.util.args import (
-    OneLineParser,
-    add_json,
-    add_ledger,
-    add_n,
-    add_placement,
-    check_out_dir,
-    check_outputs,
-    ledger_output,
-)
+from hpcbsp.util.args.checks import check_out_dir, check_outputs, ledger_output
+from hpcbsp.util.args.parser import OneLineParser
+from hpcbsp.util.args.vocabulary import add_json, add_ledger, add_n, add_placement
 
 from .report import time_to_reach
 

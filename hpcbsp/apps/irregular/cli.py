@@ -8,11 +8,13 @@ from __future__ import annotations
 import argparse
 from typing import Callable
 
-from ...fabsp.routing import ROUTINGS
 from ...runtime import BSP
 from ...runtime import run as run_bsp
-from ...util.args import (OneLineParser, add_common_options, add_n, check_memory, check_outputs, ledger_output,
-                          positive_int)
+from ...util.args.checks import check_memory, check_outputs, ledger_output
+from ...util.args.parser import OneLineParser
+from ...util.args.types import positive_int
+from ...util.args.vocabulary import add_common_options, add_n
+from ...util.choices import ROUTING_CHOICES
 from ...util.launcher import launcher_size
 from .report import Outcome, report
 
@@ -38,7 +40,7 @@ def app_parser(prog: str, doc: str, modes: tuple[str, ...] = MODES) -> argparse.
                         help="fabsp: records per destination buffer (default: about 64 KiB)")
     parser.add_argument("--max-pending", type=positive_int, default=16,
                         help="fabsp: messages in flight per mailbox (default 16)")
-    parser.add_argument("--routing", choices=("auto",) + tuple(ROUTINGS), default=None,
+    parser.add_argument("--routing", choices=ROUTING_CHOICES, default=None,
                         help="fabsp: how mailbox records travel: direct (a buffer per rank), 2d "
                              "or 3d (hop through a grid of ranks: about 2 sqrt(P) or 3 cbrt(P) "
                              "buffers per rank), auto (by P: direct up to 256 ranks); default "
@@ -105,7 +107,7 @@ def table_app_main(argv: list[str] | None, app: str, doc: str, unit: str,
 if __name__ == "__main__":
     import sys
 
-    from ...util.args import not_a_program
+    from ...util.args.parser import not_a_program
 
     sys.exit(not_a_program("hpcbsp.apps.irregular.cli", "run python -m hpcbsp.apps.irregular.histogram, "
                            "index_gather, bfs, triangles or toposort (--help for options)"))

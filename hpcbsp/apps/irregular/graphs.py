@@ -121,7 +121,7 @@ def bfs_levels(edges: np.ndarray, n: int, source: int) -> np.ndarray:
 if __name__ == "__main__":
     import sys
 
-    from ...util.args import not_a_program
+    from ...util.args.parser import not_a_program
 
     sys.exit(not_a_program("hpcbsp.apps.irregular.graphs",
                            "run python -m hpcbsp.apps.irregular.bfs or python -m hpcbsp.apps.irregular.triangles "

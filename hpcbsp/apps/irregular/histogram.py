@@ -43,7 +43,9 @@ from mpi4py import MPI
 from ...kernels import scatter_add
 from ...runtime import BSP, BadInput, BSPError
 from ...runtime.api.checkpoint import check_target, exists as checkpoint_exists
-from ...util.args import add_checkpoint, add_skew, check_checkpoint, positive_int
+from ...util.args.checks import check_checkpoint
+from ...util.args.types import positive_int
+from ...util.args.vocabulary import add_checkpoint, add_skew
 from .rma import histogram_rma
 from .cli import table_app_main
 from .layout import cyclic_owner
@@ -266,7 +268,8 @@ def _restart_options(parser: argparse.ArgumentParser) -> Callable[[argparse.Name
         if (args.rounds > 1 or args.checkpoint) and args.mode in ("naive", "rma"):
             parser.error("--rounds and --checkpoint work with --mode fabsp or bsp")
         # never over a folder that is not a checkpoint of this program
-        check_checkpoint(parser, args, lambda path: check_target(path, PROGRAM), (BSPError,))
+        check_checkpoint(parser, args, lambda path: check_target(path, PROGRAM), (BSPError,),
+                         exists=checkpoint_exists)
         if args.combine and args.mode != "fabsp":
             parser.error("--combine works with --mode fabsp")
         if args.rounds == 1 and not args.checkpoint:

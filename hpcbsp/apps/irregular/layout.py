@@ -18,7 +18,7 @@ def cyclic_owner(g: np.ndarray, nprocs: int) -> tuple[np.ndarray, np.ndarray]:
 if __name__ == "__main__":
     import sys
 
-    from ...util.args import not_a_program
+    from ...util.args.parser import not_a_program
 
     sys.exit(not_a_program("hpcbsp.apps.irregular.layout", "run python -m hpcbsp.apps.irregular.histogram, "
                            "index_gather, bfs, triangles or toposort (--help for options)"))

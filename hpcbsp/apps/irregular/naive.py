@@ -62,7 +62,7 @@ def timed_naive(bsp: BSP, body: Callable[[MPI.Comm], object]) -> tuple[float, ob
 if __name__ == "__main__":
     import sys
 
-    from ...util.args import not_a_program
+    from ...util.args.parser import not_a_program
 
     sys.exit(not_a_program("hpcbsp.apps.irregular.naive", "run python -m hpcbsp.apps.irregular.histogram, "
                            "index_gather, bfs, triangles or toposort (--help for options)"))

@@ -14,7 +14,7 @@ import numpy as np
 from ...fabsp.engine import Engine
 from ...runtime import BSP
 from ...runtime.superstep.ledger import summarize
-from ...util.args import plural
+from ...util.text import plural
 
 
 @dataclass
@@ -101,7 +101,7 @@ def report(bsp: BSP, app: str, mode: str, out: Outcome, args: argparse.Namespace
 if __name__ == "__main__":
     import sys
 
-    from ...util.args import not_a_program
+    from ...util.args.parser import not_a_program
 
     sys.exit(not_a_program("hpcbsp.apps.irregular.report", "run python -m hpcbsp.apps.irregular.histogram, "
                            "index_gather, bfs, triangles or toposort (--help for options)"))

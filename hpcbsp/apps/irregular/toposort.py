@@ -49,7 +49,9 @@ from ...kernels import group_by_dest
 from ...kernels.toposort import ROW_FIELDS, Elimination
 from ...kernels.toposort import pivots as pivot_records
 from ...runtime import BSP
-from ...util.args import add_n, check_memory, positive_float
+from ...util.args.checks import check_memory
+from ...util.args.types import positive_float
+from ...util.args.vocabulary import add_n
 from ...util.launcher import launcher_size
 from .cli import app_parser, check_app_outputs, mailbox_options
 from .graphs import ragged_arange

@@ -28,7 +28,9 @@ from mpi4py import MPI
 
 import hpcbsp
 from ...runtime import BSP
-from ...util.args import add_n, check_memory, positive_float, positive_int
+from ...util.args.checks import check_memory
+from ...util.args.types import positive_float, positive_int
+from ...util.args.vocabulary import add_n
 from .cli import app_parser, check_app_outputs, mailbox_options
 from .naive import naive_exchange, timed_naive
 from .report import Outcome, report, timed

@@ -14,8 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from hpcbsp.util.args import (LEDGER_SUFFIXES, OneLineParser, add_common_options, add_n, check_memory, check_outputs,
-                              fraction, nonnegative_int, plural, positive_float, positive_int)
+from hpcbsp.util.args.checks import LEDGER_SUFFIXES, check_memory, check_outputs
+from hpcbsp.util.args.parser import OneLineParser
+from hpcbsp.util.args.types import fraction, nonnegative_int, positive_float, positive_int
+from hpcbsp.util.args.vocabulary import add_common_options, add_n
+from hpcbsp.util.text import plural
 
 from .bsp_mode import DEFAULT_WINDOW_CAP, SUPERSTEP_RULES
 from .lif import LIFParams

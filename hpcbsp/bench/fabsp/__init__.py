@@ -68,7 +68,10 @@ import time
 import hpcbsp
 
 from ...runtime import BSP
-from ...util.args import OneLineParser, add_n, add_repeats, add_seed, add_skew, nonnegative_int, positive_int
+from ...util.args.parser import OneLineParser
+from ...util.args.types import nonnegative_int, positive_int
+from ...util.args.vocabulary import add_n, add_repeats, add_seed, add_skew
+from .. import measuring
 from .common import say
 from .links import combine, link, link_rate
 from .local import auto_rounds, memory, overlap, throughput
@@ -161,4 +164,5 @@ def main(argv: list[str]) -> int:
     args.repeat = args.repeat or (1 if quick else 3)
     if quick:
         args.chunk = min(args.chunk, 1 << 14)
+    measuring()
     return hpcbsp.run(_bench, args)

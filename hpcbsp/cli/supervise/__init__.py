@@ -32,9 +32,19 @@ Semantics (like torchrun's ``--max-restarts`` and Horovod Elastic's restarts):
   not restarted, said so, and its exit code is the supervisor's.
 * **Bounded.**  A job that still runs 10 s after a line said it lost a node is ended (SIGINT,
   then SIGKILL 5 s later); host checks take at most 8 s; the relaunch follows at once.
+* **Interrupted** (Ctrl-C, SIGTERM): the job's launcher gets the signal the supervisor got and
+  passes it on to the ranks; the job's files in ``/dev/shm`` and ``/tmp`` that its MPI removes
+  only at a normal end (MPICH's ``mpich_shm_*``, hydra's ``hydra_hwloc_xmlfile_*``) are removed
+  once it has ended: those its processes held open when the signal came, found through their
+  process ids (:mod:`.leftovers`), never another job's.  One line names the signal received.
+* **Output**: the job's stdout and stderr pass through as they come, but the launcher's own
+  lines on stdout (hydra's ``Sending Ctrl-C ...``, its ``BAD TERMINATION`` banner) go to
+  stderr (:mod:`.output`), so that stdout holds what the program printed.
 * **Exit code**: the program's last one (0 when a relaunch finished); 130 after Ctrl-C, which
   ends the job and the supervisor without a restart (143 for SIGTERM).  Bad arguments: one
-  line, exit 2, before anything starts.
+  line, exit 2, before anything starts (among them a host file with a line that is not a host,
+  and a ``python`` for the program that cannot import hpcbsp, :mod:`.interpreter`: the one first on PATH is often
+  another than the one hpcbsp is installed in).
 """
 from __future__ import annotations
 

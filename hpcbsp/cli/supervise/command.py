@@ -14,11 +14,15 @@ from typing import Sequence
 
 from ...runtime.api.checkpoint import describe
 from ...runtime.launch import find_mpiexec
-from ...util.args import OneLineParser, nonnegative_int, plural, positive_int
-from ...util.jobcommand import LAUNCHES, JobCommandError, job_command, read_hosts
+from ...util.args.parser import OneLineParser
+from ...util.args.types import nonnegative_int, positive_int
+from ...util.choices import LAUNCHES
+from ...util.jobcommand import JobCommandError, job_command, read_hosts
 from ...util.launcher import launcher_name
 from ...util.mpiflavour import mpiexec_flavour
+from ...util.text import plural
 from . import hosts as hostcheck
+from .interpreter import python_without_hpcbsp
 from .job import Ended, Stop, run_job
 from .verdict import Verdict, classify
 
@@ -100,6 +104,9 @@ def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, Where]:
         parser.error(f"unknown option {program[0]!r} (the program goes after --)")
     if shutil.which(program[0]) is None:
         parser.error(f"program {program[0]!r} not found (give a path or a command on PATH)")
+    why = python_without_hpcbsp(program[0], os.environ)
+    if why:
+        parser.error(why)
     args.program = program
     if args.launch == "srun":
         if args.hosts is not None:
@@ -168,6 +175,8 @@ class Supervisor:
         self.stop = stop
         self.checkpoint = checkpoint_of(self.program)
         self.last_code = 1  #: the exit status of the last launch
+        #: The MPI the jobs run on (its launcher's own lines, its leftover files).
+        self.flavour = mpiexec_flavour(find_mpiexec() if where.srun else where.mpiexec)
 
     # -- where the next launch runs ----------------------------------------------------------
     @property
@@ -228,7 +237,7 @@ class Supervisor:
                 return code
             self.announce(restarts, plan)
             env = {**os.environ, RESTART_VAR: str(restarts)}
-            ended = run_job(plan.argv, env, self.stop, srun=self.where.srun)
+            ended = run_job(plan.argv, env, self.stop, srun=self.where.srun, flavour=self.flavour)
             self.last_code = ended.code
             if ended.code == 0:
                 if restarts:
@@ -293,9 +302,15 @@ class Supervisor:
                 f"line said {unit} {done})")
 
     def interrupted(self, ended: Ended | None) -> int:
+        """The line after Ctrl-C or SIGTERM, naming the signal received, and its exit status."""
         signum = self.stop.signum or signal.SIGINT
         name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-        say(f"interrupted ({name}): {'the job was ended; ' if ended is not None else ''}no restart")
+        done = ""
+        if ended is not None:
+            done = "the job was ended; "
+            if ended.removed:
+                done += f"removed the {plural(len(ended.removed), 'file')} it left ({', '.join(ended.removed)}); "
+        say(f"interrupted ({name}): {done}no restart")
         return 128 + signum
 
 

@@ -2,17 +2,24 @@
 
 :func:`run_job` starts the launcher's command (``mpiexec ...`` or ``srun ...``) in a session of
 its own, so that the supervisor alone decides which signals reach it, and copies the job's
-stdout and stderr to its own as the bytes come (nothing is held back), feeding every complete
-line to a :class:`~.signs.Signs`.  The job is ended by the supervisor only when
+stdout and stderr to its own as the bytes come, feeding every complete line to a
+:class:`~.signs.Signs`.  The launcher's own lines on the job's stdout (hydra's ``Sending Ctrl-C
+...``, its ``BAD TERMINATION`` banner) go to stderr (:mod:`.output`: a line waits at most a
+fifth of a second to be told apart).  The job is ended by the supervisor only when
 
 * the user interrupts the supervisor (Ctrl-C, SIGTERM; :class:`Stop` records it): the launcher
-  gets SIGINT (hydra passes it on to the ranks; srun gets it twice, which ends its step); or
+  gets the signal the supervisor got, SIGINT or SIGTERM, and passes it on to the ranks (hydra
+  does; srun gets SIGINT twice, which ends its step), so that the ranks name the signal the
+  user sent; or
 * a line has said that a node was lost (or a rank was killed) and the job still runs
   :data:`LOSS_GRACE` seconds later: the runtime and the launcher normally end it within a
-  second or two, this bounds the time to a restart where they do not.
+  second or two, this bounds the time to a restart where they do not (SIGINT).
 
 Either way, whatever still runs :data:`STOP_GRACE` seconds later is killed (SIGKILL to the
-launcher's process group).  After the launcher ends, its output is read until the pipes close or
+launcher's process group), and once the launcher has ended, the files the job's processes held
+open in ``/dev/shm`` and the temporary folder when it was asked to end, and that its MPI
+removes only at a normal end, are removed (:mod:`.leftovers`: only those, found through the
+job's process ids).  After the launcher ends, its output is read until the pipes close or
 :data:`DRAIN_S` seconds have passed (a process of a cut-off node may hold them open).
 """
 from __future__ import annotations
@@ -26,6 +33,9 @@ import time
 from dataclasses import dataclass
 from typing import BinaryIO, Mapping, Sequence
 
+from ...util.mpiflavour import UNKNOWN, Flavour, own_patterns
+from . import leftovers
+from .output import ERR, Sorter
 from .signs import Signs
 
 #: Seconds a job may go on after a line said it lost a node, before the supervisor ends it.
@@ -55,19 +65,24 @@ class Ended:
     started: float            #: time.monotonic() at the start
     ended: float              #: ... and when the launcher had ended
     ended_by: str | None      #: "interrupt" or "loss" when the supervisor ended it, else None
+    removed: tuple[str, ...] = ()  #: the job's leftover files removed after the supervisor ended it
 
 
 def run_job(argv: Sequence[str], env: Mapping[str, str], stop: Stop, *, srun: bool = False,
-            out: BinaryIO | None = None, err: BinaryIO | None = None) -> Ended:
+            out: BinaryIO | None = None, err: BinaryIO | None = None, flavour: Flavour = UNKNOWN) -> Ended:
     """Run ``argv`` to its end (see the module docstring); ``out``/``err`` default to this
-    process's stdout and stderr."""
+    process's stdout and stderr; ``flavour``: the MPI of the launcher (its own lines and its
+    leftover files; UNKNOWN: those of every MPI known)."""
     out = out if out is not None else sys.stdout.buffer
     err = err if err is not None else sys.stderr.buffer
+    sorter = Sorter(*own_patterns(flavour))
+    held: dict[str, tuple[int, int]] = {}  # the job's leftover-prone files, when it was asked to end
     signs = Signs()
     started = time.monotonic()
     proc = subprocess.Popen(list(argv), env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True)
     assert proc.stdout is not None and proc.stderr is not None
+    stdout_fd = proc.stdout.fileno()
     sel = selectors.DefaultSelector()
     pending: dict[int, bytearray] = {}
     for pipe, sink in ((proc.stdout, out), (proc.stderr, err)):
@@ -90,9 +105,12 @@ def run_job(argv: Sequence[str], env: Mapping[str, str], stop: Stop, *, srun: bo
                 ended_by = "loss"
             if ended_by is not None:
                 asked_at = now
-                _interrupt(proc, srun)
+                held.update(leftovers.collect(proc.pid, flavour))
+                _interrupt(proc, srun, stop.signum if ended_by == "interrupt" else None)
         if ended is None and asked_at is not None and now - asked_at > STOP_GRACE:
             _kill_group(proc)
+        for piece in sorter.tick(now):
+            _write(err if piece[0] == ERR else out, piece[1])
         for key, _ in sel.select(timeout=0.1):
             fd = int(key.fd)
             try:
@@ -104,12 +122,21 @@ def run_job(argv: Sequence[str], env: Mapping[str, str], stop: Stop, *, srun: bo
             if not chunk:
                 sel.unregister(fd)
                 _scan(pending[fd], b"\n", signs)
+                if fd == stdout_fd:
+                    for sink, data in sorter.close():
+                        _write(err if sink == ERR else out, data)
                 continue
-            _write(key.data, chunk)
+            if fd == stdout_fd:
+                for sink, data in sorter.feed(chunk, time.monotonic()):
+                    _write(err if sink == ERR else out, data)
+            else:
+                _write(key.data, chunk)
             buf = pending[fd]
             buf += chunk
             _scan(buf, None, signs)
     sel.close()
+    for sink, data in sorter.close():
+        _write(err if sink == ERR else out, data)
     for pipe in (proc.stdout, proc.stderr):
         pipe.close()
     if ended is None:  # the pipes closed first
@@ -118,7 +145,8 @@ def run_job(argv: Sequence[str], env: Mapping[str, str], stop: Stop, *, srun: bo
             if stop.signum is not None and asked_at is None:
                 ended_by, asked_at = "interrupt", time.monotonic()
                 deadline = asked_at + STOP_GRACE
-                _interrupt(proc, srun)
+                held.update(leftovers.collect(proc.pid, flavour))
+                _interrupt(proc, srun, stop.signum)
             if time.monotonic() > deadline:
                 _kill_group(proc)
                 proc.wait()
@@ -126,7 +154,8 @@ def run_job(argv: Sequence[str], env: Mapping[str, str], stop: Stop, *, srun: bo
             time.sleep(0.1)
         ended = time.monotonic()
     code = proc.returncode
-    return Ended(128 - code if code < 0 else code, signs, started, ended, ended_by)
+    removed = tuple(leftovers.remove(held)) if held else ()
+    return Ended(128 - code if code < 0 else code, signs, started, ended, ended_by, removed)
 
 
 def _scan(buf: bytearray, tail: bytes | None, signs: Signs) -> None:
@@ -150,10 +179,14 @@ def _write(sink: BinaryIO, data: bytes) -> None:
         pass
 
 
-def _interrupt(proc: subprocess.Popen[bytes], srun: bool) -> None:
-    """Ask the launcher to end the job: SIGINT (twice for srun, which ends its step on the second
-    within a second)."""
+def _interrupt(proc: subprocess.Popen[bytes], srun: bool, received: int | None) -> None:
+    """Ask the launcher to end the job with the signal the supervisor ``received`` (None: it ended
+    the job itself, SIGINT): SIGTERM as it is (hydra and srun pass it on to the ranks), SIGINT
+    (twice for srun, which ends its step on the second within a second)."""
     try:
+        if received == signal.SIGTERM:
+            proc.send_signal(signal.SIGTERM)
+            return
         proc.send_signal(signal.SIGINT)
         if srun:
             time.sleep(0.3)

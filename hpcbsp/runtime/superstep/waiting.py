@@ -43,12 +43,12 @@ from typing import Callable
 
 from mpi4py import MPI
 
+from ...util.choices import WAIT_MODES
 from ..environment import setting
 from ..errors import BSPError
 
 #: Environment variable that sets the default mode.
 WAIT_ENV = "HPCBSP_WAIT"
-WAIT_MODES: tuple[str, ...] = ("auto", "spin", "yield")
 #: Polling with only a yield to the scheduler at the start of a yielding wait (ranks that
 #: arrive together finish here).
 SPIN_S = 100e-6
