@@ -49,10 +49,10 @@ def _run(bsp, sizes_of_steps: list[int], size: int = 50_000) -> tuple[np.ndarray
 
 
 def _arena_expected(bsp) -> bool:
-    """Collective: whether the arena must carry these tests' records here: every rank on one
-    node, and ``/dev/shm`` with room for their windows (under 64 MiB in all) twice over, which
-    the arena checks before it grows (a container may give it less)."""
-    one_node = arena_mod.on_one_node(bsp.comm)
+    """Whether the arena must carry these tests' records here: every rank on one node (as the
+    context learnt when it started), and ``/dev/shm`` with room for their windows (under 64 MiB
+    in all) twice over, which the arena checks before it grows (a container may give it less)."""
+    one_node = bsp.nodes.one_node
     st = os.statvfs("/dev/shm")
     return one_node and st.f_bavail * st.f_frsize >= 128 << 20
 
@@ -150,7 +150,7 @@ def test_a_half_is_not_rewritten_while_a_slow_rank_still_reads_it(bsp, monkeypat
             ctx.sync()
             if me == 1:
                 np.testing.assert_array_equal(c.local, np.full(n, float(step)))
-        expected = _arena_expected(ctx)  # (collective)
+        expected = _arena_expected(ctx)
         if me == 0 and expected:
             assert ctx.extension.arena.announced == 4
         monkeypatch.undo()

@@ -63,33 +63,6 @@ def test_spinning_naps_only_yield_and_never_sleep(monkeypatch):
     assert yields == [1] and slept == []
 
 
-def test_oversubscription_is_ranks_against_the_union_of_their_cores(monkeypatch):
-    class Node:
-        def __init__(self, size: int, masks: list[frozenset[int]]):
-            self.size, self.masks = size, masks
-
-        def allgather(self, _mine):
-            return self.masks
-
-        def Get_size(self):
-            return self.size
-
-        def Free(self):
-            pass
-
-    class Comm:
-        def __init__(self, node):
-            self.node = node
-
-        def Split_type(self, _kind):
-            return self.node
-
-    # Three ranks bound to one core each of {0, 1}: 3 ranks, 2 cores.
-    assert waiting.oversubscribed(Comm(Node(3, [frozenset({0}), frozenset({1}), frozenset({0})])))
-    # Two ranks, each allowed on both cores: not oversubscribed.
-    assert not waiting.oversubscribed(Comm(Node(2, [frozenset({0, 1})] * 2)))
-
-
 def _ring_sums(bsp: "hpcbsp.BSP", steps: int) -> np.ndarray:
     x = bsp.coarray(1, dtype=np.int64)
     x.local[0] = bsp.pid

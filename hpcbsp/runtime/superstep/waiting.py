@@ -19,7 +19,7 @@ Modes (``BSP(wait=MODE)`` or ``$HPCBSP_WAIT``; the same on every rank):
     sync costs more than a spinning one (``python -m hpcbsp.bench sync`` measures both).
 ``auto`` (default)
     ``yield`` when some node runs more ranks of this communicator than the cores those ranks may
-    use (the union of their CPU affinity masks), else ``spin``.
+    use (the union of their CPU affinity masks; :meth:`.nodes.Nodes.oversubscribed`), else ``spin``.
 
 The control step begins every collective BSP call (``sync``, ``allreduce``, ``broadcast``,
 registration, leaving), and it is where a rank waits for the others, so the choice covers the
@@ -45,6 +45,7 @@ from mpi4py import MPI
 
 from ..environment import setting
 from ..errors import BSPError
+from .nodes import Nodes
 
 #: Environment variable that sets the default mode.
 WAIT_ENV = "HPCBSP_WAIT"
@@ -68,35 +69,14 @@ def requested_mode(wait: str | None) -> str:
     return str(mode).strip().lower()
 
 
-def usable_cores() -> frozenset[int]:
-    """The CPUs this process may run on (its affinity mask; all CPUs where that is unknown)."""
-    try:
-        return frozenset(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return frozenset(range(os.cpu_count() or 1))
-
-
-def oversubscribed(comm: MPI.Comm) -> bool:
-    """Collective: does this rank's node run more ranks of ``comm`` than their usable cores?
-
-    Each node's ranks pool their affinity masks; a node is oversubscribed when it has more
-    ranks than CPUs in the union.  (Another job's processes on the same cores are not seen.)
-    """
-    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    try:
-        masks = node.allgather(usable_cores())
-        return node.Get_size() > len(frozenset().union(*masks))
-    finally:
-        node.Free()
-
-
-def resolve(wait: str | None, comm: MPI.Comm) -> str:
+def resolve(wait: str | None, comm: MPI.Comm, nodes: Nodes | None = None) -> str:
     """Collective: the mode every rank of ``comm`` uses, ``"spin"`` or ``"yield"``.
 
-    One ``Allreduce`` of the modes asked for (plus, for ``auto``, the node check), so that a
-    mode given on one rank only, or a bad one, is settled the same way on every rank: a bad mode
-    anywhere raises :class:`BSPError` on every rank; otherwise ``yield`` anywhere wins over
-    ``auto``, which wins over ``spin``.
+    One ``Allreduce`` of the modes asked for, so that a mode given on one rank only, or a bad
+    one, is settled the same way on every rank: a bad mode anywhere raises :class:`BSPError` on
+    every rank; otherwise ``yield`` anywhere wins over ``auto``, which wins over ``spin``.
+    ``auto`` reads ``nodes`` (``comm``'s, :class:`~.nodes.Nodes`; made here when not given),
+    which every rank holds alike.
     """
     mode = requested_mode(wait)
     code = _CODES.get(mode, len(_CODES))
@@ -115,7 +95,7 @@ def resolve(wait: str | None, comm: MPI.Comm) -> str:
     if agreed == _CODES["yield"]:
         return "yield"
     if agreed == _CODES["auto"]:
-        return "yield" if comm.allreduce(int(oversubscribed(comm)), op=MPI.MAX) else "spin"
+        return "yield" if (nodes if nodes is not None else Nodes.of(comm)).oversubscribed() else "spin"
     return "spin"
 
 
