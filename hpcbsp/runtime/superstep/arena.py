@@ -43,8 +43,9 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ...util.waiting import poll, yield_core
+from ...util.waiting import poll
 from ..environment import setting
+from .waiting import Naps
 
 __all__ = ["ARENA_ENV", "Arena", "NEVER"]
 
@@ -70,13 +71,15 @@ class Arena:
     docstring).  ``allowed``: this rank may use it (the environment says ``auto`` and its
     exchanges are unbounded); the ranks agree through their votes.  ``one_node``: every rank of
     ``comm`` shares one node (:attr:`.nodes.Nodes.one_node`, the same on every rank): only then
-    may a window exist."""
+    may a window exist.  ``wait``: the context's wait mode, how :meth:`close` pauses between
+    its polls (:class:`.waiting.Naps`)."""
 
-    def __init__(self, comm: MPI.Comm, allowed: bool, one_node: bool):
+    def __init__(self, comm: MPI.Comm, allowed: bool, one_node: bool, wait: str = "spin"):
         self._comm = comm
         self._me = comm.Get_rank()
         self._allowed = allowed
         self._one_node = one_node
+        self._wait = wait
         self._state = "unknown"  # -> "node" (all on one node: a window may exist) or "off" for good
         self._win: MPI.Win | None = None
         self._segments: list[np.ndarray] = []  # every rank's segment, as uint8
@@ -191,7 +194,7 @@ class Arena:
         if win is None or grace is None:
             return
         req = self._comm.Ibarrier()
-        if poll(lambda: True if req.Test() else None, until=time.monotonic() + grace, pause=yield_core,
+        if poll(lambda: True if req.Test() else None, until=time.monotonic() + grace, pause=Naps(self._wait),
                 patience=64):
             win.Unlock_all()
             win.Free()

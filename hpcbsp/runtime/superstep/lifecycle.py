@@ -25,7 +25,6 @@ hear of it before it aborts the job.
 """
 from __future__ import annotations
 
-import time
 from typing import Callable, Sequence
 
 from mpi4py import MPI
@@ -79,10 +78,6 @@ def start(comm: MPI.Comm | None, timeout: float | None,
         copy.Free()  # every rank raises here: nothing else uses the copy
         raise
     return copy, timeout if timeout is not None else env_timeout, mode, shared_elements, nodes
-
-
-def _nap() -> None:
-    time.sleep(0.001)
 
 
 def _mark_peers_told(exc: BaseException) -> None:
@@ -178,7 +173,7 @@ class Lifecycle:
 
         try:
             self._control.agree_or_abort(Kind.FAIL, self._superstep(), lambda: describe, grace, abort,
-                                         progress=[_nap, *self._progress])
+                                         progress=self._progress)
         except BSPError:
             pass  # the expected outcome when the others are in another call: they know now
         _mark_peers_told(exc)

@@ -123,7 +123,7 @@ class Supersteps:
         self._outbox = Outbox(self.nprocs, self.pid)
         if self.nprocs > 1:
             self._outbox.arena = Arena(comm, allowed=shared_elements and timeout is None,
-                                       one_node=self.nodes.one_node)
+                                       one_node=self.nodes.one_node, wait=wait)
         self._objects: list[Coarray | Queue] = []
         self._queues: list[Queue] = []
         self._hooks: list[SyncHook] = []
@@ -334,7 +334,7 @@ class Supersteps:
             return exchange(self.comm, self._outbox, self._objects, any_gets, local=local)
         try:
             return exchange(self.comm, self._outbox, self._objects, any_gets,
-                            deadline=time.monotonic() + limit)
+                            deadline=time.monotonic() + limit, wait=self.wait)
         except ExchangeTimeout as stuck:
             self._life.control_step_failed()  # messages are left half done: no collective may follow
             raise SyncTimeout(

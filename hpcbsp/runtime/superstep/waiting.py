@@ -34,6 +34,24 @@ slots), Intel MPI's busy waits back off with ``I_MPI_THREAD_YIELD`` (:mod:`hpcbs
 
 The resolved mode is agreed by all ranks when the context is created (a MAX reduction: one rank
 asking to yield makes all yield), because blocking and non-blocking control steps never match.
+
+**The one rule for an idle poll.**  Every wait that polls (``hpcbsp.util.waiting.poll``, or a
+loop of its own) pauses between idle polls with a :class:`Naps` made for that wait from the
+context's agreed mode, and with nothing else: the non-blocking control step, a bounded exchange's
+messages (:mod:`.exchange.completion`), the arena's closing barrier (:mod:`.arena`), the FA-BSP
+engine's quiescence and its wait for a send slot (:mod:`hpcbsp.fabsp.engine`), and the
+parameter server's waits (:mod:`hpcbsp.elastic.protocol`).  Per mode:
+
+* ``spin``: ``os.sched_yield()`` (it returns at once when no other process wants the core), or
+  nothing where the wait does other work between its tests (mailbox progress); never a timed
+  sleep (``time.sleep(0)`` is one: about 60 µs of timer slack on Linux).
+* ``yield``: ``os.sched_yield()`` for the first ``SPIN_S`` of the wait, then sleeps of
+  ``NAP_FRACTION`` of the time waited so far, between ``FIRST_NAP_S`` and ``LONGEST_NAP_S``.
+
+A wait that did some work counts its time again from there (:meth:`Naps.restart`: the
+quiescence after a round that ran handlers).  A rank that failed waits for its peers to hear of
+it in ``yield`` whatever the context's mode (:meth:`.control.ControlStep.agree_or_abort`): its
+own work is over, and theirs needs the cores.
 """
 from __future__ import annotations
 
@@ -103,17 +121,16 @@ _CODES = {"spin": 0, "auto": 1, "yield": 2}
 
 
 class Naps:
-    """What a rank does between two polls of a request it waits for (one object per wait).
-
-    ``spin``: nothing, or ``os.sched_yield()`` when nothing else is polled (not
-    ``time.sleep(0)``, which is a timed sleep: about 60 µs of timer slack on Linux).
-    ``yield``: ``os.sched_yield()`` for the first ``SPIN_S``, then sleeps of
-    ``NAP_FRACTION`` of the time waited so far, between ``FIRST_NAP_S`` and ``LONGEST_NAP_S``.
-    """
+    """The pause between two idle polls of one wait, as the module's rule says for ``mode``
+    (``"spin"`` or ``"yield"``; one object per wait: it counts the time waited from its making).
+    ``polling_others``: the wait does other work between its tests (then ``spin`` pauses not at
+    all)."""
 
     __slots__ = ("_start", "_call")
 
     def __init__(self, mode: str, polling_others: bool = False):
+        if mode not in ("spin", "yield"):
+            raise ValueError(f"a wait pauses as 'spin' or 'yield', not {mode!r}")
         self._start = time.perf_counter()
         if mode == "yield":
             self._call: Callable[[], None] = self._yielding
@@ -122,6 +139,10 @@ class Naps:
 
     def __call__(self) -> None:
         self._call()
+
+    def restart(self) -> None:
+        """The wait did some work: count its time waited from now (the next naps are short)."""
+        self._start = time.perf_counter()
 
     def _yielding(self) -> None:
         waited = time.perf_counter() - self._start

@@ -63,9 +63,11 @@ def deliver(data: list[Record | None], registry: Sequence[Registered]) -> None:
         cast(Sink, registry[obj])._deliver(parts, tags)
 
 
-def return_gets(comm: MPI.Comm, outbox: Outbox, replies: dict[int, bytearray], deadline: float | None) -> None:
+def return_gets(comm: MPI.Comm, outbox: Outbox, replies: dict[int, bytearray], deadline: float | None,
+                wait: str) -> None:
     """Second round: send get data back; both sides know every size, so no count exchange.
-    ``replies[s]``: the data this rank owes rank ``s`` (only ranks that asked are keys)."""
+    ``replies[s]``: the data this rank owes rank ``s`` (only ranks that asked are keys).
+    ``deadline`` and ``wait``: as :func:`.completion.complete` takes them."""
     p, me = outbox.nprocs, outbox.me
     traffic: Traffic = outbox.traffic
     expected = [sum(f.nbytes for f in outbox.gets[d]) for d in range(p)]
@@ -75,7 +77,7 @@ def return_gets(comm: MPI.Comm, outbox: Outbox, replies: dict[int, bytearray], d
     askers = [s for s in sorted(replies) if s != me and replies[s]]
     reqs = [comm.Irecv([inbox[d], MPI.BYTE], d, TAG_REPLY) for d in owners]
     reqs += [comm.Isend([np.frombuffer(replies[s], np.uint8), MPI.BYTE], s, TAG_REPLY) for s in askers]
-    complete(reqs, owners + askers, deadline)
+    complete(reqs, owners + askers, deadline, wait)
     for d in range(p):
         pos = 0
         for fut in outbox.gets[d]:

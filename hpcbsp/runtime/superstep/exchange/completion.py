@@ -1,11 +1,13 @@
 """How the exchange's point-to-point messages end: their tags, and the wait for a set of
 requests, blocking (``Waitall``) or, in a bounded exchange, polled up to a deadline, after which
-:class:`ExchangeTimeout` names a peer that did not take part.  h-relation: none of its own."""
+:class:`ExchangeTimeout` names a peer that did not take part; between idle polls it pauses as the
+context's wait mode says (:class:`..waiting.Naps`, the one rule).  h-relation: none of its own."""
 from __future__ import annotations
 
 from mpi4py import MPI
 
-from ....util.waiting import poll, yield_core
+from ....util.waiting import poll
+from ..waiting import Naps
 
 #: The tags of the exchange's messages: the header round (:mod:`.headers`), the replies to gets
 #: (:mod:`.apply`), large payloads sent as messages (:mod:`.large`), and the counts of a
@@ -27,9 +29,10 @@ class ExchangeTimeout(Exception):
         self.waiting = waiting
 
 
-def complete(reqs: list[MPI.Request], peers: list[int], deadline: float | None) -> None:
+def complete(reqs: list[MPI.Request], peers: list[int], deadline: float | None, wait: str) -> None:
     """Wait for ``reqs`` (``peers[i]`` is the rank at the other end of ``reqs[i]``); with a
-    ``deadline`` (``time.monotonic()``), poll and raise :class:`ExchangeTimeout` on expiry."""
+    ``deadline`` (``time.monotonic()``), poll, pausing as the wait mode ``wait`` says, and raise
+    :class:`ExchangeTimeout` on expiry."""
     if deadline is None:
         MPI.Request.Waitall(reqs)
         return
@@ -39,4 +42,4 @@ def complete(reqs: list[MPI.Request], peers: list[int], deadline: float | None) 
         return ExchangeTimeout(min(stuck) if stuck else -1, len(stuck))
 
     poll(lambda: True if MPI.Request.Testall(reqs) else None, deadline=deadline, expired=expired,
-         pause=yield_core, patience=64)
+         pause=Naps(wait), patience=64)

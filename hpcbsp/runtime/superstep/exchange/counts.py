@@ -20,11 +20,12 @@ from .completion import TAG_COUNT, complete
 from .large import rounds_needed
 
 
-def agree(comm: MPI.Comm, outbox: Outbox, deadline: float | None) -> tuple[list[int], list[int], int]:
+def agree(comm: MPI.Comm, outbox: Outbox, deadline: float | None, wait: str) -> tuple[list[int], list[int], int]:
     """Collective: the count exchange of ``outbox``'s superstep.  Returns ``(recv, votes,
     rounds)``: the bytes that come from each rank, every rank's vote on the arena, and how many
     rounds of ``Alltoallv`` carry the large payloads (0: they travel as messages, as some rank
-    asked).  Orders this rank's stores into the arena before its headers go."""
+    asked).  Orders this rank's stores into the arena before its headers go.  ``deadline``
+    and ``wait``: as :func:`.completion.complete` takes them."""
     p, me = outbox.nprocs, outbox.me
     arena = outbox.arena
     # The bookkeeping is in Python ints: a small superstep's cost is mostly the exchange's own.
@@ -33,7 +34,7 @@ def agree(comm: MPI.Comm, outbox: Outbox, deadline: float | None) -> tuple[list[
     triples[0::3] = [len(b) if d != me else 0 for d, b in enumerate(outbox.bufs)]
     send_counts = np.array(triples, dtype=np.int64).reshape(p, 3)
     recv_counts = np.empty((p, 3), dtype=np.int64)
-    exchange_counts(comm, send_counts, recv_counts, deadline)
+    exchange_counts(comm, send_counts, recv_counts, deadline, wait)
     triples = recv_counts.ravel().tolist()
     recv, votes, asked = triples[0::3], triples[1::3], triples[2::3]
     if arena is not None:
@@ -42,7 +43,7 @@ def agree(comm: MPI.Comm, outbox: Outbox, deadline: float | None) -> tuple[list[
 
 
 def exchange_counts(comm: MPI.Comm, send_counts: np.ndarray, recv_counts: np.ndarray,
-                    deadline: float | None) -> None:
+                    deadline: float | None, wait: str) -> None:
     """Every rank learns what each other rank sends it: row ``q`` of ``send_counts`` (p rows of
     int64, the same number of columns on every rank) goes to rank ``q``, and row ``s`` of
     ``recv_counts`` comes from rank ``s``.  One ``Alltoall``, or with a ``deadline`` the same by
@@ -55,4 +56,4 @@ def exchange_counts(comm: MPI.Comm, send_counts: np.ndarray, recv_counts: np.nda
     others = [q for q in range(p) if q != me]
     reqs = [comm.Irecv([recv_counts[q], MPI.INT64_T], q, TAG_COUNT) for q in others]
     reqs += [comm.Isend([send_counts[q], MPI.INT64_T], q, TAG_COUNT) for q in others]
-    complete(reqs, others + others, deadline)
+    complete(reqs, others + others, deadline, wait)

@@ -25,7 +25,7 @@ from .targets import Registered
 
 
 def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any_gets: bool,
-             deadline: float | None = None, local: bool = False) -> Traffic:
+             deadline: float | None = None, local: bool = False, wait: str = "spin") -> Traffic:
     """Deliver everything in ``outbox`` (collective over ``comm``); return this rank's traffic.
 
     ``registry[i]`` is the object with id ``i``: a :class:`~.targets.Target` for puts and gets,
@@ -34,22 +34,23 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any
     :class:`~.completion.ExchangeTimeout` names a peer that did not take part (the exchange is
     then abandoned half done: the context failed).  ``local``: no rank has a record for another
     (the control step said so): this rank applies its own records, in the same order, without
-    any MPI call (not collective).
+    any MPI call (not collective).  ``wait``: the context's wait mode, how a bounded wait pauses
+    between its polls (:class:`..waiting.Naps`).
     """
     traffic = outbox.traffic
     traffic.records = outbox.nrecords
     if local:
         recv, votes, rounds = [0] * outbox.nprocs, None, 0
     else:
-        recv, votes, rounds = counts.agree(comm, outbox, deadline)
-    recvbuf, displs, sources, large_sends, large_dests = headers.send(comm, outbox, recv, rounds, deadline, local)
+        recv, votes, rounds = counts.agree(comm, outbox, deadline, wait)
+    recvbuf, displs, sources, large_sends, large_dests = headers.send(comm, outbox, recv, rounds, deadline, wait, local)
     gets, data, large_headers = headers.read(outbox, registry, recvbuf, displs, sources)
     replies = apply.read_gets(outbox, registry, gets)
-    large.receive(comm, outbox, registry, data, rounds, large_headers, large_sends, large_dests, deadline)
+    large.receive(comm, outbox, registry, data, rounds, large_headers, large_sends, large_dests, deadline, wait)
     apply.deliver(data, registry)
     del data, recvbuf
     if any_gets:
-        apply.return_gets(comm, outbox, replies, deadline)
+        apply.return_gets(comm, outbox, replies, deadline, wait)
     if outbox.arena is not None and votes is not None:
         outbox.arena.settle(votes, collective=deadline is None)
     return traffic

@@ -34,14 +34,15 @@ from .targets import Registered
 Record = tuple[int, int, int, int, Any]
 
 
-def send(comm: MPI.Comm, outbox: Outbox, recv: list[int], rounds: int, deadline: float | None,
+def send(comm: MPI.Comm, outbox: Outbox, recv: list[int], rounds: int, deadline: float | None, wait: str,
          local: bool) -> tuple[np.ndarray, list[int], list[int], list[MPI.Request], list[int]]:
     """The header round: send each other rank its outbox buffer and receive ``recv[s]`` bytes
     from each rank ``s``; where ``rounds`` is 0, send the large payloads as messages too.
     Returns ``(recvbuf, displs, sources, large_sends, large_dests)``: what came from ``s`` is
     ``recvbuf[displs[s]:displs[s + 1]]``, ``sources`` the ranks that sent any; the large
     messages' requests (still in flight) and their destinations.  ``local``: no rank has a
-    record for another (no message at all)."""
+    record for another (no message at all).  ``deadline`` and ``wait``: as
+    :func:`.completion.complete` takes them."""
     p, me = outbox.nprocs, outbox.me
     displs = list(accumulate(recv, initial=0))
     recvbuf = np.empty(displs[-1], dtype=np.uint8)
@@ -51,7 +52,7 @@ def send(comm: MPI.Comm, outbox: Outbox, recv: list[int], rounds: int, deadline:
     reqs += [comm.Isend([np.frombuffer(outbox.bufs[d], np.uint8), MPI.BYTE], d, TAG_DATA) for d in dests]
     large_sends, large_dests = send_as_messages(comm, outbox) if not rounds else ([], [])
     if reqs:
-        complete(reqs, sources + dests, deadline)
+        complete(reqs, sources + dests, deadline, wait)
     del reqs
     if outbox.arena is not None and not local:
         outbox.arena.sync()  # and the senders' records are read after their headers came

@@ -60,11 +60,13 @@ def send_as_messages(comm: MPI.Comm, outbox: Outbox) -> tuple[list[MPI.Request],
 
 
 def receive(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], data: list, rounds: int,
-            large_headers: bool, sends: list[MPI.Request], dests: list[int], deadline: float | None) -> None:
+            large_headers: bool, sends: list[MPI.Request], dests: list[int], deadline: float | None,
+            wait: str) -> None:
     """Move the large payloads (collective where ``rounds``: every rank makes the same
     ``Alltoallv`` calls).  ``data`` is the superstep's records as :func:`.headers.read` listed
     them; a large one becomes the record to apply with its payload, or None where it was
-    received in place.  ``sends``/``dests``: the payloads sent as messages (``rounds`` 0)."""
+    received in place.  ``sends``/``dests``: the payloads sent as messages (``rounds`` 0).
+    ``deadline`` and ``wait``: as :func:`.completion.complete` takes them."""
     incoming: list[tuple[int, np.ndarray]] = []  # (source, where its next large payload goes)
     if large_headers:
         alone = isolated_large_puts(data, registry)
@@ -91,7 +93,7 @@ def receive(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], data
         alltoallv_rounds(comm, rounds, outbox, incoming)
     elif incoming or sends:
         recvs = [comm.Irecv([into, MPI.BYTE], src, TAG_LARGE) for src, into in incoming]
-        complete(recvs + sends, [src for src, _ in incoming] + dests, deadline)
+        complete(recvs + sends, [src for src, _ in incoming] + dests, deadline, wait)
 
 
 def alltoallv_rounds(comm: MPI.Comm, rounds: int, outbox: Outbox, incoming: list[tuple[int, np.ndarray]]) -> None:
