@@ -126,22 +126,23 @@ def test_a_bounded_sync_switches_the_arena_off_on_every_rank(bsp):
 
 @mpi
 def test_a_half_is_not_rewritten_while_a_slow_rank_still_reads_it(bsp, monkeypatch):
-    """Rank 1 waits 0.3 s before applying each record; meanwhile rank 0 leaves the sync and
-    packs the next superstep's puts to it at once.  Were the same half of rank 0's segment
-    reused, rank 1 would apply those new values; the oracle says which values must land."""
-    from hpcbsp.runtime.api.coarray import Coarray
+    """Rank 1 waits 0.3 s before applying each superstep's records (the exchange's apply phase,
+    ``exchange.apply.deliver``); meanwhile rank 0 leaves the sync and packs the next superstep's
+    puts to it at once.  Were the same half of rank 0's segment reused, rank 1 would apply those
+    new values; the oracle says which values must land."""
+    from hpcbsp.runtime.superstep.exchange import apply
 
     me = bsp.pid
     with hpcbsp.BSP(bsp.comm) as ctx:
         c = ctx.coarray(100_000, name="slow-reader")
-        if me == 1:  # private on purpose: slowing the destination's apply is this test's subject
-            apply = Coarray._write_elements
+        if me == 1:
+            deliver = apply.deliver
 
-            def slow(self, record, count):
+            def slow(data, registry):
                 time.sleep(0.3)
-                apply(self, record, count)
+                deliver(data, registry)
 
-            monkeypatch.setattr(Coarray, "_write_elements", slow)
+            monkeypatch.setattr(apply, "deliver", slow)
         n = 100_000
         offs = np.arange(n)
         for step in range(5):  # the first grows the arena; then every superstep goes through it
