@@ -49,10 +49,10 @@ def _run(bsp, sizes_of_steps: list[int], size: int = 50_000) -> tuple[np.ndarray
 
 
 def _arena_expected(bsp) -> bool:
-    """Collective: whether the arena must carry these tests' records here: every rank on one
-    node, and ``/dev/shm`` with room for their windows (under 64 MiB in all) twice over, which
-    the arena checks before it grows (a container may give it less)."""
-    one_node = arena_mod.on_one_node(bsp.comm)
+    """Whether the arena must carry these tests' records here: every rank on one node (as the
+    context learnt when it started), and ``/dev/shm`` with room for their windows (under 64 MiB
+    in all) twice over, which the arena checks before it grows (a container may give it less)."""
+    one_node = bsp.nodes.one_node
     st = os.statvfs("/dev/shm")
     return one_node and st.f_bavail * st.f_frsize >= 128 << 20
 
@@ -126,22 +126,23 @@ def test_a_bounded_sync_switches_the_arena_off_on_every_rank(bsp):
 
 @mpi
 def test_a_half_is_not_rewritten_while_a_slow_rank_still_reads_it(bsp, monkeypatch):
-    """Rank 1 waits 0.3 s before applying each record; meanwhile rank 0 leaves the sync and
-    packs the next superstep's puts to it at once.  Were the same half of rank 0's segment
-    reused, rank 1 would apply those new values; the oracle says which values must land."""
-    from hpcbsp.runtime.api.coarray import Coarray
+    """Rank 1 waits 0.3 s before applying each superstep's records (the exchange's apply phase,
+    ``exchange.apply.deliver``); meanwhile rank 0 leaves the sync and packs the next superstep's
+    puts to it at once.  Were the same half of rank 0's segment reused, rank 1 would apply those
+    new values; the oracle says which values must land."""
+    from hpcbsp.runtime.superstep.exchange import apply
 
     me = bsp.pid
     with hpcbsp.BSP(bsp.comm) as ctx:
         c = ctx.coarray(100_000, name="slow-reader")
-        if me == 1:  # private on purpose: slowing the destination's apply is this test's subject
-            apply = Coarray._write_elements
+        if me == 1:
+            deliver = apply.deliver
 
-            def slow(self, record, count):
+            def slow(data, registry):
                 time.sleep(0.3)
-                apply(self, record, count)
+                deliver(data, registry)
 
-            monkeypatch.setattr(Coarray, "_write_elements", slow)
+            monkeypatch.setattr(apply, "deliver", slow)
         n = 100_000
         offs = np.arange(n)
         for step in range(5):  # the first grows the arena; then every superstep goes through it
@@ -150,7 +151,7 @@ def test_a_half_is_not_rewritten_while_a_slow_rank_still_reads_it(bsp, monkeypat
             ctx.sync()
             if me == 1:
                 np.testing.assert_array_equal(c.local, np.full(n, float(step)))
-        expected = _arena_expected(ctx)  # (collective)
+        expected = _arena_expected(ctx)
         if me == 0 and expected:
             assert ctx.extension.arena.announced == 4
         monkeypatch.undo()

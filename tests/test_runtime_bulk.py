@@ -233,9 +233,9 @@ def test_ranks_may_mix_the_compiled_and_the_python_step_in_a_bulk_exchange(bsp, 
 def test_a_bulk_exchange_stages_regions_that_lie_too_far_apart(bsp, monkeypatch):
     """As if each side's regions lay more than 2 GiB apart (at 3 ranks each side has two): they
     travel through one staging buffer each way, and every slot holds what its source put."""
-    import hpcbsp.runtime.superstep.exchange as exchange
+    from hpcbsp.runtime.superstep.exchange import regions
 
-    monkeypatch.setattr(exchange, "_SPAN", 0)
+    monkeypatch.setattr(regions, "SPAN", 0)
     paths = _spy(monkeypatch)
     with _context(bsp, monkeypatch) as ctx:
         p, me, n = ctx.nprocs, ctx.pid, 40

@@ -239,10 +239,10 @@ def test_many_large_puts_per_rank_land_in_source_and_program_order(bsp, monkeypa
     the large payloads travel in rounds of one Alltoallv each; "staged": the same with every
     round's regions copied through one buffer (as when they lie too far apart for MPI's int
     displacements); "messages": a sync with a timeout sends them as messages."""
-    import hpcbsp.runtime.superstep.exchange as exchange
+    from hpcbsp.runtime.superstep.exchange import regions
 
     if how == "staged":
-        monkeypatch.setattr(exchange, "_SPAN", 0)
+        monkeypatch.setattr(regions, "SPAN", 0)
     p, me, n = bsp.nprocs, bsp.pid, 10_000  # 80 KB of float64 per put: large
     parts = 2 * p + 2
     x = bsp.coarray(n * parts, dtype=np.float64)

@@ -73,7 +73,7 @@ from mpi4py import MPI
 
 from ..kernels.update import copy, sgd_step
 from ..runtime.environment import setting
-from ..runtime.superstep.arena import on_one_node
+from ..runtime.superstep.nodes import Nodes
 from ..util.choices import TRANSPORTS
 from .wire import PIECE_BYTES, pieces
 
@@ -310,7 +310,7 @@ def open_transport(comm: MPI.Comm, transport: str | None, problem: str | None, c
     if problem is None and choice not in TRANSPORTS:
         problem = (f"transport {choice!r} is not one of {', '.join(TRANSPORTS)} (argument or "
                    f"${TRANSPORT_ENV})")
-    one_node = on_one_node(comm)
+    one_node = Nodes.of(comm).one_node
     me = comm.Get_rank()
     itemsize = np.dtype(dtype).itemsize
     # One Allreduce, element-wise: whether every rank can start and wants a window, and the

@@ -39,7 +39,6 @@ ends with the failing rank's traceback, instead of waiting for a rank that is go
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
 import warnings
@@ -51,7 +50,8 @@ from mpi4py import MPI
 from ..runtime.environment import setting
 from ..runtime.errors import PeerFailed, SyncTimeout, UsageError
 from ..runtime.superstep.ledger import Traffic
-from ..util.waiting import BUSY, poll, yield_core
+from ..runtime.superstep.waiting import Naps
+from ..util.waiting import BUSY, poll
 from .handlers import Handlers
 from .notices import POISON_TAG, FailureNotices
 from .termination import DoubleWave
@@ -64,14 +64,10 @@ if TYPE_CHECKING:
 _PROGRESS_BATCHES = 64
 #: The same inside a quiescence, between flushes of the buffers that handlers filled.
 _QUIESCE_BATCHES = 256
-#: Idle rounds of a quiescence before it starts to sleep between rounds (and to look at the clock).
+#: Idle rounds of a quiescence before it starts to pause between rounds (and to look at the clock).
 _QUIESCE_PATIENCE = 200
 
 __all__ = ["Engine", "PeerFailed", "POISON_TAG", "default_buffer"]
-
-
-def _breathe() -> None:
-    time.sleep(1e-4)  # ranks are often oversubscribed: let the busy one run
 
 
 class Engine:
@@ -97,12 +93,9 @@ class Engine:
         self.pid = bsp.pid
         self.nprocs = bsp.nprocs
         self._bsp = bsp
-        # How idle waits pause, as the context's wait mode says (hpcbsp.runtime.superstep.waiting): with a
-        # core per rank ("spin") a yield to the scheduler only; with ranks sharing cores
-        # ("yield") a short sleep, so that the rank with work gets the core.
-        spin = bsp.wait == "spin"
-        self._idle = os.sched_yield if spin else yield_core
-        self._quiet = os.sched_yield if spin else _breathe
+        # How idle waits pause: as the context's wait mode says, by the one rule
+        # (hpcbsp.runtime.superstep.waiting.Naps, one per wait).
+        self._wait_mode = bsp.wait
         self._comms = (bsp.comm.Dup(), bsp.comm.Dup())
         self._comm = self._comms[0]
         self.epoch = 0
@@ -165,10 +158,12 @@ class Engine:
     def ship(self, box: "Mailbox", dest: int, msg: np.ndarray) -> None:
         """Send one message of ``box`` to ``dest``, first waiting for a free slot if needed."""
         window = box.window
-        while window.full:
-            if self.notices.peer_failure is not None:
-                return  # the superstep is lost; the receiver may be gone
-            self._wait_for_slot(box)
+        if window.full:
+            nap = Naps(self._wait_mode)
+            while window.full:
+                if self.notices.peer_failure is not None:
+                    return  # the superstep is lost; the receiver may be gone
+                self._wait_for_slot(box, nap)
         if self.notices.peer_failure is not None:
             return
         window.add(self._comm.Issend([msg.view(np.uint8), MPI.BYTE], dest, box.index), msg)
@@ -253,6 +248,8 @@ class Engine:
         wave = DoubleWave(self._comm)
         timeout = self._bsp.timeout
 
+        nap = Naps(self._wait_mode)
+
         def round_of_work() -> object:
             busy = handlers.pump(_QUIESCE_BATCHES)
             self._flush()
@@ -263,11 +260,14 @@ class Engine:
                 wave.start(*counters())
             if wave.test():
                 return True
-            return BUSY if busy else None
+            if busy:
+                nap.restart()  # handlers ran: the idle time counts from here
+                return BUSY
+            return None
 
         try:
             # A wave in flight cannot be cancelled: after a timeout the job cannot go on.
-            poll(round_of_work, patience=_QUIESCE_PATIENCE, pause=self._quiet,
+            poll(round_of_work, patience=_QUIESCE_PATIENCE, pause=nap,
                  deadline=None if timeout is None else time.monotonic() + timeout,
                  expired=lambda: SyncTimeout(f"rank {self.pid}: mailbox quiescence ({what}) "
                                              f"timed out after {timeout:g} s"))
@@ -309,8 +309,9 @@ class Engine:
         notices.raise_deferred()
 
     # ------------------------------------------------------------------ internals
-    def _wait_for_slot(self, box: "Mailbox") -> None:
-        """One round of waiting for ``box`` to have fewer than ``max_pending`` sends in flight."""
+    def _wait_for_slot(self, box: "Mailbox", nap: Naps) -> None:
+        """One round of waiting for ``box`` to have fewer than ``max_pending`` sends in flight;
+        ``nap``: the wait's pause when the round received nothing."""
         box.window.complete()
         if not box.window.full:
             return
@@ -323,8 +324,10 @@ class Engine:
             got = self.handlers.receive(_PROGRESS_BATCHES)
         else:
             got = self.handlers.pump(_PROGRESS_BATCHES)
-        if not got:
-            self._idle()
+        if got:
+            nap.restart()
+        else:
+            nap()
 
     def _flush(self) -> None:
         """Send every partly filled buffer of every mailbox."""

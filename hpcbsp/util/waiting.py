@@ -2,9 +2,11 @@
 the parameter server.
 
 Every wait in hpcbsp that must not hang polls: it calls a non-blocking test until the test has a
-result, does something useful or yields the core in between, and gives up at a deadline.  (A rank
-blocked inside MPI spins on its core, which on an oversubscribed machine steals the time the
-others need; and a blocking call cannot be bounded.)
+result, does something useful or pauses in between, and gives up at a deadline.  (A rank blocked
+inside MPI spins on its core, which on an oversubscribed machine steals the time the others need;
+and a blocking call cannot be bounded.)  What a pause does is the caller's to give: in hpcbsp
+always the one rule of the wait modes, :class:`hpcbsp.runtime.superstep.waiting.Naps` (this
+layer imports nothing of hpcbsp).
 """
 from __future__ import annotations
 
@@ -52,8 +54,3 @@ def poll(test: Callable[[], T | None], *, deadline: float | None = None,
         if pause is not None:
             pause()
 
-
-def yield_core() -> None:
-    """A ``pause`` that gives the core away for the rest of this time slice (ranks are often
-    oversubscribed)."""
-    time.sleep(0)

@@ -12,7 +12,7 @@ def prog(bsp):
     for _ in range(2):  # the first grows the arena, the second uses it
         c.put_elements(rng.integers(0, bsp.nprocs, n), rng.integers(0, n, n), rng.standard_normal(n))
         bsp.sync()
-    print(f"rank {bsp.pid}: announced {bsp._outbox.arena.announced}", flush=True)
+    print(f"rank {bsp.pid}: announced {bsp.extension.arena.announced}", flush=True)
     if bsp.pid == 1:
         raise ZeroDivisionError("rank one divides by zero")
     bsp.sync()

@@ -1,15 +1,16 @@
 """The last rank stops inside the data exchange of superstep 1 (after the control step agreed
 that data moves, before it sends its counts); the others have a 2 s sync timeout.
 
-The stop is injected by wrapping the exchange's first step on that rank with a 60 s sleep: what
-a rank whose node froze or whose link went down mid-exchange looks like to the others.
+The stop is injected by wrapping the exchange's first step (its count exchange) on that rank
+with a 60 s sleep: what a rank whose node froze or whose link went down mid-exchange looks like
+to the others.
 """
 import time
 
 import hpcbsp
-from hpcbsp.runtime.superstep import exchange
+from hpcbsp.runtime.superstep.exchange import counts
 
-_counts = exchange._exchange_counts
+_counts = counts.exchange_counts
 
 
 def _frozen(comm, *args):
@@ -18,7 +19,7 @@ def _frozen(comm, *args):
     return _counts(comm, *args)
 
 
-exchange._exchange_counts = _frozen
+counts.exchange_counts = _frozen
 STEP = [0]
 
 

@@ -1,9 +1,10 @@
 """Node-local shared memory for packed element puts (``Coarray.put_elements``).
 
-Where every rank of a context runs on one node, ``put_elements`` packs its records into this
-rank's segment of an MPI shared-memory window (``MPI_Win_allocate_shared``) instead of a
-private buffer, and the exchange sends each destination only a header naming where its record
-lies; the destination applies the record straight from the sender's segment.  The packed bytes
+Where every rank of a context runs on one node (:attr:`.nodes.Nodes.one_node`, learnt when the
+context started), ``put_elements`` packs its records into this rank's segment of an MPI
+shared-memory window (``MPI_Win_allocate_shared``) instead of a private buffer, and the
+exchange sends each destination only a header naming where its record lies; the destination
+applies the record straight from the sender's segment.  The packed bytes
 are then never copied (MPI would copy them twice: into its shared cells and out of them).
 Anywhere else, or with ``HPCBSP_ELEMENTS_TRANSPORT=messages``, or in a context with a sync
 timeout (whose exchanges must be able to end without every rank), records travel as messages.
@@ -42,10 +43,11 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ...util.waiting import poll, yield_core
+from ...util.waiting import poll
 from ..environment import setting
+from .waiting import Naps
 
-__all__ = ["ARENA_ENV", "Arena", "NEVER", "on_one_node"]
+__all__ = ["ARENA_ENV", "Arena", "NEVER"]
 
 ARENA_ENV = "HPCBSP_ELEMENTS_TRANSPORT"
 NEVER = -1  # a vote that switches the arena off on every rank
@@ -60,16 +62,6 @@ def wanted() -> bool:
     return bool(setting(ARENA_ENV) == "auto")
 
 
-def on_one_node(comm: MPI.Comm) -> bool:
-    """Collective: whether every rank of ``comm`` shares one node's memory (MPI's
-    ``COMM_TYPE_SHARED`` split puts them all in one group), as a shared window needs."""
-    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    try:
-        return node.Get_size() == comm.Get_size()
-    finally:
-        node.Free()
-
-
 def _aligned(nbytes: int) -> int:
     return -(-nbytes // 8) * 8
 
@@ -77,12 +69,17 @@ def _aligned(nbytes: int) -> int:
 class Arena:
     """This rank's view of the shared window of packed element records (see the module
     docstring).  ``allowed``: this rank may use it (the environment says ``auto`` and its
-    exchanges are unbounded); the ranks agree through their votes."""
+    exchanges are unbounded); the ranks agree through their votes.  ``one_node``: every rank of
+    ``comm`` shares one node (:attr:`.nodes.Nodes.one_node`, the same on every rank): only then
+    may a window exist.  ``wait``: the context's wait mode, how :meth:`close` pauses between
+    its polls (:class:`.waiting.Naps`)."""
 
-    def __init__(self, comm: MPI.Comm, allowed: bool):
+    def __init__(self, comm: MPI.Comm, allowed: bool, one_node: bool, wait: str = "spin"):
         self._comm = comm
         self._me = comm.Get_rank()
         self._allowed = allowed
+        self._one_node = one_node
+        self._wait = wait
         self._state = "unknown"  # -> "node" (all on one node: a window may exist) or "off" for good
         self._win: MPI.Win | None = None
         self._segments: list[np.ndarray] = []  # every rank's segment, as uint8
@@ -166,7 +163,7 @@ class Arena:
         if not collective or need <= self._half_bytes or need <= self._refused:
             return
         if self._state == "unknown":
-            self._state = "node" if on_one_node(self._comm) else "off"
+            self._state = "node" if self._one_node else "off"
             if self._state == "off":
                 return
         half = -(-(need + need // 4) // _CHUNK) * _CHUNK
@@ -197,7 +194,7 @@ class Arena:
         if win is None or grace is None:
             return
         req = self._comm.Ibarrier()
-        if poll(lambda: True if req.Test() else None, until=time.monotonic() + grace, pause=yield_core,
+        if poll(lambda: True if req.Test() else None, until=time.monotonic() + grace, pause=Naps(self._wait),
                 patience=64):
             win.Unlock_all()
             win.Free()

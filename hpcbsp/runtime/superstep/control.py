@@ -173,6 +173,7 @@ class ControlStep:
         progress: Sequence[Callable[[], object]] = (),
         deadline: float | None = None,
         timed: bool = False,
+        wait: str | None = None,
     ) -> tuple[int, int]:
         """Enter the control step with ``data`` and ``extra`` (:class:`~.outbox.Data` and
         :class:`~.outbox.Extra`: what this rank has for others, and besides); return both as
@@ -187,7 +188,8 @@ class ControlStep:
         wait; on expiry a :class:`~.errors.SyncTimeout` is raised on this rank.  ``timed=True``
         makes this one step non-blocking with arrival tracking whatever the defaults (a per-call
         timeout, which every rank must give to the same call), so that ``deadline`` bounds it and
-        the error names the ranks that never arrived.
+        the error names the ranks that never arrived.  ``wait``: how the non-blocking step pauses
+        between its polls (:class:`.waiting.Naps`; default the context's :attr:`wait_mode`).
 
         This is the hot path of an empty sync (one ``pack_into``, one ``Allreduce``, one
         ``unpack``); keep it that way.
@@ -218,7 +220,8 @@ class ControlStep:
             self._sspec, self._rspec = [self._sbuf, MPI.INT64_T], [self._rbuf, MPI.INT64_T]
             arrivals = self._announce() if self.track_arrivals or timed else None
             req = self.comm.Iallreduce(self._sspec, self._rspec, _MAX)
-            self._wait(req, progress, deadline, Kind(kind), superstep, arrivals is not None)
+            self._wait(req, progress, deadline, Kind(kind), superstep, arrivals is not None,
+                       self.wait_mode if wait is None else wait)
             if arrivals is not None:
                 self._collect_arrivals(arrivals)
             buf = self._rbuf
@@ -249,11 +252,13 @@ class ControlStep:
                        grace: float, on_timeout: Callable[[], None],
                        progress: Sequence[Callable[[], object]] = ()) -> None:
         """A control step that calls ``on_timeout()`` (which aborts the job) if the other ranks
-        do not join within ``grace`` seconds.  Used to report a failure."""
+        do not join within ``grace`` seconds.  Used to report a failure: a non-blocking step then
+        waits in ``yield`` mode whatever the context's (this rank's work is over, the others'
+        needs the cores; :mod:`.waiting`)."""
         if self.nonblocking:
             try:
                 self.agree(kind, superstep, 0, describe, progress=progress,
-                           deadline=time.monotonic() + grace)
+                           deadline=time.monotonic() + grace, wait="yield")
             except SyncTimeout:
                 on_timeout()
                 raise
@@ -303,7 +308,7 @@ class ControlStep:
                          for r in ranks)
 
     def _wait(self, req: MPI.Request, progress: Sequence[Callable[[], object]],
-              deadline: float | None, kind: Kind, superstep: int, tracked: bool) -> None:
+              deadline: float | None, kind: Kind, superstep: int, tracked: bool, mode: str) -> None:
         def expired() -> SyncTimeout:
             missing = f"ranks not arrived: {self._with_hosts(self._missing())}" \
                 if tracked else "the ranks that are late are not tracked"
@@ -312,7 +317,7 @@ class ControlStep:
                 f"timed out waiting for the other ranks ({missing}); they are stuck in local "
                 "work, dead, or never call sync")
 
-        nap = Naps(self.wait_mode, polling_others=bool(progress))
+        nap = Naps(mode, polling_others=bool(progress))
 
         def keep_moving() -> None:
             for fn in progress:

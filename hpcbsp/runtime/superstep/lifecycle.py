@@ -25,7 +25,6 @@ hear of it before it aborts the job.
 """
 from __future__ import annotations
 
-import time
 from typing import Callable, Sequence
 
 from mpi4py import MPI
@@ -38,6 +37,7 @@ from ..failure.report import abort_job, format_failure
 from ..launch import check_world
 from . import arena, waiting
 from .control import ControlStep, Kind
+from .nodes import Nodes
 
 #: The open contexts' lifecycles in this process (an uncaught failure tells their peers).
 
@@ -49,7 +49,7 @@ def abort_grace() -> float:
 
 
 def start(comm: MPI.Comm | None, timeout: float | None,
-          wait: str | None) -> tuple[MPI.Comm, float | None, str, bool]:
+          wait: str | None) -> tuple[MPI.Comm, float | None, str, bool, Nodes]:
     """Open a context on ``comm`` (default ``MPI.COMM_WORLD``; collective over it).
 
     Installs the report of an uncaught error (one per rank), checks every ``HPCBSP_*`` variable
@@ -57,8 +57,9 @@ def start(comm: MPI.Comm | None, timeout: float | None,
     before anything is made or computed, an unknown name a warning), installs the other
     process-wide guards (the world-size check, the watch that names a rank that died without a
     word), reads the settings (``$HPCBSP_SYNC_TIMEOUT`` where ``timeout`` is None, the arena's),
-    duplicates ``comm`` and agrees on the wait mode on the copy (:func:`.waiting.resolve`).
-    Returns ``(the copy, timeout, wait mode, shared_elements)``, the arguments of
+    duplicates ``comm``, learns which of its ranks share a node (:meth:`.nodes.Nodes.of`) and
+    agrees on the wait mode on the copy (:func:`.waiting.resolve`).  Returns ``(the copy,
+    timeout, wait mode, shared_elements, nodes)``, the arguments of
     :class:`~.superstep.Supersteps`.
     """
     install_excepthook()
@@ -70,16 +71,13 @@ def start(comm: MPI.Comm | None, timeout: float | None,
     shared_elements = arena.wanted()
     copy = base.Dup()
     deathwatch.introduce(copy)  # the nodes' watchers watch each other (the failure detector)
+    nodes = Nodes.of(copy)
     try:
-        mode = waiting.resolve(wait, copy)
+        mode = waiting.resolve(wait, copy, nodes)
     except BSPError:
         copy.Free()  # every rank raises here: nothing else uses the copy
         raise
-    return copy, timeout if timeout is not None else env_timeout, mode, shared_elements
-
-
-def _nap() -> None:
-    time.sleep(0.001)
+    return copy, timeout if timeout is not None else env_timeout, mode, shared_elements, nodes
 
 
 def _mark_peers_told(exc: BaseException) -> None:
@@ -175,7 +173,7 @@ class Lifecycle:
 
         try:
             self._control.agree_or_abort(Kind.FAIL, self._superstep(), lambda: describe, grace, abort,
-                                         progress=[_nap, *self._progress])
+                                         progress=self._progress)
         except BSPError:
             pass  # the expected outcome when the others are in another call: they know now
         _mark_peers_told(exc)

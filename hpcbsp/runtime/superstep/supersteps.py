@@ -42,6 +42,7 @@ from .control import ControlStep, Kind
 from .exchange import ExchangeTimeout, bulk_exchange, exchange
 from .ledger import Ledger, Traffic
 from .lifecycle import Lifecycle, abort_grace
+from .nodes import Nodes
 from .outbox import Data, Extra, Outbox, agreed
 
 if TYPE_CHECKING:  # the objects a context holds (api/ builds on this package)
@@ -88,10 +89,12 @@ class Supersteps:
 
     ``wait`` is the agreed wait mode, ``"spin"`` or ``"yield"`` (:mod:`.waiting`).
     ``shared_elements``: packed element puts may use the node's shared arena (:mod:`.arena`;
-    never in a context with a timeout, whose exchanges are bounded).
+    never in a context with a timeout, whose exchanges are bounded).  ``nodes``: which ranks of
+    ``comm`` share a node (:class:`~.nodes.Nodes`; learnt here, collectively, when not given).
     """
 
-    def __init__(self, comm: MPI.Comm, timeout: float | None, wait: str = "spin", shared_elements: bool = True):
+    def __init__(self, comm: MPI.Comm, timeout: float | None, wait: str = "spin", shared_elements: bool = True,
+                 nodes: Nodes | None = None):
         self.comm: MPI.Comm = comm
         self.pid: int = comm.Get_rank()
         self.nprocs: int = comm.Get_size()
@@ -109,16 +112,18 @@ class Supersteps:
         except BadInput:  # every rank raises here (they disagree on a setting): nothing uses the copy
             comm.Free()
             raise
+        #: Which ranks share a node, their hosts and cores (the one place this context learns it).
+        self.nodes: Nodes = nodes if nodes is not None else Nodes.of(comm)
         #: The host of every rank, so that a timeout names where the missing rank ran.
-        self.hosts: list[str] = comm.allgather(MPI.Get_processor_name()) if self.nprocs > 1 \
-            else [MPI.Get_processor_name()]
+        self.hosts: list[str] = list(self.nodes.hosts)
         self._control.hosts = self.hosts
         self._control.wait_mode = wait
         self._control.nonblocking = timeout is not None or wait == "yield"
         self._control.track_arrivals = timeout is not None
         self._outbox = Outbox(self.nprocs, self.pid)
         if self.nprocs > 1:
-            self._outbox.arena = Arena(comm, allowed=shared_elements and timeout is None)
+            self._outbox.arena = Arena(comm, allowed=shared_elements and timeout is None,
+                                       one_node=self.nodes.one_node, wait=wait)
         self._objects: list[Coarray | Queue] = []
         self._queues: list[Queue] = []
         self._hooks: list[SyncHook] = []
@@ -329,7 +334,7 @@ class Supersteps:
             return exchange(self.comm, self._outbox, self._objects, any_gets, local=local)
         try:
             return exchange(self.comm, self._outbox, self._objects, any_gets,
-                            deadline=time.monotonic() + limit)
+                            deadline=time.monotonic() + limit, wait=self.wait)
         except ExchangeTimeout as stuck:
             self._life.control_step_failed()  # messages are left half done: no collective may follow
             raise SyncTimeout(

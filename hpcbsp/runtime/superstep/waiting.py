@@ -19,7 +19,7 @@ Modes (``BSP(wait=MODE)`` or ``$HPCBSP_WAIT``; the same on every rank):
     sync costs more than a spinning one (``python -m hpcbsp.bench sync`` measures both).
 ``auto`` (default)
     ``yield`` when some node runs more ranks of this communicator than the cores those ranks may
-    use (the union of their CPU affinity masks), else ``spin``.
+    use (the union of their CPU affinity masks; :meth:`.nodes.Nodes.oversubscribed`), else ``spin``.
 
 The control step begins every collective BSP call (``sync``, ``allreduce``, ``broadcast``,
 registration, leaving), and it is where a rank waits for the others, so the choice covers the
@@ -34,6 +34,24 @@ slots), Intel MPI's busy waits back off with ``I_MPI_THREAD_YIELD`` (:mod:`hpcbs
 
 The resolved mode is agreed by all ranks when the context is created (a MAX reduction: one rank
 asking to yield makes all yield), because blocking and non-blocking control steps never match.
+
+**The one rule for an idle poll.**  Every wait that polls (``hpcbsp.util.waiting.poll``, or a
+loop of its own) pauses between idle polls with a :class:`Naps` made for that wait from the
+context's agreed mode, and with nothing else: the non-blocking control step, a bounded exchange's
+messages (:mod:`.exchange.completion`), the arena's closing barrier (:mod:`.arena`), the FA-BSP
+engine's quiescence and its wait for a send slot (:mod:`hpcbsp.fabsp.engine`), and the
+parameter server's waits (:mod:`hpcbsp.elastic.protocol`).  Per mode:
+
+* ``spin``: ``os.sched_yield()`` (it returns at once when no other process wants the core), or
+  nothing where the wait does other work between its tests (mailbox progress); never a timed
+  sleep (``time.sleep(0)`` is one: about 60 µs of timer slack on Linux).
+* ``yield``: ``os.sched_yield()`` for the first ``SPIN_S`` of the wait, then sleeps of
+  ``NAP_FRACTION`` of the time waited so far, between ``FIRST_NAP_S`` and ``LONGEST_NAP_S``.
+
+A wait that did some work counts its time again from there (:meth:`Naps.restart`: the
+quiescence after a round that ran handlers).  A rank that failed waits for its peers to hear of
+it in ``yield`` whatever the context's mode (:meth:`.control.ControlStep.agree_or_abort`): its
+own work is over, and theirs needs the cores.
 """
 from __future__ import annotations
 
@@ -46,6 +64,7 @@ from mpi4py import MPI
 from ...util.choices import WAIT_MODES
 from ..environment import setting
 from ..errors import BSPError
+from .nodes import Nodes
 
 #: Environment variable that sets the default mode.
 WAIT_ENV = "HPCBSP_WAIT"
@@ -68,35 +87,14 @@ def requested_mode(wait: str | None) -> str:
     return str(mode).strip().lower()
 
 
-def usable_cores() -> frozenset[int]:
-    """The CPUs this process may run on (its affinity mask; all CPUs where that is unknown)."""
-    try:
-        return frozenset(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return frozenset(range(os.cpu_count() or 1))
-
-
-def oversubscribed(comm: MPI.Comm) -> bool:
-    """Collective: does this rank's node run more ranks of ``comm`` than their usable cores?
-
-    Each node's ranks pool their affinity masks; a node is oversubscribed when it has more
-    ranks than CPUs in the union.  (Another job's processes on the same cores are not seen.)
-    """
-    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    try:
-        masks = node.allgather(usable_cores())
-        return node.Get_size() > len(frozenset().union(*masks))
-    finally:
-        node.Free()
-
-
-def resolve(wait: str | None, comm: MPI.Comm) -> str:
+def resolve(wait: str | None, comm: MPI.Comm, nodes: Nodes | None = None) -> str:
     """Collective: the mode every rank of ``comm`` uses, ``"spin"`` or ``"yield"``.
 
-    One ``Allreduce`` of the modes asked for (plus, for ``auto``, the node check), so that a
-    mode given on one rank only, or a bad one, is settled the same way on every rank: a bad mode
-    anywhere raises :class:`BSPError` on every rank; otherwise ``yield`` anywhere wins over
-    ``auto``, which wins over ``spin``.
+    One ``Allreduce`` of the modes asked for, so that a mode given on one rank only, or a bad
+    one, is settled the same way on every rank: a bad mode anywhere raises :class:`BSPError` on
+    every rank; otherwise ``yield`` anywhere wins over ``auto``, which wins over ``spin``.
+    ``auto`` reads ``nodes`` (``comm``'s, :class:`~.nodes.Nodes`; made here when not given),
+    which every rank holds alike.
     """
     mode = requested_mode(wait)
     code = _CODES.get(mode, len(_CODES))
@@ -115,7 +113,7 @@ def resolve(wait: str | None, comm: MPI.Comm) -> str:
     if agreed == _CODES["yield"]:
         return "yield"
     if agreed == _CODES["auto"]:
-        return "yield" if comm.allreduce(int(oversubscribed(comm)), op=MPI.MAX) else "spin"
+        return "yield" if (nodes if nodes is not None else Nodes.of(comm)).oversubscribed() else "spin"
     return "spin"
 
 
@@ -123,17 +121,16 @@ _CODES = {"spin": 0, "auto": 1, "yield": 2}
 
 
 class Naps:
-    """What a rank does between two polls of a request it waits for (one object per wait).
-
-    ``spin``: nothing, or ``os.sched_yield()`` when nothing else is polled (not
-    ``time.sleep(0)``, which is a timed sleep: about 60 µs of timer slack on Linux).
-    ``yield``: ``os.sched_yield()`` for the first ``SPIN_S``, then sleeps of
-    ``NAP_FRACTION`` of the time waited so far, between ``FIRST_NAP_S`` and ``LONGEST_NAP_S``.
-    """
+    """The pause between two idle polls of one wait, as the module's rule says for ``mode``
+    (``"spin"`` or ``"yield"``; one object per wait: it counts the time waited from its making).
+    ``polling_others``: the wait does other work between its tests (then ``spin`` pauses not at
+    all)."""
 
     __slots__ = ("_start", "_call")
 
     def __init__(self, mode: str, polling_others: bool = False):
+        if mode not in ("spin", "yield"):
+            raise ValueError(f"a wait pauses as 'spin' or 'yield', not {mode!r}")
         self._start = time.perf_counter()
         if mode == "yield":
             self._call: Callable[[], None] = self._yielding
@@ -142,6 +139,10 @@ class Naps:
 
     def __call__(self) -> None:
         self._call()
+
+    def restart(self) -> None:
+        """The wait did some work: count its time waited from now (the next naps are short)."""
+        self._start = time.perf_counter()
 
     def _yielding(self) -> None:
         waited = time.perf_counter() - self._start
