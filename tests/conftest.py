@@ -9,7 +9,13 @@ stderr with its rank, and every rank's exit status counts.
 Markers: ``mpi`` (runs under mpiexec, once per rank), ``serial_only`` (runs in the serial pass
 only: under `mpiexec -n P pytest --with-mpi` pytest-mpi 0.6 runs unmarked tests on every rank,
 and a test that starts MPI jobs of its own, or a child Python, would run P times at once or
-inherit the rank's process-manager variables).  Fixture ``bsp``: a BSP context on COMM_WORLD.
+inherit the rank's process-manager variables), ``alone`` (looks at machine-wide state, such as
+every file in /dev/shm: `make test` runs the serial pass on several workers (pytest-xdist,
+``-m "not alone"``), then these with no other test beside them), ``long`` (soak-style or
+build-heavy: `make test-long`).  Fixture ``bsp``: a BSP context on COMM_WORLD.
+
+Under ``--only-mpi`` a test file that marks no test ``mpi`` is not even imported: every rank of
+the MPI passes would otherwise collect all of them.
 """
 from __future__ import annotations
 
@@ -74,6 +80,18 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if rank > 0 and report.failed:
         sys.stderr.write(f"\n[rank {rank}] FAILED {report.nodeid} ({report.when})\n{report.longreprtext}\n")
         sys.stderr.flush()
+
+
+def pytest_ignore_collect(collection_path, config: pytest.Config) -> bool | None:
+    """In the MPI passes (``--only-mpi``), skip the test files with no MPI test (no ``mark.mpi`` in
+    their text): collecting them on every rank costs seconds of CPU and runs nothing."""
+    if (config.getoption("--only-mpi", default=False) and collection_path.suffix == ".py"
+            and collection_path.name.startswith("test_")):
+        try:
+            return "mark.mpi" not in collection_path.read_text()
+        except OSError:
+            return None
+    return None
 
 
 @pytest.fixture

@@ -146,11 +146,27 @@ def shm_segments() -> set[str]:
         return set()
 
 
+def mapped_segments() -> set[str]:
+    """The names of the files in /dev/shm that a live process maps (a running job's segments)."""
+    mapped: set[str] = set()
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/maps") as fh:
+                    mapped |= {ln[ln.index("/dev/shm/") + 9:].rstrip("\n") for ln in fh if "/dev/shm/" in ln}
+            except OSError:
+                continue  # (gone meanwhile, or not ours to read)
+    return mapped
+
+
 def remove_leftover_segments(before: set[str]) -> None:
     """The MPI's shared-memory files (MPICH's ``mpich_shm_*``, Open MPI's ``sm_segment.*``)
-    survive a job whose ranks were killed (tests do that on purpose); remove the ones this job
-    created so repeated test runs do not fill /dev/shm."""
-    for name in shm_segments() - before:
+    survive a job whose ranks were killed (tests do that on purpose); remove the ones that came
+    while this job ran and that no live process maps, so repeated test runs do not fill /dev/shm.
+    A segment that a process maps belongs to a job still running (another test's, beside this one
+    under ``pytest -n``, or anyone's): it is left alone."""
+    new = shm_segments() - before
+    for name in new - mapped_segments() if new else ():
         try:
             os.remove(os.path.join("/dev/shm", name))
         except OSError:

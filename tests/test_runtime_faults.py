@@ -239,6 +239,7 @@ def _maps(pid: str) -> set[str]:
         return set()
 
 
+@pytest.mark.alone  # every unmapped segment in /dev/shm counts: no other job may run beside it
 @pytest.mark.parametrize("how", ["kill", "segv"])
 def test_a_job_ended_by_a_fault_leaves_no_shared_memory_behind(how):
     # MPICH leaves its segment in /dev/shm (tens of MiB) when its ranks are killed; the node's

@@ -202,6 +202,7 @@ def test_a_crash_is_named_with_its_signal():
     assert len(lines) == 1 and lines[0].startswith("[hpcbsp] rank 0/2 ") and "crashed with SIGSEGV" in lines[0]
 
 
+@pytest.mark.alone  # an unmapped segment it keeps on purpose: another test's clean-up would take it
 def test_the_segments_of_a_killed_job_are_removed_and_those_of_a_normal_end_kept(tmp_path):
     shm = f"/dev/shm/mpich_shm_hpcbsp_test_{os.getpid()}"
     try:
@@ -220,6 +221,7 @@ def test_the_segments_of_a_killed_job_are_removed_and_those_of_a_normal_end_kept
             os.unlink(shm)
 
 
+@pytest.mark.alone  # likewise: its fresh unmapped segment must survive until it looks
 def test_leftovers_of_dead_jobs_are_removed_and_nothing_else(tmp_path):
     now = time.time()
     me = os.getpid()
