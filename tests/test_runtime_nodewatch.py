@@ -1,4 +1,5 @@
-"""The node's death watch (hpcbsp/runtime/failure/nodewatch.py) without MPI: stand-in ranks
+"""The node's death watch (hpcbsp/runtime/failure/nodewatch.py, its failure detector in detector.py)
+without MPI: stand-in ranks
 (tests/programs/watched_rank.py), children of this test as a job's ranks are children of the
 launcher, register with one watcher; the test kills them in an order of its choosing.
 
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcbsp.runtime.failure import nodeclean, nodewatch
+from hpcbsp.runtime.failure import detector, nodeclean, nodewatch
 from hpcbsp.runtime.failure.nodewatch import verdict
 
 HERE = Path(__file__).parent
@@ -264,8 +265,8 @@ def _pair(tmp_path, timeout=0.5):
                                         timeout=timeout, say=said[host].append, host=host)
     now = time.monotonic()
     for me, other in (("a", "b"), ("b", "a")):
-        port = watches[other].udp.getsockname()[1]
-        watches[me].add_peer(other, ("127.0.0.1", port), [1 if other == "b" else 0], now)
+        port = watches[other].detector.port
+        watches[me].detector.add_peer(other, ("127.0.0.1", port), [1 if other == "b" else 0], now)
     return watches, said, now
 
 
@@ -276,7 +277,7 @@ def _period(watches, now, beating=("a", "b")):
         watches[host].beat(now)
     time.sleep(0.05)
     for w in watches.values():
-        w.hear(now)
+        w.detector.hear(now)
 
 
 def test_a_silent_node_is_given_up_after_the_timeout_and_not_before(tmp_path):
@@ -296,9 +297,9 @@ def test_a_silent_node_is_given_up_after_the_timeout_and_not_before(tmp_path):
 
 def test_a_node_that_said_goodbye_is_not_expected_any_more(tmp_path):
     watches, said, t = _pair(tmp_path)
-    watches["b"].send(b"bye b")  # b's ranks all ended normally
+    watches["b"].detector.send(b"bye b")  # b's ranks all ended normally
     time.sleep(0.05)
-    watches["a"].hear(t)
+    watches["a"].detector.hear(t)
     watches["a"].beat(t + 100)
     assert said["a"] == [] and not watches["a"].failed
 
@@ -311,12 +312,12 @@ def test_one_node_speaks_for_a_lost_one_and_the_others_follow_it(tmp_path):
     said = []
     w = nodewatch.Watch(listener, str(tmp_path / "marker"), period=0.1, timeout=0.5, say=said.append, host="b")
     for h in ("a", "c", "d"):
-        w.add_peer(h, ("127.0.0.1", 9), [ord(h) - ord("a")], 0.0)
-    assert w.observer_of("c", {"c"}) == "d"
-    assert w.observer_of("c", {"c", "d"}) == "a"
-    assert w.observer_of("a", {"a"}) == "b"
+        w.detector.add_peer(h, ("127.0.0.1", 9), [ord(h) - ord("a")], 0.0)
+    assert w.detector.observer_of("c", {"c"}) == "d"
+    assert w.detector.observer_of("c", {"c", "d"}) == "a"
+    assert w.detector.observer_of("a", {"a"}) == "b"
     for h in ("a", "d"):
-        w.peers[h].heard = 10.0
+        w.detector.peers[h].heard = 10.0
     w.beat(10.2)  # c last heard at 0: silent; d speaks for it, not b
     assert said == [] and w.failed and w.kill_at is not None
 
@@ -330,11 +331,11 @@ def test_a_follower_whose_job_goes_on_says_the_line_itself(tmp_path):
     w = nodewatch.Watch(listener, str(tmp_path / "marker"), period=0.1, timeout=0.5, say=said.append, host="b")
     child = subprocess.Popen(["sleep", "30"])
     try:
-        w.ranks[-1] = nodewatch._Rank(1, 4, child.pid, -1)  # private on purpose: a rank without a pipe
+        w.ranks[-1] = nodewatch.Rank(1, 4, child.pid, -1)  # a rank without a pipe
         for h in ("a", "c", "d"):
-            w.add_peer(h, ("127.0.0.1", 9), [ord(h) - ord("a")], 0.0)
+            w.detector.add_peer(h, ("127.0.0.1", 9), [ord(h) - ord("a")], 0.0)
         for h in ("a", "d"):
-            w.peers[h].heard = 10.0
+            w.detector.peers[h].heard = 10.0
         w.beat(10.2)
         assert said == [] and w.kill_at is not None
         w.kill_at = 10.25  # the 2.5 periods are over (on the clock beat is given)
@@ -384,8 +385,8 @@ def _die_on_two_nodes(tmp_path, gap):
             children[h].send_signal(signal.SIGKILL)  # a zombie until reaped below
             seen[h] = time.time()
             time.sleep(gap)
-        ranks = {h: nodewatch._Rank(1 if h == "b" else 0, 2, children[h].pid, -1)  # private on purpose:
-                 for h in ("a", "b")}                                            # ranks without pipes
+        ranks = {h: nodewatch.Rank(1 if h == "b" else 0, 2, children[h].pid, -1)  # ranks without pipes
+                 for h in ("a", "b")}
         threads = [threading.Thread(target=watches[h].first_death, args=(ranks[h], seen[h])) for h in ("a", "b")]
         for th in threads:
             th.start()
@@ -411,9 +412,31 @@ def test_of_two_nodes_deaths_only_the_earlier_is_named(tmp_path):
 def test_deaths_on_two_nodes_at_one_moment_are_named_together(tmp_path):
     # Within SAME_MOMENT the order cannot be told: one line, by the node that saw its death
     # first (b, killed first by the test), naming a's rank with it.
-    assert nodewatch.SAME_MOMENT >= 0.005
+    assert detector.SAME_MOMENT >= 0.005
     said, pid = _die_on_two_nodes(tmp_path, 0.0)
     assert said["a"] == [], said
     assert len(said["b"]) == 1 and said["b"][0].startswith(f"[hpcbsp] rank 1/2 (pid {pid['b']} on "), said
     assert re.search(r"killed by SIGKILL \(out of memory, or a kill from outside\), within \d+\.\d ms of "
                      r"rank 0/2 \(on a\): either may have died first$", said["b"][0]), said
+
+
+# -- the watcher runs as a script with the standard library only ----------------------------------
+def test_the_watchers_modules_import_the_standard_library_and_each_other_only():
+    # python -I -S nodewatch.py: no site-packages, no hpcbsp package; its modules load each other
+    # by name from the path the script sets up.  Oracle: Python's own list of its standard modules.
+    import ast
+    failure = Path(nodewatch.__file__).parent
+    files = [failure / "nodewatch.py", failure / "detector.py", failure / "nodeclean.py",
+             failure.parents[1] / "util" / "procstat.py"]
+    siblings = {f.stem for f in files}
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            else:
+                continue  # a relative import: the package's branch (if __package__:), not the script's
+            for name in names:
+                top = name.split(".")[0]
+                assert top in sys.stdlib_module_names or top in siblings, f"{path.name} imports {name}"

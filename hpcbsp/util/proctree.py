@@ -20,23 +20,7 @@ import signal
 from typing import Iterable
 
 from .mpiflavour import LAUNCHER_PROGRAMS
-
-
-def _stat(pid: str) -> list[str] | None:
-    """The fields of ``/proc/PID/stat`` after the command name (state, ppid, pgrp, session, ...)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-def _processes() -> dict[int, list[str]]:
-    found = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit() and (fields := _stat(name)) is not None:
-            found[int(name)] = fields
-    return found
+from .procstat import processes
 
 
 def _below(roots: list[int], procs: dict[int, list[str]]) -> list[int]:
@@ -57,14 +41,14 @@ def _in_group(pgid: int, procs: dict[int, list[str]]) -> list[int]:
 
 def descendants(root: int) -> list[int]:
     """The processes below ``root`` (for mpiexec: its proxies, the ranks and what they started)."""
-    return _below([root], _processes())
+    return _below([root], processes())
 
 
 def in_group(pgid: int) -> list[int]:
     """The processes of process group or session ``pgid`` (a launcher started with
     ``start_new_session=True``: it and every process it started that stayed in its session; the
     node watchers of hpcbsp's ranks have sessions of their own, and end with their ranks)."""
-    return _in_group(pgid, _processes())
+    return _in_group(pgid, processes())
 
 
 def job_processes(root: int) -> list[int]:
@@ -73,7 +57,7 @@ def job_processes(root: int) -> list[int]:
     from one look at ``/proc``.  MPICH's hydra puts its proxy and each rank in a session of its
     own, so the session alone holds only mpiexec; the tree alone misses the processes that a
     dead proxy orphaned (children of init now) where they stayed in the session."""
-    procs = _processes()
+    procs = processes()
     group = dict.fromkeys([root, *_in_group(root, procs)])
     return list(dict.fromkeys([*group, *_below(list(group), procs)]))
 

@@ -6,7 +6,7 @@
 
   ==========================================================  ==================================
   ``[hpcbsp rsh] lost node NODE: ...``                        the local cluster's launcher
-  ``[hpcbsp] node NODE (rank R) has not been heard from ...``  the failure detector (nodewatch)
+  ``[hpcbsp] node NODE (rank R) has not been heard from ...``  the failure detector (a lost node)
   ``[hpcbsp] rank R/P (pid X on NODE) has been stopped ...``   the failure detector (a frozen node)
   ``srun: error: Node failure on NODE``                       Slurm
   ``srun: error: NODE: task R: Killed`` (the first such line)  Slurm (its task was killed)
@@ -34,9 +34,9 @@
   sign of a loss came.
 
 Nothing here starts or stops anything; the patterns follow the lines' one home each (the
-launcher in ``slurm/local-cluster.sh``, ``runtime/failure/nodewatch.py``, ``runtime/superstep/control.py``,
-``runtime/superstep/supersteps.py``, ``runtime/failure/report.py``, ``util/mpiflavour.py``) and tests/test_supervise.py
-holds them to it.
+launcher in ``slurm/local-cluster.sh``, ``runtime/failure/detector.py`` and ``nodewatch.py``,
+``runtime/superstep/control.py``, ``runtime/superstep/supersteps.py``, ``runtime/failure/report.py``,
+``util/mpiflavour.py``) and tests/test_supervise.py holds them to it.
 """
 from __future__ import annotations
 

@@ -37,9 +37,9 @@ import time
 
 from mpi4py import MPI
 
+from ...util import procstat
 from ..environment import setting
 from ..errors import BadInput
-from . import nodeclean
 
 __all__ = ["start", "introduce", "heartbeat_settings", "watched", "claim", "claim_report", "stopping"]
 
@@ -73,7 +73,7 @@ def start(rank: int, size: int) -> None:
         return
     period, timeout = heartbeat_settings()
     host = socket.gethostname()
-    key = f"{os.getuid()}-{host}-{os.getppid()}-{_start_time(os.getppid())}"
+    key = f"{os.getuid()}-{host}-{os.getppid()}-{procstat.start_time(os.getppid()) or 0}"
     marker = os.path.join(tempfile.gettempdir(), f"hpcbsp-failed-{key}")
     name = "\0hpcbsp-watch-" + hashlib.sha1(marker.encode()).hexdigest()[:24]
     r, w = os.pipe()
@@ -185,11 +185,6 @@ def _forget() -> None:
         except OSError:
             pass
         _pipe = None
-
-
-def _start_time(pid: int) -> str:
-    fields = nodeclean.stat(pid)
-    return fields[19] if len(fields) > 19 else "0"
 
 
 def claim() -> None:

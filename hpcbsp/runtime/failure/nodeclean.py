@@ -1,47 +1,33 @@
-"""What the node's watcher (:mod:`.nodewatch`) reads in ``/proc`` and removes after a job: the
-``/dev/shm`` files the ranks map, and the leftovers of this user's earlier jobs that are provably
-dead.  The standard library only: it runs inside the watcher, started as a script.
+"""What the node's watcher (:mod:`.nodewatch`) removes after a job: the ``/dev/shm`` files the
+ranks map, and the leftovers of this user's earlier jobs that are provably dead.  The standard
+library only (and :mod:`hpcbsp.util.procstat`, loaded by path when the watcher runs as a script):
+it runs inside the watcher.
 """
 from __future__ import annotations
 
 import os
 import time
 
-__all__ = ["STALE_AGE", "stat", "ppid", "children", "mapped_shm", "remove_stale"]
+if __package__:
+    from ...util import procstat
+else:  # loaded by the watcher's script (python -I -S nodewatch.py), which puts util/ on the path
+    import procstat  # type: ignore[no-redef]
+
+__all__ = ["STALE_AGE", "children", "mapped_shm", "remove_stale"]
 
 #: Age in seconds below which a segment of an earlier job is never removed (it may be in setup).
 STALE_AGE = 60.0
 
 
-def stat(pid: int | str) -> list[str]:
-    """The fields of ``/proc/PID/stat`` after the command name (state, ppid, ...); ``[]`` once
-    the process has been reaped."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return []
-
-
-def ppid(pid: int) -> int:
-    fields = stat(pid)
-    return int(fields[1]) if len(fields) > 1 else 0
-
-
 def children(parents: set[int]) -> list[int]:
     """The living processes whose parent is in ``parents`` (the job's other ranks here)."""
-    out: list[int] = []
     try:
-        names = os.listdir("/proc")
+        procs = procstat.processes()
     except OSError:
-        return out
+        return []
     wanted = {str(p) for p in parents}
-    for name in names:
-        if name.isdigit():
-            fields = stat(name)
-            if len(fields) > 1 and fields[1] in wanted and fields[0] not in ("Z", "X", "x"):
-                out.append(int(name))
-    return out
+    return [pid for pid, fields in procs.items()
+            if len(fields) > 1 and fields[1] in wanted and fields[0] not in ("Z", "X", "x")]
 
 
 def mapped_shm(pid: int) -> set[str]:
@@ -75,8 +61,7 @@ def remove_stale(marker: str, now: float | None = None) -> None:
         if not name.startswith(head + "-"):
             continue
         pid, _, start = name[len(head) + 1:].removesuffix(".first").partition("-")
-        fields = stat(pid) if pid.isdigit() else []
-        if len(fields) > 19 and fields[19] == start:
+        if pid.isdigit() and procstat.start_time(pid) == start:
             continue  # that launcher still runs
         try:  # a marker, or the file an earlier version of the watch kept beside it
             (os.remove if name.endswith(".first") else os.rmdir)(os.path.join(tmp, name))

@@ -2,9 +2,10 @@
 
 Started by :mod:`.deathwatch` (the first rank of the job on this node to open a BSP context
 spawns it; every rank then registers), it runs as ``python -I -S nodewatch.py MARKER FD PERIOD
-TIMEOUT``, with
-the standard library only, in a session of its own: Ctrl-C at the terminal and the launcher's
-kills of the ranks do not reach it, and it ends by itself once every registered rank has ended.
+TIMEOUT``, with the standard library only (its siblings :mod:`.detector` and :mod:`.nodeclean`,
+and ``hpcbsp/util/procstat.py``, loaded by path), in a session of its own: Ctrl-C at the terminal
+and the launcher's kills of the ranks do not reach it, and it ends by itself once every
+registered rank has ended.
 
 **Registration.**  ``FD`` is a listening UNIX socket (an abstract name, private to the node's
 network namespace, derived from the job's key).  A rank connects, sends ``"RANK SIZE PID\\n"``
@@ -30,34 +31,14 @@ plain exits are a job being stopped, not a death, and stay quiet; a crash (SEGV,
 is named; SIGKILL (the out-of-memory killer, a kill from outside) is named plainly when every rank
 of the job is on this node (the order is then the job's order); on a job spread over nodes a rank
 of another node may have died first and the launcher killed this one for it, so unless another
-rank of this node still runs 0.3 s later, the line says that doubt.
+rank of this node still runs 0.3 s later, the line says that doubt.  Across nodes only the first
+death is named: the watchers announce their deaths to each other (:mod:`.detector`).
 
-**First across nodes.**  A watcher that is to name a death first tells the job's other watchers
-(``died HOST TIME RANK``: the wall-clock time it saw the pipe close).  A death that may not be the
-first (a SIGKILL or an unknown end, on a job spread over nodes) is named only after those 0.3 s,
-in which the others' announcements come in; a crash is named at once.  If another node announced
-a death earlier by more than :data:`SAME_MOMENT` (10 ms), this watcher stays quiet and that node
-names its rank: when one rank is killed, the ranks that the launcher ends for it later are not
-named before it.  Deaths closer than that are one moment, as far as the nodes can tell: the
-watchers wake up, and the nodes' clocks agree (NTP, PTP), no better; under Open MPI a rank that
-loses a peer's connection aborts (``MPI_ERRORS_ARE_FATAL``) a fraction of a millisecond after the
-peer died.  Of those, the one seen first speaks and names the others with it ("within 0.2 ms of
-rank 3/4 (on node4): either may have died first"); the rest stay quiet.  With the detector off (a
-timeout of 0) the watchers do not talk, and each node names its own first death.
-
-**The failure detector.**  When the job spans nodes, every context tells each node's watcher
-where the others listen (:func:`.deathwatch.introduce`: the host names and UDP ports, gathered
-over the context's communicator).  Every ``PERIOD`` seconds each watcher sends a datagram to
-every other node's watcher and looks at its own ranks.  A node not heard from for ``TIMEOUT``
-seconds (it died, its processes are stopped, its link is down) ends the job: the next node by
-name that is still heard (so that all agree, one line for the job) says
-``[hpcbsp] node HOST (rank R) has not been heard from for T s ...`` and SIGKILLs its ranks, the
-launcher ends the rest (the other nodes kill theirs 2.5 periods later if it has not).  A rank of
-this node stopped (state ``T``, SIGSTOP) for ``TIMEOUT`` seconds ends the job the same way.  A
-node whose ranks all ended says ``bye`` and is not expected any more.  The detector runs beside
-the ranks, not in their waits: a superstep that computes for hours is never suspected.  Period
-and timeout come from the rank that started the watcher (``$HPCBSP_HEARTBEAT_PERIOD``,
-``$HPCBSP_HEARTBEAT_TIMEOUT``; a timeout of 0 turns the detector off).
+**The failure detector** (:mod:`.detector`): when the job spans nodes, the watchers send each
+other heartbeats; a node not heard from, or a rank of this node stopped, for ``TIMEOUT`` seconds
+ends the job: this watcher says why (or leaves it to the node that speaks for a lost one) and
+SIGKILLs its ranks.  ``PERIOD`` and ``TIMEOUT`` are the rank's ``$HPCBSP_HEARTBEAT_PERIOD`` and
+``$HPCBSP_HEARTBEAT_TIMEOUT`` (a timeout of 0 turns the detector off).
 
 **One line per node.**  Before it prints, the watcher takes the node's failure marker (an atomic
 ``mkdir``, the same one :func:`.deathwatch.claim_report` takes): whoever has it speaks for the
@@ -65,7 +46,7 @@ node.  The watcher removes the marker when the node's last rank has ended, and t
 files the ranks had mapped when the job ended abnormally (MPICH leaves its ``mpich_shm_*`` files
 behind when its ranks are killed).  Once the first rank is registered it removes the markers and MPICH segments of this
 user's earlier jobs on this node that are provably dead (their launcher is gone; no process maps
-the segment, and it is older than a minute).
+the segment, and it is older than a minute; :mod:`.nodeclean`).
 """
 from __future__ import annotations
 
@@ -76,38 +57,26 @@ import socket
 import struct
 import sys
 import time
-from typing import Callable
+from typing import Callable, NamedTuple
 
 if __package__:
+    from ...util import procstat
     from . import nodeclean
-else:  # run as the watcher's script (python -I -S nodewatch.py): its sibling, by path
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from .detector import Detector
+else:  # run as the watcher's script (python -I -S nodewatch.py): its siblings and util/procstat.py, by path
+    _here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:0] = [_here, os.path.join(os.path.dirname(os.path.dirname(_here)), "util")]
     import nodeclean  # type: ignore[no-redef]
+    import procstat  # type: ignore[no-redef]
+    from detector import Detector  # type: ignore[no-redef]
 
-__all__ = ["probe", "verdict", "Watch", "main"]
+__all__ = ["verdict", "Rank", "Watch", "main"]
 
 #: Seconds without any registered rank after which a watcher that got none gives up.
 IDLE_LIMIT = 30.0
 #: Seconds between the scans of the ranks' mapped ``/dev/shm`` files.
 SCAN_PERIOD = 2.0
 _STOPS = {signal.SIGHUP, signal.SIGINT, signal.SIGTERM}
-#: Seconds within which two nodes' first deaths count as one moment: the watchers wake up, and the
-#: nodes' clocks agree, no better than that; a rank that an MPI library ends for a lost peer can
-#: die a fraction of a millisecond after it.
-SAME_MOMENT = 0.01
-
-
-def probe(pid: int) -> tuple[str, int | None]:
-    """``(state, exit code)`` of process ``pid`` from ``/proc/PID/stat``: ``("gone", None)``
-    once it has been reaped; the exit code is 0 while it lives and, for a zombie, the wait
-    status (its low 7 bits the signal that ended it)."""
-    fields = nodeclean.stat(pid)
-    if not fields:
-        return "gone", None
-    try:
-        return fields[0], int(fields[-1])
-    except ValueError:
-        return fields[0], None
 
 
 def verdict(code: int | None, all_here: bool) -> tuple[str, str]:
@@ -133,56 +102,33 @@ def verdict(code: int | None, all_here: bool) -> tuple[str, str]:
     return "sure", f"crashed with {name}"  # launchers end ranks with SIGKILL: a crash is its own
 
 
-class _Rank:
-    __slots__ = ("rank", "size", "pid", "fd")
+class Rank(NamedTuple):
+    """A registered rank of this node: its number in the job of ``size``, its pid, and the read
+    end of its pipe (``fd``; -1 for none)."""
 
-    def __init__(self, rank: int, size: int, pid: int, fd: int):
-        self.rank, self.size, self.pid, self.fd = rank, size, pid, fd
-
-
-class _Peer:
-    __slots__ = ("host", "address", "ranks", "heard", "done", "died")
-
-    def __init__(self, host: str, address: tuple[str, int], ranks: list[int], heard: float):
-        self.host, self.address, self.ranks, self.heard = host, address, ranks, heard
-        self.done = False  # its ranks have all ended: not expected any more
-        self.died: tuple[float, int] | None = None  # (wall-clock time, rank) of the first death it announced
-
-
-def _ranks_text(ranks: list[int]) -> str:
-    shown = ", ".join(map(str, ranks[:8])) + (f", ... ({len(ranks)} in all)" if len(ranks) > 8 else "")
-    return f"rank {shown}" if len(ranks) == 1 else f"ranks {shown}"
+    rank: int
+    size: int
+    pid: int
+    fd: int
 
 
 class Watch:
     """The event loop (see the module docstring).  ``say`` writes one line for the user."""
 
-    def __init__(self, listener: socket.socket, marker: str, period: float = 1.0,
-                 timeout: float = 10.0, say: Callable[[str], object] | None = None,
-                 host: str | None = None):
+    def __init__(self, listener: socket.socket, marker: str, period: float, timeout: float,
+                 say: Callable[[str], object] | None = None, host: str | None = None):
         self.listener = listener
         self.marker = marker
         self.say = say or _to_stderr
         self.host = host or socket.gethostname()
         self.poll = select.epoll()
         self.poll.register(listener.fileno(), select.EPOLLIN)
-        self.period, self.timeout = period, timeout
-        self.udp: socket.socket | None = None
-        if timeout > 0:
-            try:
-                self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-                self.udp.bind(("", 0))
-                self.udp.setblocking(False)
-                self.poll.register(self.udp.fileno(), select.EPOLLIN)
-            except OSError:
-                self.udp = None  # no IP here: the node's own ranks are still watched
-        self.peers: dict[str, _Peer] = {}  # the job's other nodes, by host name
-        self.stopped: dict[int, float] = {}  # pid -> since when the rank is stopped
+        self.detector = Detector(self.host, period, timeout, self.poll)
         self.failed = False  # this watcher has ended the job
         self.kill_at: float | None = None  # when this node's ranks are to be killed
         self.unsaid = ""  # the line the observer was to say, said here if the job goes on regardless
         self.tidied = False  # earlier jobs' leftovers removed (remove_stale)
-        self.ranks: dict[int, _Rank] = {}  # by pipe fd
+        self.ranks: dict[int, Rank] = {}  # by pipe fd
         self.ever = 0  # ranks registered so far
         self.quiet = False  # the job ends with a report of its own, or is being stopped
         self.decided = False  # the first silent death has been dealt with
@@ -193,8 +139,9 @@ class Watch:
 
     # -- the loop ---------------------------------------------------------------------------
     def serve(self) -> None:
+        detector = self.detector
         started = last_scan = last_beat = time.monotonic()
-        tick = min(SCAN_PERIOD, self.period) if self.timeout > 0 else SCAN_PERIOD
+        tick = min(SCAN_PERIOD, detector.period) if detector.timeout > 0 else SCAN_PERIOD
         while self.ranks or (self.ever == 0 and time.monotonic() - started < IDLE_LIMIT):
             try:
                 events = self.poll.poll(tick)
@@ -206,8 +153,8 @@ class Watch:
                         self.accept()
                 elif fd in self.ranks:
                     self.on_pipe(self.ranks[fd])
-                elif self.udp is not None and fd == self.udp.fileno():
-                    self.hear()
+                elif fd == detector.fileno():
+                    detector.hear()
             if self.ever and not self.tidied:  # (after the first rank's answer: it waits for it)
                 self.tidied = True
                 try:
@@ -215,7 +162,7 @@ class Watch:
                 except OSError:
                     pass
             now = time.monotonic()
-            if self.timeout > 0 and self.ranks and now - last_beat >= self.period:
+            if detector.timeout > 0 and self.ranks and now - last_beat >= detector.period:
                 self.beat(now)
                 last_beat = now
             if self.ranks and now - last_scan >= SCAN_PERIOD:
@@ -223,51 +170,28 @@ class Watch:
                 last_scan = now
         self.listener.close()  # a rank still knocking starts a watcher of its own
         for _ in range(3):  # datagrams may be lost: the peers stop expecting this node
-            self.send(b"bye " + self.host.encode())
+            detector.send(b"bye " + self.host.encode())
         self.finish()
 
-    # -- the failure detector ---------------------------------------------------------------
+    # -- ending the job for the failure detector ---------------------------------------------
     def beat(self, now: float) -> None:
-        """One period: tell the job's other nodes this one lives; end the job when one of them
-        has been silent for the timeout or a rank of this node has been stopped for it."""
-        self.send(b"hb " + self.host.encode())
+        """One period: tell the job's other nodes this one lives; end the job when the detector
+        says so (:meth:`.detector.Detector.silence`)."""
+        self.detector.send(b"hb " + self.host.encode())
         if self.kill_at is not None and now >= self.kill_at:
             # The observer had 2 periods and a half to end the job.  Its ranks still run here, so
             # it did not: a partial loss (this node does not hear the lost one, the observer does;
             # seen when the emulated cluster's neighbour table overflowed) must not end a job
             # without a word.
-            if self.unsaid and any(_running(r.pid) for r in self.ranks.values()):
+            if self.unsaid and any(procstat.running(r.pid) for r in self.ranks.values()):
                 self.say(self.unsaid)
                 time.sleep(0.2)
             self.kill_ranks()
         if self.failed:
             return
-        silent = [p for p in self.peers.values() if not p.done and now - p.heard > self.timeout]
-        if silent:
-            peer = silent[0]
-            ranks = _ranks_text(peer.ranks)
-            self.fail(f"[hpcbsp] node {peer.host} ({ranks}) has not been heard from for "
-                      f"{now - peer.heard:.0f} s: it died, froze or lost its link; ending the job "
-                      f"(HPCBSP_HEARTBEAT_TIMEOUT={self.timeout:g})",
-                      speak=self.observer_of(peer.host, {p.host for p in silent}) == self.host)
-            return
-        for r in list(self.ranks.values()):
-            if probe(r.pid)[0] != "T":
-                self.stopped.pop(r.pid, None)
-                continue
-            since = self.stopped.setdefault(r.pid, now)
-            if now - since > self.timeout:
-                self.fail(f"[hpcbsp] rank {r.rank}/{r.size} (pid {r.pid} on {self.host}) has been "
-                          f"stopped for {now - since:.0f} s (SIGSTOP, or a frozen node); ending the job "
-                          f"(HPCBSP_HEARTBEAT_TIMEOUT={self.timeout:g})")
-                return
-
-    def observer_of(self, host: str, silent: set[str]) -> str:
-        """The node that speaks for lost node ``host``: the next one after it, in the order of the
-        names, that this watcher still hears (itself included).  Every node that hears the same
-        ones picks the same: one line for the job, not one per node."""
-        ring = sorted({host, self.host, *(h for h in self.peers if h not in silent)})
-        return ring[(ring.index(host) + 1) % len(ring)]
+        ends = self.detector.silence(now, [(r.rank, r.size, r.pid) for r in self.ranks.values()])
+        if ends is not None:
+            self.fail(*ends)
 
     def fail(self, line: str, speak: bool = True) -> None:
         """Say ``line`` (when ``speak``) and end the job: SIGKILL every rank of this node (the
@@ -280,7 +204,7 @@ class Watch:
         except OSError:
             pass
         if not speak:  # the observer says it and ends the job; this node follows if it does not
-            self.kill_at = time.monotonic() + 2 * self.period + 0.5
+            self.kill_at = time.monotonic() + 2 * self.detector.period + 0.5
             self.unsaid = line
             return
         self.say(line)
@@ -295,58 +219,7 @@ class Watch:
             except OSError:
                 pass
 
-    def send(self, datagram: bytes) -> None:
-        if self.udp is None:
-            return
-        for peer in self.peers.values():
-            if not peer.done:
-                try:
-                    self.udp.sendto(datagram, peer.address)
-                except OSError:
-                    pass  # no route (a cut link): the peer's silence is its own news
-
-    def hear(self, now: float | None = None) -> None:
-        """Take in the heartbeats and announced deaths that arrived (heard at ``now``, default
-        the clock's now)."""
-        assert self.udp is not None
-        now = time.monotonic() if now is None else now
-        while True:
-            try:
-                data = self.udp.recv(512)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                return
-            word, host, *rest = data.decode(errors="replace").split() + ["", ""]
-            peer = self.peers.get(host)
-            if peer is not None:
-                peer.heard = now
-                peer.done |= word == "bye"
-                if word == "died" and peer.died is None:
-                    try:
-                        peer.died = float(rest[0]), int(rest[1])
-                    except ValueError:
-                        pass
-
-    def meet(self, table: bytes) -> None:
-        """Learn the job's other nodes from a rank (lines ``HOST PORT RANK,RANK,...``)."""
-        now = time.monotonic()
-        for line in table.decode(errors="replace").splitlines()[1:]:
-            try:
-                host, port, ranks = line.split()
-                address = (socket.gethostbyname(host), int(port))
-                numbers = [int(x) for x in ranks.split(",")]
-            except (ValueError, OSError):
-                continue  # a name that does not resolve here: that node cannot be watched
-            if not address[0].startswith("127."):  # (another node's name meaning this one: unusable)
-                self.add_peer(host, address, numbers, now)
-
-    def add_peer(self, host: str, address: tuple[str, int], ranks: list[int], now: float) -> None:
-        """Watch node ``host`` (its watcher's heartbeats come from ``address``), counting its
-        silence from ``now``."""
-        if host != self.host and host not in self.peers and address[1]:
-            self.peers[host] = _Peer(host, address, ranks, now)
-
+    # -- the ranks ---------------------------------------------------------------------------
     def accept(self) -> None:
         try:
             conn, _ = self.listener.accept()
@@ -361,7 +234,7 @@ class Watch:
                 if uid == os.getuid() and not fds and msg.startswith(b"peers\n"):
                     while chunk := conn.recv(65536):
                         msg += chunk
-                    self.meet(msg)
+                    self.detector.meet(msg)
                     return
             except OSError:
                 return
@@ -374,20 +247,19 @@ class Watch:
             except ValueError:
                 os.close(fds[0])
                 return
-            self.ranks[fds[0]] = _Rank(rank, size, pid, fds[0])
+            self.ranks[fds[0]] = Rank(rank, size, pid, fds[0])
             self.ever += 1
             self.poll.register(fds[0], select.EPOLLIN)
-            parent = nodeclean.ppid(pid)
+            parent = procstat.ppid(pid)
             if parent:
                 self.launchers.add(parent)
             self.scan_shm(pid)
-            port = self.udp.getsockname()[1] if self.udp is not None else 0
             try:
-                conn.sendall(b"ok %d\n" % port)
+                conn.sendall(b"ok %d\n" % self.detector.port)
             except OSError:
                 pass
 
-    def on_pipe(self, r: _Rank) -> None:
+    def on_pipe(self, r: Rank) -> None:
         seen = time.time()  # (the wall clock: compared with other nodes' times, see first_death)
         try:
             data = os.read(r.fd, 64)
@@ -409,10 +281,10 @@ class Watch:
         self.decided = True
         self.first_death(r, seen)
 
-    def first_death(self, r: _Rank, seen: float) -> None:
+    def first_death(self, r: Rank, seen: float) -> None:
         """Name rank ``r``, whose pipe closed first on this node (at wall-clock time ``seen``),
         unless its end was no death or another node saw one earlier (the module docstring)."""
-        _, code = probe(r.pid)
+        _, code = procstat.probe(r.pid)
         all_here = self.ever >= r.size  # every rank of the job registered on this node
         kind, how = verdict(code, all_here)
         if kind != "quiet" and not how.startswith("crashed"):
@@ -423,12 +295,12 @@ class Watch:
         if kind == "quiet":
             self.quiet = True
             return
-        self.send(b"died %s %.6f %d" % (self.host.encode(), seen, r.rank))
+        self.detector.announce(seen, r.rank)
         if kind == "maybe":
-            self.listen(0.3)  # for the other nodes' deaths, and to see whether this node's go on
-            if any(_running(o.pid) for o in self.ranks.values()):
+            self.detector.listen(0.3)  # for the other nodes' deaths, and to see whether this node's go on
+            if any(procstat.running(o.pid) for o in self.ranks.values()):
                 kind = "sure"  # another rank of this node goes on: this one died first here
-        earlier, together = self.deaths_elsewhere(seen)
+        earlier, together = self.detector.deaths_elsewhere(seen)
         if earlier:
             self.quiet = True  # that node names its rank: this one was ended for it
             return
@@ -446,36 +318,11 @@ class Watch:
         self.say(f"[hpcbsp] rank {r.rank}/{r.size} (pid {r.pid} on {socket.gethostname()}) "
                  f"died without a report: {how}")
 
-    def listen(self, seconds: float) -> None:
-        """Take in the other nodes' datagrams for ``seconds`` (a plain sleep without the detector)."""
-        deadline = time.monotonic() + seconds
-        while (left := deadline - time.monotonic()) > 0:
-            if self.udp is None:
-                time.sleep(left)
-                return
-            try:
-                ready, _, _ = select.select([self.udp], [], [], left)
-            except InterruptedError:
-                continue
-            if ready:
-                self.hear()
-
-    def deaths_elsewhere(self, seen: float) -> tuple[bool, list[_Peer]]:
-        """The other nodes' announced deaths against this node's, seen at wall-clock time
-        ``seen``: whether one of them speaks instead of this node (it saw its death earlier by
-        more than :data:`SAME_MOMENT`, or within it but first: every node that heard the same
-        picks the same one), and the nodes whose deaths came within :data:`SAME_MOMENT` of
-        this one's (to be named with it)."""
-        near = [p for p in self.peers.values() if p.died is not None and abs(p.died[0] - seen) <= SAME_MOMENT]
-        first = min([(seen, self.host), *((p.died[0], p.host) for p in near if p.died)])
-        earlier = any(p.died is not None and p.died[0] < seen - SAME_MOMENT for p in self.peers.values())
-        return earlier or first[1] != self.host, near
-
     def others_stopping(self) -> bool:
         """Whether another rank of the node ended by HUP, INT or TERM (the job is being stopped;
         a launcher ends ranks for a failure with SIGKILL)."""
         for o in self.ranks.values():
-            state, code = probe(o.pid)
+            state, code = procstat.probe(o.pid)
             if state in ("Z", "X", "x") and code is not None and (code & 0x7F) in _STOPS:
                 return True
         return False
@@ -510,12 +357,6 @@ def _to_stderr(line: str) -> None:
         os.write(2, line.encode() + b"\n")
     except OSError:
         pass  # the job's output is gone (its node's launcher was killed too): nobody to tell
-
-
-def _running(pid: int) -> bool:
-    state, code = probe(pid)
-    return state not in ("gone", "Z", "X", "x") and code == 0
-
 
 
 def main(argv: list[str]) -> int:
