@@ -9,8 +9,8 @@ import importlib
 from types import ModuleType
 
 # One extension per concept; keep in step with kernels/*.pyx.
-EXTENSIONS: tuple[str, ...] = ("_grouping", "_indexed", "_reductions", "_exactsum", "_elements", "_persistent",
-                               "_update", "_envelopes", "_onesided", "_toposort")
+EXTENSIONS: tuple[str, ...] = ("_grouping", "_indexed", "_reductions", "_exactsum", "_elements", "_syncstate",
+                               "_controlstep", "_update", "_envelopes", "_onesided", "_toposort")
 
 
 class KernelsNotBuiltError(ImportError):
