@@ -7,7 +7,7 @@ of a distinct label, its traffic only where it is not None), so that appending o
 not four Python objects (a tuple, two floats, an int: about 0.2 us and 150 bytes a superstep).
 :class:`Counter` is the superstep counter, ``value``.  The compiled control step
 (``kernels/_controlstep.pyx``: ``RecordStep.agree_row`` and ``plain_sync``) appends a row and
-moves the counter through their C interface (``hpcbsp.kernels._syncstate.pxd`` beside this file),
+moves the counter through their C interface (``hpcbsp/kernels/_syncstate.pxd``, beside the module),
 without the interpreter; the runtime's ledger (:mod:`hpcbsp.runtime.superstep.ledger`) and its
 ``superstep`` property read them from Python.
 """

@@ -1,8 +1,8 @@
-# The C-level interface of hpcbsp.kernels._syncstate (kernels/_syncstate.pyx), for the compiled
-# control step (kernels/_controlstep.pyx), which appends rows and moves the counter without Python.
-# Named by its module's full name: Cython finds a dotted .pxd in an include directory, and a
-# cimport of it then imports hpcbsp.kernels._syncstate at run time (a plain _syncstate.pxd here
-# would be imported as a top-level module _syncstate, which does not exist).
+# The C-level interface of hpcbsp.kernels._syncstate (its source: kernels/_syncstate.pyx), for the
+# compiled control step (kernels/_controlstep.pyx), which appends rows and moves the counter
+# without Python.  Here, beside the module it declares, so that Cython finds it by the module's
+# package path and the cimport imports hpcbsp.kernels._syncstate at run time (beside the .pyx in
+# kernels/, which is no package, it would declare a top-level module _syncstate).
 from libc.stdint cimport int64_t
 
 
