@@ -51,7 +51,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM ?= 1
 endif
 endif
 
-KERNEL_SOURCES := $(wildcard kernels/*.pyx kernels/*.pxd kernels/*.h)
+KERNEL_SOURCES := $(wildcard kernels/*.pyx kernels/*.pxi kernels/*.h hpcbsp/kernels/*.pxd)
 
 .PHONY: run test lint test-serial test-mpi test-long install clean bench help
 

@@ -1,5 +1,8 @@
 """Build the Cython kernels in ``kernels/*.pyx`` into ``hpcbsp.kernels._<name>`` extensions.
 
+A ``.pxd`` that one kernel cimports from another lies beside its extension in the package
+(``hpcbsp/kernels/_syncstate.pxd``): Cython finds it by the module's package path, and the
+cimporting extension then imports ``hpcbsp.kernels._syncstate`` at run time.
 Everything else about the package lives in ``pyproject.toml``.  Release builds turn bounds
 checking and wrap-around off; set ``HPCBSP_DEBUG_KERNELS=1`` to build with them on.
 
@@ -39,8 +42,8 @@ extensions = [
     Extension(
         f"hpcbsp.kernels.{os.path.splitext(os.path.basename(src))[0]}",
         [src],
-        # rebuilt when a header or an included .pxi changes; in the sdist
-        depends=sorted(glob.glob("kernels/*.h") + glob.glob("kernels/*.pxi")),
+        # rebuilt when a header, an included .pxi or a cimported .pxd changes; in the sdist
+        depends=sorted(glob.glob("kernels/*.h") + glob.glob("kernels/*.pxi") + glob.glob("hpcbsp/kernels/*.pxd")),
         include_dirs=[numpy.get_include(), "kernels"],
         extra_compile_args=["-O3", *FP_FLAGS] + ([] if debug else ["-DNDEBUG"]),
         extra_link_args=LINK_FP_FLAGS,

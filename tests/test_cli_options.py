@@ -113,7 +113,7 @@ def test_programs_are_discovered():
 @pytest.mark.parametrize("program", _cases())
 def test_shared_options_mean_and_parse_the_same(program, monkeypatch, capsys):
     parser = parser_of(PROGRAMS[program], monkeypatch)
-    if program in SUBCOMMAND:  # argparse keeps its subparsers in a private action (argparse's, not ours)
+    if program in SUBCOMMAND:  # private on purpose: argparse keeps its subparsers in a private action
         subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         parser = subs.choices[SUBCOMMAND[program]]
     text = flat_help(parser)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from mpi_helpers import hydra_only
 
-from hpcbsp.apps.elastic.paper import _compute_mode, main, summarise, t_interval
+from hpcbsp.apps.elastic.paper import compute_mode, main, summarise, t_interval
 
 
 @pytest.mark.parametrize("n", [2, 3, 5, 12, 31, 40])
@@ -115,10 +115,10 @@ def test_paced_runs_pass_the_pacing_to_train_and_the_report_says_so(tmp_path: Pa
 def test_the_compute_mode_is_resolved_as_train_does() -> None:
     """The core-count warning is for real compute only: --compute as given (last wins, either
     spelling), ``auto`` meaning real for torch models and paced for the numpy ones."""
-    assert _compute_mode([], "cnn") == "real" and _compute_mode([], "softmax") == "sleep"
-    assert _compute_mode(["--compute", "real"], "softmax") == "real"
-    assert _compute_mode(["--compute=sleep"], "cnn") == "sleep"
-    assert _compute_mode(["--compute", "sleep", "--compute=auto"], "student") == "real"
+    assert compute_mode([], "cnn") == "real" and compute_mode([], "softmax") == "sleep"
+    assert compute_mode(["--compute", "real"], "softmax") == "real"
+    assert compute_mode(["--compute=sleep"], "cnn") == "sleep"
+    assert compute_mode(["--compute", "sleep", "--compute=auto"], "student") == "real"
 
 
 def test_the_report_reads_the_resolved_mode_and_survives_a_partial_summary(tmp_path: Path) -> None:

@@ -8,7 +8,6 @@ partial result at x0 = 0, which is 0, so x = d = b / diag(A) after every iterati
 from __future__ import annotations
 
 import json
-import math
 import os
 
 import numpy as np
@@ -25,10 +24,11 @@ from hpcbsp.cost.farmmodel import format_farm_parameters, model_from_farm
 from hpcbsp.farm import FarmEmulation, parse_emulation, run_farm
 from hpcbsp.farm.emulation import emulation_from_env, measure_map, wait_split
 from hpcbsp.farm.model import exchange_count, latency_count, tree_levels
-from hpcbsp.farm.skeleton import _tree_rounds  # private on purpose: the model's D(K) is the skeleton's
 
 mpi = pytest.mark.mpi(min_size=2)
 PROGRAM = os.path.join(os.path.dirname(__file__), "programs", "farm_tree_vs_linear.py")
+#: D, the binomial tree's rounds each way over P ranks, counted by hand: the smallest D with 2^D >= P.
+ROUNDS_BY_HAND = {2: 1, 3: 2, 4: 2, 5: 3, 8: 3, 9: 4, 16: 4, 17: 5, 32: 5, 33: 6}
 
 
 @mpi
@@ -60,7 +60,7 @@ def test_tree_jacobi_against_numpy_and_its_ledger_shape():
         order = [(r.bytes_out, r.bytes_in, r.msgs_out, r.msgs_in) for r in bsp.ledger if r.label == "farm:order"]
         p = bsp.nprocs
     np.testing.assert_allclose(result.x, np.linalg.solve(a, b), atol=1e-9)
-    rounds = math.ceil(math.log2(p))  # by hand: 2 ranks 1 round, 3 ranks 2 rounds
+    rounds = ROUNDS_BY_HAND[p]
     assert labels.count("farm:order") == rounds * (result.iterations + 1)
     assert labels.count("farm:result") == rounds * result.iterations
     # No rank sends or receives more than one order message per round.
@@ -69,19 +69,29 @@ def test_tree_jacobi_against_numpy_and_its_ledger_shape():
 
 @pytest.mark.parametrize("nprocs", [4, 5, 9])
 def test_tree_equals_linear_on_more_ranks_oversubscribed(nprocs):
+    """The same bits both ways, and the tree's exchange as the skeleton ran it: D supersteps of
+    each kind per iteration (the order once more, for the exit), and one message into each
+    worker per order and out of each worker per result, counted in the ledgers of every rank;
+    D against the count by hand and the model's D(K)."""
     res = run_mpi(nprocs, [PROGRAM, "30"], timeout=240, env={"HPCBSP_WAIT": "yield"})
     assert not res.timed_out and res.returncode == 0, res.output
     doc = json.loads(res.stdout.strip().splitlines()[-1])
     assert doc["same"] and doc["converged"] and doc["error"] < 1e-9, doc
+    rounds, workers, iterations = ROUNDS_BY_HAND[nprocs], nprocs - 1, doc["iterations"]
+    assert doc["supersteps"] == {"farm:order": rounds * (iterations + 1), "farm:result": rounds * iterations}, doc
+    assert doc["messages"] == {"farm:order": workers * (iterations + 1), "farm:result": workers * iterations}, doc
+    assert tree_levels(workers) == rounds
 
 
 def test_exchange_count_of_the_model():
-    # K = 8 workers, 9 ranks: the binomial tree has D = 4 levels (the farm's _tree_rounds(9) = 4);
+    # K = 8 workers, 9 ranks: the binomial tree has D = 4 levels (ROUNDS_BY_HAND);
     # transfers: 8 (linear), φ·4 + (1 − φ)·8 (tree); latencies: 2·8 and 2·4·8.
     assert exchange_count(8.0, "linear") == 8 and exchange_count(8.0, "tree", 0.25) == 0.25 * 4 + 0.75 * 8
     assert [latency_count(np.array([8.0]), c)[0] for c in ("linear", "tree")] == [16.0, 64.0]
-    assert [tree_levels(np.array([float(k)]))[0] for k in (1, 2, 3, 4, 7, 8, 15, 16, 31, 32)] == \
-        [_tree_rounds(k + 1) for k in (1, 2, 3, 4, 7, 8, 15, 16, 31, 32)]
+    np.testing.assert_array_equal(tree_levels(np.array([p - 1 for p in ROUNDS_BY_HAND], dtype=float)),
+                                  list(ROUNDS_BY_HAND.values()))
+    # a real K between two counts: the levels of ⌈K⌉ workers (⌈log2(K + 1)⌉ by hand)
+    np.testing.assert_array_equal(tree_levels(np.array([2.5, 3.0, 3.5, 7.25])), [2, 2, 3, 4])
 
 
 @mpi

@@ -10,7 +10,7 @@ import pytest
 from mpi_helpers import clean_env
 
 from hpcbsp import kernels
-from hpcbsp.kernels._extensions import EXTENSIONS  # private on purpose: the list these tests check
+from hpcbsp.kernels import EXTENSIONS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

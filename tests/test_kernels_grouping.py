@@ -1,6 +1,8 @@
 """group_by_dest against its numpy oracle (stable argsort + bincount)."""
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -8,7 +10,6 @@ from hypothesis import strategies as st
 
 from hpcbsp import kernels
 from hpcbsp.kernels import reference
-from hpcbsp.kernels._arrays import as_index_array  # private on purpose: its no-copy rule is tested
 
 INT_DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
 
@@ -56,10 +57,27 @@ def test_many_ranks_most_empty():
     check(dest, 100_000)
 
 
+def _peak_bytes(dest: np.ndarray) -> int:
+    """The most memory numpy held at once during one ``group_by_dest(dest, 5)`` (numpy reports
+    its buffers to tracemalloc)."""
+    tracemalloc.start()
+    try:
+        kernels.group_by_dest(dest, 5)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def test_contiguous_int64_is_used_without_copy():
-    dest = np.arange(10, dtype=np.int64)
-    assert as_index_array(dest, "destination") is dest
-    assert as_index_array(dest.astype(np.int32), "destination") is not dest
+    """A C-contiguous int64 array is read where it lies; any other is copied to one first.  The
+    oracle: the call's peak memory, the result's order (8 bytes an item) alone, or that and a
+    copy of the destinations as int64 (8 bytes an item more)."""
+    n = 200_000
+    dest = np.random.default_rng(4).integers(0, 5, n)
+    assert dest.dtype == np.int64 and dest.flags.c_contiguous
+    assert _peak_bytes(dest) < 1.5 * 8 * n
+    for other in (dest.astype(np.int32), np.repeat(dest, 2)[::2]):
+        assert _peak_bytes(other) >= 2 * 8 * n
 
 
 def test_destinations_at_the_bounds_are_accepted():

@@ -10,12 +10,19 @@ import re
 import numba
 import numpy as np
 import pytest
+from numba.core.dispatcher import Dispatcher
 from test_kernels_build import run  # a subprocess outside any enclosing mpiexec job
 
 from hpcbsp import kernels
 from hpcbsp.kernels import linear, reference
 
 JIT_DISABLED = bool(numba.config.DISABLE_JIT)
+
+
+def compiled_functions(*modules) -> dict[str, Dispatcher]:
+    """The Numba-compiled functions the modules hold, by module and name."""
+    return {f"{mod.__name__}.{name}": v for mod in modules for name, v in vars(mod).items()
+            if isinstance(v, Dispatcher)}
 
 
 def random_csr(rng, nrows, ncols, density=0.3, duplicates=True):
@@ -32,9 +39,8 @@ def random_csr(rng, nrows, ncols, density=0.3, duplicates=True):
 
 
 def test_kernels_are_compiled_unless_jit_is_disabled():
-    # (private on purpose: whether the jitted kernel behind csr_matvec is a Numba dispatcher)
-    is_dispatcher = isinstance(linear._csr_matvec_kernel, numba.core.dispatcher.Dispatcher)
-    assert is_dispatcher != JIT_DISABLED
+    # the CSR mat-vec, its index check and the two Jacobi sweeps; none with the JIT disabled
+    assert len(compiled_functions(linear)) == (0 if JIT_DISABLED else 4)
     assert kernels.compiled_status()["numba"] != JIT_DISABLED
 
 
@@ -212,14 +218,11 @@ def test_file_passes_with_jit_disabled():
 @pytest.mark.skipif(JIT_DISABLED, reason="with the JIT disabled there is nothing to compile or cache")
 def test_every_numba_kernel_caches_its_compilation():
     # cache=True: compiled once per machine and kept on disk, not at every start of every rank
-    from numba.core.dispatcher import Dispatcher
-
     from hpcbsp.elastic import models
     from hpcbsp.kernels import learning
 
-    dispatchers = {f"{mod.__name__}.{name}": v for mod in (linear, learning, models)
-                   for name, v in vars(mod).items() if isinstance(v, Dispatcher)}
+    dispatchers = compiled_functions(linear, learning, models)
     assert len(dispatchers) >= 10, sorted(dispatchers)
-    # (private on purpose: Numba says whether cache=True is on only through the dispatcher's _cache)
+    # private on purpose: Numba says whether cache=True is on only through the dispatcher's _cache
     assert {name: type(d._cache).__name__ for name, d in dispatchers.items()} == \
         {name: "FunctionCache" for name in dispatchers}

@@ -12,7 +12,8 @@ import pytest
 
 import hpcbsp
 from hpcbsp import Divergence
-from hpcbsp.kernels._persistent import Counter, Rows, plain_sync
+from hpcbsp.kernels.controlstep import allreduce_step, plain_sync
+from hpcbsp.kernels.syncstate import Counter, Rows
 from hpcbsp.runtime.superstep import native
 from hpcbsp.runtime.superstep.native import DIVERGED, RecordStep, start_wait_loop
 
@@ -36,8 +37,9 @@ def test_control_step_falls_back_to_allreduce_without_persistent_collectives(bsp
     how an MPI-3 library is imitated on this one.)"""
     monkeypatch.setenv("HPCBSP_CONTROL_COLLECTIVE", "persistent")
     with hpcbsp.BSP(bsp.comm) as ctx:
-        assert ctx._control._persistent is not None  # MPICH 5, Open MPI 5 and Intel MPI 2021 have MPI_Allreduce_init
-        ctx._control.free()                           # now as on an MPI-3 library
+        assert ctx.extension.control_collective == "persistent"  # MPICH 5, Open MPI 5, Intel MPI 2021: MPI_Allreduce_init
+        # private on purpose: freeing the control step's persistent request imitates an MPI-3 library
+        ctx._control.free()
         x = ctx.coarray(1, dtype=np.int64)
         x.put((ctx.pid + 1) % ctx.nprocs, [ctx.pid + 10])
         ctx.sync()
@@ -546,8 +548,6 @@ class _FakeAllreduce:
         return ctypes.addressof((ctypes.c_char * 80).from_buffer(self.record))
 
     def step(self, in_place: int, datatype: int, op: int, comm: int):
-        from hpcbsp.kernels._persistent import allreduce_step
-
         return allreduce_step(ctypes.cast(self.function, ctypes.c_void_p).value, self.width, in_place,
                               datatype, op, comm, self.address(), self, lambda code: RuntimeError(f"MPI error {code}"))
 
@@ -591,8 +591,6 @@ def test_the_blocking_step_raises_the_mpi_error_and_refuses_bad_arguments():
     with pytest.raises(RuntimeError, match="MPI error 7"):
         _FakeAllreduce(8, code=7).step(1, 2, 3, 4).agree(1, 0, 0, False, False)
     fake = _FakeAllreduce(4)
-    from hpcbsp.kernels._persistent import allreduce_step
-
     function = ctypes.cast(fake.function, ctypes.c_void_p).value
     with pytest.raises(ValueError, match="null"):
         allreduce_step(0, 4, -1, 1, 2, 3, fake.address(), None, RuntimeError)

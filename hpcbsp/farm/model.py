@@ -214,9 +214,14 @@ def share(workers: np.ndarray, granularity: str, list_length: int | None) -> np.
     return 1.0 / workers
 
 
-def tree_levels(workers: np.ndarray) -> np.ndarray:
-    """D(K) = ⌈log2(K + 1)⌉: the levels of the farm's binomial tree over K + 1 ranks."""
-    return np.maximum(1.0, np.ceil(np.log2(np.asarray(workers, dtype=float) + 1.0) - 1e-12))
+def tree_levels(workers: int | float | np.ndarray) -> np.ndarray:
+    """D(K) = ⌈log2(K + 1)⌉, at least 1: the levels of the farm's binomial tree over K + 1 ranks,
+    the rounds of its exchange each way (:mod:`hpcbsp.farm.skeleton`), for each K.
+
+    Exact, with no rounding of a logarithm: the bit length of ⌈K⌉ (the exponent ``frexp`` gives),
+    which equals ⌈log2(K + 1)⌉ for every real K > 0.
+    """
+    return np.maximum(1.0, np.frexp(np.ceil(np.asarray(workers, dtype=float)))[1])
 
 
 def exchange_count(workers: np.ndarray, comm: str, order_share: float = 0.5) -> np.ndarray:

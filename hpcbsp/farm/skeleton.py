@@ -13,9 +13,10 @@ One iteration with the ``linear`` exchange (the default; Sokolinsky's skeleton) 
 
 With the ``tree`` exchange (``exchange="tree"`` or ``$HPCBSP_FARM_EXCHANGE=tree``) the order goes
 down a binomial tree over the P = K + 1 ranks and the partial results come back up it, D =
-⌈log2 P⌉ supersteps each way: in order round d (d = D−1 … 0) every rank r ≡ 0 (mod 2^(d+1)) that
-holds the order puts it to r + 2^d; in result round d (d = 0 … D−1) every rank r ≡ 2^d (mod
-2^(d+1)) puts the rows it holds, its own and its subtree's [r, r + 2^d), to r − 2^d.  The master
+⌈log2 P⌉ supersteps each way (the model's D(K), :func:`hpcbsp.farm.model.tree_levels`): in
+order round d (d = D−1 … 0) every rank r ≡ 0 (mod 2^(d+1)) that holds the order puts it to
+r + 2^d; in result round d (d = 0 … D−1) every rank r ≡ 2^d (mod 2^(d+1)) puts the rows it
+holds, its own and its subtree's [r, r + 2^d), to r − 2^d.  The master
 ends with the same K partial results in the same slots and folds them itself, as in the model's
 tree form (:mod:`hpcbsp.farm.model`: 2·D supersteps, the order down D levels, all K results
 through the master's link, master fold of K results), so both exchanges give bit-identical
@@ -36,7 +37,6 @@ round at most (n + 1)·8 bytes and one message out of and into any rank; result 
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -49,6 +49,7 @@ from ..runtime.environment import setting
 from ..util.choices import EXCHANGES
 from . import emulation as emu
 from .checkpointing import FarmCheckpoint
+from .model import tree_levels
 from .problem import BSFProblem
 from .timings import SAMPLE_FIELDS, FarmTimings, append_report, check_report, summarise
 
@@ -247,11 +248,6 @@ def _exchange_form(bsp: BSP, exchange: str | None) -> str:
     return str(form)
 
 
-def _tree_rounds(nprocs: int) -> int:
-    """D = ⌈log2 P⌉: the rounds of a binomial tree over P ranks."""
-    return max(1, math.ceil(math.log2(nprocs)))
-
-
 def _tree_order(bsp: BSP, order: Any, message: np.ndarray | None) -> np.ndarray:
     """Broadcast the master's order down a binomial tree (D supersteps ``farm:order``).
 
@@ -259,7 +255,7 @@ def _tree_order(bsp: BSP, order: Any, message: np.ndarray | None) -> np.ndarray:
     """
     me, p = bsp.pid, bsp.nprocs
     have = message
-    for d in range(_tree_rounds(p) - 1, -1, -1):
+    for d in range(int(tree_levels(p - 1)) - 1, -1, -1):
         step = 1 << d
         if have is not None and me % (2 * step) == 0 and me + step < p:
             order.put(me + step, have)
@@ -278,7 +274,7 @@ def _tree_gather(bsp: BSP, results: Any, slot: int) -> None:
     h-relation of round d: at most 2^d·slot·8 bytes and one message out of and into any rank.
     """
     me, p = bsp.pid, bsp.nprocs
-    for d in range(_tree_rounds(p)):
+    for d in range(int(tree_levels(p - 1))):
         step = 1 << d
         if me % (2 * step) == step:
             hi = min(me + step, p)

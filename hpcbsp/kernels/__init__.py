@@ -4,7 +4,7 @@ The kernels know nothing of MPI.  Every kernel has a numpy reference beside it i
 :mod:`hpcbsp.kernels.reference`, which the tests use as their oracle.
 
 Cython (imported eagerly; importing this package fails with :class:`KernelsNotBuiltError`
-when the extensions were not built):
+when one of the extensions :data:`EXTENSIONS` was not built):
 
 - :func:`group_by_dest` - stable grouping of items by destination rank; :func:`append_by_dest`
   - appending records to per-destination buffers in one pass;
@@ -27,7 +27,7 @@ import os
 import sys
 from typing import Any
 
-from ._extensions import ERRORS, KernelsNotBuiltError, require_compiled
+from ._extensions import ERRORS, EXTENSIONS, KernelsNotBuiltError, require_compiled
 
 require_compiled()
 
@@ -49,7 +49,7 @@ _NUMBA_HOMES = {"csr_matvec": ".linear", "jacobi_sweep_dense": ".linear", "jacob
 _NUMBA_NAMES = tuple(_NUMBA_HOMES)
 
 __all__ = [
-    "KernelsNotBuiltError", "require_compiled", "compiled_status",
+    "EXTENSIONS", "KernelsNotBuiltError", "require_compiled", "compiled_status",
     "append_by_dest", "check_dests", "group_by_dest", "scatter_add", "gather", "sum", "dot", "sqnorm", "minmax",
     "exact_sum_state", "exact_sum_round", "exact_sum", "exact_sum_fast_path_enabled", "EXACT_SUM_STATE_LEN",
     "EXACT_SUM_MAX_MERGE", *_NUMBA_NAMES,

@@ -8,9 +8,10 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-# One extension per concept; keep in step with kernels/*.pyx.
-EXTENSIONS: tuple[str, ...] = ("_grouping", "_indexed", "_reductions", "_exactsum", "_elements", "_persistent",
-                               "_update", "_envelopes", "_onesided", "_toposort")
+#: The Cython extensions, one per concept: ``hpcbsp.kernels.NAME`` built from ``kernels/NAME.pyx``
+#: (keep in step with them; ``tests/test_kernels_build.py`` checks).
+EXTENSIONS: tuple[str, ...] = ("_grouping", "_indexed", "_reductions", "_exactsum", "_elements", "_syncstate",
+                               "_controlstep", "_update", "_envelopes", "_onesided", "_toposort")
 
 
 class KernelsNotBuiltError(ImportError):

@@ -33,8 +33,16 @@ from hpcbsp.elastic.timing import TimingModel
 from hpcbsp.elastic.wire import Wire
 from hpcbsp.elastic.zipline import zipline
 
-__all__ = ["TrainConfig", "PolicyRun", "run_simulated", "run_mpi", "warm_up", "build_model",
+__all__ = ["TrainConfig", "PolicyRun", "resolve_compute", "run_simulated", "run_mpi", "warm_up", "build_model",
            "model_info", "model_report"]
+
+
+def resolve_compute(compute: str, model: str) -> str:
+    """The iteration-time mode that ``compute`` (``--compute``: real, sleep or auto) means for
+    ``model``: ``auto`` is real for the torch models and sleep for the numpy ones."""
+    if compute == "auto":
+        return "real" if model in TORCH_MODELS else "sleep"
+    return compute
 
 
 @dataclass(frozen=True)
@@ -67,7 +75,7 @@ class TrainConfig:
     @property
     def real_compute(self) -> bool:
         """True when MPI workers pace by their measured compute time (see the module docstring)."""
-        return self.compute == "real" or (self.compute == "auto" and self.model in TORCH_MODELS)
+        return resolve_compute(self.compute, self.model) == "real"
 
 
 @dataclass

@@ -43,9 +43,10 @@ from hpcbsp.util.args.checks import check_out_dir, check_outputs, ledger_output
 from hpcbsp.util.args.parser import OneLineParser
 from hpcbsp.util.args.vocabulary import add_json, add_ledger, add_n, add_placement
 
+from .experiment import resolve_compute
 from .report import time_to_reach
 
-__all__ = ["main", "summarise", "t_interval"]
+__all__ = ["compute_mode", "main", "summarise", "t_interval"]
 
 PROG = "python -m hpcbsp.apps.elastic.paper"
 
@@ -111,20 +112,17 @@ def _how_timed(summary: Path) -> str:
         return ""
 
 
-def _compute_mode(extra: list[str], model: str) -> str:
-    """The iteration-time mode train.py will use: ``--compute`` from ``extra`` (last one wins,
-    as argparse does), ``auto`` resolved as train.py does (real for torch models)."""
+def compute_mode(extra: list[str], model: str) -> str:
+    """The iteration-time mode train.py will use with the options ``extra``: ``--compute`` (last
+    one wins, as argparse does), ``auto`` resolved as train.py does
+    (:func:`~hpcbsp.apps.elastic.experiment.resolve_compute`: real for torch models)."""
     mode = "auto"
     for i, a in enumerate(extra):
         if a == "--compute" and i + 1 < len(extra):
             mode = extra[i + 1]
         elif a.startswith("--compute="):
             mode = a.split("=", 1)[1]
-    if mode == "auto":
-        from hpcbsp.elastic.models import TORCH_MODELS
-
-        mode = "real" if model in TORCH_MODELS else "sleep"
-    return mode
+    return resolve_compute(mode, model)
 
 
 def _fmt(mean: float, half: float, unit: str = "", digits: int = 3) -> str:
@@ -257,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         extra += ["--compute", "sleep", "--base-delay", str(args.paced)]
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     here = args.hosts is None and args.launch == "mpiexec"  # every rank on this machine's cores
-    if here and _compute_mode(extra, args.model) == "real" and cores < args.workers + 1 and not args.dry_run:
+    if here and compute_mode(extra, args.model) == "real" and cores < args.workers + 1 and not args.dry_run:
         print(f"{PROG}: warning: {cores} cores for {args.workers + 1} ranks with real compute: the "
               "ranks share cores, so wall-clock times measure the sharing, not the policies; "
               "--paced 0.02 gives honest times here (docs/elastic.md)", file=sys.stderr, flush=True)

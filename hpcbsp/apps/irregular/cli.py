@@ -1,12 +1,15 @@
 """The command line of the irregular apps (histogram, index_gather, triangles, bfs):
 ``--mode fabsp|bsp|naive`` (and ``rma`` for the table apps), the mailbox tuning options and the
 shared options of :mod:`hpcbsp.util.args`, each rejecting a bad value with one line and exit
-status 2; and the driver of the table apps.
+status 2; and the driver of the table apps, with the call of their implementation of a mode
+(:func:`run_mode`).
 """
 from __future__ import annotations
 
 import argparse
-from typing import Callable
+from typing import Any, Callable
+
+import numpy as np
 
 from ...runtime import BSP
 from ...runtime import run as run_bsp
@@ -102,6 +105,18 @@ def table_app_main(argv: list[str] | None, app: str, doc: str, unit: str,
         return report(bsp, app, args.mode, out, args, unit=unit)
 
     return run_bsp(app_main)
+
+
+def run_mode(mode: str, modes: dict[str, Callable[..., tuple[np.ndarray, float]]], *args: Any,
+             **fabsp_kw: Any) -> tuple[np.ndarray, float]:
+    """``modes[mode](*args)``: a table app's implementation of ``mode``, all of them called with
+    the same arguments (the context, the owners and offsets, the table) and returning the
+    rank's result and its seconds, the fabsp mode with its own keyword arguments ``fabsp_kw`` too
+    (the chunk, the mailbox's options); a ``ValueError`` for a mode the app does not have."""
+    run = modes.get(mode)
+    if run is None:
+        raise ValueError(f"unknown mode {mode!r}")
+    return run(*args, **fabsp_kw) if mode == "fabsp" else run(*args)
 
 
 if __name__ == "__main__":

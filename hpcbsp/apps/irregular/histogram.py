@@ -47,7 +47,7 @@ from ...util.args.checks import check_checkpoint
 from ...util.args.types import positive_int
 from ...util.args.vocabulary import add_checkpoint, add_skew
 from .rma import histogram_rma
-from .cli import table_app_main
+from .cli import run_mode, table_app_main
 from .layout import cyclic_owner
 from .naive import naive_exchange, timed_naive
 from .report import Outcome, timed
@@ -160,16 +160,9 @@ def run_histogram(bsp: BSP, mode: str, n: int, table: int, seed: int = 1, chunk:
     owner, off = updates_of(bsp.pid, bsp.nprocs, n, table, seed, skew)
     if combine and mode != "fabsp":
         raise ValueError(f"combining is for the fabsp mode, not {mode!r}")
-    if mode == "fabsp":
-        counts, seconds = histogram_fabsp(bsp, owner, off, table, chunk, combine, **mailbox_kw)
-    elif mode == "bsp":
-        counts, seconds = histogram_bsp(bsp, owner, off, table)
-    elif mode == "naive":
-        counts, seconds = histogram_naive(bsp, owner, off, table)
-    elif mode == "rma":
-        counts, seconds = histogram_rma(bsp, owner, off, table)
-    else:
-        raise ValueError(f"unknown mode {mode!r}")
+    counts, seconds = run_mode(mode, {"fabsp": histogram_fabsp, "bsp": histogram_bsp, "naive": histogram_naive,
+                                      "rma": histogram_rma}, bsp, owner, off, table, chunk=chunk, combine=combine,
+                               **mailbox_kw)
     ok = bool(np.array_equal(counts, oracle(bsp.pid, bsp.nprocs, n, table, seed, skew))) if check else None
     return Outcome(n, seconds, ok, f"table: {table:,} counters per rank, "
                                    f"{int(counts.sum()):,} increments landed on rank {bsp.pid}")

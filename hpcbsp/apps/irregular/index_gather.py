@@ -31,7 +31,7 @@ from ...kernels import gather, group_by_dest
 from ...runtime import BSP
 from ...runtime.api.records import destination_slices
 from .rma import gather_rma
-from .cli import table_app_main
+from .cli import run_mode, table_app_main
 from .layout import cyclic_owner
 from .naive import naive_exchange, timed_naive
 from .report import Outcome, timed
@@ -138,16 +138,8 @@ def run_index_gather(bsp: BSP, mode: str, n: int, table: int, seed: int = 1, chu
     local = np.ascontiguousarray(whole[bsp.pid::bsp.nprocs])
     g = reads_of(bsp.pid, bsp.nprocs, n, table, seed)
     owner, off = cyclic_owner(g, bsp.nprocs)
-    if mode == "fabsp":
-        tgt, seconds = gather_fabsp(bsp, owner, off, local, chunk, **mailbox_kw)
-    elif mode == "bsp":
-        tgt, seconds = gather_bsp(bsp, owner, off, local)
-    elif mode == "naive":
-        tgt, seconds = gather_naive(bsp, owner, off, local)
-    elif mode == "rma":
-        tgt, seconds = gather_rma(bsp, owner, off, local)
-    else:
-        raise ValueError(f"unknown mode {mode!r}")
+    tgt, seconds = run_mode(mode, {"fabsp": gather_fabsp, "bsp": gather_bsp, "naive": gather_naive, "rma": gather_rma},
+                            bsp, owner, off, local, chunk=chunk, **mailbox_kw)
     ok = bool(np.array_equal(tgt, whole[g])) if check else None
     return Outcome(n, seconds, ok, f"table: {table:,} values per rank; request and reply "
                                    f"{2 * 8 * n:,} bytes per rank")

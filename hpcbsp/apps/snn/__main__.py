@@ -51,14 +51,10 @@ def build_parser() -> OneLineParser:
                      help=f"areas (contiguous id ranges) with short delays inside, long between (default {d.areas})")
     net.add_argument("--inter-area", type=fraction, metavar="F", default=d.inter_area,
                      help=f"fraction of synapses to other areas (default {d.inter_area})")
-    net.add_argument("--delay-min", type=positive_int, metavar="STEPS", default=d.delay_min,
-                     help=f"shortest delay inside an area, in steps (default {d.delay_min})")
-    net.add_argument("--delay-local-max", type=positive_int, metavar="STEPS", default=d.delay_local_max,
-                     help=f"longest delay inside an area, in steps (default {d.delay_local_max})")
-    net.add_argument("--delay-long-min", type=positive_int, metavar="STEPS", default=d.delay_long_min,
-                     help=f"shortest delay between areas, in steps (default {d.delay_long_min})")
-    net.add_argument("--delay-max", type=positive_int, metavar="STEPS", default=d.delay_max,
-                     help=f"longest delay between areas, in steps (default {d.delay_max})")
+    for field, what in (("delay_min", "shortest delay inside an area"), ("delay_local_max", "longest delay inside an area"),
+                        ("delay_long_min", "shortest delay between areas"), ("delay_max", "longest delay between areas")):
+        net.add_argument("--" + field.replace("_", "-"), type=positive_int, metavar="STEPS", default=getattr(d, field),
+                         help=f"{what}, in steps (default {getattr(d, field)})")
     run = parser.add_argument_group("simulation")
     run.add_argument("--time-ms", type=positive_float, metavar="MS", default=1000.0, help="simulated time in ms (default 1000)")
     run.add_argument("--dt", type=positive_float, metavar="MS", default=d.lif.dt_ms,

@@ -1,7 +1,7 @@
 """ASP: no synchronisation; every gradient is applied on arrival and its worker released."""
 from __future__ import annotations
 
-from .base import Decision, PolicyOptions, SyncPolicy
+from .base import Decision, SyncPolicy
 
 __all__ = ["ASP"]
 
@@ -14,10 +14,6 @@ class ASP(SyncPolicy):
     """
 
     name = "asp"
-
-    @classmethod
-    def from_options(cls, options: PolicyOptions) -> "ASP":
-        return cls()
 
     def start(self, n_workers: int, now: float) -> None:
         pass

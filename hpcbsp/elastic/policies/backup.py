@@ -1,7 +1,7 @@
 """Synchronous SGD with backup workers (Chen et al. 2016): apply the first ``n - b`` gradients of each step."""
 from __future__ import annotations
 
-from .base import Decision, PolicyError, PolicyOptions, SyncPolicy
+from .base import Decision, PolicyError, SyncPolicy
 
 __all__ = ["Backup"]
 
@@ -15,17 +15,11 @@ class Backup(SyncPolicy):
     """
 
     name = "backup"
+    PARAMETERS = {"backup": "b"}
 
     def __init__(self, backup: int):
         super().__init__()
         self.backup = backup
-
-    @classmethod
-    def from_options(cls, options: PolicyOptions) -> "Backup":
-        return cls(options.backup)
-
-    def describe(self) -> str:
-        return f"backup(b={self.backup})"
 
     def start(self, n_workers: int, now: float) -> None:
         if self.backup >= n_workers:

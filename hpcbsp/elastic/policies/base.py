@@ -86,22 +86,28 @@ class PolicyOptions:
 
 
 class SyncPolicy(ABC):
-    """Base class: subclasses set ``name`` and implement :meth:`start` and :meth:`on_push`."""
+    """Base class: subclasses set ``name`` (and ``PARAMETERS``, if they have any) and implement
+    :meth:`start` and :meth:`on_push`."""
 
     name: ClassVar[str]
+    #: The :class:`PolicyOptions` fields the policy is built from, in the order its constructor
+    #: takes them, each with its label in :meth:`describe` (None: not shown); an attribute of
+    #: that name holds each.
+    PARAMETERS: ClassVar[dict[str, str | None]] = {}
 
     def __init__(self) -> None:
         self.n_workers = 0
         self._stats: dict[str, Any] = {}
 
     @classmethod
-    @abstractmethod
     def from_options(cls, options: PolicyOptions) -> "SyncPolicy":
-        """Build the policy from the shared options."""
+        """Build the policy from the shared options: its :attr:`PARAMETERS`, in order."""
+        return cls(*(getattr(options, field) for field in cls.PARAMETERS))
 
     def describe(self) -> str:
-        """A short label with the parameters, e.g. ``ssp(s=3)``."""
-        return self.name
+        """A short label with the parameters, e.g. ``ssp(s=3)``; the name alone without any."""
+        shown = [f"{label}={getattr(self, field)}" for field, label in self.PARAMETERS.items() if label]
+        return f"{self.name}({','.join(shown)})" if shown else self.name
 
     def reset(self, n_workers: int, now: float) -> None:
         """Begin a run: every worker is released at time ``now`` with the initial weights."""

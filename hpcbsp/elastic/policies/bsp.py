@@ -1,7 +1,7 @@
 """BSP: a barrier after every iteration; the mean of all ``n`` gradients is one update."""
 from __future__ import annotations
 
-from .base import Decision, PolicyOptions, SyncPolicy
+from .base import Decision, SyncPolicy
 
 __all__ = ["BSP"]
 
@@ -14,10 +14,6 @@ class BSP(SyncPolicy):
     """
 
     name = "bsp"
-
-    @classmethod
-    def from_options(cls, options: PolicyOptions) -> "BSP":
-        return cls()
 
     def start(self, n_workers: int, now: float) -> None:
         self._arrived: list[int] = []

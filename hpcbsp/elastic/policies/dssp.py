@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..zipline import zipline
-from .base import Decision, PolicyOptions, SyncPolicy
+from .base import Decision, SyncPolicy
 from .clocks import HeldByCount, PushClock
 from .intervals import IntervalTracker
 
@@ -44,19 +44,13 @@ class DSSP(SyncPolicy):
     """
 
     name = "dssp"
+    PARAMETERS = {"s_lower": "s_L", "s_upper": "s_U", "window": None}
 
     def __init__(self, s_lower: int, s_upper: int, window: int = 1):
         super().__init__()
         self.s_lower = s_lower
         self.s_upper = s_upper
         self.window = window
-
-    @classmethod
-    def from_options(cls, options: PolicyOptions) -> "DSSP":
-        return cls(options.s_lower, options.s_upper, options.window)
-
-    def describe(self) -> str:
-        return f"dssp(s_L={self.s_lower},s_U={self.s_upper})"
 
     def start(self, n_workers: int, now: float) -> None:
         self.clock = PushClock(n_workers)

@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from ..zipline import predict_end_times, zipline
-from .base import Decision, PolicyOptions, SyncPolicy
+from .base import Decision, SyncPolicy
 from .intervals import IntervalTracker
 
 __all__ = ["ElasticBSP"]
@@ -39,18 +39,12 @@ class ElasticBSP(SyncPolicy):
     """
 
     name = "elastic"
+    PARAMETERS = {"R": "R", "window": None}
 
     def __init__(self, R: int, window: int = 3):
         super().__init__()
         self.R = R
         self.window = window
-
-    @classmethod
-    def from_options(cls, options: PolicyOptions) -> "ElasticBSP":
-        return cls(options.R, options.window)
-
-    def describe(self) -> str:
-        return f"elastic(R={self.R})"
 
     def start(self, n_workers: int, now: float) -> None:
         self.t = np.zeros(n_workers, dtype=np.int64)

@@ -1,7 +1,7 @@
 """SSP(s): apply on arrival; hold a worker while it is more than ``s`` pushes ahead of the slowest."""
 from __future__ import annotations
 
-from .base import Decision, PolicyOptions, SyncPolicy
+from .base import Decision, SyncPolicy
 from .clocks import HeldByCount, PushClock
 
 __all__ = ["SSP"]
@@ -16,17 +16,11 @@ class SSP(SyncPolicy):
     """
 
     name = "ssp"
+    PARAMETERS = {"s": "s"}
 
     def __init__(self, s: int):
         super().__init__()
         self.s = s
-
-    @classmethod
-    def from_options(cls, options: PolicyOptions) -> "SSP":
-        return cls(options.s)
-
-    def describe(self) -> str:
-        return f"ssp(s={self.s})"
 
     def start(self, n_workers: int, now: float) -> None:
         self.clock = PushClock(n_workers)

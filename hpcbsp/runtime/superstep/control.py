@@ -43,7 +43,8 @@ from .outbox import UNIFORM, Data, Extra, agreed
 from .waiting import Naps
 
 if TYPE_CHECKING:
-    from ...kernels._persistent import RecordStep, Rows
+    from ...kernels.controlstep import RecordStep
+    from ...kernels.syncstate import Rows
 
 
 class Kind(enum.IntEnum):

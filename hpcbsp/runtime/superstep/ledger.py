@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from mpi4py import MPI
 
-from ...kernels._persistent import Rows
+from ...kernels.syncstate import Rows
 from ..errors import UsageError
 
 

@@ -4,7 +4,7 @@ An empty ``sync`` is one control step, an ``Allreduce`` of a 10-word record (per
 blocking where the library runs that faster: :mod:`.control`).  Through mpi4py that step is four
 Python-level calls (pack, ``Start``, ``Wait``, unpack) of about a microsecond together, as much as
 the collective itself on a node.  :func:`compiled_step` builds a
-:class:`hpcbsp.kernels._persistent.RecordStep` that does the same in one compiled call: it writes
+:class:`hpcbsp.kernels.controlstep.RecordStep` that does the same in one compiled call: it writes
 the record, calls the MPI library's ``MPI_Start`` and ``MPI_Wait`` on the very request mpi4py set
 up (with the GIL released), and checks the reduced record.  Both paths drive the same persistent
 request, so they match each other: a rank may take either, and the result is the same.
@@ -38,7 +38,7 @@ from typing import Any, Callable, cast
 
 from mpi4py import MPI
 
-from ...kernels._persistent import DIVERGED, RecordStep, allreduce_step, start_wait_loop
+from ...kernels.controlstep import DIVERGED, RecordStep, allreduce_step, start_wait_loop
 from ..environment import setting
 
 __all__ = ["DIVERGED", "RecordStep", "compiled_allreduce_step", "compiled_call", "compiled_loop", "compiled_step",

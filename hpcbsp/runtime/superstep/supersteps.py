@@ -18,7 +18,7 @@ is one control step, a persistent ``Allreduce`` started and waited for in one co
 that call also reads the clock around the step and appends the ledger row itself when no rank has
 data (``ControlStep.empty_step``), so that ``sync`` makes no other call than it; step 5 is
 then only the counter.  While the context stays plain, not even the method's frame is left:
-the instance's ``sync`` is then a compiled function (:func:`~hpcbsp.kernels._persistent.plain_sync`) that
+the instance's ``sync`` is then a compiled function (:func:`~hpcbsp.kernels.controlstep.plain_sync`) that
 makes that call and counts the superstep itself, and hands any other call (records pending, a
 queue, a timeout) to the method.  Every step runs exactly as in the general path: the same
 record, the same agreement, the same row.
@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Protocol, cast
 import numpy as np
 from mpi4py import MPI
 
-from ...kernels._persistent import Counter, plain_sync
+from ...kernels.controlstep import plain_sync
+from ...kernels.syncstate import Counter
 from ..errors import BadInput, BSPError, SyncTimeout, UsageError
 from .arena import Arena
 from .control import ControlStep, Kind
@@ -232,13 +233,13 @@ class Supersteps:
 
     def _finish_empty(self, code: int, label: str | None) -> None:
         """The rest of a plain sync whose compiled empty step (``empty_step``, or the
-        :func:`~hpcbsp.kernels._persistent.plain_sync` standing for ``sync``) returned ``code``,
+        :func:`~hpcbsp.kernels.controlstep.plain_sync` standing for ``sync``) returned ``code``,
         not 0: another rank has data or gets (or the ranks diverged, which raises)."""
         t0 = self._control.empty_started
         self._end(label, t0, self._after_fast_step(code, label))
 
     def _fast_sync(self) -> None:
-        """Let the compiled :func:`~hpcbsp.kernels._persistent.plain_sync` stand for ``sync`` on
+        """Let the compiled :func:`~hpcbsp.kernels.controlstep.plain_sync` stand for ``sync`` on
         this instance while the context is plain and its control step compiled and blocking, and
         take it away otherwise (called whenever one of those changes).  Not where a subclass
         overrides ``sync``: its method must be what runs."""

@@ -11,14 +11,16 @@ from ._checks import IndexLike, as_index, check_int, result
 
 
 class Partitioning:
-    """A 1-D partitioning of ``n`` global indices over ``p`` ranks (abstract base).
+    """A 1-D partitioning of ``n`` global indices (``n >= 0``) over ``p`` ranks (``p >= 1``)
+    (abstract base).
 
-    Subclasses define :meth:`_owner_local`, :meth:`_global` and :meth:`local_sizes`; the checked,
-    vectorised public methods are here.
+    Subclasses define :meth:`_owner_local` and :meth:`_global` and set ``_sizes``, the number of
+    elements on each rank; the checked, vectorised public methods are here.
     """
 
     n: int
     p: int
+    _sizes: np.ndarray
 
     # ------------------------------------------------------------------ subclass hooks
     def _owner_local(self, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -29,11 +31,16 @@ class Partitioning:
 
     def local_sizes(self) -> np.ndarray:
         """Number of elements on each rank, an int64 array of length ``p``."""
-        raise NotImplementedError
+        return self._sizes.copy()
 
     def describe(self) -> dict[str, Any]:
         """A JSON-able description; :func:`from_description` rebuilds the partitioning."""
         raise NotImplementedError
+
+    def _check_sizes(self, n: int, p: int, where: str) -> None:
+        """Set ``n`` and ``p``, checked; an error names the constructor call ``where``."""
+        self.n = check_int(n, "n", 0, where)
+        self.p = check_int(p, "p", 1, where)
 
     # ------------------------------------------------------------------ public API
     def _check_global(self, g: IndexLike, call: str) -> tuple[np.ndarray, bool]:
@@ -93,6 +100,11 @@ class Partitioning:
         order, so the elements at or after ``g`` are a suffix of the local part)."""
         return int(np.searchsorted(self.global_indices(rank), g))
 
+    def __repr__(self) -> str:
+        """The constructor call, from :meth:`describe`: ``Block(n=10, p=3)``."""
+        args = ", ".join(f"{key}={value}" for key, value in self.describe().items() if key != "kind")
+        return f"{type(self).__name__}({args})"
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Partitioning) and self.describe() == other.describe()
 
@@ -119,8 +131,7 @@ class BlockCyclic(Partitioning):
 
     def __init__(self, n: int, p: int, block: int):
         where = f"BlockCyclic(n={n!r}, p={p!r}, block={block!r})"
-        self.n = check_int(n, "n", 0, where)
-        self.p = check_int(p, "p", 1, where)
+        self._check_sizes(n, p, where)
         self.block = check_int(block, "block", 1, where)
         nblocks, last = divmod(self.n, self.block)
         full_rounds, extra = divmod(nblocks, self.p)
@@ -128,9 +139,6 @@ class BlockCyclic(Partitioning):
         sizes[:extra] += self.block
         sizes[extra % self.p] += last  # the short last block goes to the next rank in turn
         self._sizes = sizes
-
-    def __repr__(self) -> str:
-        return f"BlockCyclic(n={self.n}, p={self.p}, block={self.block})"
 
     def _owner_local(self, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         k, within = np.divmod(g, self.block)
@@ -141,30 +149,17 @@ class BlockCyclic(Partitioning):
         rounds, within = np.divmod(local, self.block)
         return (rounds * self.p + rank) * self.block + within
 
-    def local_sizes(self) -> np.ndarray:
-        return self._sizes.copy()
-
     def describe(self) -> dict[str, Any]:
         return {"kind": "block-cyclic", "n": self.n, "p": self.p, "block": self.block}
 
 
 class Cyclic(BlockCyclic):
-    """Global index ``g`` on rank ``g mod p`` at local index ``g // p`` (block-cyclic with block 1).
-
-    Parameters
-    ----------
-    n : int
-        Number of global indices (>= 0).
-    p : int
-        Number of ranks (>= 1).
-    """
+    """Global index ``g`` on rank ``g mod p`` at local index ``g // p`` (block-cyclic with block 1;
+    ``n`` and ``p`` as in every :class:`Partitioning`)."""
 
     def __init__(self, n: int, p: int):
-        where = f"Cyclic(n={n!r}, p={p!r})"
-        super().__init__(check_int(n, "n", 0, where), check_int(p, "p", 1, where), 1)
-
-    def __repr__(self) -> str:
-        return f"Cyclic(n={self.n}, p={self.p})"
+        self._check_sizes(n, p, f"Cyclic(n={n!r}, p={p!r})")
+        super().__init__(self.n, self.p, 1)
 
     def _owner_local(self, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         local, rank = np.divmod(g, self.p)
@@ -182,26 +177,15 @@ class Block(Partitioning):
 
     Rank r's block is ``range(*block_range(n, p, r))``: the sizes come from
     :mod:`hpcbsp.runtime.api.distribution`, the one home of the block split, which the runtime's
-    collectives and the block-row apps use without a partitioning object.
-
-    Parameters
-    ----------
-    n : int
-        Number of global indices (>= 0).
-    p : int
-        Number of ranks (>= 1).
+    collectives and the block-row apps use without a partitioning object.  (``n`` and ``p`` as in
+    every :class:`Partitioning`.)
     """
 
     def __init__(self, n: int, p: int):
-        where = f"Block(n={n!r}, p={p!r})"
-        self.n = check_int(n, "n", 0, where)
-        self.p = check_int(p, "p", 1, where)
+        self._check_sizes(n, p, f"Block(n={n!r}, p={p!r})")
         self._base, self._extra = divmod(self.n, self.p)
         self._sizes = block_sizes(self.n, self.p)
         self._starts = np.concatenate([[0], np.cumsum(self._sizes)[:-1]]).astype(np.int64)
-
-    def __repr__(self) -> str:
-        return f"Block(n={self.n}, p={self.p})"
 
     def _owner_local(self, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         # The first `extra` ranks hold base + 1 each, covering indices below split.
@@ -213,9 +197,6 @@ class Block(Partitioning):
 
     def _global(self, rank: np.ndarray, local: np.ndarray) -> np.ndarray:
         return self._starts[rank] + local
-
-    def local_sizes(self) -> np.ndarray:
-        return self._sizes.copy()
 
     def start(self, rank: int) -> int:
         """First global index of ``rank``'s block."""
@@ -257,7 +238,7 @@ class Explicit(Partitioning):
         local[order] = np.arange(self.n, dtype=np.int64) - np.repeat(starts, self._sizes)
         self._local = local
 
-    def __repr__(self) -> str:
+    def __repr__(self) -> str:  # the owners are left out
         return f"Explicit(n={self.n}, p={self.p})"
 
     def _owner_local(self, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -265,9 +246,6 @@ class Explicit(Partitioning):
 
     def _global(self, rank: np.ndarray, local: np.ndarray) -> np.ndarray:
         return self._by_rank[self._starts[rank] + local]
-
-    def local_sizes(self) -> np.ndarray:
-        return self._sizes.copy()
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "explicit", "n": self.n, "p": self.p, "owners": self._owners.tolist()}
