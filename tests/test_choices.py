@@ -120,7 +120,6 @@ def _literal_lists(path: Path) -> list[tuple[int, tuple[str, ...]]]:
 
 #: A program's own selection of a list's words, with why it is no copy of the list.
 OWN_SELECTIONS = {
-    ("hpcbsp/bench/sync/waits.py", ("spin", "yield")): "the two modes a context resolves to, measured side by side",
 }
 
 

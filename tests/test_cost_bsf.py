@@ -161,7 +161,7 @@ def test_k_beyond_list_length_is_not_a_boundary():
 @pytest.mark.parametrize("kwargs, message", [
     ({"latency": -1.0}, "latency"),
     ({"t_map": float("nan")}, "t_map"),
-    ({"list_length": 0}, "list length"),
+    ({"list_length": 0}, "list_length must be an integer >= 1"),
     ({"t_a": 1e-6, "list_length": None}, "list length"),
 ])
 def test_bad_parameters_are_refused(kwargs, message):

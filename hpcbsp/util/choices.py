@@ -24,7 +24,7 @@ No imports: every layer may read it.
 from __future__ import annotations
 
 __all__ = ["CONTROL_COLLECTIVES", "EXCHANGES", "LAUNCHES", "ROUTINGS", "ROUTING_CHOICES", "TRANSPORTS",
-           "WAIT_MODES", "one_of"]
+           "WAIT_MODES", "RESOLVED_WAIT_MODES", "one_of"]
 
 #: The BSF farm's exchange: ``linear`` (the master talks to the workers one by one, the default)
 #: or ``tree`` (a binomial tree).
@@ -39,6 +39,8 @@ ROUTING_CHOICES: tuple[str, ...] = ("auto", *ROUTINGS)
 
 #: How a rank waits for the others: ``auto`` (the default), ``spin`` or ``yield``.
 WAIT_MODES: tuple[str, ...] = ("auto", "spin", "yield")
+#: The modes a context's ``auto`` resolves to, and the ones a wait pauses by.
+RESOLVED_WAIT_MODES: tuple[str, ...] = tuple(m for m in WAIT_MODES if m != "auto")
 
 #: The control step's allreduce: ``auto`` (the default: the one the MPI library runs faster),
 #: ``persistent`` or ``blocking``.

@@ -11,13 +11,14 @@ from typing import Any
 from mpi4py import MPI
 
 import hpcbsp
+from hpcbsp.util.choices import RESOLVED_WAIT_MODES
 
 from .common import median_or_nan, per_call
 
 
 def wait_modes(bsp: "hpcbsp.BSP", iters: int, rounds: int, nap_s: float) -> dict[str, Any]:
     """Empty sync latency and a late rank's wait, spinning vs yielding (medians over rounds)."""
-    ctx = {mode: hpcbsp.BSP(bsp.comm, wait=mode) for mode in ("spin", "yield")}
+    ctx = {mode: hpcbsp.BSP(bsp.comm, wait=mode) for mode in RESOLVED_WAIT_MODES}
     comm = bsp.comm
     late = bsp.nprocs - 1
     out: dict[str, list[float]] = {f"{m}_{k}": [] for m in ctx for k in ("sync_us", "cpu", "after_us")}

@@ -61,7 +61,7 @@ from typing import Callable
 
 from mpi4py import MPI
 
-from ...util.choices import WAIT_MODES
+from ...util.choices import RESOLVED_WAIT_MODES, WAIT_MODES
 from ..environment import setting
 from ..errors import BSPError
 from .nodes import Nodes
@@ -129,7 +129,7 @@ class Naps:
     __slots__ = ("_start", "_call")
 
     def __init__(self, mode: str, polling_others: bool = False):
-        if mode not in ("spin", "yield"):
+        if mode not in RESOLVED_WAIT_MODES:
             raise ValueError(f"a wait pauses as 'spin' or 'yield', not {mode!r}")
         self._start = time.perf_counter()
         if mode == "yield":
