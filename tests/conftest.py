@@ -29,6 +29,11 @@ import pytest
 from hpcbsp.runtime.launch import expected_world_size
 
 os.environ.setdefault("MPIEXEC_TIMEOUT", "600")
+# The suite runs as a user of this virtualenv would, activated: its bin/ first on PATH, so that the
+# `python`, `mpiexec` and `hpcbsp` that commands and launched programs name are the venv's.
+_VENV_BIN = os.path.dirname(sys.executable)
+if os.environ.get("PATH", "").split(os.pathsep)[0] != _VENV_BIN:
+    os.environ["PATH"] = os.pathsep.join([_VENV_BIN, os.environ.get("PATH", "")])
 os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(os.path.dirname(__file__), "..", ".hpcbsp-cache", "numba"))
 
 
