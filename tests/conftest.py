@@ -108,10 +108,20 @@ def bsp():
         yield ctx
 
 
+#: Tests that use the one emulated cluster (slurm/local-cluster.sh) or its Slurm: they freeze its
+#: nodes, cut its links and fill its queue, so under pytest-xdist they run one after another on
+#: one worker (``--dist loadgroup``), beside the other workers' tests.
+CLUSTER_GROUP = pytest.mark.xdist_group("cluster")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip serial-only tests inside an MPI job, and say how MPI tests are run when they are
-    skipped in the serial pass."""
+    skipped in the serial pass; put the tests of the emulated cluster in one xdist group."""
+    for item in items:
+        if item.get_closest_marker("slurm") is not None or item.path.name.startswith(("test_cluster_", "test_slurm_")) \
+                or "slurm" in item.name:
+            item.add_marker(CLUSTER_GROUP)
     if (expected_world_size() or 1) > 1:
         serial = pytest.mark.skip(reason="serial_only: runs in the serial pass (plain pytest), not once "
                                          "per rank of an MPI job")

@@ -198,7 +198,7 @@ def _data(path) -> tuple[str, list[np.ndarray]]:
 
 @needs_cc
 @needs_x86
-@pytest.mark.slow
+@pytest.mark.long  # two builds of the exact sum and the reductions: `make test-long`
 def test_native_and_fast_math_builds_give_the_default_builds_bits(tmp_path):
     from test_kernels_exact_sum_fastpath import may_extract  # the independent acceptance rule
 
