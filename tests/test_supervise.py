@@ -378,10 +378,24 @@ def test_hosts_that_do_not_answer_are_left_out(tmp_path):
 ])
 def test_bad_arguments_one_line_exit_2_nothing_started(tmp_path, args, needle, under=None):
     (tmp_path / "hosts").write_text("a\nb\n")
-    out = _supervise(tmp_path, *args, env=clean_env(slurm=True, **(under or {})))
+    stubs = tmp_path / "stubs"  # an srun that is never run: the checks refuse before any launch
+    stubs.mkdir()
+    (stubs / "srun").write_text("#!/bin/sh\necho srun was run >&2\nexit 99\n")
+    (stubs / "srun").chmod(0o755)
+    env = clean_env(slurm=True, PATH=f"{stubs}{os.pathsep}{os.environ['PATH']}", **(under or {}))
+    out = _supervise(tmp_path, *args, env=env)
     assert out.returncode == 2, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and needle in out.stderr, out.stderr
     assert out.stderr.startswith("hpcbsp supervise: error: ") and not out.stdout
+
+
+def test_srun_missing_is_one_line_exit_2(tmp_path):
+    only_true = tmp_path / "bin"  # a PATH with the program and no srun (the machine may have one)
+    only_true.mkdir()
+    (only_true / "true").symlink_to(shutil.which("true"))
+    out = _supervise(tmp_path, "--launch", "srun", "--", "true", env=clean_env(slurm=True, PATH=str(only_true)))
+    assert out.returncode == 2, out.stderr
+    assert out.stderr == "hpcbsp supervise: error: --launch srun: no srun on PATH (see hpcbsp supervise --help)\n"
 
 
 def test_it_is_not_run_under_a_launcher(tmp_path):
