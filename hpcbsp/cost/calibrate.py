@@ -29,7 +29,7 @@ from dataclasses import replace
 from typing import Any, Sequence, TextIO
 
 from ..farm.emulation import EMULATE_ENV, NOTICE, FarmEmulation, parse_emulation
-from ..farm.model import PARAM_NAMES
+from ..farm.params import PARAM_NAMES
 from ..farm.skeleton import EXCHANGE_ENV
 from ..farm.timings import REPORT_ENV
 from ..runtime.launch import find_mpiexec

@@ -13,7 +13,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..farm.emulation import NOTICE, describe
-from ..farm.model import BSFModel, BSFParams
+from ..farm.model import BSFModel
+from ..farm.params import BSFParams
 from ..farm.timings import SAMPLE_FIELDS, per_iteration_params
 from ..util.choices import EXCHANGES
 from .errors import CostInputError
