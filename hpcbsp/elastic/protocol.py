@@ -52,7 +52,8 @@ Every wait polls instead of blocking inside MPI, so that it is bounded by ``time
 run fails instead of hanging), and between polls it does what the wait mode says
 (:mod:`hpcbsp.runtime.superstep.waiting`; ``wait=`` of :func:`serve` and :func:`work`, ``$HPCBSP_WAIT``,
 agreed by all ranks at the start): ``spin`` where every rank has a core (lowest latency;
-``python -m hpcbsp.bench elastic`` measures it, docs/performance.md), ``yield``
+``python -m hpcbsp.bench elastic`` measures it; the diagnosis: docs/notes/performance-journal.md,
+"Parameter server and allreduce, float32"), ``yield``
 where ranks share cores (a rank blocked in MPI would spin on the core a worker's compute needs:
 short yields, then naps of an eighth of the time waited).
 """

@@ -71,7 +71,7 @@ class Flavour:
     variables: tuple[tuple[str, str], ...] = ()      # the variables that matter to hpcbsp, with what each does
     #: The control step's collective (``$HPCBSP_CONTROL_COLLECTIVE=auto``): ``persistent``
     #: (``MPI_Allreduce_init`` once, ``MPI_Start`` + ``MPI_Wait`` per step) or ``blocking`` (one
-    #: ``MPI_Allreduce``), whichever this library runs faster (docs/notes/performance-journal.md, *Per MPI*).
+    #: ``MPI_Allreduce``), whichever this library runs faster (docs/notes/performance-journal.md, "Per MPI").
     control_collective: str = "persistent"
 
     @property
