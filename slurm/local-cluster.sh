@@ -47,7 +47,7 @@ readonly RSH="$RUN/rsh"              # for mpiexec -launcher rsh -launcher-exec
 readonly TASK_PROLOG="$RUN/task-prolog"
 # Each MPI's TCP transport over a node's eth0, set by the rsh launcher and the task prolog unless
 # the job chose a transport: MPICH's and Intel MPI's (libfabric's tcp provider; Intel MPI reads
-# I_MPI_FABRICS, MPICH the netmod), and Open MPI's (ob1 and the tcp BTL). hpcbsp/util/mpiflavour.py
+# I_MPI_FABRICS, MPICH the netmod), and Open MPI's (ob1 and the tcp BTL). hpcbsp/util/flavours.py
 # has the same (Flavour.cluster_tcp_env), which tests/test_cluster_mpis.py checks against these.
 readonly CLUSTER_TCP_HYDRA="MPIR_CVAR_CH4_NETMOD=ofi FI_PROVIDER=tcp FI_TCP_IFACE=eth0 I_MPI_FABRICS=shm:ofi"
 readonly CLUSTER_TCP_OPENMPI="OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,sm,tcp OMPI_MCA_btl_tcp_if_include=eth0 PRTE_MCA_oob_tcp_if_include=eth0"
@@ -335,7 +335,7 @@ make_nodes() {
 # shared memory (MPICH's UCX netmod, Open MPI's UCX PML and libfabric's shm provider see one
 # machine), and no byte would cross the links. For MPICH the OFI netmod with libfabric's tcp
 # provider, not UCX_TLS=tcp: with UCX's tcp transport a flood of small messages (the FA-BSP apps'
-# naive mode) stalled. The variables are hpcbsp/util/mpiflavour.py's (Flavour.cluster_tcp_env;
+# naive mode) stalled. The variables are hpcbsp/util/flavours.py's (Flavour.cluster_tcp_env;
 # tests/test_cluster_mpis.py checks that these exports match it).
 write_launchers() {
   local nodes=$1 subnet=$2 i

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from hpcbsp.util import choices
-from hpcbsp.util.settings import SETTINGS, SettingError, value
+from hpcbsp.util.envvars import SETTINGS
+from hpcbsp.util.settings import SettingError, value
 
 ROOT = Path(__file__).resolve().parents[1] / "hpcbsp"
 

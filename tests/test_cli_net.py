@@ -405,7 +405,8 @@ def test_cost_reported_cases(argv, status, phrase, workdir, monkeypatch):
 def test_validate_max_mape_judges_the_computed_mape(workdir, monkeypatch):
     """Oracle: the MAPE recomputed here from the model's formula and the runs file."""
     monkeypatch.chdir(workdir)
-    from hpcbsp.farm.model import BSFModel, BSFParams
+    from hpcbsp.farm.model import BSFModel
+    from hpcbsp.farm.params import BSFParams
 
     model = BSFModel(BSFParams(**MODEL))
     rows = [line.split(",") for line in (workdir / "runs.csv").read_text().splitlines()[1:]]

@@ -50,8 +50,9 @@ from cluster_helpers import (
 from mpi_helpers import clean_env
 
 from hpcbsp.runtime.launch import find_mpiexec
+from hpcbsp.util.flavours import IMPI, MPICH, OPENMPI, OPENMPI_ROOT_VARS, Flavour
 from hpcbsp.util.jobcommand import job_command
-from hpcbsp.util.mpiflavour import IMPI, MPICH, OPENMPI, OPENMPI_ROOT_VARS, Flavour, by_name, mpiexec_flavour
+from hpcbsp.util.mpiflavour import by_name, mpiexec_flavour
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "slurm" / "local-cluster.sh"

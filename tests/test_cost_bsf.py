@@ -9,7 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpcbsp.cost.errors import CostInputError
-from hpcbsp.farm.model import BSFModel, BSFParams, plateau_starts
+from hpcbsp.farm.model import BSFModel
+from hpcbsp.farm.params import BSFParams
+from hpcbsp.farm.terms import plateau_starts
 
 
 def t_by_hand(p: BSFParams, k: int, comm: str, gran: str) -> float:

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import pytest
 
-from hpcbsp.farm.model import BSFModel, BSFParams
+from hpcbsp.farm.model import BSFModel
+from hpcbsp.farm.params import BSFParams
 
 # L = 1 ms, t_c = 2 ms, t_Map = 0.5 s, t_a = 0.1 ms, t_p = 4 ms, l = 100.
 LINEAR = BSFParams(latency=1e-3, t_c=2e-3, t_map=0.5, t_a=1e-4, t_p=4e-3, list_length=100)

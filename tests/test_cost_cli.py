@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from hpcbsp.cli.cost import main
-from hpcbsp.farm.model import BSFModel, BSFParams
+from hpcbsp.farm.model import BSFModel
+from hpcbsp.farm.params import BSFParams
 
 SUBCOMMANDS = ["bsf", "fit", "predict", "validate", "plot", "calibrate", "probe", "ledger"]
 TRUE = BSFModel(BSFParams(0.0, 2e-3, 1.0, 0.0, 1e-3, None))  # K_max = 22

@@ -8,7 +8,9 @@ from hpcbsp.cost.errors import CostInputError
 from hpcbsp.cost.fit import fit_coefficients, fit_runs
 from hpcbsp.cost.modelfile import load_model, save_model
 from hpcbsp.cost.runs import Runs
-from hpcbsp.farm.model import BSFModel, BSFParams, basis
+from hpcbsp.farm.model import BSFModel
+from hpcbsp.farm.params import BSFParams
+from hpcbsp.farm.terms import basis
 
 
 def runs_of(model: BSFModel, workers, noise: float = 0.0, seed: int = 0) -> Runs:

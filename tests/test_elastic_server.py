@@ -31,7 +31,8 @@ def _delay(comm) -> float:
 
 @pytest.mark.mpi(min_size=2)
 def test_bsp_server_is_gradient_descent_in_closed_form(comm) -> None:
-    from hpcbsp.elastic.server import serve, work
+    from hpcbsp.elastic.server import serve
+    from hpcbsp.elastic.worker import work
 
     target = np.array([3.0, -1.0, 0.5, 2.0])
     w0 = np.zeros(4)
@@ -50,7 +51,8 @@ def test_bsp_server_is_gradient_descent_in_closed_form(comm) -> None:
 
 @pytest.mark.mpi(min_size=2)
 def test_asp_server_applies_every_gradient_once(comm) -> None:
-    from hpcbsp.elastic.server import serve, work
+    from hpcbsp.elastic.server import serve
+    from hpcbsp.elastic.worker import work
 
     w0 = np.full(3, 10.0)
     if comm.Get_rank() == 0:
@@ -83,8 +85,9 @@ def test_asp_streams_a_large_model_in_pieces_and_no_worker_sees_torn_weights(com
     would show), and the versions it sees must grow.  A float32 gradient is sent from the
     array itself, a float64 one is encoded first: both arrive the same.  Both transports: the
     weights as messages in pieces, and (``auto`` on one node) in a shared-memory window."""
-    from hpcbsp.elastic.server import serve, work
+    from hpcbsp.elastic.server import serve
     from hpcbsp.elastic.wire import pieces
+    from hpcbsp.elastic.worker import work
 
     P, lr, updates = 700_001, 0.5, 40
     assert len(pieces(P, 4)) == 3
@@ -114,7 +117,8 @@ def test_asp_streams_a_large_model_in_pieces_and_no_worker_sees_torn_weights(com
 def test_bsp_server_in_closed_form_with_a_model_in_pieces(comm, transport) -> None:
     """As the small closed-form test, with 300,000 float64 weights (2.4 MB: 3 pieces per reply,
     sent whole to every worker at each barrier)."""
-    from hpcbsp.elastic.server import serve, work
+    from hpcbsp.elastic.server import serve
+    from hpcbsp.elastic.worker import work
 
     P = 300_000
     target = np.sin(np.arange(P, dtype=np.float64))
@@ -131,8 +135,9 @@ def test_bsp_server_in_closed_form_with_a_model_in_pieces(comm, transport) -> No
 def test_a_bad_transport_or_weights_dtype_on_one_rank_stops_every_rank_with_its_name(comm) -> None:
     """A bad choice on one rank is found in the collective set-up: every rank raises, the
     others naming that rank, instead of the others waiting for it until their timeout."""
-    from hpcbsp.elastic.server import serve, work
+    from hpcbsp.elastic.server import serve
     from hpcbsp.elastic.transport import TransportError
+    from hpcbsp.elastic.worker import work
 
     last = comm.Get_size() - 1
     if comm.Get_rank() == 0:
@@ -157,8 +162,9 @@ def test_a_bad_transport_or_weights_dtype_on_one_rank_stops_every_rank_with_its_
 
 @pytest.mark.mpi(min_size=2)
 def test_workers_given_another_model_than_the_server_are_refused_at_the_start(comm) -> None:
-    from hpcbsp.elastic.server import serve, work
+    from hpcbsp.elastic.server import serve
     from hpcbsp.elastic.transport import TransportError
+    from hpcbsp.elastic.worker import work
 
     for transport in ("messages", "auto"):
         if comm.Get_rank() == 0:
@@ -174,7 +180,9 @@ def test_workers_given_another_model_than_the_server_are_refused_at_the_start(co
 def test_a_gradient_of_the_wrong_length_is_named_on_the_worker(comm, capsys) -> None:
     """On the shared window, the worker's error is also said at once, on stderr, before the
     window's release waits for the server to give up."""
-    from hpcbsp.elastic.server import ServerTimeout, serve, work
+    from hpcbsp.elastic.protocol import ServerTimeout
+    from hpcbsp.elastic.server import serve
+    from hpcbsp.elastic.worker import work
 
     if comm.Get_rank() == 0:
         with pytest.raises(ServerTimeout, match="no push from any worker"):
@@ -218,7 +226,8 @@ class _BarrierVersions:
 
 @pytest.mark.mpi(min_size=2)
 def test_elastic_server_releases_everyone_on_the_same_weights_at_barriers(comm) -> None:
-    from hpcbsp.elastic.server import serve, work
+    from hpcbsp.elastic.server import serve
+    from hpcbsp.elastic.worker import work
 
     if comm.Get_rank() == 0:
         policy = ElasticBSP(R=4)
@@ -241,7 +250,8 @@ def test_elastic_server_releases_everyone_on_the_same_weights_at_barriers(comm) 
 
 @pytest.mark.mpi(min_size=2)
 def test_backup_server_counts_the_first_gradients_and_drops_the_late(comm) -> None:
-    from hpcbsp.elastic.server import serve, work
+    from hpcbsp.elastic.server import serve
+    from hpcbsp.elastic.worker import work
 
     n_workers = comm.Get_size() - 1
     if n_workers < 2:
@@ -265,7 +275,8 @@ def test_backup_server_counts_the_first_gradients_and_drops_the_late(comm) -> No
 def test_default_communicator_is_a_private_duplicate() -> None:
     from mpi4py import MPI
 
-    from hpcbsp.elastic.server import serve, work
+    from hpcbsp.elastic.server import serve
+    from hpcbsp.elastic.worker import work
 
     if MPI.COMM_WORLD.Get_rank() == 0:
         res = serve(None, BSP(), np.ones(2), 0.5, max_updates=3, timeout=TIMEOUT)

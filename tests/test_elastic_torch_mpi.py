@@ -88,7 +88,8 @@ def _pace(comm):
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("grad_format, decay", [(None, 0.0), (None, 0.5), ("bfloat16", 0.0)])
 def test_bsp_server_with_a_torch_model_equals_sgd_on_averaged_gradients(comm, grad_format, decay) -> None:
-    from hpcbsp.elastic.server import serve, work
+    from hpcbsp.elastic.server import serve
+    from hpcbsp.elastic.worker import work
 
     model, reference, shape, data = _setup()
     n = comm.Get_size() - 1
@@ -171,7 +172,8 @@ class _Recorder:
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("name", ["ssp", "dssp", "elastic", "backup"])
 def test_policy_invariants_hold_while_training_a_torch_model(comm, name) -> None:
-    from hpcbsp.elastic.server import serve, work
+    from hpcbsp.elastic.server import serve
+    from hpcbsp.elastic.worker import work
 
     n = comm.Get_size() - 1
     if name == "backup" and n < 2:

@@ -58,7 +58,8 @@ def test_every_version_a_worker_copies_is_the_numpy_replay_of_the_pushes_bit_for
     from mpi4py import MPI
 
     from hpcbsp.elastic.policies import make_policy
-    from hpcbsp.elastic.server import serve, work
+    from hpcbsp.elastic.server import serve
+    from hpcbsp.elastic.worker import work
 
     slow = transport == "auto, slow chunks"
     grad_format = "bfloat16" if "bfloat16" in transport else None

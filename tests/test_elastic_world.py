@@ -73,7 +73,8 @@ import sys, time
 import numpy as np
 from hpcbsp.elastic import launch_world
 from hpcbsp.elastic.policies import make_policy
-from hpcbsp.elastic.server import serve, work
+from hpcbsp.elastic.server import serve
+from hpcbsp.elastic.worker import work
 
 def body(world, case):
     if world.is_server:

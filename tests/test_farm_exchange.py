@@ -23,7 +23,7 @@ from hpcbsp.apps.bsf.system import diagonally_dominant_system
 from hpcbsp.cost.farmmodel import format_farm_parameters, model_from_farm
 from hpcbsp.farm import FarmEmulation, parse_emulation, run_farm
 from hpcbsp.farm.emulation import emulation_from_env, measure_map, wait_split
-from hpcbsp.farm.model import exchange_count, latency_count, tree_levels
+from hpcbsp.farm.terms import exchange_count, latency_count, tree_levels
 
 mpi = pytest.mark.mpi(min_size=2)
 PROGRAM = os.path.join(os.path.dirname(__file__), "programs", "farm_tree_vs_linear.py")

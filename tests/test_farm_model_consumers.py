@@ -27,7 +27,8 @@ from hpcbsp.cost.calibrate import model_from_reports
 from hpcbsp.cost.farmmodel import model_from_farm
 from hpcbsp.cost.modelfile import save_model
 from hpcbsp.cost.predict import prediction
-from hpcbsp.farm.model import BSFModel, BSFParams
+from hpcbsp.farm.model import BSFModel
+from hpcbsp.farm.params import BSFParams
 from hpcbsp.farm.timings import summarise
 
 P = BSFParams(latency=3e-5, t_c=4e-4, t_map=0.05, t_a=2e-7, t_p=6e-5, list_length=200, order_share=0.4)

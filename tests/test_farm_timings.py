@@ -6,7 +6,8 @@ import pytest
 
 from hpcbsp.cost.errors import CostInputError
 from hpcbsp.cost.farmmodel import model_from_farm
-from hpcbsp.farm.model import BSFModel, BSFParams
+from hpcbsp.farm.model import BSFModel
+from hpcbsp.farm.params import BSFParams
 from hpcbsp.farm.timings import per_iteration_params, summarise
 
 

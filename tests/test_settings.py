@@ -1,5 +1,5 @@
 """The ``HPCBSP_*`` environment variables (issue 31): one declaration each, in
-``hpcbsp/util/settings.py``, and every one checked before any work.
+``hpcbsp/util/envvars.py``, and every one checked before any work (``hpcbsp/util/settings.py``).
 
 Oracles: the values each variable allows as docs/environment.md states them, restated by hand in
 :data:`CASES` (independently of the parsers); the source text of hpcbsp/, slurm/ and the
@@ -18,7 +18,8 @@ import pytest
 from mpi_helpers import clean_env, run_mpi
 
 from hpcbsp.util import settings
-from hpcbsp.util.settings import SETTINGS, SettingError, check, markdown_table, value
+from hpcbsp.util.envvars import SETTINGS
+from hpcbsp.util.settings import SettingError, check, markdown_table, value
 
 REPO = Path(__file__).resolve().parents[1]
 SERIAL = pytest.mark.serial_only  # starts processes of its own: runs in the serial pass
@@ -117,7 +118,7 @@ def _doc_table() -> str:
 def test_the_docs_table_is_the_declarations():
     """docs/environment.md's table is markdown_table() (the one declaration), row for row."""
     assert _doc_table() == markdown_table(), (
-        "docs/environment.md's settings table differs from hpcbsp/util/settings.py; regenerate it with "
+        "docs/environment.md's settings table differs from hpcbsp/util/envvars.py; regenerate it with "
         "python -c \"from hpcbsp.util.settings import markdown_table; print(markdown_table())\"")
 
 
@@ -132,11 +133,11 @@ def _names_in(paths: list[Path]) -> dict[str, str]:
 def test_every_name_the_code_mentions_is_declared():
     """Every HPCBSP_* name in the package, the Slurm scripts and the Makefile is declared, so
     that no variable is read without its parser, and none is warned about as a typo.  (The
-    declarations' own module is left out: its docstring shows a typo.)"""
+    module that checks them is left out: its docstring shows a typo.)"""
     paths = [p for p in (REPO / "hpcbsp").rglob("*.py") if p.name != "settings.py"] + \
         [p for p in (REPO / "slurm").iterdir() if p.is_file()] + [REPO / "Makefile"]
     undeclared = {n: where for n, where in _names_in(paths).items() if n not in SETTINGS}
-    assert not undeclared, f"not declared in hpcbsp/util/settings.py: {undeclared}"
+    assert not undeclared, f"not declared in hpcbsp/util/envvars.py: {undeclared}"
 
 
 def test_every_declared_variable_is_read_where_the_table_says():

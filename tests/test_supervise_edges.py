@@ -28,7 +28,8 @@ import pytest
 from mpi_helpers import clean_env, mpich_only
 
 from hpcbsp.cli.supervise.output import BLOCK_LINES, ERR, HOLD_S, OUT, Sorter
-from hpcbsp.util.mpiflavour import MPICH, own_patterns
+from hpcbsp.util.flavours import MPICH
+from hpcbsp.util.mpiflavour import own_patterns
 
 PYTHON = sys.executable
 TAG = "[hpcbsp supervise]"

@@ -12,6 +12,7 @@ import sys
 import pytest
 from mpi_helpers import clean_env
 
+from hpcbsp.util.flavours import IMPI, MPICH, OPENMPI, UNKNOWN
 from hpcbsp.util.jobcommand import (
     LOCAL_CLUSTER_MARK,
     JobCommandError,
@@ -20,7 +21,6 @@ from hpcbsp.util.jobcommand import (
     probe_command,
     read_hosts,
 )
-from hpcbsp.util.mpiflavour import IMPI, MPICH, OPENMPI, UNKNOWN
 
 
 def write(path, text, mode=0o644):

@@ -10,15 +10,11 @@ import os
 import pytest
 from mpi_helpers import FLAVOUR, run_mpi
 
+from hpcbsp.util.flavours import IMPI, MPICH, OPENMPI, UNKNOWN, is_launcher_variable
 from hpcbsp.util.mpiflavour import (
-    IMPI,
-    MPICH,
-    OPENMPI,
-    UNKNOWN,
     by_name,
     child_env,
     crash_line,
-    is_launcher_variable,
     library_flavour,
     library_name,
     program_output,

@@ -1,4 +1,5 @@
-"""Benchmarks: ``python -m hpcbsp.bench NAME``. See ``docs/performance.md`` for recorded figures.
+"""Benchmarks: ``python -m hpcbsp.bench NAME``. ``docs/performance.md`` shows the current figures with
+their commands and machines; ``docs/notes/performance-journal.md`` keeps every past measurement.
 
 A run through ``python -m hpcbsp.bench`` begins with one line on stdout naming the copy of
 hpcbsp it measures (``measuring hpcbsp from PATH (commit ...)``).  That line comes once the

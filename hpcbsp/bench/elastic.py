@@ -6,8 +6,8 @@ Two comparisons, each measured side by side in alternating rounds, on a float32
 model of ``P`` parameters (default 1,048,576: 4 MiB each way):
 
 * **push+pull**: one worker (rank 1) pushes a gradient to the server (rank 0) and waits for
-  the weights, through :func:`hpcbsp.elastic.server.serve`/``work`` with the ASP policy (every
-  push applied, ``weights -= lr * g``, and answered at once): the whole round trip a worker
+  the weights, through :func:`hpcbsp.elastic.server.serve` and :func:`hpcbsp.elastic.worker.work`
+  with the ASP policy (every push applied, ``weights -= lr * g``, and answered at once): the whole round trip a worker
   sees, timed between its first and its last call of the gradient function (the run's set-up
   and teardown are not round trips).  Baseline: rank 1 ``Send``s the same bytes (16-byte header + ``4 P``) to rank 0 and
   ``Recv``s as many back, raw mpi4py.  Ratio = baseline time / server time (target >= 0.8x).
@@ -49,9 +49,10 @@ from mpi4py import MPI
 from hpcbsp.bench import measuring
 from hpcbsp.elastic.allreduce import allreduce_step
 from hpcbsp.elastic.policies import make_policy
-from hpcbsp.elastic.server import serve, work
+from hpcbsp.elastic.server import serve
 from hpcbsp.elastic.transport import open_transport
 from hpcbsp.elastic.wire import FORMATS, HEADER_BYTES
+from hpcbsp.elastic.worker import work
 from hpcbsp.elastic.world import World, launch_world
 from hpcbsp.kernels.update import sgd_step
 from hpcbsp.util.args.parser import OneLineParser

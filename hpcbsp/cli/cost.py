@@ -24,7 +24,9 @@ from typing import Any, Sequence
 
 from hpcbsp.cost.errors import CostInputError
 from hpcbsp.cost.klist import parse_workers
-from hpcbsp.farm.model import GRANULARITIES, BSFModel, BSFParams
+from hpcbsp.farm.model import BSFModel
+from hpcbsp.farm.params import BSFParams
+from hpcbsp.farm.terms import GRANULARITIES
 from hpcbsp.util.args.parser import OneLineParser, closed_stdout, quiet_pipe
 from hpcbsp.util.args.types import nonnegative_float, nonnegative_int, positive_int, positive_seconds, seconds, seed
 from hpcbsp.util.args.vocabulary import add_alias, add_placement

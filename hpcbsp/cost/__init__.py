@@ -1,6 +1,7 @@
 """Cost models: the BSP machine probe and ledger predictions, and the BSF farm model.
 
-* :mod:`~hpcbsp.farm.model`: BSF iteration time, speedup, efficiency and K_max (closed form and argmax);
+* :mod:`~hpcbsp.farm.model`: BSF iteration time, speedup, efficiency and K_max (closed form and argmax),
+  with its parameters (:mod:`~hpcbsp.farm.params`) and its terms per K (:mod:`~hpcbsp.farm.terms`);
 * :mod:`~hpcbsp.cost.fit` (with :mod:`~hpcbsp.cost.nnls`): fitting the BSF model to measured runs;
 * :mod:`~hpcbsp.cost.farmmodel`: the BSF model from one farm run's own measurements;
 * :mod:`~hpcbsp.cost.calibrate`: running a farm program at a few K and modelling it;
@@ -13,7 +14,8 @@ The command line is ``hpcbsp-cost`` (:mod:`hpcbsp.cli.cost`).
 
 Nothing here is imported by the runtime; the cost models read what the runtime records.
 """
-from ..farm.model import BSFModel, BSFParams
+from ..farm.model import BSFModel
+from ..farm.params import BSFParams
 from .errors import CostInputError
 
 __all__ = ["BSFModel", "BSFParams", "CostInputError"]

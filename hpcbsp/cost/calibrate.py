@@ -29,7 +29,7 @@ from dataclasses import replace
 from typing import Any, Sequence, TextIO
 
 from ..farm.emulation import EMULATE_ENV, NOTICE, FarmEmulation, parse_emulation
-from ..farm.model import PARAM_NAMES
+from ..farm.params import PARAM_NAMES
 from ..farm.skeleton import EXCHANGE_ENV
 from ..farm.timings import REPORT_ENV
 from ..runtime.launch import find_mpiexec
@@ -119,7 +119,8 @@ def model_from_reports(by_k: dict[int, list[dict[str, Any]]], length: int, *,
     measured K that ``calibrate`` prints.  The runs' T(K) are not fitted: at K <= 3 a fit of
     T(K) infers the exchange from the small differences between a few T and swung from 15
     to 27 ms per worker between two calibrations on 33 emulated nodes, where the pooled
-    iterations measured 24.4 and 25.0 ms (docs/performance.md).  An emulated run's model says
+    iterations measured 24.4 and 25.0 ms (docs/notes/performance-journal.md, "BSF prediction
+    across 33 emulated nodes").  An emulated run's model says
     so in its ``fit`` record.
     """
     smallest = min(by_k)

@@ -1,8 +1,8 @@
 """The one error type of the cost models: input that cannot be used (the CLI exits 2 on it).
 
-Defined with the BSF model in :mod:`hpcbsp.farm.model` (the farm, a layer below, raises it too);
-this is its name for the cost package.
+Defined with the BSF model's parameters in :mod:`hpcbsp.farm.params` (the farm, a layer below,
+raises it too); this is its name for the cost package.
 """
-from ..farm.model import CostInputError
+from ..farm.params import CostInputError
 
 __all__ = ["CostInputError"]

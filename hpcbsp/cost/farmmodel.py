@@ -13,7 +13,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..farm.emulation import NOTICE, describe
-from ..farm.model import BSFModel, BSFParams
+from ..farm.model import BSFModel
+from ..farm.params import BSFParams
 from ..farm.timings import SAMPLE_FIELDS, per_iteration_params
 from ..util.choices import EXCHANGES
 from .errors import CostInputError
@@ -120,10 +121,11 @@ def model_from_farm_runs(reports: Sequence[Mapping[str, Any]], *, n_boot: int = 
     each K gives t_c and t_0 (:func:`transfer_line`).  On 33 emulated nodes at 10 Mbit/s the runs at
     K = 1..3 give t_c = 27 ms, the line rate of one order and one result, and t_0 = −10 ms; the
     ratio at one K, which this replaced, read 17 ms at K = 1 and 24 ms at K = 3 and predicted
-    T(32) 15 % short (docs/performance.md).  A fit of T(K) would infer the exchange from the
-    small differences between the T of a few K (on 33 emulated nodes it swung by a factor of
-    1.6 between two calibrations).  Bootstrap and ``spread``: as :func:`model_from_farm`, over
-    the pooled iterations, each iteration's t_c taken with the line's t_0.
+    T(32) 15 % short (docs/notes/performance-journal.md, "BSF prediction across 33 emulated
+    nodes").  A fit of T(K) would infer the exchange from the small differences between the T of
+    a few K (on 33 emulated nodes it swung by a factor of 1.6 between two calibrations).
+    Bootstrap and ``spread``: as :func:`model_from_farm`, over the pooled iterations, each
+    iteration's t_c taken with the line's t_0.
     """
     if not reports:
         raise CostInputError("no farm report to model")

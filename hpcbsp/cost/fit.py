@@ -2,7 +2,7 @@
 bootstrap intervals.
 
 The model is linear in its coefficients, ``T(K) = basis(K) @ [2L + t_c, t_Map, t_a, t_p]``
-(:func:`hpcbsp.farm.model.basis`), so calibration is a least-squares problem with every
+(:func:`hpcbsp.farm.terms.basis`), so calibration is a least-squares problem with every
 coefficient >= 0.  Times span orders of magnitude across K, so the residual minimised is the
 relative one, ``(T̂ − T)/T``: each row of the system is divided by its measured time.
 
@@ -39,7 +39,9 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..farm.model import GRANULARITIES, BSFModel, BSFParams, basis
+from ..farm.model import BSFModel
+from ..farm.params import BSFParams
+from ..farm.terms import GRANULARITIES, basis
 from .errors import CostInputError
 from .modelfile import CalibratedModel, provenance
 from .nnls import nnls

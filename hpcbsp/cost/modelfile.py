@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from ..farm.model import BSFModel, BSFParams
+from ..farm.model import BSFModel
+from ..farm.params import BSFParams
 from .errors import CostInputError
 
 FORMAT = "hpcbsp-bsf-model/1"
@@ -38,7 +39,7 @@ class CalibratedModel:
         The point estimate.
     boot_coefficients : (n, 4) array or None
         Bootstrap replicates of the coefficient vector ``[2L + t_c, t_Map, t_a, t_p]`` (see
-        :func:`hpcbsp.farm.model.basis`); each replicate keeps the point model's L, t_0 and order
+        :func:`hpcbsp.farm.terms.basis`); each replicate keeps the point model's L, t_0 and order
         share (:meth:`BSFParams.from_coefficients`).  They give the intervals of K_max and the
         band of the speedup curve.
     fit : dict

@@ -75,7 +75,7 @@ def run_allreduce(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray] | 
         On rank 0: ``progress(elapsed, log)`` after each evaluation.
     pace : callable, optional
         On workers: ``pace(start, compute) -> seconds`` the iteration should take (as in
-        :func:`.server.work`); the worker sleeps for the rest before the allreduce.
+        :func:`.worker.work`); the worker sleeps for the rest before the allreduce.
     timeout : float
         Longest wait of rank 0 for worker 0's next message beyond the run's duration, and of a
         worker for a send to complete.

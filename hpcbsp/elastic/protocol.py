@@ -5,12 +5,12 @@ Protocol (point-to-point on an explicit communicator; :mod:`.wire` has the layou
 a reply is a header message of two int64 and the ``P`` values, sent straight from the sender's
 own array (no copy into a message buffer):
 
-* reply, server -> worker: header ``[command, version]`` (tag ``REPLY_TAG``), then the weights
+* reply, server -> worker: header ``[command, version]`` (tag ``Tag.REPLY``), then the weights
   in their own dtype (float64 for the numpy models, float32 for torch models) in pieces
-  (:func:`.wire.pieces`, tag ``REPLY_DATA_TAG``; MPI keeps their order); the server sends one
+  (:func:`.wire.pieces`, tag ``Tag.REPLY_DATA``; MPI keeps their order); the server sends one
   at the start and one per release; ``command`` is ``CONTINUE`` or ``STOP``.
-* push, worker -> server: header ``[version computed on, iteration]`` (tag ``PUSH_TAG``), then
-  the gradient (tag ``PUSH_DATA_TAG``), in the weights' dtype or a compressed format
+* push, worker -> server: header ``[version computed on, iteration]`` (tag ``Tag.PUSH``), then
+  the gradient (tag ``Tag.PUSH_DATA``), in the weights' dtype or a compressed format
   (``grad_format``: float16 or bfloat16, decoded to float32 by the server before the policy
   sees it).
 
@@ -52,7 +52,8 @@ Every wait polls instead of blocking inside MPI, so that it is bounded by ``time
 run fails instead of hanging), and between polls it does what the wait mode says
 (:mod:`hpcbsp.runtime.superstep.waiting`; ``wait=`` of :func:`serve` and :func:`work`, ``$HPCBSP_WAIT``,
 agreed by all ranks at the start): ``spin`` where every rank has a core (lowest latency;
-``python -m hpcbsp.bench elastic`` measures it, docs/performance.md), ``yield``
+``python -m hpcbsp.bench elastic`` measures it; the diagnosis: docs/notes/performance-journal.md,
+"Parameter server and allreduce, float32"), ``yield``
 where ranks share cores (a rank blocked in MPI would spin on the core a worker's compute needs:
 short yields, then naps of an eighth of the time waited).
 """
@@ -61,6 +62,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Any
 
 import numpy as np
@@ -71,14 +73,22 @@ from ..runtime.superstep.waiting import Naps
 from ..util.waiting import poll
 from .runlog import RunLog
 
-__all__ = ["PUSH_TAG", "REPLY_TAG", "PUSH_DATA_TAG", "REPLY_DATA_TAG", "ACK_TAG", "CONTINUE", "STOP",
-           "ServerTimeout", "ServerResult", "WorkerResult", "poll_until", "wait_request", "wait_all"]
+__all__ = ["Tag", "CONTINUE", "STOP", "ServerTimeout", "ServerResult", "WorkerResult", "poll_until", "wait_request",
+           "wait_all"]
 
-PUSH_TAG = 7101
-REPLY_TAG = 7102
-PUSH_DATA_TAG = 7103
-REPLY_DATA_TAG = 7104
-ACK_TAG = 7105
+
+
+class Tag(IntEnum):
+    """The tags of the protocol's messages (on its own communicator, so they meet no other traffic)."""
+
+    PUSH = 7101        #: worker -> server: a push's header
+    REPLY = 7102       #: server -> worker: a reply's header
+    PUSH_DATA = 7103   #: worker -> server: the push's gradient
+    REPLY_DATA = 7104  #: server -> worker: the weights, in pieces
+    ACK = 7105         #: worker -> server: the weights were copied out of the shared window
+
+
+#: A reply's command: compute again, or stop.
 CONTINUE = 0
 STOP = 1
 

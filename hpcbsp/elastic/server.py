@@ -1,5 +1,5 @@
 """The parameter server on MPI: rank 0 of the communicator serves, ranks ``1..n`` are workers
-``0..n-1`` (:func:`work`, from :mod:`.worker`, re-exported here).
+``0..n-1`` (:func:`hpcbsp.elastic.worker.work`).
 
 The protocol both sides speak, their h-relations and how they wait are in :mod:`.protocol`; how
 the weights reach the workers (a shared-memory window on one node, or messages) in
@@ -19,28 +19,12 @@ from ..runtime.superstep.waiting import resolve
 from .coordinator import Coordinator, Stream
 from .evaluator import BackgroundEvaluator
 from .policies.base import SyncPolicy
-from .protocol import (
-    ACK_TAG,
-    CONTINUE,
-    PUSH_DATA_TAG,
-    PUSH_TAG,
-    REPLY_DATA_TAG,
-    REPLY_TAG,
-    STOP,
-    ServerResult,
-    ServerTimeout,
-    WorkerResult,
-    poll_until,
-    wait_all,
-    wait_request,
-)
+from .protocol import CONTINUE, STOP, ServerResult, Tag, poll_until, wait_all, wait_request
 from .runlog import RunLog
 from .transport import SharedWeights, open_transport
 from .wire import Wire, pieces, wires
-from .worker import work
 
-__all__ = ["serve", "work", "ServerResult", "WorkerResult", "PUSH_TAG", "REPLY_TAG", "PUSH_DATA_TAG",
-           "REPLY_DATA_TAG", "CONTINUE", "STOP", "ServerTimeout", "poll_until", "wait_request"]
+__all__ = ["serve"]
 
 
 def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: float, *,
@@ -187,7 +171,7 @@ def _serve(comm: MPI.Comm, coord: Coordinator, policy: SyncPolicy, shared: Share
             shared.sync()  # the workers' loads are done: this rank's next stores come after them
 
     def send_piece(w: int, piece: slice) -> None:
-        in_flight.append(comm.Isend(current[piece], dest=w + 1, tag=REPLY_DATA_TAG))
+        in_flight.append(comm.Isend(current[piece], dest=w + 1, tag=Tag.REPLY_DATA))
 
     def reply(w: int, command: float, streamed: bool = False) -> None:
         # The previous reply to w was received before w pushed again, so this wait is immediate.
@@ -195,18 +179,18 @@ def _serve(comm: MPI.Comm, coord: Coordinator, policy: SyncPolicy, shared: Share
         out_head[w] = (command, coord.version)
         if shared is not None:  # the weights are in the window: the header says they are ready
             shared.sync()
-            in_flight.append(comm.Irecv(acks[w], source=w + 1, tag=ACK_TAG))
-            head_sent[w] = comm.Isend(out_head[w], dest=w + 1, tag=REPLY_TAG)
+            in_flight.append(comm.Irecv(acks[w], source=w + 1, tag=Tag.ACK))
+            head_sent[w] = comm.Isend(out_head[w], dest=w + 1, tag=Tag.REPLY)
             return
-        head_sent[w] = comm.Isend(out_head[w], dest=w + 1, tag=REPLY_TAG)
+        head_sent[w] = comm.Isend(out_head[w], dest=w + 1, tag=Tag.REPLY)
         if not streamed:
             for piece in parts:
                 send_piece(w, piece)
 
     def release(w: int, streamed: bool = False) -> None:
-        head_recv[w] = comm.Irecv(in_head[w], source=w + 1, tag=PUSH_TAG)
+        head_recv[w] = comm.Irecv(in_head[w], source=w + 1, tag=Tag.PUSH)
         if not slots:
-            data_recv[w] = comm.Irecv(inbox[w], source=w + 1, tag=PUSH_DATA_TAG)
+            data_recv[w] = comm.Irecv(inbox[w], source=w + 1, tag=Tag.PUSH_DATA)
         reply(w, CONTINUE, streamed)
 
     t0 = time.monotonic()

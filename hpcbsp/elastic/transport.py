@@ -53,7 +53,7 @@ decides what a store to a line the worker has just read costs.  On this project'
 in some launches (stretches of minutes, the hypervisor's placement, which the guest cannot
 see), the server's update of 1 M float32 weights in the window took 1.5-2.0 ms with ordinary
 stores against 0.17 ms in other launches, while the same update with non-temporal stores took
-0.31-0.34 ms in both (docs/performance.md, "The bimodal push+pull on one node").  So the server
+0.31-0.34 ms in both (docs/notes/performance-journal.md, "The bimodal push+pull on one node").  So the server
 measures the two kinds of store on its own updates and uses the faster, trying the other now
 and then; a worker does the same for its writes of its gradient into its slot, lines the server
 has just read.
@@ -84,7 +84,8 @@ TRANSPORT_ENV = "HPCBSP_PS_TRANSPORT"
 #: About this many bytes of weights per chunk of a pipelined update (see the module docstring):
 #: the copy of the last chunk is what the pipeline cannot hide, and each chunk costs the two
 #: processes a few microseconds of Python.  The reply's pieces on the messages transport
-#: (1 MiB): measured against 256 and 512 KiB and 4 MiB (docs/performance.md), it was as fast
+#: (1 MiB): measured against 256 and 512 KiB and 4 MiB (docs/notes/performance-journal.md, "The
+#: bimodal push+pull on one node"), it was as fast
 #: as the smaller chunks where the placement is slow and faster where it is fast.
 CHUNK_BYTES = PIECE_BYTES
 #: Bytes between two control words (one cache line each: a worker polling its word does not

@@ -11,18 +11,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..runtime.superstep.waiting import resolve
-from .protocol import (
-    ACK_TAG,
-    CONTINUE,
-    PUSH_DATA_TAG,
-    PUSH_TAG,
-    REPLY_DATA_TAG,
-    REPLY_TAG,
-    WorkerResult,
-    poll_until,
-    wait_all,
-    wait_request,
-)
+from .protocol import CONTINUE, Tag, WorkerResult, poll_until, wait_all, wait_request
 from .transport import SharedWeights, TornWeights, open_transport
 from .wire import Wire, pieces, wires
 
@@ -113,9 +102,9 @@ def _work(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray], n_params:
 
     def post_reply() -> list[MPI.Request]:
         if shared is not None:  # the header alone: the weights are in the window
-            return [comm.Irecv(reply_head, source=0, tag=REPLY_TAG)]
-        return [comm.Irecv(reply_head, source=0, tag=REPLY_TAG)] + \
-               [comm.Irecv(weights[piece], source=0, tag=REPLY_DATA_TAG) for piece in parts]
+            return [comm.Irecv(reply_head, source=0, tag=Tag.REPLY)]
+        return [comm.Irecv(reply_head, source=0, tag=Tag.REPLY)] + \
+               [comm.Irecv(weights[piece], source=0, tag=Tag.REPLY_DATA) for piece in parts]
 
     me = comm.Get_rank() - 1
     last = -1  # the version of the last reply
@@ -155,7 +144,7 @@ def _work(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray], n_params:
                 wait_all(sends, deadline - time.monotonic(), "delivery of a push to the server", mode)
             shared.sync()  # these loads, then the acknowledgement that lets the server store
             ack[0] = reply_head[1]
-            wait_request(comm.Isend(ack, dest=0, tag=ACK_TAG), timeout, "acknowledgement to the server", mode)
+            wait_request(comm.Isend(ack, dest=0, tag=Tag.ACK), timeout, "acknowledgement to the server", mode)
         last = int(reply_head[1])
         result.blocked_s += time.monotonic() - tic
         if record_versions:
@@ -186,12 +175,12 @@ def _work(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray], n_params:
                 time.sleep(left)
         push_head[:] = (reply_head[1], result.iterations)
         reply = post_reply()  # before the push leaves: the server's reply never waits for it
-        sends = [comm.Isend(push_head, dest=0, tag=PUSH_TAG)]
+        sends = [comm.Isend(push_head, dest=0, tag=Tag.PUSH)]
         if shared is not None and shared.grads is not None:
             # The header first: the server updates each chunk as soon as it is written here.
             shared.push(me, values, result.iterations)
         else:
-            sends.append(comm.Isend(values, dest=0, tag=PUSH_DATA_TAG))
+            sends.append(comm.Isend(values, dest=0, tag=Tag.PUSH_DATA))
         result.iterations += 1
         if shared is None:
             wait_all(sends, timeout, "delivery of a push to the server", mode)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..runtime.environment import setting
-from ..util.settings import emulation
+from ..util.envparse import emulation
 
 if TYPE_CHECKING:
     from .problem import BSFProblem
@@ -69,7 +69,7 @@ class FarmEmulation:
 
 def parse_emulation(text: str) -> FarmEmulation:
     """``measure`` or ``t_map=S[,t_a=S]`` as a :class:`FarmEmulation` (ValueError names the
-    problem); the format of ``$HPCBSP_FARM_EMULATE`` (:func:`hpcbsp.util.settings.emulation`)."""
+    problem); the format of ``$HPCBSP_FARM_EMULATE`` (:func:`hpcbsp.util.envparse.emulation`)."""
     times = emulation(text)
     if times is None:  # 0, off, no: meaningful in the variable, not where emulation is asked for
         raise ValueError(f"emulated compute {text.strip()!r}: expected 'measure' or "

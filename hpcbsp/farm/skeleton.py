@@ -13,7 +13,7 @@ One iteration with the ``linear`` exchange (the default; Sokolinsky's skeleton) 
 
 With the ``tree`` exchange (``exchange="tree"`` or ``$HPCBSP_FARM_EXCHANGE=tree``) the order goes
 down a binomial tree over the P = K + 1 ranks and the partial results come back up it, D =
-⌈log2 P⌉ supersteps each way (the model's D(K), :func:`hpcbsp.farm.model.tree_levels`): in
+⌈log2 P⌉ supersteps each way (the model's D(K), :func:`hpcbsp.farm.terms.tree_levels`): in
 order round d (d = D−1 … 0) every rank r ≡ 0 (mod 2^(d+1)) that holds the order puts it to
 r + 2^d; in result round d (d = 0 … D−1) every rank r ≡ 2^d (mod 2^(d+1)) puts the rows it
 holds, its own and its subtree's [r, r + 2^d), to r − 2^d.  The master
@@ -49,8 +49,8 @@ from ..runtime.environment import setting
 from ..util.choices import EXCHANGES
 from . import emulation as emu
 from .checkpointing import FarmCheckpoint
-from .model import tree_levels
 from .problem import BSFProblem
+from .terms import tree_levels
 from .timings import SAMPLE_FIELDS, FarmTimings, append_report, check_report, summarise
 
 #: One-byte supersteps timed to measure L.

@@ -5,7 +5,7 @@ workers' Map times (summed: t_Map is the Map of the *whole* list on one worker),
 (workers' local Reduce plus the master's fold of the K partial results: l − 1 ⊕ in all), and its
 compute + stop time t_p.  What remains of T after the model's own work terms at this K is the
 master-worker exchange: ``λ(K)·L + v(K)·t_c`` in the model of :mod:`hpcbsp.farm.model`, whose
-:func:`~hpcbsp.farm.model.basis` and :func:`~hpcbsp.farm.model.latency_count` give every term
+:func:`~hpcbsp.farm.terms.basis` and :func:`~hpcbsp.farm.terms.latency_count` give every term
 here (linear: λ = 2K, v = K; tree: λ = 2·D·K, v = φ·D + (1 − φ)·K).
 L is measured separately: a one-byte put and sync (``superstep_s``), per worker it spans
 (L = superstep_s / K), so t_c = (exchange − λ(K)·L) / v(K).  A run at one K cannot tell a
@@ -27,7 +27,8 @@ import numpy as np
 from ..runtime.environment import setting
 from ..runtime.errors import BadInput
 from ..util.outputs import OutputError, prepare_output
-from .model import BSFParams, basis, latency_count
+from .params import BSFParams
+from .terms import basis, latency_count
 
 #: Environment variable naming a file to which the master appends one JSON line per farm run.
 REPORT_ENV = "HPCBSP_FARM_REPORT"
@@ -63,11 +64,11 @@ class FarmTimings:
     order_share: float = 0.5
 
     def model_params(self) -> BSFParams:
-        """The measured BSF parameters (:class:`hpcbsp.farm.model.BSFParams`)."""
+        """The measured BSF parameters (:class:`hpcbsp.farm.params.BSFParams`)."""
         return BSFParams.from_dict(self.as_dict())
 
     def params(self) -> dict[str, float | int | None]:
-        """The BSF parameters as a mapping (the keys of :data:`hpcbsp.farm.model.PARAM_NAMES`)."""
+        """The BSF parameters as a mapping (the keys of :data:`hpcbsp.farm.params.PARAM_NAMES`)."""
         return self.model_params().as_dict()
 
     def as_dict(self) -> dict[str, Any]:
@@ -80,7 +81,7 @@ def per_iteration_params(samples: dict[str, np.ndarray], workers: int, list_leng
     """BSF parameters from each iteration's measurements (arrays, one value per iteration).
 
     ``latency`` is L, per worker.  The model's own work terms at K (the ``t_map``, ``t_a`` and
-    ``t_p`` columns of :func:`hpcbsp.farm.model.basis`, ceil granularity: the farm's split) are
+    ``t_p`` columns of :func:`hpcbsp.farm.terms.basis`, ceil granularity: the farm's split) are
     taken off T; what remains is the exchange.  Less its latencies λ(K)·L and the constant
     ``t_0`` (known only from runs at several K), divided by v(K), it is one transfer t_c.
     ``transfers`` is the exchange less its latencies (v(K)·t_c + t_0), ``exchange`` one

@@ -11,8 +11,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..util.flavours import IMPI, MPICH, OPENMPI, Flavour
 from ..util.launcher import expected_world_size, int_env, launcher_name
-from ..util.mpiflavour import IMPI, MPICH, OPENMPI, Flavour, running_flavour
+from ..util.mpiflavour import running_flavour
 from .errors import BadInput
 
 

@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Sequence
 
 from .choices import LAUNCHES
-from .mpiflavour import Flavour, local_args, mpiexec_flavour
+from .flavours import Flavour
+from .mpiflavour import local_args, mpiexec_flavour
 
 #: The first line of the launcher slurm/local-cluster.sh writes beside its host file.
 LOCAL_CLUSTER_MARK = "hpcbsp slurm/local-cluster.sh"

@@ -6,7 +6,7 @@ ranks for their stacks (SIGUSR1: :mod:`hpcbsp.runtime.api.runner` registers ``fa
 it) must reach the ranks only: Intel MPI's ``hydra_pmi_proxy`` has no handler for SIGUSR1 and
 dies of it, orphaning the ranks and losing everything they write after it (MPICH's forwards
 it).  :func:`signal_ranks` therefore skips every launcher's own programs
-(:data:`hpcbsp.util.mpiflavour.LAUNCHER_PROGRAMS`).
+(:data:`hpcbsp.util.flavours.LAUNCHER_PROGRAMS`).
 
 :func:`open_files` names the files a job's processes hold open or map (what ``hpcbsp
 supervise`` removes of a job it stopped: :mod:`hpcbsp.cli.supervise.leftovers`).
@@ -19,7 +19,7 @@ import os
 import signal
 from typing import Iterable
 
-from .mpiflavour import LAUNCHER_PROGRAMS
+from .flavours import LAUNCHER_PROGRAMS
 from .procstat import processes
 
 

@@ -208,7 +208,8 @@ def run_mpi(comm: Any, config: TrainConfig, name: str, data: Dataset, repeat: in
     its checkpoint is written once, when it finished (a killed allreduce run starts again).
     """
     from hpcbsp.elastic.allreduce import run_allreduce
-    from hpcbsp.elastic.server import serve, work  # MPI only when a real run is asked for
+    from hpcbsp.elastic.server import serve  # MPI only when a real run is asked for
+    from hpcbsp.elastic.worker import work
 
     model = build_model(config, data)
     if comm.Get_rank() == 0:

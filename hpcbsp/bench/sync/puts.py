@@ -6,10 +6,10 @@ order), and the sync delivers it; the baseline packs the same bytes into one sen
 calls one ``Alltoallv`` into a receive buffer.  The put, the baseline, ``hpput`` and the baseline
 again take turns in rounds of their own, so that each side follows the other, not a third
 measurement (timed between other measurements, the ratio moved with what ran just before each
-side: docs/performance.md, the put under Intel MPI).  Each block of a side first runs
+side: docs/notes/performance-journal.md, "The put under Intel MPI").  Each block of a side first runs
 ``WARMUP_FRACTION`` of its calls untimed (as the OSU benchmarks' "skip" iterations): a side's
 first supersteps after the other's run up to twice as long, decaying over about four, and the
-put's more than the pack's (docs/performance.md, "The put's warm-up"); a program repeating its
+put's more than the pack's (docs/notes/performance-journal.md, "The put's warm-up"); a program repeating its
 superstep meets the steady state.  The first call of each block is timed on its own and reported
 beside.  The small superstep: an ``hpput`` of 64 KiB to every other rank and its sync (one large
 put per destination: the bulk exchange) against a bare ``Alltoallv`` of the same bytes, no pack

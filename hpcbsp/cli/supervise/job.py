@@ -33,7 +33,8 @@ import time
 from dataclasses import dataclass
 from typing import BinaryIO, Mapping, Sequence
 
-from ...util.mpiflavour import UNKNOWN, Flavour, own_patterns
+from ...util.flavours import UNKNOWN, Flavour
+from ...util.mpiflavour import own_patterns
 from . import leftovers
 from .output import ERR, Sorter
 from .signs import Signs

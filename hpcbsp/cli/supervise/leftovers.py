@@ -25,7 +25,8 @@ import os
 import tempfile
 from typing import Mapping
 
-from ...util.mpiflavour import Flavour, leftover_names
+from ...util.flavours import Flavour
+from ...util.mpiflavour import leftover_names
 from ...util.proctree import job_processes, open_files
 
 #: Where the MPI's shared-memory files are.

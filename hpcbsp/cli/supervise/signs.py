@@ -44,7 +44,8 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from ...util.mpiflavour import UNKNOWN, crash_line, is_sigkill
+from ...util.flavours import UNKNOWN
+from ...util.mpiflavour import crash_line, is_sigkill
 from ...util.progress import Reported, parse
 
 #: (pattern with the node as group "node", who says it).

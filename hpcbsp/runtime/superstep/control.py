@@ -16,7 +16,7 @@ every field; equal minimum and maximum means all ranks agree.
 
 The blocking step is a persistent ``Allreduce`` (set up once, started and waited for at every
 step) or a plain blocking one, whichever the MPI library runs faster
-(``$HPCBSP_CONTROL_COLLECTIVE``, by default :attr:`~hpcbsp.util.mpiflavour.Flavour.control_collective`:
+(``$HPCBSP_CONTROL_COLLECTIVE``, by default :attr:`~hpcbsp.util.flavours.Flavour.control_collective`:
 blocking under Open MPI, whose persistent collectives take twice as long).  The two never match
 each other, so the ranks agree on it in one ``Allreduce`` when the step is made.
 
@@ -356,7 +356,7 @@ class ControlStep:
 def requested_collective() -> str:
     """The blocking step's collective this process asks for, ``"persistent"`` or ``"blocking"``:
     ``$HPCBSP_CONTROL_COLLECTIVE``, or for ``auto`` the one the running MPI library runs faster
-    (:attr:`~hpcbsp.util.mpiflavour.Flavour.control_collective`)."""
+    (:attr:`~hpcbsp.util.flavours.Flavour.control_collective`)."""
     wanted = setting("HPCBSP_CONTROL_COLLECTIVE")
     return running_flavour().control_collective if wanted == "auto" else wanted
 

@@ -119,20 +119,23 @@ def seed(text: str) -> int:
     return value
 
 
+def _not_negative(text: str, kind: str, refusal: str, zero: bool = True) -> float:
+    """``text`` as a finite number (``kind``: what it must be, as :func:`_number` names it) that
+    is >= 0, or > 0 where not ``zero``; ``refusal`` (with ``{text!r}`` in it) says why not."""
+    value = _number(text, kind)
+    if value < 0 or (value == 0 and not zero):
+        raise argparse.ArgumentTypeError(refusal.format(text=text))
+    return value
+
+
 def positive_float(text: str) -> float:
     """argparse type: a finite number > 0."""
-    value = _number(text, "a number")
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
-    return value
+    return _not_negative(text, "a number", "{text!r} must be > 0", zero=False)
 
 
 def nonnegative_float(text: str) -> float:
     """argparse type: a finite number >= 0."""
-    value = _number(text, "a number")
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
-    return value
+    return _not_negative(text, "a number", "{text!r} must be >= 0")
 
 
 def finite_float(text: str) -> float:
@@ -150,10 +153,7 @@ def zipf_exponent(text: str) -> float:
 
 def seconds(text: str) -> float:
     """argparse type: a finite duration in seconds, >= 0 (fractions kept: ``0.5`` is half a second)."""
-    value = _number(text, "a number of seconds")
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"a time must be a finite number >= 0, got {text!r}")
-    return value
+    return _not_negative(text, "a number of seconds", "a time must be a finite number >= 0, got {text!r}")
 
 
 def positive_seconds(text: str) -> float:

@@ -11,7 +11,7 @@ Large puts (at least ``$HPCBSP_LARGE_PUT_BYTES``), and large packed batches of e
 (round k carries each rank's k-th large payload for each other rank; the count exchange tells
 every rank how many rounds), or, in a bounded exchange or for a payload over 2 GiB, as messages of
 their own.  Some MPI libraries move large blocks much faster in ``Alltoallv`` than as messages
-(Intel MPI on one node, docs/performance.md).  A batch is sent from
+(Intel MPI on one node: docs/notes/performance-journal.md, "Per MPI").  A batch is sent from
 the buffer it was packed into and received into a pooled buffer (no copy through the outbox);
 a large batch for this rank itself is applied from the buffer it was packed into.  Where every
 rank is on one node, batches are packed into a shared-memory window instead (:mod:`..arena`),
@@ -34,10 +34,11 @@ model's l for h = 0 says.  A superstep in which every record of every rank is a 
 another rank, at most one per destination (halo exchanges, transposes), takes the *bulk
 exchange* (:func:`bulk_exchange`): one ``Alltoall`` of what comes from whom, one ``Alltoallv``
 of the payloads, none of the counts, headers and parsing above (about 14 µs less per superstep
-at two ranks, docs/performance.md).  Where every rank's puts go where they went in the last bulk
-exchange (an iterative program's halo exchange, superstep after superstep), the control step
-says so (:attr:`~..outbox.Data.REPEAT`, granted only where every rank offers it) and the
-``Alltoallv`` alone moves the superstep: what came from whom is what came then.
+at two ranks: docs/notes/performance-journal.md, "Where issue 30's item 4 stands").  Where every
+rank's puts go where they went in the last bulk exchange (an iterative program's halo exchange,
+superstep after superstep), the control step says so (:attr:`~..outbox.Data.REPEAT`, granted
+only where every rank offers it) and the ``Alltoallv`` alone moves the superstep: what came from
+whom is what came then.
 
 A bounded exchange (``deadline`` given: the context or the sync has a timeout) trades the
 ``Alltoall`` of counts for point-to-point messages and waits for every message by polling, so

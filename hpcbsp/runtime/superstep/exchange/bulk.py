@@ -1,11 +1,12 @@
 """The bulk exchange: a superstep in which every record of every rank is a large put to another
 rank, at most one per destination (halo exchanges, transposes), in one ``Alltoall`` of what comes
 from whom and one ``Alltoallv`` of the payloads: none of the counts, headers and parsing of the
-general exchange (:mod:`.general`; about 14 us less per superstep at two ranks,
-docs/performance.md).  Where every rank's puts go where they went in the last bulk exchange (an
-iterative program's halo exchange, superstep after superstep), the control step says so
-(:attr:`~..outbox.Data.REPEAT`, granted only where every rank offers it) and the ``Alltoallv``
-alone moves the superstep: what came from whom is what came then.
+general exchange (:mod:`.general`; about 14 us less per superstep at two ranks:
+docs/notes/performance-journal.md, "Where issue 30's item 4 stands").  Where every rank's puts
+go where they went in the last bulk exchange (an iterative program's halo exchange, superstep
+after superstep), the control step says so (:attr:`~..outbox.Data.REPEAT`, granted only where
+every rank offers it) and the ``Alltoallv`` alone moves the superstep: what came from whom is
+what came then.
 
 h-relation: the puts' bytes, out of and into every rank, plus ``3 (p - 1)`` words each way for
 the ``Alltoall`` (none when repeated).

@@ -8,7 +8,7 @@ every rank (:mod:`.counts`, :func:`rounds_needed`):
 * in rounds of one ``Alltoallv`` (:func:`alltoallv_rounds`): round k carries each rank's k-th
   large payload for each other rank, as many rounds as the most any rank has for one other.
   Some MPI libraries move large blocks much faster in ``Alltoallv`` than as messages (Intel MPI
-  on one node, docs/performance.md);
+  on one node: docs/notes/performance-journal.md, "Per MPI");
 * as messages of their own (:func:`send_as_messages`), in a bounded exchange (whose waits must
   poll) or where a payload is over 2 GiB (:data:`.regions.COUNT_MAX`).  They follow their
   headers and complete once the receiver has parsed those and posted receives (MPI keeps the
@@ -101,7 +101,8 @@ def alltoallv_rounds(comm: MPI.Comm, rounds: int, outbox: Outbox, incoming: list
     same number of calls): call k sends this rank's k-th large payload for each other rank and
     receives the k-th from each source into the place its header named (``incoming``, in header
     order).  One collective instead of a message per payload: some MPI libraries move large
-    blocks faster in ``Alltoallv`` than as point-to-point messages (docs/performance.md)."""
+    blocks faster in ``Alltoallv`` than as point-to-point messages (docs/notes/performance-journal.md,
+    "Per MPI")."""
     p, me = outbox.nprocs, outbox.me
     into: list[list[np.ndarray]] = [[] for _ in range(p)]
     for src, where in incoming:

@@ -5,7 +5,8 @@ the places they land in.  MPI takes one buffer per side with an int count and di
 rank, so :func:`regions` lays a side out as
 
 * one region alone: that array itself, displacement 0 (no address arithmetic, which cost about
-  7 us of a 35 us superstep under Intel MPI, docs/performance.md; every round at two ranks);
+  7 us of a 35 us superstep under Intel MPI: docs/notes/performance-journal.md, "Per MPI"; every
+  round at two ranks);
 * several: one buffer spanning them, from the lowest address to the end of the highest, with
   each region's distance from its start as displacement (no copy), where that span fits MPI's
   int displacements (:data:`SPAN`);
