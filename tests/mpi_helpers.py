@@ -16,10 +16,8 @@ from dataclasses import dataclass
 import pytest
 
 from hpcbsp.runtime.launch import find_mpiexec
+from hpcbsp.util.flavours import IMPI, MPICH, OPENMPI
 from hpcbsp.util.mpiflavour import (
-    IMPI,
-    MPICH,
-    OPENMPI,
     child_env,
     crash_line,
     local_args,
