@@ -12,7 +12,8 @@ and a test that starts MPI jobs of its own, or a child Python, would run P times
 inherit the rank's process-manager variables), ``alone`` (looks at machine-wide state, such as
 every file in /dev/shm: `make test` runs the serial pass on several workers (pytest-xdist,
 ``-m "not alone"``), then these with no other test beside them), ``long`` (soak-style or
-build-heavy: `make test-long`).  Fixture ``bsp``: a BSP context on COMM_WORLD.
+build-heavy: `make test-long`), ``cluster`` (given here to every test of the emulated cluster
+or Slurm: `make test-cluster`).  Fixture ``bsp``: a BSP context on COMM_WORLD.
 
 Under ``--only-mpi`` a test file that marks no test ``mpi`` is not even imported: every rank of
 the MPI passes would otherwise collect all of them.
@@ -109,19 +110,20 @@ def bsp():
 
 
 #: Tests that use the one emulated cluster (slurm/local-cluster.sh) or its Slurm: they freeze its
-#: nodes, cut its links and fill its queue, so under pytest-xdist they run one after another on
-#: one worker (``--dist loadgroup``), beside the other workers' tests.
-CLUSTER_GROUP = pytest.mark.xdist_group("cluster")
+#: nodes, cut its links, time its links' rates and fill its queue, so they run on their own
+#: (`make test-cluster`), one after another with no other test beside them: under the load of
+#: the parallel pass their bounds in seconds (a fault named within 30 s, a link at its line rate)
+#: measured the load, not hpcbsp.
+CLUSTER = pytest.mark.cluster
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip serial-only tests inside an MPI job, and say how MPI tests are run when they are
-    skipped in the serial pass; put the tests of the emulated cluster in one xdist group."""
+    skipped in the serial pass; mark the tests of the emulated cluster ``cluster``."""
     for item in items:
-        if item.get_closest_marker("slurm") is not None or item.path.name.startswith(("test_cluster_", "test_slurm_")) \
-                or "slurm" in item.name:
-            item.add_marker(CLUSTER_GROUP)
+        if item.get_closest_marker("slurm") is not None or item.path.name.startswith(("test_cluster_", "test_slurm_")):
+            item.add_marker(CLUSTER)
     if (expected_world_size() or 1) > 1:
         serial = pytest.mark.skip(reason="serial_only: runs in the serial pass (plain pytest), not once "
                                          "per rank of an MPI job")
