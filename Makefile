@@ -123,5 +123,5 @@ bench: $(STAMP)
 	$(MPIEXEC) -n 2 $(PY) -m hpcbsp.bench elastic
 
 clean:
-	rm -rf build *.egg-info hpcbsp/kernels/*.so hpcbsp/kernels/*.c kernels/*.c
+	rm -rf build *.egg-info hpcbsp/kernels/.build-key hpcbsp/kernels/*.so hpcbsp/kernels/*.c kernels/*.c
 	find . -name __pycache__ -prune -exec rm -rf {} +
