@@ -105,7 +105,7 @@ test-serial: $(STAMP)
 # The tests across the emulated nodes and of Slurm (slurm/local-cluster.sh start --nodes 4 first;
 # they skip, saying so, where no cluster runs, and fail under CI=true), one after another.
 test-cluster: $(STAMP)
-	$(PY) -m pytest -q -rs -m cluster tests
+	$(PY) -m pytest -q -rs --durations=15 -m cluster tests
 
 test-long: $(STAMP)
 	$(PY) -m pytest -q -m long tests
