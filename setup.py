@@ -28,6 +28,7 @@ newer than its sources and was built with the same flags, Cython, numpy and comp
 (``hpcbsp/kernels/.build-key``), instead of compiling it again (about 30 s here).
 ``HPCBSP_REBUILD_KERNELS=1`` compiles anyway.
 """
+import filecmp
 import glob
 import json
 import os
@@ -99,11 +100,26 @@ class ReusingBuildExt(build_ext):
         newest_input = max(os.path.getmtime(p) for p in [*ext.sources, *ext.depends])
         return keys.get(ext.name) == build_key(ext) and os.path.getmtime(in_place) >= newest_input
 
+    def copy_file(self, infile, outfile, *args, **kwargs):  # type: ignore[no-untyped-def]
+        """Into the package, an extension is replaced by a rename, and not at all when unchanged:
+        an install beside running tests (CI builds the other MPIs' virtualenvs during make test)
+        must not rewrite a shared object that a running process has mapped."""
+        if os.path.isfile(outfile) and filecmp.cmp(infile, outfile, shallow=False):
+            return outfile, False
+        if os.path.isdir(outfile):
+            return super().copy_file(infile, outfile, *args, **kwargs)
+        partial = f"{outfile}.{os.getpid()}.partial"
+        shutil.copy2(infile, partial)
+        os.replace(partial, outfile)
+        return outfile, True
+
     def run(self) -> None:
         super().run()
         keys = {ext.name: build_key(ext) for ext in self.extensions}
-        with open(KEY_FILE, "w", encoding="utf-8") as f:
+        partial = f"{KEY_FILE}.{os.getpid()}.partial"
+        with open(partial, "w", encoding="utf-8") as f:
             json.dump(keys, f)
+        os.replace(partial, KEY_FILE)
 
 
 cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
