@@ -32,8 +32,8 @@ example (on the emulated cluster of docs/cluster.md):
 
 A relaunch runs the same command line: put --restart in it from the start (hpcbsp's apps
 resume from --checkpoint DIR when it holds a checkpoint, and start afresh while it does not).
-Before each launch every host is checked at once (`true` run there through the job's launcher;
-with srun, the nodes' states in sinfo): a host that does not answer is left out, and so is,
+Before each launch every host is checked (`true` run there through the job's launcher, 64 at a
+time; under Slurm, the nodes' states in sinfo): a host that does not answer is left out, and so is,
 for the next launch only, a node the failed launch lost.  Restarted, with one line naming the
 lost node, the checkpoint's superstep and the steps lost: a lost node (named by the launcher,
 the failure detector or Slurm, or a host that stops answering) or a rank killed by SIGKILL.
