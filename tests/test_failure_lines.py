@@ -36,6 +36,9 @@ def test_each_line_is_read_back_as_written():
     assert said is not None and (said.kind, said.text) == ("error", "--n must be at least 3")
     said = lines.parse(lines.rank_says(0, 2, "stopping because rank 1 failed at superstep 1 with ValueError: boom"))
     assert said is not None and (said.kind, said.rank, said.nodes) == ("said", 0, ())
+    said = lines.parse(lines.aborted(1, 4, 2, "the input is inconsistent"))
+    assert said is not None and (said.kind, said.rank, said.text) == ("aborted", 1, "the input is inconsistent")
+    assert lines.aborted(1, 4, 2, "x") == "[hpcbsp] rank 1/4 aborted the program at superstep 2: x"
     assert lines.parse("[heat] step 3/10 (30%, 1.0 s elapsed)") is None and lines.parse("") is None
 
 

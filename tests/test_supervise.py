@@ -90,6 +90,7 @@ def test_timeouts_name_the_nodes_they_waited_for():
     ("[hpcbsp] rank 1/2 failed:", "failed"),
     ("[hpcbsp] error: --n must be at least 3", "failed"),
     ("[hpcbsp] rank 0/2 (pid 9 on vm) died without a report: crashed with SIGSEGV", "failed"),
+    ("[hpcbsp] rank 1/4 aborted the program at superstep 2: the input is inconsistent", "failed"),  # bsp_abort
     ("[hpcbsp] rank 0/2: stopping because rank 1 failed at superstep 1 with ValueError: boom", None),
 ])
 def test_a_rank_killed_from_outside_and_the_programs_own_failure(line, kind):

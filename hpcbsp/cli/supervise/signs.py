@@ -104,7 +104,7 @@ class Signs:
                     self.lost[m.group("node")] = "Slurm (its task was killed)"
             self._lost_at(now)
             return
-        if said is not None and (said.kind in ("failed", "error") or said.crashed):
+        if said is not None and (said.kind in ("failed", "error", "aborted") or said.crashed):
             if self.failed is None:
                 self.failed = line.strip()
             return

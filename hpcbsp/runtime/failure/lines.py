@@ -16,8 +16,11 @@ kind                the line (written by)                                       
 ``failed``          ``[hpcbsp] rank R/P failed:`` then the rank's traceback            ``rank``
                     (:func:`failed_header`; :mod:`.report`)
 ``error``           ``[hpcbsp] error: TEXT``: bad input, once for the job (:func:`error`)  ``text``
-``said``            ``[hpcbsp] rank R/P: TEXT``: a peer's failure, a timeout, Ctrl-C    ``text``
-                    (:func:`rank_says`; :mod:`.report`, :mod:`.guards`)
+``said``            ``[hpcbsp] rank R/P: TEXT``: a peer's failure, a timeout, Ctrl-C,    ``text``
+                    a failure the others did not hear in time (:func:`rank_says`;
+                    :mod:`.report`, :mod:`.guards`, ``superstep/lifecycle.py``)
+``aborted``         ``[hpcbsp] rank R/P aborted the program at superstep S: TEXT``     ``rank``,
+                    (:func:`aborted`; ``BSP.abort``)                                   ``text``
 ==================  ================================================================  ===============
 
 A timeout (``said`` by the rank that waited; its text from ``runtime/superstep``) names the
@@ -44,7 +47,7 @@ else:  # loaded by path by the node's watcher, which puts util/ on sys.path
     from text import ranks  # type: ignore[no-redef]
 
 __all__ = ["Said", "parse", "node_silent", "rank_stopped", "rank_died", "failed_header", "error",
-           "rank_says", "diverged", "peers_failed", "PREFIX"]
+           "rank_says", "aborted", "diverged", "peers_failed", "PREFIX"]
 
 #: What every failure line of the runtime starts with.
 PREFIX = "[hpcbsp]"
@@ -86,6 +89,11 @@ def error(text: str) -> str:
 def rank_says(rank: int, size: int, text: str) -> str:
     """One line of rank ``rank``: a peer's failure, a timeout, an interrupt."""
     return f"{PREFIX} rank {rank}/{size}: {text}"
+
+
+def aborted(rank: int, size: int, superstep: int, message: str) -> str:
+    """``bsp_abort`` of one rank (:meth:`hpcbsp.BSP.abort`): it ends the job."""
+    return f"{PREFIX} rank {rank}/{size} aborted the program at superstep {superstep}: {message}"
 
 
 def diverged(groups: Mapping[str, Iterable[int]]) -> str:
@@ -143,6 +151,7 @@ _PATTERNS = (
     ("rank stopped", re.compile(_RANK + r" \(pid \d+ on (?P<node>\S+)\) has been stopped for")),
     ("died", re.compile(_RANK + r" \(pid \d+ on (?P<node>\S+)\) died without a report: (?P<text>.*)")),
     ("failed", re.compile(_RANK + r" failed:")),
+    ("aborted", re.compile(_RANK + r" aborted the program at superstep \d+: (?P<text>.*)")),
     ("error", re.compile(r"\[hpcbsp\] error: (?P<text>.*)")),
     ("said", re.compile(_RANK + r": (?P<text>.*)")),
 )
