@@ -96,3 +96,17 @@ def test_an_uncaught_divergence_is_printed_once_for_the_job():
     assert err.count("the ranks of this BSP program diverged") == 1, err
     assert "ranks 0-1, 3: sync(label=None) at superstep 0; rank 2: coarray(n=2" in err, err
     assert "[hpcbsp] rank 0/4 failed:" in err and "rank 1/4 failed" not in err, err
+
+
+def test_the_node_watcher_can_load_it_by_path():
+    # (python -I -S nodewatch.py puts its folder and util/ on sys.path: the standard library only)
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]; import lines; "
+            "print(lines.node_silent('n7', [1, 2, 3, 9], 12, 10)); print(lines.parse(lines.rank_died(1, 2, 3, 'h', 'x')).kind)")
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(REPO / "hpcbsp/runtime/failure"),
+                          str(REPO / "hpcbsp/util")], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["[hpcbsp] node n7 (ranks 1-3, 9) has not been heard from for 12 s: it died, "
+                                       "froze or lost its link; ending the job (HPCBSP_HEARTBEAT_TIMEOUT=10)", "died"]
