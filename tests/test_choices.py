@@ -85,7 +85,7 @@ def test_the_command_lines_offer_the_same_lists(capsys):
     from hpcbsp.apps.bsf.system import app_parser as bsf_parser
     from hpcbsp.apps.irregular.cli import app_parser as irregular_parser
     from hpcbsp.cli.cost import build_parser as cost_parser
-    from hpcbsp.cli.supervise.command import build_parser as supervise_parser
+    from hpcbsp.cli.supervise.options import build_parser as supervise_parser
 
     def shown(parser, *argv: str) -> str:
         _help(parser, *argv)

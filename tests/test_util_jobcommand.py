@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from mpi_helpers import clean_env
@@ -63,6 +64,23 @@ def test_each_flavour_spells_its_own_placement(tmp_path):
     assert job_command("mpiexec", 3, flavour=UNKNOWN) == ["mpiexec", "-n", "3"]
     with pytest.raises(JobCommandError, match="cannot tell which MPI mpiexec belongs to"):
         job_command("mpiexec", 3, hosts=f, flavour=UNKNOWN)
+
+
+def test_the_hosts_of_a_launch_go_as_a_written_file(tmp_path):
+    # (hpcbsp supervise: one argument however many hosts, in each MPI's host-file syntax)
+    f = write(tmp_path / "hosts", "a:2\nb\nc\nd\n")
+    folder = tmp_path / "private"
+    folder.mkdir()
+    written = str(folder / "launch.hosts")
+    assert job_command("mpiexec", 2, hosts=f, only=["c", "a"], flavour=MPICH, hostfile_dir=str(folder)) == [
+        "mpiexec", "-f", written, "-ppn", "1", "-n", "2"]
+    assert Path(written).read_text() == "c:1\na:1\n"
+    assert job_command("mpiexec", 3, hosts=f, flavour=OPENMPI, hostfile_dir=str(folder)) == [
+        "mpiexec", "--hostfile", written, "--map-by", "ppr:1:node", "-n", "3"]
+    assert Path(written).read_text() == "a slots=1\nb slots=1\nc slots=1\n"
+    assert job_command("mpiexec", 1, hosts=f, only=["d"], flavour=IMPI, hostfile_dir=str(folder)) == [
+        "mpiexec", "-f", written, "-ppn", "1", "-n", "1"]
+    assert Path(written).read_text() == "d:1\n"
 
 
 def test_the_flavour_of_an_mpiexec_is_found_beside_it(tmp_path):

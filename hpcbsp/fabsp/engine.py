@@ -27,8 +27,9 @@ Parts.  Back-pressure (at most ``max_pending`` sends in flight per mailbox) is
 failure notices to and from peers are :class:`~.notices.FailureNotices`.  This module ties them
 to the runtime through its extension interface.
 
-Failures.  A handler that raises makes this rank send a short "poison" message to every other
-rank, stop handling, and raise the exception at the first point where raising cannot leave a
+Failures.  A handler that raises makes this rank send a short "poison" message that reaches
+every other rank down a binomial tree (:mod:`.notices`: O(log P) sends per rank), stop
+handling, and raise the exception at the first point where raising cannot leave a
 collective half done: at once inside ``send`` or ``sync``; from ``progress()`` (which the
 runtime also calls while it waits inside the sync's control step) it is kept for this rank's
 next ``send`` or ``sync`` (or raised by ``progress`` after ``$HPCBSP_ABORT_GRACE``/2 seconds, so

@@ -12,7 +12,8 @@ Catch what you mean::
                         a launcher that does not match the MPI library)
 
 How an uncaught one is reported (:mod:`hpcbsp.runtime.failure.report`): :class:`BadInput` once, on rank
-0, as one line; :class:`PeerFailed` as one line per rank; :class:`SyncTimeout` as one line per
+0, as one line; :class:`Divergence` with the traceback of the lowest rank only;
+:class:`PeerFailed` as one line per rank; :class:`SyncTimeout` as one line per
 rank naming the program's line that waited; every other kind with the rank's traceback.
 """
 
@@ -32,7 +33,14 @@ class UsageError(BSPError):
 class Divergence(BSPError):
     """The ranks made different collective calls (one registers a coarray while another syncs,
     one left the BSP block while others wait).  Every rank raises it in the same control step,
-    with a description of what each rank was doing."""
+    with the same message: what each group of ranks was doing, its ranks as ranges.
+
+    ``reports`` is true on one rank only (the lowest): uncaught, the divergence is printed there
+    and nowhere else, one message for the job however many ranks it has."""
+
+    def __init__(self, message: str = "", *, reports: bool = True) -> None:
+        super().__init__(message)
+        self.reports = reports
 
 
 class PeerFailed(BSPError):

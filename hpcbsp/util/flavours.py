@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 __all__ = ["CLUSTER_IFACE", "FLAVOUR_NAMES", "IMPI", "KNOWN", "LAUNCHER_PROGRAMS", "MPICH", "OPENMPI",
            "OPENMPI_ROOT_VARS", "TIMEOUT_ENV", "UNKNOWN", "Flavour", "is_launcher_variable"]
@@ -79,15 +79,24 @@ class Flavour:
         return self.name != "unknown"
 
     def hostfile_args(self, hosts: list[str], hostfile: str, rsh: str | None = None,
-                      subset: bool = False) -> list[str]:
+                      subset: bool = False, written: str | None = None) -> list[str]:
         """mpiexec options (before ``-n``) that put one rank on each of ``hosts``, the hosts of
         ``hostfile`` to use (``subset``: only those, not the file's first ones); ``rsh``: a
-        launcher script to reach them instead of ssh."""
+        launcher script to reach them instead of ssh.  ``written``: a file that lists exactly
+        ``hosts`` in this MPI's syntax (:meth:`hostfile_text`), passed instead of any list of
+        names (``-f FILE``, Open MPI's ``--hostfile FILE``): one argument however many hosts."""
         if self.name == "openmpi":
-            args = ["--host", ",".join(hosts), "--map-by", "ppr:1:node"]
+            args = ["--hostfile", written] if written else ["--host", ",".join(hosts)]
+            args += ["--map-by", "ppr:1:node"]
             return args + (["--prtemca", "plm_ssh_agent", rsh] if rsh else [])
-        args = ["-hosts", ",".join(hosts), "-ppn", "1"] if subset else ["-f", hostfile, "-ppn", "1"]
-        return args + (["-launcher", "rsh", "-launcher-exec", rsh] if rsh else [])
+        args = ["-f", written] if written else ["-hosts", ",".join(hosts)] if subset else ["-f", hostfile]
+        return args + ["-ppn", "1"] + (["-launcher", "rsh", "-launcher-exec", rsh] if rsh else [])
+
+    def hostfile_text(self, hosts: Sequence[str]) -> str:
+        """A host file of ``hosts``, one slot each, in this MPI's syntax (Open MPI: ``HOST
+        slots=1``; the hydras: ``HOST:1``)."""
+        line = "{} slots=1\n" if self.name == "openmpi" else "{}:1\n"
+        return "".join(line.format(h) for h in hosts)
 
     def cluster_tcp_env(self, iface: str = CLUSTER_IFACE) -> dict[str, str]:
         """The variables that put this MPI's traffic between nodes on TCP sockets over the network

@@ -20,7 +20,11 @@ bsf``) start them in one of three ways, spelled for the MPI the ``mpiexec`` belo
 
 A job restarted on part of the hosts (``hpcbsp supervise``) names them with ``only``: hydra's
 ``-hosts a,b,c`` instead of ``-f FILE`` (Open MPI: ``--host``; the launcher is still the one FILE
-implies), or ``srun --exclude=...`` with ``exclude``.  :func:`probe_command` is the cheap check
+implies), or ``srun --exclude=...`` with ``exclude``.  With ``hostfile_dir`` (a private folder
+of the caller's) the launch's hosts are written there as a host file in the MPI's syntax
+(:data:`LAUNCH_HOSTS`) and passed as that file (``-f FILE``, Open MPI's ``--hostfile FILE``)
+instead of a list of names: one argument at 8,000 hosts too (a single argument of the kernel
+holds 128 KiB).  :func:`probe_command` is the cheap check
 that a host answers, through the launcher the job would use.
 
 Bad input (an unreadable or empty host file, a line that is not ``HOST`` or ``HOST:SLOTS``, fewer
@@ -41,6 +45,10 @@ from .mpiflavour import local_args, mpiexec_flavour
 
 #: The first line of the launcher slurm/local-cluster.sh writes beside its host file.
 LOCAL_CLUSTER_MARK = "hpcbsp slurm/local-cluster.sh"
+
+
+#: The name of the host file :func:`job_command` writes into ``hostfile_dir``.
+LAUNCH_HOSTS = "launch.hosts"
 
 
 class JobCommandError(ValueError):
@@ -102,7 +110,8 @@ def local_cluster_launcher(hostfile: str | os.PathLike) -> str | None:
 
 def job_command(mpiexec: str, ranks: int, *, hosts: str | None = None, launch: str = "mpiexec",
                 only: Sequence[str] | None = None, exclude: Sequence[str] = (),
-                kill_on_bad_exit: bool = False, flavour: Flavour | None = None) -> list[str]:
+                kill_on_bad_exit: bool = False, flavour: Flavour | None = None,
+                hostfile_dir: str | None = None) -> list[str]:
     """argv prefix that starts ``ranks`` ranks (append the program and its arguments).
 
     ``hosts``: a host file, one rank per host (needs ``launch="mpiexec"``); ``only``: just these
@@ -110,7 +119,8 @@ def job_command(mpiexec: str, ranks: int, *, hosts: str | None = None, launch: s
     task per node of the Slurm allocation, none on the nodes in ``exclude``; with
     ``kill_on_bad_exit``, a task that fails or is killed ends the step at once (``srun -K``; a job
     that lost a rank cannot go on).  ``flavour``: the MPI the job runs on (default: the one
-    ``mpiexec`` belongs to, :func:`~hpcbsp.util.mpiflavour.mpiexec_flavour`).
+    ``mpiexec`` belongs to, :func:`~hpcbsp.util.mpiflavour.mpiexec_flavour`).  ``hostfile_dir``:
+    write the hosts of the launch to :data:`LAUNCH_HOSTS` there (replacing it) and pass that file.
     """
     if launch not in LAUNCHES:
         raise JobCommandError(f"unknown launch {launch!r}: choose from {', '.join(LAUNCHES)}")
@@ -142,8 +152,12 @@ def job_command(mpiexec: str, ranks: int, *, hosts: str | None = None, launch: s
         raise JobCommandError(f"cannot tell which MPI {mpiexec} belongs to (MPICH, Open MPI or Intel MPI: "
                               "`mpiexec --version` names none), so not how to place one rank per host of "
                               f"{hosts}; use the mpiexec of one of those, or --launch srun inside an allocation")
+    written = None
+    if hostfile_dir is not None:
+        written = os.path.join(hostfile_dir, LAUNCH_HOSTS)
+        Path(written).write_text(flavour.hostfile_text(listed[:ranks]))
     return [mpiexec, *flavour.hostfile_args(listed[:ranks], str(hosts), local_cluster_launcher(hosts),
-                                            subset=only is not None), "-n", str(ranks)]
+                                            subset=only is not None, written=written), "-n", str(ranks)]
 
 
 #: Seconds ssh may take to connect when :func:`probe_command` checks a host.

@@ -15,9 +15,12 @@ Semantics (like torchrun's ``--max-restarts`` and Horovod Elastic's restarts):
   from the first launch (a command with ``--checkpoint`` and no ``--restart`` is run, with a
   warning that every relaunch starts from the beginning).  Each launch gets
   ``HPCBSP_SUPERVISE_RESTART`` (0, 1, ...: the restarts before it).
-* **Which nodes.**  Before each launch every host is checked at once, each within a few seconds
-  (:mod:`.hosts`: ``true`` run there through the job's launcher, or the node states of
-  ``sinfo``).  A host that does not answer is left out; so is a node that the failed launch
+* **Which nodes.**  Before each launch every host is checked, each within a few seconds
+  (:mod:`.hosts`: under Slurm, the node states of ``sinfo`` or ``scontrol``; elsewhere ``true``
+  run there through the job's launcher, at most 64 at a time, each answered, refused, timed out
+  or not started: :mod:`.probes`).  The launch's hosts go to ``mpiexec`` as a host file
+  (``-f FILE``, ``--hostfile FILE``) in a private folder removed at the end.  A host that does
+  not answer is left out; so is a node that the failed launch
   lost (named by the lines below), for the next launch only: at the restart after that, every
   host that answers is used again, the lost one too once it is back.
 * **What is a lost node** (:mod:`.verdict`, :mod:`.signs`): the job's output passes through as it
@@ -30,8 +33,10 @@ Semantics (like torchrun's ``--max-restarts`` and Horovod Elastic's restarts):
   program will resume from (its ``meta.json``) and the steps lost (from the job's last progress
   line).  Anything else (an exception, bad input: exit 2, a crash) is the program's failure:
   not restarted, said so, and its exit code is the supervisor's.
-* **Bounded.**  A job that still runs 10 s after a line said it lost a node is ended (SIGINT,
-  then SIGKILL 5 s later); host checks take at most 8 s; the relaunch follows at once.
+* **Bounded.**  A launcher that still runs 2 s after the failure detector said it ended the job
+  is ended (SIGTERM to its process group: it waits for a lost node's ``ssh``), and one that
+  still runs 10 s after another line said it lost a node (SIGINT); SIGKILL 5 s later; each host
+  check takes at most 8 s; the relaunch follows at once.
 * **Interrupted** (Ctrl-C, SIGTERM): the job's launcher gets the signal the supervisor got and
   passes it on to the ranks; the job's files in ``/dev/shm`` and ``/tmp`` that its MPI removes
   only at a normal end (MPICH's ``mpich_shm_*``, hydra's ``hydra_hwloc_xmlfile_*``) are removed

@@ -1,16 +1,19 @@
 """Where the next launch may run: the hosts that answer, the allocation's nodes that are up.
 
-* **A host file** (``--hosts FILE``): before each launch every listed host is checked at once
-  by running ``true`` there through the launcher the job will use
-  (:func:`hpcbsp.util.jobcommand.probe_command`: the local cluster's ``rsh``, else ``ssh`` in
-  batch mode), each check bounded by :data:`PROBE_S` seconds.  A host that is this machine
-  (``localhost``, its own name) answers without a check (hydra starts its ranks without a
-  launcher).  Where the checking program itself is missing, every host counts as answering
-  and :func:`check_hosts` says so.
-* **A Slurm allocation** (``--launch srun``): its nodes are ``scontrol show hostnames
-  $SLURM_JOB_NODELIST``; a node is up when ``sinfo`` shows it in a state that runs job steps
-  (:data:`UP_STATES`) with no flag of a node that does not respond (``*``) or is powered off.
-  Where ``sinfo`` does not answer, every node counts as up.
+* **Under Slurm** (``SLURM_JOB_ID`` set: inside ``salloc`` or ``sbatch``): a node's state comes
+  from Slurm, not from a probe of it: ``sinfo -h -N -n $SLURM_JOB_NODELIST -o '%N %T'`` (the
+  job's nodes; ``scontrol -o show node`` where sinfo fails).  A node is up when its state runs
+  job steps (:data:`UP_STATES`) with no flag of a node that does not respond (``*``), is powered
+  off or draining (:func:`is_up`).  With ``--launch srun`` the allocation's nodes are ``scontrol
+  show hostnames $SLURM_JOB_NODELIST``; where Slurm does not answer, every node counts as up.
+  With ``--hosts FILE`` under Slurm, the hosts Slurm does not know are probed as below.
+* **Elsewhere** (``--hosts FILE``): every listed host is probed by running ``true`` there
+  through the launcher the job will use (:func:`hpcbsp.util.jobcommand.probe_command`: the
+  local cluster's ``rsh``, else ``ssh`` in batch mode), at most :data:`~.probes.IN_FLIGHT` at
+  once, each bounded by :data:`PROBE_S` seconds, each with a verdict (:mod:`.probes`: answered,
+  refused, timed out, could not fork; only an answer counts).  A host that is this machine
+  (``localhost``, its own name) answers without a probe (hydra starts its ranks without a
+  launcher).
 
 :func:`choose` then picks the hosts of the next launch (pure, the unit tests' oracle): those
 that answer, in the file's order, without the ones named lost by the launch that just failed
@@ -21,22 +24,23 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import time
 from typing import Mapping, Sequence
 
 from ...util.jobcommand import probe_command
+from .probes import ANSWERED, DOWN, IN_FLIGHT, UP, Probe, probe, summary
 
-#: Seconds one host check may take (all run at once).
+#: Seconds one host check may take.
 PROBE_S = 8.0
 #: Seconds ``scontrol``/``sinfo`` may take.
 SLURM_S = 15.0
-#: ``sinfo %t`` states (flags stripped) of a node that runs job steps.
+#: States (lower case, flags stripped) of a node that runs job steps: ``sinfo %t`` and ``%T``, scontrol's.
 UP_STATES = frozenset({"idle", "alloc", "allocated", "mix", "mixed", "comp", "completing", "resv",
                        "reserved", "plnd", "planned"})
 #: ``sinfo`` flags after a state: not responding, powered off, powering up or down.
 _DOWN_FLAGS = "*~#%!"
-
-
+#: scontrol's flags (``IDLE+DRAIN``) of a node that takes no new job step.
+_DOWN_WORDS = frozenset({"DRAIN", "DRAINING", "DRAINED", "NOT_RESPONDING", "POWERED_DOWN", "POWER_DOWN",
+                         "POWERING_DOWN", "POWERING_UP", "FAIL", "FAILING", "MAINT"})
 def is_this_machine(host: str) -> bool:
     """Whether ``host`` names this machine (hydra then starts its ranks without a launcher)."""
     names = {"localhost", "localhost.localdomain", "127.0.0.1", "::1"}
@@ -47,45 +51,22 @@ def is_this_machine(host: str) -> bool:
     return host in names
 
 
-def check_hosts(hostfile: str, hosts: Sequence[str], timeout: float = PROBE_S) -> tuple[dict[str, bool], str | None]:
-    """``({host: answers}, note)``: every host checked at once, each within ``timeout`` seconds;
-    ``note`` says why nothing could be checked (the checking program is missing), else None."""
-    answers = {h: True for h in hosts if is_this_machine(h)}
-    running: dict[str, subprocess.Popen[bytes]] = {}
-    for host in hosts:
-        if host in answers:
-            continue
-        cmd = probe_command(hostfile, host)
-        try:
-            running[host] = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                             stderr=subprocess.DEVNULL, start_new_session=True)
-        except OSError as exc:
-            for proc in running.values():
-                _kill(proc)
-            return {h: True for h in hosts}, f"cannot check the hosts ({cmd[0]}: {exc.strerror or exc}): using them all"
-    deadline = time.monotonic() + timeout
-    while running:
-        for host, proc in list(running.items()):
-            if proc.poll() is not None:
-                answers[host] = proc.returncode == 0
-                del running[host]
-        if not running:
-            break
-        if time.monotonic() > deadline:
-            for host, proc in running.items():
-                _kill(proc)
-                answers[host] = False
-            break
-        time.sleep(0.05)
-    return {h: answers[h] for h in hosts}, None
-
-
-def _kill(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, 9)
-    except OSError:
-        pass
-    proc.wait()
+def check_hosts(hostfile: str, hosts: Sequence[str], env: Mapping[str, str] | None = None,
+                timeout: float = PROBE_S, in_flight: int = IN_FLIGHT) -> tuple[dict[str, Probe], str | None]:
+    """``({host: Probe}, note)`` (see the module docstring); ``note``: one line on what could not be
+    checked, else None.  ``env`` (default: this process's) says whether this runs under Slurm."""
+    env = os.environ if env is None else env
+    found = {h: Probe(ANSWERED, "this machine") for h in hosts if is_this_machine(h)}
+    notes: list[str] = []
+    if env.get("SLURM_JOB_ID"):
+        states, note = slurm_states(env)
+        notes += [note] if note else []
+        found.update({h: Probe(UP if states[h] else DOWN) for h in hosts if h not in found and h in states})
+    rest = {h: probe_command(hostfile, h) for h in hosts if h not in found}
+    found.update(probe(rest, timeout, in_flight))
+    said = summary(found)
+    notes += [said] if said else []
+    return {h: found[h] for h in hosts}, "; ".join(notes) or None
 
 
 def allocation_nodes(env: Mapping[str, str]) -> list[str]:
@@ -106,27 +87,57 @@ def allocation_nodes(env: Mapping[str, str]) -> list[str]:
     return nodes
 
 
-def node_states(nodes: Sequence[str]) -> tuple[dict[str, bool], str | None]:
-    """``({node: up}, note)`` from ``sinfo``; where it does not answer every node is up and
-    ``note`` says so."""
+def node_states(nodes: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[dict[str, bool], str | None]:
+    """``({node: up}, note)`` from Slurm (:func:`slurm_states`); where it does not answer every
+    node is up and ``note`` says so."""
+    states, note = slurm_states(os.environ if env is None else env)
+    if note:
+        return {n: True for n in nodes}, f"{note}: using every node"
+    return {n: states.get(n, False) for n in nodes}, None
+
+
+def slurm_states(env: Mapping[str, str]) -> tuple[dict[str, bool], str | None]:
+    """``({node: up}, note)`` for the nodes of the job (``$SLURM_JOB_NODELIST``; every node
+    without it): sinfo's states, else scontrol's; ``({}, note)`` where neither answers."""
+    nodelist = env.get("SLURM_JOB_NODELIST", "")
+    only = ["-n", nodelist] if nodelist else []
+    out, why = _ask(["sinfo", "-h", "-N", *only, "-o", "%N %T"])
+    if out is not None:
+        seen: dict[str, bool] = {}
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) == 2:  # a node in several partitions is listed once per partition
+                seen[parts[0]] = seen.get(parts[0], True) and is_up(parts[1])
+        return seen, None
+    out, why2 = _ask(["scontrol", "-o", "show", "node", *([nodelist] if nodelist else [])])
+    if out is not None:
+        fields = [dict(f.split("=", 1) for f in line.split() if "=" in f) for line in out.splitlines()]
+        return {f["NodeName"]: is_up_words(f.get("State", "")) for f in fields if "NodeName" in f}, None
+    return {}, f"cannot ask Slurm for the nodes' states ({why}; {why2})"
+
+
+def _ask(argv: list[str]) -> tuple[str | None, str]:
+    """``(stdout, "")`` of a Slurm command that succeeded, else ``(None, why)``."""
     try:
-        out = subprocess.run(["sinfo", "-h", "-N", "-n", ",".join(nodes), "-o", "%N %t"], capture_output=True,
-                             text=True, timeout=SLURM_S, stdin=subprocess.DEVNULL)
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=SLURM_S, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return {n: True for n in nodes}, f"cannot ask sinfo for the nodes' states ({exc}): using them all"
+        return None, f"{argv[0]}: {exc}"
     if out.returncode != 0:
-        return {n: True for n in nodes}, f"sinfo failed ({out.stderr.strip()}): using every node"
-    seen: dict[str, bool] = {}
-    for line in out.stdout.splitlines():
-        parts = line.split()
-        if len(parts) == 2:  # a node in several partitions is listed once per partition
-            seen[parts[0]] = seen.get(parts[0], True) and is_up(parts[1])
-    return {n: seen.get(n, False) for n in nodes}, None
+        return None, f"{argv[0]} failed: {out.stderr.strip() or f'exit {out.returncode}'}"
+    return out.stdout, ""
+
+
+def is_up_words(state: str) -> bool:
+    """Whether scontrol's ``State=`` (``IDLE``, ``MIXED+COMPLETING``, ``IDLE+DRAIN``,
+    ``DOWN+NOT_RESPONDING``, ...) runs job steps."""
+    words = state.upper().split("+")
+    return words[0].lower() in UP_STATES and not _DOWN_WORDS.intersection(words[1:])
 
 
 def is_up(state: str) -> bool:
-    """Whether an ``sinfo %t`` state (``idle``, ``mix``, ``down*``, ``drain``, ...) runs job steps."""
-    return not any(flag in state for flag in _DOWN_FLAGS) and state.rstrip(_DOWN_FLAGS + "$@^-") in UP_STATES
+    """Whether an ``sinfo`` ``%t`` or ``%T`` state (``idle``, ``mix``, ``mixed``, ``down*``,
+    ``drain``, ``allocated+``, ...) runs job steps."""
+    return not any(flag in state for flag in _DOWN_FLAGS) and state.lower().rstrip(_DOWN_FLAGS + "$@^-+") in UP_STATES
 
 
 def choose(listed: Sequence[str], answers: Mapping[str, bool], lost: Sequence[str],

@@ -11,6 +11,11 @@ fifth of a second to be told apart).  The job is ended by the supervisor only wh
   gets the signal the supervisor got, SIGINT or SIGTERM, and passes it on to the ranks (hydra
   does; srun gets SIGINT twice, which ends its step), so that the ranks name the signal the
   user sent; or
+* the failure detector said it ended the job (its line for a silent node or a stopped rank,
+  :attr:`.signs.Signs.ended`) and the launcher still runs :data:`DETECTOR_GRACE` seconds later:
+  the ranks are gone, and what it waits for is a frozen or lost node's launcher process (hydra's
+  ssh to that node, which only ``MPIEXEC_TIMEOUT`` would bound): its whole process group gets
+  SIGTERM (``ended_by`` ``"detector"``); or
 * a line has said that a node was lost (or a rank was killed) and the job still runs
   :data:`LOSS_GRACE` seconds later: the runtime and the launcher normally end it within a
   second or two, this bounds the time to a restart where they do not (SIGINT).
@@ -41,6 +46,8 @@ from .signs import Signs
 
 #: Seconds a job may go on after a line said it lost a node, before the supervisor ends it.
 LOSS_GRACE = 10.0
+#: Seconds the launcher may go on after the failure detector said it ended the job.
+DETECTOR_GRACE = 2.0
 #: Seconds between asking a job to end (SIGINT) and killing what is left of it.
 STOP_GRACE = 5.0
 #: Seconds the job's output is read after its launcher ended.
@@ -65,7 +72,7 @@ class Ended:
     signs: Signs              #: what its output said
     started: float            #: time.monotonic() at the start
     ended: float              #: ... and when the launcher had ended
-    ended_by: str | None      #: "interrupt" or "loss" when the supervisor ended it, else None
+    ended_by: str | None      #: "interrupt", "detector" or "loss" when the supervisor ended it, else None
     removed: tuple[str, ...] = ()  #: the job's leftover files removed after the supervisor ended it
 
 
@@ -102,12 +109,17 @@ def run_job(argv: Sequence[str], env: Mapping[str, str], stop: Stop, *, srun: bo
         if ended is None and asked_at is None:
             if stop.signum is not None:
                 ended_by = "interrupt"
+            elif signs.ended is not None and now - signs.ended > DETECTOR_GRACE:
+                ended_by = "detector"
             elif signs.first_loss is not None and now - signs.first_loss > LOSS_GRACE:
                 ended_by = "loss"
             if ended_by is not None:
                 asked_at = now
                 held.update(leftovers.collect(proc.pid, flavour))
-                _interrupt(proc, srun, stop.signum if ended_by == "interrupt" else None)
+                if ended_by == "detector":
+                    _signal_group(proc, signal.SIGTERM)
+                else:
+                    _interrupt(proc, srun, stop.signum if ended_by == "interrupt" else None)
         if ended is None and asked_at is not None and now - asked_at > STOP_GRACE:
             _kill_group(proc)
         for piece in sorter.tick(now):
@@ -197,7 +209,13 @@ def _interrupt(proc: subprocess.Popen[bytes], srun: bool, received: int | None) 
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    _signal_group(proc, signal.SIGKILL)
+
+
+def _signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:
+    """``signum`` to the launcher's process group (its session: it and every process it started
+    here, ssh clients included)."""
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(proc.pid, signum)
     except OSError:
         pass

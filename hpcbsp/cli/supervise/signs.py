@@ -33,10 +33,11 @@
 * **progress**: the last progress line (:func:`hpcbsp.util.progress.parse`) and when the first
   sign of a loss came.
 
-Nothing here starts or stops anything; the patterns follow the lines' one home each (the
-launcher in ``slurm/local-cluster.sh``, ``runtime/failure/detector.py`` and ``nodewatch.py``,
-``runtime/superstep/control.py``, ``runtime/superstep/supersteps.py``, ``runtime/failure/report.py``,
-``util/mpiflavour.py``) and tests/test_supervise.py holds them to it.
+Nothing here starts or stops anything.  The runtime's lines are read by their one home,
+:func:`hpcbsp.runtime.failure.lines.parse` (which writes them too); the launcher's, Slurm's and
+the MPIs' here (``slurm/local-cluster.sh``, ``util/mpiflavour.py``); tests/test_supervise.py
+holds them to their sources.  :attr:`Signs.ended` is when the failure detector said it ended
+the job (the supervisor then ends the launcher after a short grace, :mod:`.job`).
 """
 from __future__ import annotations
 
@@ -44,26 +45,20 @@ import re
 import time
 from dataclasses import dataclass, field
 
+from ...runtime.failure import lines
 from ...util.flavours import UNKNOWN
 from ...util.mpiflavour import crash_line, is_sigkill
 from ...util.progress import Reported, parse
 
-#: (pattern with the node as group "node", who says it).
+#: Who names a lost node in the runtime's lines.
+_DETECTOR = "the failure detector"
+#: The launcher's and Slurm's lines that name a lost node (pattern with the node as group "node", who says it).
 _LOST = (
     (re.compile(r"\[hpcbsp rsh\] lost node (?P<node>\S+?):"), "the launcher"),
-    (re.compile(r"\[hpcbsp\] node (?P<node>\S+) \((?:rank|ranks) [^)]*\) has not been heard from"),
-     "the failure detector"),
-    (re.compile(r"\[hpcbsp\] rank \d+/\d+ \(pid \d+ on (?P<node>\S+)\) has been stopped for"),
-     "the failure detector"),
     (re.compile(r"srun: error: Node failure on (?P<node>\S+)"), "Slurm"),
 )
-#: A sync or exchange timeout: the ranks not arrived, each ``R (on NODE)``.
-_LATE = re.compile(r"timed out (?:waiting for the other ranks \(ranks not arrived: (?P<list>[^;]*)\)"
-                   r"|after \S+ s waiting for (?P<one>rank \d+ \(on \S+\)))")
-_ON = re.compile(r"\d+ \(on ([^)\s]+)\)")
-_KILLED = re.compile(r"died without a report: killed by (?:SIGKILL|a signal or crashed)"
-                     r"|srun: error: (?P<node>\S+): tasks? [\d,-]+: Killed")
-_FAILED = re.compile(r"\[hpcbsp\] rank \d+/\d+ failed:|\[hpcbsp\] error: |died without a report: crashed with ")
+#: Slurm's line for a task killed (SIGKILL), naming its node.
+_SRUN_KILLED = re.compile(r"srun: error: (?P<node>\S+): tasks? [\d,-]+: Killed")
 
 
 @dataclass
@@ -76,33 +71,40 @@ class Signs:
     failed: str | None = None                            #: the first line of the program's own failure
     progress: Reported | None = None                     #: the last progress line
     first_loss: float | None = None                      #: time.monotonic() of the first sign of a loss
+    ended: float | None = None                           #: ... of the detector's line that ended the job
 
     def feed(self, line: str, now: float | None = None) -> None:
         """Read one line of the job's output (stdout or stderr)."""
         now = time.monotonic() if now is None else now
+        said = lines.parse(line)
+        if said is not None and said.ends_job and said.node:
+            self.lost.setdefault(said.node, _DETECTOR)
+            if self.ended is None:
+                self.ended = now
+            self._lost_at(now)
+            return
         for pattern, who in _LOST:
             m = pattern.search(line)
             if m:
                 self.lost.setdefault(m.group("node"), who)
                 self._lost_at(now)
                 return
-        m = _LATE.search(line)
-        if m:
-            for node in _ON.findall(m.group("list") or m.group("one") or ""):
+        if said is not None and said.kind == "timeout":
+            for node in said.nodes:
                 if node not in self.late:
                     self.late.append(node)
             self._lost_at(now)
             return
-        m = _KILLED.search(line)
-        crash = None if m else crash_line(UNKNOWN, line)
-        if m or (crash is not None and is_sigkill(crash)):
+        m = _SRUN_KILLED.search(line)
+        crash = None if m or said is not None else crash_line(UNKNOWN, line)
+        if m or (said is not None and said.killed) or (crash is not None and is_sigkill(crash)):
             if self.killed is None:
                 self.killed = line.strip()
-                if m and m.group("node") and not self.lost:
+                if m and not self.lost:
                     self.lost[m.group("node")] = "Slurm (its task was killed)"
             self._lost_at(now)
             return
-        if _FAILED.search(line):
+        if said is not None and (said.kind in ("failed", "error", "aborted") or said.crashed):
             if self.failed is None:
                 self.failed = line.strip()
             return

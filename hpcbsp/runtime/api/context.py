@@ -21,6 +21,7 @@ from typing import Any, Callable, NoReturn
 import numpy as np
 from mpi4py import MPI
 
+from ..failure import lines
 from ..failure.report import abort_job
 from ..superstep import lifecycle
 from ..superstep.supersteps import Supersteps
@@ -153,8 +154,7 @@ class BSP(Supersteps):
         """BSPlib's ``bsp_abort``: end the whole program from this one rank (not collective).
         Prints ``[hpcbsp] rank R/P aborted the program: MESSAGE`` once and ends every rank with
         a non-zero status (``MPI_Abort``); the other ranks are not asked, wherever they are."""
-        abort_job(f"[hpcbsp] rank {self.pid}/{self.nprocs} aborted the program at superstep "
-                  f"{self.superstep}: {message}\n")
+        abort_job(lines.aborted(self.pid, self.nprocs, self.superstep, message) + "\n")
         raise AssertionError("unreachable")  # abort_job does not return
 
     # ------------------------------------------------------------------ collectives

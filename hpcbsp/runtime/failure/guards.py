@@ -33,7 +33,7 @@ from typing import Any
 from mpi4py import MPI
 
 from ..errors import BSPError, SyncTimeout
-from . import deathwatch
+from . import deathwatch, lines
 from .report import abort_job, format_failure, report_failure
 
 #: The open BSP contexts of this process (their lifecycles: ``fail(exc)``, ``superstep``), so that
@@ -204,8 +204,8 @@ def _end_job_interrupted() -> None:
     live = list(LIVE)
     where = f"at superstep {live[0].superstep}" if live else "outside its BSP contexts"
     if deathwatch.claim_report():
-        os.write(2, f"[hpcbsp] rank {rank}/{size}: interrupted (SIGINT, Ctrl-C) {where}; "
-                    f"ending all {size} ranks\n".encode())
+        os.write(2, (lines.rank_says(rank, size, f"interrupted (SIGINT, Ctrl-C) {where}; ending all {size} ranks")
+                     + "\n").encode())
         time.sleep(0.2)  # let the launcher forward the line before it kills the job
     else:
         time.sleep(0.5)  # another rank of this node says it: let it be heard first

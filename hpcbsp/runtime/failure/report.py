@@ -1,6 +1,8 @@
 """How a failed rank reports itself: its traceback once, every line prefixed with its rank (an
 interrupted one, Ctrl-C, a peer's failure and a timeout in one line: the timeout names the
-program's line that waited)."""
+program's line that waited).  A divergence, which every rank raises alike, is printed by the one
+rank whose exception says so (:attr:`~hpcbsp.runtime.errors.Divergence.reports`: the lowest);
+the others print nothing, as for bad input.  The lines' formats: :mod:`.lines`."""
 from __future__ import annotations
 
 import os
@@ -10,7 +12,8 @@ import threading
 import time
 import traceback
 
-from ..errors import BadInput, PeerFailed, SyncTimeout
+from ..errors import BadInput, Divergence, PeerFailed, SyncTimeout
+from . import lines
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../hpcbsp
 #: The layers whose frames a timeout's report skips to name the program's (or app's) line.
@@ -21,17 +24,19 @@ def format_failure(exc: BaseException, rank: int, size: int) -> str:
     """What a failed rank says: bad input found by every rank once (on rank 0), a peer's failure
     in one line, anything else as the rank-prefixed traceback."""
     if isinstance(exc, BadInput):
-        return f"[hpcbsp] error: {exc}\n" if rank == 0 else ""
+        return lines.error(str(exc)) + "\n" if rank == 0 else ""
+    if isinstance(exc, Divergence) and not exc.reports:  # (the lowest rank prints it for the job)
+        return ""
     if isinstance(exc, PeerFailed):
-        return f"[hpcbsp] rank {rank}/{size}: {exc}\n"
+        return lines.rank_says(rank, size, str(exc)) + "\n"
     if isinstance(exc, SyncTimeout):  # where the program waited, not the runtime's frames
         where = _caller(exc)
         text = re.sub(rf"^rank {rank}: ", "", str(exc))
-        return f"[hpcbsp] rank {rank}/{size}: {text}" + (f" (at {where})" if where else "") + "\n"
+        return lines.rank_says(rank, size, text) + (f" (at {where})" if where else "") + "\n"
     if isinstance(exc, KeyboardInterrupt):  # Ctrl-C: no error of the program's, no traceback
-        return f"[hpcbsp] rank {rank}/{size}: interrupted (KeyboardInterrupt, Ctrl-C)\n"
+        return lines.rank_says(rank, size, "interrupted (KeyboardInterrupt, Ctrl-C)") + "\n"
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return (f"[hpcbsp] rank {rank}/{size} failed:\n"
+    return (lines.failed_header(rank, size) + "\n"
             + "".join(f"[rank {rank}] {line}\n" for line in text.rstrip().splitlines()))
 
 

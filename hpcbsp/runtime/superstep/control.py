@@ -38,6 +38,7 @@ from ...util.mpiflavour import running_flavour
 from ...util.waiting import poll
 from ..environment import setting
 from ..errors import BadInput, BSPError, Divergence, PeerFailed, SyncTimeout
+from ..failure import lines
 from .native import compiled_allreduce_step, compiled_step
 from .outbox import UNIFORM, Data, Extra, agreed
 from .waiting import Naps
@@ -329,28 +330,32 @@ class ControlStep:
              pause=keep_moving if progress else nap)
 
     def diverged(self, kind: int, superstep: int, describe: Callable[[], str]) -> None:
-        """All ranks saw a disagreement in this control step: gather what each was doing and
-        raise the same error (:class:`~.errors.Divergence`, or :class:`~.errors.PeerFailed`)
-        on every rank."""
+        """All ranks saw a disagreement in this control step: gather what each was doing on the
+        lowest rank, which words it in one message (each group of ranks that did the same thing
+        as ranges, :func:`~hpcbsp.runtime.failure.lines.diverged`), and raise that same error
+        (:class:`~.errors.Divergence`, or :class:`~.errors.PeerFailed`) on every rank.  Only the
+        lowest rank's :class:`~.errors.Divergence` says it ``reports`` it: the job prints it once.
+        (Collective: one ``gather`` and one ``bcast``; no rank holds every description but the lowest.)"""
         kind = Kind(kind)
         mine = (int(kind), superstep, describe())
-        everyone = self.comm.allgather(mine)
-        failed = [(r, d) for r, (k, _, d) in enumerate(everyone) if k == Kind.FAIL]
-        me = self.comm.Get_rank()
+        everyone = self.comm.gather(mine, root=0)
+        verdict: tuple[str, str] | None = None
+        if everyone is not None:  # (the lowest rank)
+            failed = [(r, d) for r, (k, _, d) in enumerate(everyone) if k == Kind.FAIL]
+            if failed:
+                verdict = ("failed", lines.peers_failed(failed))
+            else:
+                groups: dict[str, list[int]] = {}
+                for r, (_, step, d) in enumerate(everyone):
+                    groups.setdefault(f"{d} at superstep {step}", []).append(r)
+                verdict = ("diverged", lines.diverged(groups))
+        what, message = self.comm.bcast(verdict, root=0)
         self.settled = True
-        if failed:
-            who = "; ".join(f"rank {r} {d}" for r, d in failed)
+        if what == "failed":
             if int(kind) == Kind.FAIL:  # this rank failed too: it knows (its _fail swallows this)
-                raise BSPError(f"stopping because {who}")
-            raise PeerFailed(f"stopping because {who}")
-        groups: dict[str, list[int]] = {}
-        for r, (_, step, d) in enumerate(everyone):
-            groups.setdefault(f"{d} at superstep {step}", []).append(r)
-        parts = [f"{_ranks(rs)}: {d}" for d, rs in groups.items()]
-        raise Divergence(
-            f"the ranks of this BSP program diverged (seen on rank {me}): " + "; ".join(parts)
-            + ". Every rank must make the same sequence of collective BSP calls (sync, coarray, "
-            "queue, allreduce, broadcast, split) and leave the BSP block together.")
+                raise BSPError(message)
+            raise PeerFailed(message)
+        raise Divergence(message, reports=self.comm.Get_rank() == 0)
 
 
 def requested_collective() -> str:
@@ -374,6 +379,3 @@ def _agreed_collective(comm: MPI.Comm) -> str:
                        "kind on another rank (the two never match): give every rank the same value")
     return wanted
 
-
-def _ranks(ranks: list[int]) -> str:
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))

@@ -31,7 +31,7 @@ from mpi4py import MPI
 
 from .. import environment
 from ..errors import BSPError, UsageError
-from ..failure import deathwatch
+from ..failure import deathwatch, lines
 from ..failure.guards import LIVE, install_excepthook
 from ..failure.report import abort_job, format_failure
 from ..launch import check_world
@@ -167,9 +167,10 @@ class Lifecycle:
         describe = f"failed at superstep {self._superstep()} with {type(exc).__name__}: {exc}"
 
         def abort() -> None:
-            abort_job(format_failure(exc, MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size())
-                      + f"[hpcbsp] rank {self.pid}: the other ranks did not reach a BSP call within "
-                        f"{grace:g} s of this failure; aborting the job\n")
+            rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+            abort_job(format_failure(exc, rank, size)
+                      + lines.rank_says(rank, size, f"the other ranks did not reach a BSP call within {grace:g} s "
+                                                    "of this failure; aborting the job") + "\n")
 
         try:
             self._control.agree_or_abort(Kind.FAIL, self._superstep(), lambda: describe, grace, abort,

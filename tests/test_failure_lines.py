@@ -1,0 +1,112 @@
+"""The runtime's failure lines (``runtime/failure/lines.py``): written and read back by one module,
+and a failure of many ranks said in one short line, once for the job.
+
+Oracles: each writer's line read back by ``parse`` gives the values it was written with; the
+lines the node watcher and the detector print today (held to their sources' fixed text) parse
+to the node and kind ``hpcbsp supervise`` needs; an uncaught divergence of a real job under
+``mpiexec -n 4`` is printed by one rank, with its groups' ranks as ranges.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from mpi_helpers import run_mpi
+
+from hpcbsp.runtime.failure import lines
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_each_line_is_read_back_as_written():
+    said = lines.parse(lines.node_silent("n7", [4, 5, 6, 9], 11.4, 10))
+    assert said is not None and (said.kind, said.node, said.ends_job) == ("node silent", "n7", True)
+    assert "(ranks 4-6, 9)" in lines.node_silent("n7", [4, 5, 6, 9], 11.4, 10)
+    said = lines.parse(lines.rank_stopped(2, 4, 123, "n3", 10.2, 10))
+    assert said is not None and (said.kind, said.rank, said.size, said.node, said.ends_job) == (
+        "rank stopped", 2, 4, "n3", True)
+    said = lines.parse(lines.rank_died(1, 2, 9, "vm", "killed by SIGKILL (out of memory, or a kill from outside)"))
+    assert said is not None and (said.kind, said.node, said.killed, said.crashed, said.ends_job) == (
+        "died", "vm", True, False, False)
+    said = lines.parse(lines.rank_died(0, 2, 9, "vm", "crashed with SIGSEGV"))
+    assert said is not None and said.crashed and not said.killed
+    said = lines.parse(lines.failed_header(3, 8))
+    assert said is not None and (said.kind, said.rank, said.size) == ("failed", 3, 8)
+    said = lines.parse(lines.error("--n must be at least 3"))
+    assert said is not None and (said.kind, said.text) == ("error", "--n must be at least 3")
+    said = lines.parse(lines.rank_says(0, 2, "stopping because rank 1 failed at superstep 1 with ValueError: boom"))
+    assert said is not None and (said.kind, said.rank, said.nodes) == ("said", 0, ())
+    said = lines.parse(lines.aborted(1, 4, 2, "the input is inconsistent"))
+    assert said is not None and (said.kind, said.rank, said.text) == ("aborted", 1, "the input is inconsistent")
+    assert lines.aborted(1, 4, 2, "x") == "[hpcbsp] rank 1/4 aborted the program at superstep 2: x"
+    assert lines.parse("[heat] step 3/10 (30%, 1.0 s elapsed)") is None and lines.parse("") is None
+
+
+def test_timeouts_give_the_hosts_of_the_ranks_they_waited_for():
+    said = lines.parse(lines.rank_says(0, 4, "sync at superstep 7 timed out waiting for the other ranks (ranks not "
+                                             "arrived: 2 (on n3), 3 (on n4), 1 (on n3)); they are stuck"))
+    assert said is not None and (said.kind, said.nodes) == ("timeout", ("n3", "n4"))
+    said = lines.parse("[hpcbsp] rank 1/4: the data exchange of superstep 7 timed out after 8 s waiting for rank 2 "
+                       "(on n3); it stopped inside the exchange")
+    assert said is not None and (said.kind, said.nodes) == ("timeout", ("n3",))
+
+
+@pytest.mark.parametrize("line, source, fixed, kind, node", [
+    # what the detector and the node watcher print today (they are to write through lines.py)
+    ("[hpcbsp] node n7 (ranks 4, 5, 6, 7, 8, 9, 10, 11, ... (12 in all)) has not been heard from for 11 s: it died",
+     "hpcbsp/runtime/failure/detector.py", "has not been heard from for", "node silent", "n7"),
+    ("[hpcbsp] rank 2/4 (pid 123 on n3) has been stopped for 10 s (SIGSTOP, or a frozen node); ending the job",
+     "hpcbsp/runtime/failure/detector.py", "has been stopped for", "rank stopped", "n3"),
+    ("[hpcbsp] rank 1/2 (pid 9 on vm) died without a report: killed by a signal or crashed",
+     "hpcbsp/runtime/failure/nodewatch.py", "died without a report: {how}", "died", "vm"),
+])
+def test_the_watchers_lines_of_today_parse(line, source, fixed, kind, node):
+    assert fixed in (REPO / source).read_text(), f"{source} no longer writes {fixed!r}: update lines.py"
+    said = lines.parse(line)
+    assert said is not None and (said.kind, said.node) == (kind, node)
+
+
+def test_a_divergence_of_thousands_of_ranks_is_one_short_line():
+    text = lines.diverged({"sync(label=None) at superstep 3": [r for r in range(4096) if r != 17],
+                           "coarray(n=2) at superstep 3": [17]})
+    assert text.startswith("the ranks of this BSP program diverged: ranks 0-4095 except 17: sync(label=None) "
+                           "at superstep 3; rank 17: coarray(n=2) at superstep 3. ")
+    assert len(text) < 400
+    many = lines.diverged({f"call {r}": [r] for r in range(4096)})  # every rank elsewhere
+    assert len(many) < 600 and "ranks 6-4095: 4090 other calls" in many
+    peers = lines.peers_failed([(r, f"failed with E{r}") for r in range(4096)])
+    assert len(peers) < 400 and peers.endswith("; and ranks 4-4095 failed too")
+
+
+DIVERGE = """
+import hpcbsp
+with hpcbsp.BSP() as bsp:
+    if bsp.pid == 2:
+        bsp.coarray(2)
+    else:
+        bsp.sync()
+"""
+
+
+@pytest.mark.timeout(150)
+def test_an_uncaught_divergence_is_printed_once_for_the_job():
+    result = run_mpi(4, ["-c", DIVERGE], timeout=120)
+    assert not result.timed_out and result.returncode != 0, result.output
+    err = result.program_stderr
+    assert err.count("the ranks of this BSP program diverged") == 1, err
+    assert "ranks 0-1, 3: sync(label=None) at superstep 0; rank 2: coarray(n=2" in err, err
+    assert "[hpcbsp] rank 0/4 failed:" in err and "rank 1/4 failed" not in err, err
+
+
+def test_the_node_watcher_can_load_it_by_path():
+    # (python -I -S nodewatch.py puts its folder and util/ on sys.path: the standard library only)
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]; import lines; "
+            "print(lines.node_silent('n7', [1, 2, 3, 9], 12, 10)); print(lines.parse(lines.rank_died(1, 2, 3, 'h', 'x')).kind)")
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(REPO / "hpcbsp/runtime/failure"),
+                          str(REPO / "hpcbsp/util")], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["[hpcbsp] node n7 (ranks 1-3, 9) has not been heard from for 12 s: it died, "
+                                       "froze or lost its link; ending the job (HPCBSP_HEARTBEAT_TIMEOUT=10)", "died"]
