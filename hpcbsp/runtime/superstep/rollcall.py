@@ -13,8 +13,8 @@ When a rank's deadline passes it does not give up at once.  Rank ``r`` waits
   rank's *verdict*, the ranks that answered, and names the others;
 - otherwise it calls the roll itself: one message to every other rank, ``[step]``; the ranks in
   the step (or past it) answer ``[step, their step]`` at their next poll; after ``ROLL_CALL_S``
-  (or once all answered) it sends the verdict (a bitmap of the ranks that answered) to each rank
-  that answered, and names the ranks that did not.
+  (unless the step completes meanwhile) it sends the verdict (a bitmap of the ranks that
+  answered) to each rank that answered, and names the ranks that did not.
 
 So where rank 0 came, it alone calls the roll, and the whole round costs ``p - 1`` roll calls,
 an answer and a verdict per rank that came: O(p) messages in all, once, when the job is failing
@@ -116,6 +116,7 @@ class RollCall:
             present = self._call(req, pause)
             if present is None:
                 return None
+        present[self.rank] = True  # (a verdict whose caller missed this rank's late answer)
         return [int(q) for q in np.flatnonzero(~present)]
 
     def _call(self, req: MPI.Request, pause: Callable[[], object]) -> np.ndarray | None:
@@ -137,8 +138,9 @@ class RollCall:
                 comm.Recv(got, status.Get_source(), TAG_HERE)
                 if got[0] == step and got[1] >= step:  # (an older roll call's answer is dropped)
                     present[status.Get_source()] = True
-            return False if present.all() else None
+            return None
 
+        # Every rank that answered has entered the step: where all did, it is about to complete.
         if poll(heard, until=time.monotonic() + ROLL_CALL_S, pause=pause):
             return None
         verdict = np.empty_like(self._vbuf)
