@@ -290,7 +290,7 @@ def test_default_communicator_is_a_private_duplicate() -> None:
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_the_allreduce_step_updates_each_block_once_to_w_minus_scale_times_the_sum(bsp, dtype) -> None:
     """Oracle: numpy's ``w - scale * sum(gradients)`` with the sum over every rank's gradient
-    (regenerated here), to the ring's rounding; every rank gets the same bits; a stop vote leaves
+    (regenerated here), to the rounding of MPI's reduce-scatter; every rank gets the same bits; a stop vote leaves
     the weights alone."""
     from hpcbsp.elastic.allreduce import allreduce_step
 

@@ -20,7 +20,8 @@ worker 0 sends a copy of its weights to rank 0 (non-blocking: a header of three 
 time stamp.
 
 h-relation per step: each worker sends and receives about ``2 (n-1)/n · (P + 1) w`` bytes in
-the reduce-scatter and allgather rings (``w`` bytes per value); worker 0 also sends ``24 + w P`` bytes to rank 0 per evaluation.
+the reduce-scatter and the allgather (``w`` bytes per value; two MPI collectives,
+``ceil(log2 n)`` rounds each for short buffers); worker 0 also sends ``24 + w P`` bytes to rank 0 per evaluation.
 """
 from __future__ import annotations
 
@@ -137,7 +138,7 @@ def allreduce_step(bsp: Any, buf: np.ndarray, w: np.ndarray, nxt: np.ndarray, sc
     weights, from whichever worker's block holds element ``P``) ``w`` holds the weights,
     unchanged by this step.
 
-    h-relation: about ``2 (p-1)/p · buf.nbytes`` out of and into every worker (the ring's
+    h-relation: about ``2 (p-1)/p · buf.nbytes`` out of and into every worker (MPI's
     reduce-scatter and allgather, two supersteps).
     """
     P = buf.size - 1

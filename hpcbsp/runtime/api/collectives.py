@@ -28,12 +28,9 @@ C = TypeVar("C")  # the context type split makes
 #: ``foldl``'s default ``initial``: fold from the first rank's value.
 NO_INITIAL: Any = object()
 
-_TAG_RING = 111  # the ring collectives' point-to-point messages (exchange: 101-104)
-
 OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX,
        "land": MPI.LAND, "lor": MPI.LOR, "band": MPI.BAND, "bor": MPI.BOR}
-#: The ring collectives combine blocks with numpy where it has the op (several times faster than
-#: ``MPI.Op.Reduce_local`` in this MPI); the logical ops keep MPI's semantics (0 or 1 in the dtype).
+#: numpy's ufuncs of the ops, for the dtypes on which MPI defines no predefined op (``_numpy_op``).
 _UFUNCS = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum,
            "band": np.bitwise_and, "bor": np.bitwise_or}
 
@@ -99,12 +96,13 @@ def _exact_sum(bsp: "Supersteps", arr: np.ndarray) -> float:
     return float(kernels.exact_sum_round(total[0]))
 
 
-def _ring_blocks(n: int, p: int) -> list[slice]:
-    """The block of each rank in the ring collectives: ``block_range`` (as :class:`.partition.Block`)."""
+def _blocks(n: int, p: int) -> list[slice]:
+    """The block of each rank in ``reduce_scatter`` and ``allgather_blocks``: ``block_range``
+    (as :class:`.partition.Block`)."""
     return [slice(*block_range(n, p, r)) for r in range(p)]
 
 
-def _check_ring_buffer(bsp: "Supersteps", arr: Any, call: str) -> np.ndarray:
+def _check_block_buffer(bsp: "Supersteps", arr: Any, call: str) -> np.ndarray:
     if not isinstance(arr, np.ndarray) or arr.ndim != 1 or not arr.flags.c_contiguous \
             or arr.dtype.kind not in "biufc":
         raise UsageError(f"rank {bsp.pid}: {call} needs a 1-D C-contiguous numeric numpy array, "
@@ -112,11 +110,36 @@ def _check_ring_buffer(bsp: "Supersteps", arr: Any, call: str) -> np.ndarray:
     return arr
 
 
+#: The dtype kinds on which the MPI standard defines each predefined op (MPI 4.1, 6.9.2): the
+#: others (sums of booleans, bitwise ops on booleans, min/max of complex numbers) reduce with
+#: numpy's ufunc in a user-defined op (:func:`_numpy_op`).
+_MPI_KINDS = {"sum": "iufc", "prod": "iufc", "min": "iuf", "max": "iuf",
+              "land": "iub", "lor": "iub", "band": "iu", "bor": "iu"}
+_NUMPY_OPS: dict[tuple[str, str], MPI.Op] = {}
+
+
+def _numpy_op(op: str, dtype: np.dtype) -> MPI.Op:
+    """A commutative user-defined MPI op that combines two buffers of ``dtype`` with numpy's
+    ``op`` (made once per op and dtype; MPI calls it with ``inout = in op inout``)."""
+    key = (op, dtype.str)
+    made = _NUMPY_OPS.get(key)
+    if made is None:
+        ufunc = _UFUNCS[op]
+
+        def combine(inbuf: Any, inoutbuf: Any, datatype: MPI.Datatype) -> None:
+            a = np.frombuffer(inbuf, dtype=dtype)
+            b = np.frombuffer(inoutbuf, dtype=dtype)
+            ufunc(a, b, out=b)
+
+        made = _NUMPY_OPS[key] = MPI.Op.Create(combine, commute=True)
+    return made
+
+
 def reduce_scatter(bsp: "Supersteps", x: Any, op: str, out: np.ndarray | None) -> np.ndarray:
     """See :meth:`hpcbsp.runtime.api.context.BSP.reduce_scatter`."""
     if op not in OPS:
         raise UsageError(f"rank {bsp.pid}: reduce_scatter op {op!r} is not one of {', '.join(OPS)}")
-    arr = _check_ring_buffer(bsp, x, "reduce_scatter")
+    arr = _check_block_buffer(bsp, x, "reduce_scatter")
     if op in ("land", "lor", "band", "bor") and arr.dtype.kind not in "biu":
         raise UsageError(f"rank {bsp.pid}: reduce_scatter op {op!r} needs integers or booleans, not {arr.dtype}")
     if out is None:
@@ -127,53 +150,53 @@ def reduce_scatter(bsp: "Supersteps", x: Any, op: str, out: np.ndarray | None) -
                          f"array of shape {arr.shape} and dtype {arr.dtype}, not overlapping x")
     desc = f"reduce_scatter(op={op!r}, dtype={arr.dtype}, n={arr.size})"
     p, me = bsp.nprocs, bsp.pid
-    blocks = _ring_blocks(arr.size, p)
-    ufunc, mpi_op = _UFUNCS.get(op), OPS[op]
+    blocks = _blocks(arr.size, p)
+    mine = out[blocks[me]]
+    counts = [b.stop - b.start for b in blocks]
+    mpi_op = OPS[op] if arr.dtype.kind in _MPI_KINDS[op] else _numpy_op(op, arr.dtype)
 
     def run(traffic: Traffic) -> None:
-        comm = bsp.comm
-        right, left = (me + 1) % p, (me - 1) % p
         if p == 1:  # (a logical op gives 0 or 1 on one rank too)
-            out[:] = (arr != 0) if op in ("land", "lor") else arr
-        # Ring: in step s, pass on the partial reduction of block me-s-1 and fold this rank's
-        # values into the partial of block me-s-2 that arrives; after p-1 steps block me is whole.
-        for s in range(p - 1):
-            send, recv = blocks[(me - s - 1) % p], blocks[(me - s - 2) % p]
-            comm.Sendrecv(arr[send] if s == 0 else out[send], right, _TAG_RING,
-                          out[recv], left, _TAG_RING)
-            if ufunc is not None:  # out = x op out, in place
-                ufunc(arr[recv], out[recv], out=out[recv])
-            else:
-                mpi_op.Reduce_local(arr[recv], out[recv])
-            traffic.bytes_out += out[send].nbytes
-            traffic.bytes_in += out[recv].nbytes
-            traffic.msgs_out += 1
-            traffic.msgs_in += 1
+            mine[:] = (arr != 0) if op in ("land", "lor") else arr
+            return
+        # One collective: the MPI library's algorithm (recursive halving for short buffers,
+        # ceil(log2 p) rounds; pairwise for long ones), each block reduced once, on its owner.
+        bsp.comm.Reduce_scatter(arr, mine, counts, op=mpi_op)
+        # The h-relation of a direct reduce-scatter: every block but its own out, to its owner;
+        # p - 1 contributions to its own block in.
+        traffic.bytes_out += arr.nbytes - mine.nbytes
+        traffic.bytes_in += (p - 1) * mine.nbytes
+        traffic.msgs_out += p - 1
+        traffic.msgs_in += p - 1
 
     bsp.sync(f"reduce_scatter:{op}", _step=Step(Kind.REDUCE_SCATTER, signature(desc), lambda: desc, run))
-    return out[blocks[me]]
+    return mine
 
 
 def allgather_blocks(bsp: "Supersteps", buf: Any) -> np.ndarray:
     """See :meth:`hpcbsp.runtime.api.context.BSP.allgather_blocks`."""
-    arr = _check_ring_buffer(bsp, buf, "allgather_blocks")
+    arr = _check_block_buffer(bsp, buf, "allgather_blocks")
     if not arr.flags.writeable:
         raise UsageError(f"rank {bsp.pid}: allgather_blocks writes the other ranks' blocks into "
                          "its argument, which is read-only")
     desc = f"allgather_blocks(dtype={arr.dtype}, n={arr.size})"
     p, me = bsp.nprocs, bsp.pid
-    blocks = _ring_blocks(arr.size, p)
+    blocks = _blocks(arr.size, p)
+    size = arr.itemsize
+    counts = [(b.stop - b.start) * size for b in blocks]
+    displs = [b.start * size for b in blocks]
 
     def run(traffic: Traffic) -> None:
-        comm = bsp.comm
-        right, left = (me + 1) % p, (me - 1) % p
-        for s in range(p - 1):  # pass on the block that arrived in the step before
-            send, recv = blocks[(me - s) % p], blocks[(me - s - 1) % p]
-            comm.Sendrecv(arr[send], right, _TAG_RING, arr[recv], left, _TAG_RING)
-            traffic.bytes_out += arr[send].nbytes
-            traffic.bytes_in += arr[recv].nbytes
-            traffic.msgs_out += 1
-            traffic.msgs_in += 1
+        if p == 1:
+            return
+        # One collective, in place, as bytes (any numeric dtype): the MPI library's algorithm
+        # (recursive doubling, Bruck or a ring by size), ceil(log2 p) rounds for short buffers.
+        bsp.comm.Allgatherv(MPI.IN_PLACE, [arr.view(np.uint8), counts, displs, MPI.BYTE])
+        own = counts[me]
+        traffic.bytes_out += (p - 1) * own  # the h-relation: its block to every other rank
+        traffic.bytes_in += arr.nbytes - own
+        traffic.msgs_out += p - 1
+        traffic.msgs_in += p - 1
 
     bsp.sync("allgather_blocks", _step=Step(Kind.ALLGATHER, signature(desc), lambda: desc, run))
     return arr

@@ -199,20 +199,25 @@ class BSP(Supersteps):
         array like ``x``) whose elements in this rank's block hold the reduction (the others are
         scratch); ``op`` as for :meth:`allreduce`.  With :meth:`allgather_blocks`, an allreduce
         in two supersteps with room for work on one block between them (as the allreduce
-        training baseline updates its shard of the weights).  A ring of point-to-point messages
-        combines each element once per rank, in ring order (floating-point sums may round unlike
-        :meth:`allreduce`'s; each block is computed once, so after :meth:`allgather_blocks` every
-        rank has the same bits).  h-relation: about ``(p-1)/p · x.nbytes`` out of and into every
-        rank, in ``p - 1`` messages each way."""
+        training baseline updates its shard of the weights).  One ``MPI_Reduce_scatter`` (the
+        library's algorithm: ``ceil(log2 p)`` rounds for short buffers) combines each element
+        once per rank, in the library's order, so floating-point sums may round unlike
+        :meth:`allreduce`'s and unlike another rank count's; each block is reduced once, on its
+        owner, so after :meth:`allgather_blocks` every rank has the same bits.  Where MPI defines
+        no such op on the dtype (sums and bitwise ops of booleans, min/max of complex numbers),
+        numpy's ufunc reduces, in a user-defined op.  h-relation: ``x.nbytes`` less this rank's
+        block out of every rank, ``p - 1`` times its block into it (one block to or from each
+        other rank: ``p - 1`` messages each way; the library combines them on the way)."""
         return collectives.reduce_scatter(self, x, op, out)
 
     def allgather_blocks(self, buf: np.ndarray) -> np.ndarray:
         """Give every rank every rank's block of ``buf``, in place (collective; a superstep of its
         own).  ``buf``: a writeable 1-D C-contiguous numeric array of one length ``n`` on every
         rank; this rank's block (``block_range(n, p, pid)``, as in :meth:`reduce_scatter`) is its
-        contribution, the others are overwritten with the other ranks'.  Returns ``buf``.
-        h-relation: about ``(p-1)/p · buf.nbytes`` out of and into every rank, in ``p - 1``
-        messages each way (a ring)."""
+        contribution, the others are overwritten with the other ranks'.  Returns ``buf``.  One
+        in-place ``MPI_Allgatherv`` (the library's algorithm: ``ceil(log2 p)`` rounds for short
+        buffers).  h-relation: this rank's block to each of the ``p - 1`` others, every other
+        block into it (``p - 1`` messages each way; the library forwards them on the way)."""
         return collectives.allgather_blocks(self, buf)
 
     def broadcast(self, x: Any, root: int = 0) -> Any:

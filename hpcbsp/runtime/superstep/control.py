@@ -20,6 +20,10 @@ step) or a plain blocking one, whichever the MPI library runs faster
 blocking under Open MPI, whose persistent collectives take twice as long).  The two never match
 each other, so the ranks agree on it in one ``Allreduce`` when the step is made.
 
+With a deadline (a timeout) the step is the non-blocking one, polled against the deadline; when
+it passes, the ranks that never came are named after a roll call (:mod:`.rollcall`), so that
+watching a deadline costs no message while it does not pass.
+
 h-relation: none (control data, a few words; it is the ``l`` of the superstep).
 """
 from __future__ import annotations
@@ -41,6 +45,7 @@ from ..errors import BadInput, BSPError, Divergence, PeerFailed, SyncTimeout
 from ..failure import lines
 from .native import compiled_allreduce_step, compiled_step
 from .outbox import UNIFORM, Data, Extra, agreed
+from .rollcall import RollCall
 from .waiting import Naps
 
 if TYPE_CHECKING:
@@ -71,7 +76,6 @@ _RECORD = struct.Struct(f"<{2 * _NFIELDS}q")
 _pack_into, _unpack_from = _RECORD.pack_into, _RECORD.unpack_from  # bound once: the hot path
 _MAX = MPI.MAX
 _IN_PLACE = MPI.IN_PLACE
-_TAG_ARRIVE = 77
 
 
 def signature(text: str) -> int:
@@ -93,9 +97,10 @@ class ControlStep:
 
     def __init__(self, comm: MPI.Comm):
         self.comm = comm
-        #: With a timeout, each rank announces its arrival at every control step to every other
-        #: rank (p-1 small messages each way), so that a rank that gives up can name the ranks
-        #: that never came.  Off by default: it costs O(p) messages per step.
+        #: With a timeout, a rank whose deadline passes names the ranks that never came to the
+        #: step by a roll call (:mod:`.rollcall`: O(p) messages, once), which every rank waiting
+        #: in such a step answers.  A step whose deadline does not pass sends nothing: the
+        #: deadline is watched on the step's own non-blocking collective.
         self.track_arrivals = False
         #: How the non-blocking step waits between polls: "spin" or "yield" (see waiting).
         self.wait_mode = "spin"
@@ -105,7 +110,7 @@ class ControlStep:
         self.settled = False
         #: The host of every rank (set by the context when a timeout applies: errors name them).
         self.hosts: Sequence[str] | None = None
-        self._seq = 0
+        self._roll = RollCall(comm)
         self._sbuf = bytearray(_RECORD.size)
         self._rbuf = bytearray(_RECORD.size)
         self._sspec = [self._sbuf, MPI.INT64_T]
@@ -220,12 +225,10 @@ class ControlStep:
             # still read and write them, so the next step must not reuse them.
             self._sbuf, self._rbuf = bytearray(self._sbuf), bytearray(_RECORD.size)
             self._sspec, self._rspec = [self._sbuf, MPI.INT64_T], [self._rbuf, MPI.INT64_T]
-            arrivals = self._announce() if self.track_arrivals or timed else None
+            self._roll.begin_step()
             req = self.comm.Iallreduce(self._sspec, self._rspec, _MAX)
-            self._wait(req, progress, deadline, Kind(kind), superstep, arrivals is not None,
+            self._wait(req, progress, deadline, Kind(kind), superstep, self.track_arrivals or timed,
                        self.wait_mode if wait is None else wait)
-            if arrivals is not None:
-                self._collect_arrivals(arrivals)
             buf = self._rbuf
         r = _unpack_from(buf)
         # Every rank gave the same kind, superstep and signature exactly when the maximum of each
@@ -274,32 +277,6 @@ class ControlStep:
         finally:
             watchdog.cancel()
 
-    def _announce(self) -> list[MPI.Request]:
-        self._seq += 1
-        me, p = self.comm.Get_rank(), self.comm.Get_size()
-        self._seq_buf = np.array([self._seq], dtype=np.int64)
-        return [self.comm.Isend(self._seq_buf, q, _TAG_ARRIVE) for q in range(p) if q != me]
-
-    def _collect_arrivals(self, sends: list[MPI.Request]) -> None:
-        """After the step: consume the other ranks' announcements of this step (all were sent)."""
-        buf = np.empty(1, dtype=np.int64)
-        for q in range(self.comm.Get_size()):
-            if q != self.comm.Get_rank():
-                self.comm.Recv(buf, q, _TAG_ARRIVE)
-        MPI.Request.Waitall(sends)
-
-    def _missing(self) -> list[int]:
-        """The ranks whose announcement of the current step has not arrived."""
-        me, p = self.comm.Get_rank(), self.comm.Get_size()
-        arrived = set()
-        status = MPI.Status()
-        buf = np.empty(1, dtype=np.int64)
-        while self.comm.Iprobe(MPI.ANY_SOURCE, _TAG_ARRIVE, status):
-            self.comm.Recv(buf, status.Get_source(), _TAG_ARRIVE)
-            if buf[0] == self._seq:
-                arrived.add(status.Get_source())
-        return [q for q in range(p) if q != me and q not in arrived]
-
     def name_ranks(self, ranks: Sequence[int]) -> str:
         """``"rank 2 (on node3)"`` or ``"ranks 2 (on node3), 3 (on node4)"``: hosts where known."""
         return ("rank " if len(ranks) == 1 else "ranks ") + self._with_hosts(ranks)
@@ -311,23 +288,37 @@ class ControlStep:
 
     def _wait(self, req: MPI.Request, progress: Sequence[Callable[[], object]],
               deadline: float | None, kind: Kind, superstep: int, tracked: bool, mode: str) -> None:
-        def expired() -> SyncTimeout:
-            missing = f"ranks not arrived: {self._with_hosts(self._missing())}" \
-                if tracked else "the ranks that are late are not tracked"
+        """Poll ``req`` until it completes or ``deadline`` passes (then raise :class:`SyncTimeout`).
+        ``tracked``: answer roll calls while waiting, and call one when the deadline passes, so
+        that the error names the ranks that never came."""
+        def expired(missing: str) -> SyncTimeout:
             return SyncTimeout(
                 f"rank {self.comm.Get_rank()}: {kind.name.lower()} at superstep {superstep} "
                 f"timed out waiting for the other ranks ({missing}); they are stuck in local "
                 "work, dead, or never call sync")
 
         nap = Naps(mode, polling_others=bool(progress))
+        roll = self._roll
 
         def keep_moving() -> None:
             for fn in progress:
                 fn()
+            if tracked:
+                roll.answer()
             nap()  # give the core away, as the wait mode says
 
-        poll(lambda: True if req.Test() else None, deadline=deadline, expired=expired,
-             pause=keep_moving if progress else nap)
+        pause = keep_moving if progress or tracked else nap
+        test = lambda: True if req.Test() else None  # noqa: E731
+        if not tracked:
+            poll(test, deadline=deadline, pause=pause,
+                 expired=lambda: expired("the ranks that are late are not tracked"))
+            return
+        if poll(test, until=deadline, pause=pause):
+            return
+        missing = roll.missing(req, pause)
+        if missing is not None:
+            raise expired("ranks not arrived: " + (self._with_hosts(missing) if missing
+                                                  else "none, every rank answered the roll call"))
 
     def diverged(self, kind: int, superstep: int, describe: Callable[[], str]) -> None:
         """All ranks saw a disagreement in this control step: gather what each was doing on the
