@@ -2,7 +2,9 @@
 until the exchange at ``sync`` delivers them (:mod:`.exchange`).
 
 Every put, get request and queue record is appended, as a 32-byte header (:data:`HEADER`) and an
-8-byte-aligned payload, to a byte buffer per destination rank.  The copy into the outbox is the
+8-byte-aligned payload, to a byte buffer per destination rank, made when the first record for
+that rank comes: a superstep's bookkeeping is per destination it touches, not per rank of the
+context (:attr:`Outbox.bufs`, :attr:`Outbox.large`, :attr:`Outbox.gets` are dicts by rank).  The copy into the outbox is the
 only copy on the sending side (BSPlib's buffered put: the source may change right after the
 call).  Large puts (at least :attr:`Outbox.large_bytes`, ``$HPCBSP_LARGE_PUT_BYTES``, read
 when a context is made) and large packed batches of element puts are kept aside, to travel on
@@ -57,6 +59,20 @@ class Extra(enum.IntEnum):
     NONE = 0     #: no record for itself and no get
     OWN = 1      #: records for itself, no get
     GETS = 2     #: gets (from itself or from others)
+    #: records for more ranks than :attr:`Outbox.sparse_max`, or in the shared arena (whose votes
+    #: every rank needs): the general exchange learns who sends to whom by its dense ``Alltoall``
+    #: of counts (:mod:`.exchange.counts`) instead of the sparse consensus
+    #: (:mod:`.exchange.consensus`), on every rank (the maximum decides), and answers gets, which
+    #: this level may hide (only a rank with data for another offers it)
+    DENSE = 3
+
+
+def sparse_limit(nprocs: int) -> int:
+    """The most ranks a rank's records may go to for a superstep to take the sparse consensus
+    (:attr:`Extra.DENSE` beyond): a quarter of the ranks, at least 2 (measured in
+    docs/notes/performance-journal.md, "Issue 44 item 2": at 8 ranks the consensus costs about as
+    much as the dense count exchange with every rank sending to 4 others)."""
+    return max(2, nprocs // 4)
 
 
 #: The bit of the control step's code that says every rank offered the same data level.
@@ -137,12 +153,16 @@ class Outbox:
 
     nprocs: int
     me: int
-    bufs: list[bytearray] = field(init=False)
-    gets: list[list["GetFuture"]] = field(init=False)
+    #: Per destination rank with records (this rank's own among them): their headers and
+    #: small payloads.
+    bufs: dict[int, bytearray] = field(init=False)
+    #: Per destination rank with gets: the futures, in the order asked.
+    gets: dict[int, list["GetFuture"]] = field(init=False)
     traffic: Traffic = field(init=False)
     nrecords: int = field(init=False)
     gets_count: int = field(init=False)
-    large: list[list[np.ndarray]] = field(init=False)
+    #: Per destination rank: the large payloads that travel on their own (:mod:`.exchange.large`).
+    large: dict[int, list[np.ndarray]] = field(init=False)
     pooled: list[np.ndarray] = field(init=False)
     pool: BufferPool = field(init=False, default_factory=BufferPool)
     #: The shared-memory window for packed element puts (None: they travel as messages).
@@ -164,6 +184,9 @@ class Outbox:
     same: bool = field(init=False)
     #: Whether this superstep asked the arena for room (only then does its end move the arena on).
     arena_asked: bool = field(init=False)
+    #: The most destinations this rank's records may have for the sparse exchange
+    #: (:func:`sparse_limit`; tests set it to force either exchange).
+    sparse_max: int = field(init=False)
 
     def __post_init__(self) -> None:
         self.large_bytes = int(setting(LARGE_PUT_ENV))
@@ -173,9 +196,10 @@ class Outbox:
         self.sent = [None] * self.nprocs
         self.received = []
         self.sent_count = 0
-        self.gets = [[] for _ in range(self.nprocs)]
+        self.gets = {}
         self.gets_count = 0
         self.arena_asked = False
+        self.sparse_max = sparse_limit(self.nprocs)
         self.reset()
 
     def reset(self) -> None:
@@ -187,13 +211,13 @@ class Outbox:
             self.arena_asked = False
             if self.arena is not None:
                 self.arena.end_superstep()
-        self.bufs = [bytearray() for _ in range(self.nprocs)]
+        self.bufs = {}
         if self.gets_count:
-            self.gets = [[] for _ in range(self.nprocs)]
+            self.gets = {}
             self.gets_count = 0
         self.traffic = Traffic()
         self.nrecords = 0
-        self.large = [[] for _ in range(self.nprocs)]
+        self.large = {}
         if self.bulk_puts:
             self.heads[:] = 0
             self.bulk_puts = 0
@@ -206,11 +230,16 @@ class Outbox:
         The payload is copied here, unless ``borrow`` (``hpput``) and it is large: then it is sent
         from the caller's memory at the sync, which must leave it unchanged until then.
         """
-        buf = self.bufs[dest]
+        buf = self.bufs.get(dest)
+        if buf is None:
+            buf = self.bufs[dest] = bytearray()
         if code == PUT and dest != self.me and payload is not None and payload.nbytes >= self.large_bytes:
             buf += HEADER.pack(PUT_LARGE, obj_id, offset, count)
             raw = payload.reshape(-1).view(np.uint8)
-            if not self.large[dest] and raw.size <= BULK_MAX:
+            large = self.large.get(dest)
+            if large is None:
+                large = self.large[dest] = []
+            if not large and raw.size <= BULK_MAX:
                 head = (obj_id + 1, offset, count)
                 self.heads[dest] = head
                 self.bulk_puts += 1
@@ -221,7 +250,7 @@ class Outbox:
                 copy[:] = raw
                 self.pooled.append(copy)
                 raw = copy
-            self.large[dest].append(raw)
+            large.append(raw)
             self.traffic.bytes_out += payload.nbytes
             self.traffic.msgs_out += 1
             self.nrecords += 1
@@ -265,15 +294,18 @@ class Outbox:
         if record.nbytes % 8:  # the receiver steps over it by its length: headers stay aligned
             raise ValueError(f"add_elements: a record of {record.nbytes} bytes is not padded to 8 bytes")
         place = self.arena.announce(record) if self.arena is not None and dest != self.me else None
+        buf = self.bufs.get(dest)
+        if buf is None:
+            buf = self.bufs[dest] = bytearray()
         if place is not None:
-            self.bufs[dest] += HEADER.pack(PUT_ELEMENTS_SHARED, obj_id, record.nbytes, count)
-            self.bufs[dest] += PLACE.pack(place)
+            buf += HEADER.pack(PUT_ELEMENTS_SHARED, obj_id, record.nbytes, count)
+            buf += PLACE.pack(place)
         elif record.nbytes >= self.large_bytes:  # for this rank too: applied from ``record`` itself
-            self.bufs[dest] += HEADER.pack(PUT_ELEMENTS_LARGE, obj_id, record.nbytes, count)
-            self.large[dest].append(record)
+            buf += HEADER.pack(PUT_ELEMENTS_LARGE, obj_id, record.nbytes, count)
+            self.large.setdefault(dest, []).append(record)
         else:
-            self.bufs[dest] += HEADER.pack(PUT_ELEMENTS, obj_id, record.nbytes, count)
-            self.bufs[dest] += record.data
+            buf += HEADER.pack(PUT_ELEMENTS, obj_id, record.nbytes, count)
+            buf += record.data
         if dest != self.me:
             self.traffic.bytes_out += record.nbytes
             self.traffic.msgs_out += 1
@@ -283,7 +315,8 @@ class Outbox:
         """What this rank has for the control step: for other ranks (:attr:`Data.BULK` where every
         record is a large put to another rank, at most one per destination, each at most
         :data:`BULK_MAX` bytes; :attr:`Data.REPEAT` where these are the last bulk exchange's),
-        and besides (records for itself, gets)."""
+        and besides (records for itself, gets; :attr:`Extra.DENSE` for general records to more
+        than :attr:`sparse_max` ranks or in the shared arena)."""
         remote = self.traffic.msgs_out  # one per record for another rank
         if not remote:
             data = Data.NONE
@@ -293,6 +326,8 @@ class Outbox:
             data = Data.REPEAT  # (the same heads, as many: the same destinations)
         else:
             data = Data.BULK
+        if data == Data.GENERAL and (self.arena_asked or len(self.bufs) - (self.me in self.bufs) > self.sparse_max):
+            return data, Extra.DENSE
         extra = Extra.GETS if self.gets_count else Extra.OWN if self.nrecords > remote else Extra.NONE
         return data, extra
 
@@ -316,5 +351,5 @@ class Outbox:
 
     def add_get(self, dest: int, obj_id: int, offset: int, count: int, future: "GetFuture") -> None:
         self.add(dest, GET, obj_id, offset, count, None)
-        self.gets[dest].append(future)
+        self.gets.setdefault(dest, []).append(future)
         self.gets_count += 1

@@ -70,7 +70,8 @@ def bulk_exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered]
             back[s] = tmp.view(np.uint8)
         traffic.bytes_in += cnt * target.itemsize
     traffic.msgs_in += len(sources)
-    alltoallv(comm, [arrs[0] if arrs and d != me else None for d, arrs in enumerate(outbox.large)], back)
+    large = outbox.large
+    alltoallv(comm, [large[d][0] if d in large and d != me else None for d in range(p)], back)
     for target, off, values in later:
         target._write(off, values)
     return traffic
