@@ -4,9 +4,9 @@ until the exchange at ``sync`` delivers them (:mod:`.exchange`).
 Every put, get request and queue record is appended, as a 32-byte header (:data:`HEADER`) and an
 8-byte-aligned payload, to a byte buffer per destination rank, made when the first record for
 that rank comes: a superstep's bookkeeping is per destination it touches, not per rank of the
-context (:attr:`Outbox.bufs`, :attr:`Outbox.large`, :attr:`Outbox.gets` are dicts by rank).  The copy into the outbox is the
-only copy on the sending side (BSPlib's buffered put: the source may change right after the
-call).  Large puts (at least :attr:`Outbox.large_bytes`, ``$HPCBSP_LARGE_PUT_BYTES``, read
+context (:attr:`Outbox.bufs`, :attr:`Outbox.large`, :attr:`Outbox.gets` are dicts by rank).
+The copy into the outbox is the only copy on the sending side (BSPlib's buffered put: the
+source may change right after the call).  Large puts (at least :attr:`Outbox.large_bytes`, ``$HPCBSP_LARGE_PUT_BYTES``, read
 when a context is made) and large packed batches of element puts are kept aside, to travel on
 their own after the headers (:mod:`.exchange`); their copies and the buffers element puts are packed into come from a
 :class:`BufferPool` kept between supersteps, or, for element puts
@@ -175,9 +175,12 @@ class Outbox:
     #: How many of this superstep's records are such first large puts.
     bulk_puts: int = field(init=False)
     #: What the last bulk exchange learnt: per destination the head this rank sent (None where
-    #: it sent nothing), and per source the head it received (``[0, 0, 0]`` where nothing came).
+    #: it sent nothing), and per source rank that sent one the head it received.
     sent: list[tuple[int, int, int] | None] = field(init=False)
-    received: list[list[int]] = field(init=False)
+    received: dict[int, tuple[int, int, int]] = field(init=False)
+    #: Whether the ranks of the last bulk exchange each sent to at most :attr:`sparse_max` ranks
+    #: (the same on every rank): its repetitions move as messages to and from those ranks only.
+    repeat_sparse: bool = field(init=False)
     #: How many heads :attr:`sent` holds.
     sent_count: int = field(init=False)
     #: Whether this superstep's heads so far equal those of :attr:`sent`.
@@ -194,7 +197,8 @@ class Outbox:
         self.heads = np.zeros((self.nprocs, 3), dtype=np.int64)
         self.bulk_puts = 0
         self.sent = [None] * self.nprocs
-        self.received = []
+        self.received = {}
+        self.repeat_sparse = False
         self.sent_count = 0
         self.gets = {}
         self.gets_count = 0
@@ -217,10 +221,10 @@ class Outbox:
             self.gets_count = 0
         self.traffic = Traffic()
         self.nrecords = 0
-        self.large = {}
-        if self.bulk_puts:
-            self.heads[:] = 0
+        if self.bulk_puts:  # (the rows used only: a memset of p rows is not free at large p)
+            self.heads[list(self.large)] = 0
             self.bulk_puts = 0
+        self.large = {}
         self.same = True
 
     def add(self, dest: int, code: int, obj_id: int, offset: int, count: int,
@@ -338,12 +342,14 @@ class Outbox:
         without any message."""
         return self.traffic.msgs_out
 
-    def remember(self, received: list[list[int]]) -> None:
+    def remember(self, received: dict[int, tuple[int, int, int]], sparse: bool) -> None:
         """A bulk exchange's ``Alltoall`` is over: keep what this rank sent and ``received``
-        (per source rank: object id + 1, offset, count) for the exchanges that repeat it."""
+        (per source rank that sent a put: object id + 1, offset, count) for the exchanges that
+        repeat it, and whether every rank sent to few ranks (``sparse``, agreed by all)."""
         self.sent = [(h[0], h[1], h[2]) if h[0] else None for h in self.heads.tolist()]
         self.sent_count = self.bulk_puts
         self.received = received
+        self.repeat_sparse = sparse
 
     def keep_until_sent(self, buf: np.ndarray) -> None:
         """Give ``buf`` (from :attr:`pool`) back to the pool once this superstep's exchange is done."""
