@@ -260,7 +260,7 @@ def test_a_repeated_bulk_exchange_skips_its_alltoall_only_where_every_rank_repea
     comes between.  Every superstep lands what a numpy model of the puts says, and takes the
     exchange a model of the levels says: the ``Alltoall`` is skipped exactly where every rank
     puts where it put in the last bulk exchange; a repetition moves its payloads as messages
-    where every rank had few destinations (``sparse``: at most ``sparse_max``), else in an
+    where every rank had few destinations (``sparse``: at most ``repeat_messages_max``), else in an
     ``Alltoallv``."""
     from hpcbsp.runtime.superstep.exchange import bulk as bulk_module
 
@@ -269,7 +269,7 @@ def test_a_repeated_bulk_exchange_skips_its_alltoall_only_where_every_rank_repea
     real = bulk_module.alltoallv
     monkeypatch.setattr(bulk_module, "alltoallv", lambda *a: (collective.append(1), real(*a)))
     with _context(bsp, monkeypatch) as ctx:
-        ctx._outbox.sparse_max = ctx.nprocs if sparse else -1  # (the test's lever: either way)
+        ctx._outbox.repeat_messages_max = ctx.nprocs if sparse else -1  # (the test's lever: either way)
         p, me, n = ctx.nprocs, ctx.pid, 16
         x = ctx.coarray(2 * p * n, dtype=np.float64)
         # Per superstep, (rank, shift) -> where that rank puts: None for no puts, else its slot

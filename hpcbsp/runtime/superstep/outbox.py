@@ -178,9 +178,15 @@ class Outbox:
     #: it sent nothing), and per source rank that sent one the head it received.
     sent: list[tuple[int, int, int] | None] = field(init=False)
     received: dict[int, tuple[int, int, int]] = field(init=False)
-    #: Whether the ranks of the last bulk exchange each sent to at most :attr:`sparse_max` ranks
-    #: (the same on every rank): its repetitions move as messages to and from those ranks only.
+    #: Whether the ranks of the last bulk exchange each sent to at most
+    #: :attr:`repeat_messages_max` ranks (the same on every rank): its repetitions move as
+    #: messages to and from those ranks only.
     repeat_sparse: bool = field(init=False)
+    #: The most ranks any rank of a bulk exchange may send to for its repetitions to move as
+    #: messages: a quarter of the ranks (as :func:`sparse_limit`, but none below 4 ranks, where
+    #: the one ``Alltoallv`` stays: its Python work is a few lines per rank, and Intel MPI moves
+    #: large blocks faster in it on one node; tests set it to force either way).
+    repeat_messages_max: int = field(init=False)
     #: How many heads :attr:`sent` holds.
     sent_count: int = field(init=False)
     #: Whether this superstep's heads so far equal those of :attr:`sent`.
@@ -199,6 +205,7 @@ class Outbox:
         self.sent = [None] * self.nprocs
         self.received = {}
         self.repeat_sparse = False
+        self.repeat_messages_max = self.nprocs // 4
         self.sent_count = 0
         self.gets = {}
         self.gets_count = 0

@@ -7,10 +7,10 @@ go where they went in the last bulk exchange (an iterative program's halo exchan
 after superstep), the control step says so (:attr:`~..outbox.Data.REPEAT`, granted only where
 every rank offers it) and the payloads alone move the superstep: what came from whom is what
 came then.  They move in one ``Alltoallv``, or, where every rank of that last bulk exchange sent
-to at most :attr:`~..outbox.Outbox.sparse_max` ranks (each rank's number of destinations rides
-in its ``Alltoall`` rows, so all of them learn the largest), as messages to and from those ranks
-only: a repeated halo exchange costs the control step and its messages, its Python work per
-neighbour, not per rank.
+to at most :attr:`~..outbox.Outbox.repeat_messages_max` ranks (a quarter of them, none below 4
+ranks; each rank's number of destinations rides in its ``Alltoall`` rows, so all of them learn
+the largest), as messages to and from those ranks only: a repeated halo exchange costs the
+control step and its messages, its Python work per neighbour, not per rank.
 
 h-relation: the puts' bytes, out of and into every rank, plus ``4 (p - 1)`` words each way for
 the ``Alltoall`` (none when repeated).
@@ -58,7 +58,7 @@ def bulk_exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered]
         comm.Alltoall(rows, got)
         # (Python lists from here: at a few ranks, numpy's per-call cost would be most of the work.)
         received = {s: (row[0], row[1], row[2]) for s, row in enumerate(got[:, :3].tolist()) if row[0]}
-        outbox.remember(received, sparse=int(got[:, 3].max()) <= outbox.sparse_max)
+        outbox.remember(received, sparse=int(got[:, 3].max()) <= outbox.repeat_messages_max)
     sources = sorted(received)
     alone: Collection[int] = sources
     if len(sources) > 1:  # which puts overlap another source's (per object: its id + 1)
