@@ -64,3 +64,26 @@ def test_the_dense_exchange_is_asked_for_beyond_the_sparse_limit(monkeypatch):
     box.reset()
     box.add(1, outbox_module.PUT, 0, 0, 2, small)
     assert box.levels() == (Data.NONE, Extra.OWN)             # only its own records: never DENSE
+
+
+@mpi
+def test_a_buffer_longer_than_the_consensus_message_is_announced_and_follows(bsp):
+    """Small puts to the next rank that fill more than :data:`consensus.INLINE` bytes of its
+    outbox buffer (announced by their length, then sent on their own), and a short buffer to
+    the rank before: every element lands where numpy says, in program order."""
+    from hpcbsp.runtime.superstep.exchange import consensus
+
+    p, me, n = bsp.nprocs, bsp.pid, 1000
+    x = bsp.coarray(2 * n, np.int64)
+    right, left = (me + 1) % p, (me - 1) % p
+    assert n * (outbox_module.HEADER.size + 8) > consensus.INLINE
+    for i in range(n):
+        x.put(right, np.array([me * 10_000 + i]), offset=(i * 7) % n)  # every element once
+    x.put(left, np.array([-1, -2]), offset=n)
+    bsp.sync()
+    want = np.zeros(2 * n, np.int64)
+    src = (me - 1) % p
+    for i in range(n):
+        want[(i * 7) % n] = src * 10_000 + i
+    want[n:n + 2] = [-1, -2]  # from the rank after (at 2 ranks, the same rank: one buffer)
+    np.testing.assert_array_equal(x.local, want)
