@@ -51,9 +51,9 @@ def exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], any
     received: dict = {}
     large_sends: list = []
     large_dests: list[int] = []
-    if sparse and not local:
-        received = consensus.discover(comm, outbox, wait)
+    if sparse and not local:  # (the large payloads leave first: they move while the ranks agree)
         large_sends, large_dests = large.send_as_messages(comm, outbox)
+        received = consensus.discover(comm, outbox, wait)
     elif not local:
         recv, votes, rounds = counts.agree(comm, outbox, deadline, wait)
         received, large_sends, large_dests = headers.send(comm, outbox, recv, rounds, deadline, wait, local)
