@@ -23,7 +23,8 @@ away, which made the barrier ten times slower than ``Wait`` with more ranks than
 last posted receive is cancelled (no message of this superstep can match it; the next one's
 cannot be sent before the next control step).
 
-Large payloads travel as messages right after their headers (:mod:`.large`); there are no
+Large payloads travel as messages of their own, sent before the consensus starts (they move
+while the ranks agree) and received once their headers are read (:mod:`.large`); there are no
 arena votes to exchange (a rank that used the arena asks for the dense exchange).
 
 h-relation: the outbox buffers' bytes out of and into every rank, one message per destination

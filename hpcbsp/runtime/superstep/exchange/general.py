@@ -6,7 +6,7 @@
 2. the header round (:mod:`.headers`): the outbox buffers, to the ranks they are for only;
    (1 and 2 are one step, the sparse consensus (:mod:`.consensus`), where the control step
    found no rank with records for more than a few ranks or in the shared arena: ``sparse``;
-   the large payloads then travel as messages;)
+   the large payloads then travel as messages, sent before it;)
 3. reading them (:mod:`.headers`), then the gets' reads (:mod:`.apply`), before any put lands;
 4. the large-put transfer (:mod:`.large`): rounds of ``Alltoallv`` (:mod:`.regions`) or messages;
 5. the writes, in ascending source rank and program order, and the queues' batches (:mod:`.apply`);
