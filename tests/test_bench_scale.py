@@ -9,9 +9,9 @@ import sys
 
 import numpy as np
 from mpi4py import MPI
+from mpi_helpers import clean_env
 
 from hpcbsp.bench import scale
-from tests.mpi_helpers import clean_env
 
 
 def test_ratios_growth_and_bytes_by_hand():

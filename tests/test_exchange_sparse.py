@@ -9,11 +9,11 @@ import os
 
 import numpy as np
 import pytest
+from mpi_helpers import run_mpi
 
 import hpcbsp
 from hpcbsp.runtime.superstep import outbox as outbox_module
 from hpcbsp.runtime.superstep.outbox import Data, Extra, Outbox, sparse_limit
-from tests.mpi_helpers import run_mpi
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "programs", "sparse_vs_dense.py")
 mpi = pytest.mark.mpi(min_size=2)
