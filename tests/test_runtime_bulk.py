@@ -93,9 +93,9 @@ def test_the_outbox_offers_to_repeat_the_last_bulk_exchange_only_with_the_same_h
         return box.levels()
 
     assert puts((0, 0, 4), (2, 1, 0)) == (Data.BULK, Extra.NONE)  # nothing learnt yet
-    box.remember([[1, 0, 10], [0, 0, 0], [0, 0, 0]])
+    box.remember({0: (1, 0, 10)}, sparse=True)
     assert box.sent == [(1, 4, 10), None, (2, 0, 10)] and box.sent_count == 2
-    assert box.received[0] == [1, 0, 10]
+    assert box.received == {0: (1, 0, 10)} and box.repeat_sparse
     assert puts((0, 0, 4), (2, 1, 0)) == (Data.REPEAT, Extra.NONE)
     assert puts((2, 1, 0), (0, 0, 4)) == (Data.REPEAT, Extra.NONE)  # in another order
     assert puts((0, 0, 5), (2, 1, 0)) == (Data.BULK, Extra.NONE)    # another offset
@@ -253,14 +253,23 @@ def test_a_bulk_exchange_stages_regions_that_lie_too_far_apart(bsp, monkeypatch)
 
 
 @mpi
-def test_a_repeated_bulk_exchange_skips_its_alltoall_only_where_every_rank_repeats(bsp, monkeypatch):
+@pytest.mark.parametrize("sparse", [True, False], ids=["messages", "alltoallv"])
+def test_a_repeated_bulk_exchange_skips_its_alltoall_only_where_every_rank_repeats(bsp, monkeypatch, sparse):
     """Supersteps of large puts whose places change now and then: one rank moves its puts, the
     last rank falls silent (it cannot vouch that nothing comes from it), a general superstep
     comes between.  Every superstep lands what a numpy model of the puts says, and takes the
     exchange a model of the levels says: the ``Alltoall`` is skipped exactly where every rank
-    puts where it put in the last bulk exchange."""
+    puts where it put in the last bulk exchange; a repetition moves its payloads as messages
+    where every rank had few destinations (``sparse``: at most ``repeat_messages_max``), else in an
+    ``Alltoallv``."""
+    from hpcbsp.runtime.superstep.exchange import bulk as bulk_module
+
     paths = _spy(monkeypatch)
+    collective = []
+    real = bulk_module.alltoallv
+    monkeypatch.setattr(bulk_module, "alltoallv", lambda *a: (collective.append(1), real(*a)))
     with _context(bsp, monkeypatch) as ctx:
+        ctx._outbox.repeat_messages_max = ctx.nprocs if sparse else -1  # (the test's lever: either way)
         p, me, n = ctx.nprocs, ctx.pid, 16
         x = ctx.coarray(2 * p * n, dtype=np.float64)
         # Per superstep, (rank, shift) -> where that rank puts: None for no puts, else its slot
@@ -291,3 +300,4 @@ def test_a_repeated_bulk_exchange_skips_its_alltoall_only_where_every_rank_repea
             np.testing.assert_array_equal(x.local, model, err_msg=f"superstep {step}")
     assert paths == expected
     assert "repeat" in expected and expected.count("bulk") >= 4  # (the plan's own check)
+    assert len(collective) == expected.count("bulk") + (0 if sparse else expected.count("repeat"))

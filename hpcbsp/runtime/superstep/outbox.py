@@ -2,9 +2,11 @@
 until the exchange at ``sync`` delivers them (:mod:`.exchange`).
 
 Every put, get request and queue record is appended, as a 32-byte header (:data:`HEADER`) and an
-8-byte-aligned payload, to a byte buffer per destination rank.  The copy into the outbox is the
-only copy on the sending side (BSPlib's buffered put: the source may change right after the
-call).  Large puts (at least :attr:`Outbox.large_bytes`, ``$HPCBSP_LARGE_PUT_BYTES``, read
+8-byte-aligned payload, to a byte buffer per destination rank, made when the first record for
+that rank comes: a superstep's bookkeeping is per destination it touches, not per rank of the
+context (:attr:`Outbox.bufs`, :attr:`Outbox.large`, :attr:`Outbox.gets` are dicts by rank).
+The copy into the outbox is the only copy on the sending side (BSPlib's buffered put: the
+source may change right after the call).  Large puts (at least :attr:`Outbox.large_bytes`, ``$HPCBSP_LARGE_PUT_BYTES``, read
 when a context is made) and large packed batches of element puts are kept aside, to travel on
 their own after the headers (:mod:`.exchange`); their copies and the buffers element puts are packed into come from a
 :class:`BufferPool` kept between supersteps, or, for element puts
@@ -57,6 +59,20 @@ class Extra(enum.IntEnum):
     NONE = 0     #: no record for itself and no get
     OWN = 1      #: records for itself, no get
     GETS = 2     #: gets (from itself or from others)
+    #: records for more ranks than :attr:`Outbox.sparse_max`, or in the shared arena (whose votes
+    #: every rank needs): the general exchange learns who sends to whom by its dense ``Alltoall``
+    #: of counts (:mod:`.exchange.counts`) instead of the sparse consensus
+    #: (:mod:`.exchange.consensus`), on every rank (the maximum decides), and answers gets, which
+    #: this level may hide (only a rank with data for another offers it)
+    DENSE = 3
+
+
+def sparse_limit(nprocs: int) -> int:
+    """The most ranks a rank's records may go to for a superstep to take the sparse consensus
+    (:attr:`Extra.DENSE` beyond): a quarter of the ranks, at least 2 (measured in
+    docs/notes/performance-journal.md, "Issue 44 item 2": at 8 ranks the consensus costs about as
+    much as the dense count exchange with every rank sending to 4 others)."""
+    return max(2, nprocs // 4)
 
 
 #: The bit of the control step's code that says every rank offered the same data level.
@@ -137,12 +153,16 @@ class Outbox:
 
     nprocs: int
     me: int
-    bufs: list[bytearray] = field(init=False)
-    gets: list[list["GetFuture"]] = field(init=False)
+    #: Per destination rank with records (this rank's own among them): their headers and
+    #: small payloads.
+    bufs: dict[int, bytearray] = field(init=False)
+    #: Per destination rank with gets: the futures, in the order asked.
+    gets: dict[int, list["GetFuture"]] = field(init=False)
     traffic: Traffic = field(init=False)
     nrecords: int = field(init=False)
     gets_count: int = field(init=False)
-    large: list[list[np.ndarray]] = field(init=False)
+    #: Per destination rank: the large payloads that travel on their own (:mod:`.exchange.large`).
+    large: dict[int, list[np.ndarray]] = field(init=False)
     pooled: list[np.ndarray] = field(init=False)
     pool: BufferPool = field(init=False, default_factory=BufferPool)
     #: The shared-memory window for packed element puts (None: they travel as messages).
@@ -155,15 +175,27 @@ class Outbox:
     #: How many of this superstep's records are such first large puts.
     bulk_puts: int = field(init=False)
     #: What the last bulk exchange learnt: per destination the head this rank sent (None where
-    #: it sent nothing), and per source the head it received (``[0, 0, 0]`` where nothing came).
+    #: it sent nothing), and per source rank that sent one the head it received.
     sent: list[tuple[int, int, int] | None] = field(init=False)
-    received: list[list[int]] = field(init=False)
+    received: dict[int, tuple[int, int, int]] = field(init=False)
+    #: Whether the ranks of the last bulk exchange each sent to at most
+    #: :attr:`repeat_messages_max` ranks (the same on every rank): its repetitions move as
+    #: messages to and from those ranks only.
+    repeat_sparse: bool = field(init=False)
+    #: The most ranks any rank of a bulk exchange may send to for its repetitions to move as
+    #: messages: a quarter of the ranks (as :func:`sparse_limit`, but none below 4 ranks, where
+    #: the one ``Alltoallv`` stays: its Python work is a few lines per rank, and Intel MPI moves
+    #: large blocks faster in it on one node; tests set it to force either way).
+    repeat_messages_max: int = field(init=False)
     #: How many heads :attr:`sent` holds.
     sent_count: int = field(init=False)
     #: Whether this superstep's heads so far equal those of :attr:`sent`.
     same: bool = field(init=False)
     #: Whether this superstep asked the arena for room (only then does its end move the arena on).
     arena_asked: bool = field(init=False)
+    #: The most destinations this rank's records may have for the sparse exchange
+    #: (:func:`sparse_limit`; tests set it to force either exchange).
+    sparse_max: int = field(init=False)
 
     def __post_init__(self) -> None:
         self.large_bytes = int(setting(LARGE_PUT_ENV))
@@ -171,11 +203,14 @@ class Outbox:
         self.heads = np.zeros((self.nprocs, 3), dtype=np.int64)
         self.bulk_puts = 0
         self.sent = [None] * self.nprocs
-        self.received = []
+        self.received = {}
+        self.repeat_sparse = False
+        self.repeat_messages_max = self.nprocs // 4
         self.sent_count = 0
-        self.gets = [[] for _ in range(self.nprocs)]
+        self.gets = {}
         self.gets_count = 0
         self.arena_asked = False
+        self.sparse_max = sparse_limit(self.nprocs)
         self.reset()
 
     def reset(self) -> None:
@@ -187,16 +222,16 @@ class Outbox:
             self.arena_asked = False
             if self.arena is not None:
                 self.arena.end_superstep()
-        self.bufs = [bytearray() for _ in range(self.nprocs)]
+        self.bufs = {}
         if self.gets_count:
-            self.gets = [[] for _ in range(self.nprocs)]
+            self.gets = {}
             self.gets_count = 0
         self.traffic = Traffic()
         self.nrecords = 0
-        self.large = [[] for _ in range(self.nprocs)]
-        if self.bulk_puts:
-            self.heads[:] = 0
+        if self.bulk_puts:  # (the rows used only: a memset of p rows is not free at large p)
+            self.heads[list(self.large)] = 0
             self.bulk_puts = 0
+        self.large = {}
         self.same = True
 
     def add(self, dest: int, code: int, obj_id: int, offset: int, count: int,
@@ -206,11 +241,16 @@ class Outbox:
         The payload is copied here, unless ``borrow`` (``hpput``) and it is large: then it is sent
         from the caller's memory at the sync, which must leave it unchanged until then.
         """
-        buf = self.bufs[dest]
+        buf = self.bufs.get(dest)
+        if buf is None:
+            buf = self.bufs[dest] = bytearray()
         if code == PUT and dest != self.me and payload is not None and payload.nbytes >= self.large_bytes:
             buf += HEADER.pack(PUT_LARGE, obj_id, offset, count)
             raw = payload.reshape(-1).view(np.uint8)
-            if not self.large[dest] and raw.size <= BULK_MAX:
+            large = self.large.get(dest)
+            if large is None:
+                large = self.large[dest] = []
+            if not large and raw.size <= BULK_MAX:
                 head = (obj_id + 1, offset, count)
                 self.heads[dest] = head
                 self.bulk_puts += 1
@@ -221,7 +261,7 @@ class Outbox:
                 copy[:] = raw
                 self.pooled.append(copy)
                 raw = copy
-            self.large[dest].append(raw)
+            large.append(raw)
             self.traffic.bytes_out += payload.nbytes
             self.traffic.msgs_out += 1
             self.nrecords += 1
@@ -265,15 +305,18 @@ class Outbox:
         if record.nbytes % 8:  # the receiver steps over it by its length: headers stay aligned
             raise ValueError(f"add_elements: a record of {record.nbytes} bytes is not padded to 8 bytes")
         place = self.arena.announce(record) if self.arena is not None and dest != self.me else None
+        buf = self.bufs.get(dest)
+        if buf is None:
+            buf = self.bufs[dest] = bytearray()
         if place is not None:
-            self.bufs[dest] += HEADER.pack(PUT_ELEMENTS_SHARED, obj_id, record.nbytes, count)
-            self.bufs[dest] += PLACE.pack(place)
+            buf += HEADER.pack(PUT_ELEMENTS_SHARED, obj_id, record.nbytes, count)
+            buf += PLACE.pack(place)
         elif record.nbytes >= self.large_bytes:  # for this rank too: applied from ``record`` itself
-            self.bufs[dest] += HEADER.pack(PUT_ELEMENTS_LARGE, obj_id, record.nbytes, count)
-            self.large[dest].append(record)
+            buf += HEADER.pack(PUT_ELEMENTS_LARGE, obj_id, record.nbytes, count)
+            self.large.setdefault(dest, []).append(record)
         else:
-            self.bufs[dest] += HEADER.pack(PUT_ELEMENTS, obj_id, record.nbytes, count)
-            self.bufs[dest] += record.data
+            buf += HEADER.pack(PUT_ELEMENTS, obj_id, record.nbytes, count)
+            buf += record.data
         if dest != self.me:
             self.traffic.bytes_out += record.nbytes
             self.traffic.msgs_out += 1
@@ -283,7 +326,8 @@ class Outbox:
         """What this rank has for the control step: for other ranks (:attr:`Data.BULK` where every
         record is a large put to another rank, at most one per destination, each at most
         :data:`BULK_MAX` bytes; :attr:`Data.REPEAT` where these are the last bulk exchange's),
-        and besides (records for itself, gets)."""
+        and besides (records for itself, gets; :attr:`Extra.DENSE` for general records to more
+        than :attr:`sparse_max` ranks or in the shared arena)."""
         remote = self.traffic.msgs_out  # one per record for another rank
         if not remote:
             data = Data.NONE
@@ -293,6 +337,8 @@ class Outbox:
             data = Data.REPEAT  # (the same heads, as many: the same destinations)
         else:
             data = Data.BULK
+        if data == Data.GENERAL and (self.arena_asked or len(self.bufs) - (self.me in self.bufs) > self.sparse_max):
+            return data, Extra.DENSE
         extra = Extra.GETS if self.gets_count else Extra.OWN if self.nrecords > remote else Extra.NONE
         return data, extra
 
@@ -303,12 +349,14 @@ class Outbox:
         without any message."""
         return self.traffic.msgs_out
 
-    def remember(self, received: list[list[int]]) -> None:
+    def remember(self, received: dict[int, tuple[int, int, int]], sparse: bool) -> None:
         """A bulk exchange's ``Alltoall`` is over: keep what this rank sent and ``received``
-        (per source rank: object id + 1, offset, count) for the exchanges that repeat it."""
+        (per source rank that sent a put: object id + 1, offset, count) for the exchanges that
+        repeat it, and whether every rank sent to few ranks (``sparse``, agreed by all)."""
         self.sent = [(h[0], h[1], h[2]) if h[0] else None for h in self.heads.tolist()]
         self.sent_count = self.bulk_puts
         self.received = received
+        self.repeat_sparse = sparse
 
     def keep_until_sent(self, buf: np.ndarray) -> None:
         """Give ``buf`` (from :attr:`pool`) back to the pool once this superstep's exchange is done."""
@@ -316,5 +364,5 @@ class Outbox:
 
     def add_get(self, dest: int, obj_id: int, offset: int, count: int, future: "GetFuture") -> None:
         self.add(dest, GET, obj_id, offset, count, None)
-        self.gets[dest].append(future)
+        self.gets.setdefault(dest, []).append(future)
         self.gets_count += 1

@@ -276,8 +276,9 @@ class Supersteps:
             q._clear()
         if data in (Data.BULK, Data.REPEAT) and extra == Extra.NONE:
             traffic = bulk_exchange(self.comm, self._outbox, self._objects, repeat=data == Data.REPEAT)
-        elif data or self._outbox.nrecords:
-            traffic = exchange(self.comm, self._outbox, self._objects, extra == Extra.GETS, local=not data)
+        elif data or self._outbox.nrecords:  # (sparse where no rank asked for the dense exchange)
+            traffic = exchange(self.comm, self._outbox, self._objects, extra >= Extra.GETS, local=not data,
+                               wait=self.wait, sparse=extra != Extra.DENSE)
         else:
             return None
         self._outbox.reset()
@@ -354,9 +355,10 @@ class Supersteps:
         limit = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + limit if limit is not None else None
         try:
+            # (Always the dense exchange here, which answers gets too: a rank with data says so.)
             data, extra = self._control.agree(kind, self.superstep, sig, describe,
                                               Data.GENERAL if has_data else Data.NONE,
-                                              Extra.GETS if has_gets else Extra.NONE,
+                                              Extra.DENSE if has_data else Extra.GETS if has_gets else Extra.NONE,
                                               self._progress if with_progress else (), deadline,
                                               timed=timeout is not None)
         except BSPError:
@@ -369,7 +371,7 @@ class Supersteps:
             raise BSPError(f"rank {self.pid}: at superstep {self.superstep} this rank's call (a sync with a "
                            "timeout or hooks, or a collective) met a plain sync on another rank: give every "
                            "rank the same timeout and make the same calls")
-        return data == Data.GENERAL, extra == Extra.GETS
+        return data == Data.GENERAL, extra >= Extra.GETS
 
     def _add_sync_hook(self, hook: SyncHook) -> None:
         self._hooks.append(hook)

@@ -68,19 +68,18 @@ def return_gets(comm: MPI.Comm, outbox: Outbox, replies: dict[int, bytearray], d
     """Second round: send get data back; both sides know every size, so no count exchange.
     ``replies[s]``: the data this rank owes rank ``s`` (only ranks that asked are keys).
     ``deadline`` and ``wait``: as :func:`.completion.complete` takes them."""
-    p, me = outbox.nprocs, outbox.me
+    me = outbox.me
     traffic: Traffic = outbox.traffic
-    expected = [sum(f.nbytes for f in outbox.gets[d]) for d in range(p)]
-    inbox = [np.empty(expected[d], np.uint8) if d != me else np.frombuffer(replies.get(me, b""), np.uint8)
-             for d in range(p)]
-    owners = [d for d in range(p) if d != me and expected[d]]
+    inbox = {d: np.empty(sum(f.nbytes for f in futures), np.uint8) if d != me
+             else np.frombuffer(replies.get(me, b""), np.uint8) for d, futures in outbox.gets.items()}
+    owners = [d for d, box in inbox.items() if d != me and box.size]
     askers = [s for s in sorted(replies) if s != me and replies[s]]
     reqs = [comm.Irecv([inbox[d], MPI.BYTE], d, TAG_REPLY) for d in owners]
     reqs += [comm.Isend([np.frombuffer(replies[s], np.uint8), MPI.BYTE], s, TAG_REPLY) for s in askers]
     complete(reqs, owners + askers, deadline, wait)
-    for d in range(p):
+    for d, futures in outbox.gets.items():
         pos = 0
-        for fut in outbox.gets[d]:
+        for fut in futures:
             fut._fulfil(inbox[d][pos:pos + fut.nbytes])
             pos += fut.nbytes
         if d != me:

@@ -5,10 +5,14 @@ general exchange (:mod:`.general`; about 14 us less per superstep at two ranks:
 docs/notes/performance-journal.md, "Where issue 30's item 4 stands").  Where every rank's puts
 go where they went in the last bulk exchange (an iterative program's halo exchange, superstep
 after superstep), the control step says so (:attr:`~..outbox.Data.REPEAT`, granted only where
-every rank offers it) and the ``Alltoallv`` alone moves the superstep: what came from whom is
-what came then.
+every rank offers it) and the payloads alone move the superstep: what came from whom is what
+came then.  They move in one ``Alltoallv``, or, where every rank of that last bulk exchange sent
+to at most :attr:`~..outbox.Outbox.repeat_messages_max` ranks (a quarter of them, none below 4
+ranks; each rank's number of destinations rides in its ``Alltoall`` rows, so all of them learn
+the largest), as messages to and from those ranks only: a repeated halo exchange costs the
+control step and its messages, its Python work per neighbour, not per rank.
 
-h-relation: the puts' bytes, out of and into every rank, plus ``3 (p - 1)`` words each way for
+h-relation: the puts' bytes, out of and into every rank, plus ``4 (p - 1)`` words each way for
 the ``Alltoall`` (none when repeated).
 """
 from __future__ import annotations
@@ -20,6 +24,7 @@ from mpi4py import MPI
 
 from ..ledger import Traffic
 from ..outbox import Outbox
+from .completion import TAG_LARGE
 from .large import unshared
 from .regions import alltoallv
 from .targets import Registered, Target
@@ -30,37 +35,42 @@ def bulk_exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered]
     one per destination (the control step agreed on :attr:`~..outbox.Data.BULK` and no rank has
     anything else; collective over ``comm``); return this rank's traffic.
 
-    One ``Alltoall`` of :attr:`Outbox.heads` tells every rank what comes from whom (object,
-    offset, element count), and one ``Alltoallv`` moves the payloads, each received straight into
-    its target where no other source's put overlaps it.  Puts that overlap are received into
-    temporaries and applied in ascending source rank, as BSPlib prescribes.  With ``repeat``
-    (every rank offered :attr:`~..outbox.Data.REPEAT`: its puts go where they went in the last
-    bulk exchange), what came from whom then (:attr:`Outbox.received`) stands for the
-    ``Alltoall``: the superstep costs the control step and the ``Alltoallv`` alone.
+    One ``Alltoall`` of :attr:`Outbox.heads` (with this rank's number of destinations) tells
+    every rank what comes from whom (object, offset, element count), and one ``Alltoallv``
+    moves the payloads, each received straight into its target where no other source's put
+    overlaps it.  Puts that overlap are received into temporaries and applied in ascending
+    source rank, as BSPlib prescribes.  With ``repeat`` (every rank offered
+    :attr:`~..outbox.Data.REPEAT`: its puts go where they went in the last bulk exchange), what
+    came from whom then (:attr:`Outbox.received`) stands for the ``Alltoall``, and where every
+    rank then had few destinations (:attr:`Outbox.repeat_sparse`) messages stand for the
+    ``Alltoallv``.
     """
     p, me = outbox.nprocs, outbox.me
     traffic = outbox.traffic
     traffic.records = outbox.nrecords
     if repeat:
-        rows = outbox.received
+        received = outbox.received
     else:
-        got = np.empty((p, 3), dtype=np.int64)
-        comm.Alltoall(outbox.heads, got)
+        rows = np.empty((p, 4), dtype=np.int64)
+        rows[:, :3] = outbox.heads
+        rows[:, 3] = len(outbox.large)  # (every rank learns every rank's number of destinations)
+        got = np.empty((p, 4), dtype=np.int64)
+        comm.Alltoall(rows, got)
         # (Python lists from here: at a few ranks, numpy's per-call cost would be most of the work.)
-        rows = got.tolist()
-        outbox.remember(rows)
-    sources = [s for s in range(p) if rows[s][0]]
+        received = {s: (row[0], row[1], row[2]) for s, row in enumerate(got[:, :3].tolist()) if row[0]}
+        outbox.remember(received, sparse=int(got[:, 3].max()) <= outbox.repeat_messages_max)
+    sources = sorted(received)
     alone: Collection[int] = sources
     if len(sources) > 1:  # which puts overlap another source's (per object: its id + 1)
         spans: dict[int, list[tuple[int, int, int]]] = {}
         for s in sources:
-            obj, off, cnt = rows[s]
+            obj, off, cnt = received[s]
             spans.setdefault(obj, []).append((off, off + cnt, s))
         alone = unshared(spans)
-    back: list[np.ndarray | None] = [None] * p
+    back: dict[int, np.ndarray] = {}
     later: list[tuple[Target, int, np.ndarray]] = []  # (target, offset, received), by source rank
     for s in sources:
-        obj, off, cnt = rows[s]
+        obj, off, cnt = received[s]
         target = cast(Target, registry[obj - 1])
         if s in alone:
             back[s] = target._view(off, cnt).view(np.uint8)
@@ -70,7 +80,14 @@ def bulk_exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered]
             back[s] = tmp.view(np.uint8)
         traffic.bytes_in += cnt * target.itemsize
     traffic.msgs_in += len(sources)
-    alltoallv(comm, [arrs[0] if arrs and d != me else None for d, arrs in enumerate(outbox.large)], back)
+    large = outbox.large
+    if repeat and outbox.repeat_sparse:
+        reqs = [comm.Irecv([into, MPI.BYTE], s, TAG_LARGE) for s, into in back.items()]
+        reqs += [comm.Isend([arrs[0], MPI.BYTE], d, TAG_LARGE) for d, arrs in large.items()]
+        MPI.Request.Waitall(reqs)
+    else:
+        alltoallv(comm, [large[d][0] if d in large and d != me else None for d in range(p)],
+                  [back.get(s) for s in range(p)])
     for target, off, values in later:
         target._write(off, values)
     return traffic

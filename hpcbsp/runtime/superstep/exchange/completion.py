@@ -10,12 +10,13 @@ from ....util.waiting import poll
 from ..waiting import Naps
 
 #: The tags of the exchange's messages: the header round (:mod:`.headers`), the replies to gets
-#: (:mod:`.apply`), large payloads sent as messages (:mod:`.large`), and the counts of a
-#: bounded exchange (:mod:`.counts`).
+#: (:mod:`.apply`), large payloads sent as messages (:mod:`.large`), the counts of a
+#: bounded exchange (:mod:`.counts`), and the sparse consensus's (:mod:`.consensus`).
 TAG_DATA = 101
 TAG_REPLY = 102
 TAG_LARGE = 103
 TAG_COUNT = 104
+TAG_SPARSE = 105
 
 
 class ExchangeTimeout(Exception):

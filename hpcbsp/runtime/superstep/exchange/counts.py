@@ -31,7 +31,9 @@ def agree(comm: MPI.Comm, outbox: Outbox, deadline: float | None, wait: str) -> 
     # The bookkeeping is in Python ints: a small superstep's cost is mostly the exchange's own.
     vote = NEVER if arena is None or deadline is not None else arena.vote()
     triples = [0, vote, rounds_needed(outbox, deadline)] * p
-    triples[0::3] = [len(b) if d != me else 0 for d, b in enumerate(outbox.bufs)]
+    for d, buf in outbox.bufs.items():
+        if d != me:
+            triples[3 * d] = len(buf)
     send_counts = np.array(triples, dtype=np.int64).reshape(p, 3)
     recv_counts = np.empty((p, 3), dtype=np.int64)
     exchange_counts(comm, send_counts, recv_counts, deadline, wait)

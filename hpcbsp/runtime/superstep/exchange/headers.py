@@ -2,9 +2,10 @@
 
 :func:`send`: each rank's outbox buffer for another rank (the headers of its records, with the
 payloads of small puts, packed element batches and queue records behind them, :mod:`..outbox`)
-travels in one ``Isend``/``Irecv`` pair, only between ranks that have bytes for each other (a
-sparse exchange: the count exchange, :mod:`.counts`, said how many).  Where the large payloads
-travel as messages they are sent right behind their headers (:mod:`.large`).
+travels in one ``Isend``/``Irecv`` pair, only between ranks that have bytes for each other (the
+dense count exchange, :mod:`.counts`, said how many; the sparse consensus, :mod:`.consensus`,
+carries the buffers itself).  Where the large payloads travel as messages they are sent right
+behind their headers (:mod:`.large`).
 
 :func:`read`: every source's buffer parsed in ascending source rank (this rank's own among
 them), into the gets to answer and the writes to apply in order (:mod:`.apply`); a large put's
@@ -35,19 +36,18 @@ Record = tuple[int, int, int, int, Any]
 
 
 def send(comm: MPI.Comm, outbox: Outbox, recv: list[int], rounds: int, deadline: float | None, wait: str,
-         local: bool) -> tuple[np.ndarray, list[int], list[int], list[MPI.Request], list[int]]:
+         local: bool) -> tuple[dict[int, np.ndarray], list[MPI.Request], list[int]]:
     """The header round: send each other rank its outbox buffer and receive ``recv[s]`` bytes
     from each rank ``s``; where ``rounds`` is 0, send the large payloads as messages too.
-    Returns ``(recvbuf, displs, sources, large_sends, large_dests)``: what came from ``s`` is
-    ``recvbuf[displs[s]:displs[s + 1]]``, ``sources`` the ranks that sent any; the large
-    messages' requests (still in flight) and their destinations.  ``local``: no rank has a
+    Returns ``(received, large_sends, large_dests)``: what came from each rank that sent any
+    (by rank), the large messages' requests (still in flight) and their destinations.  ``local``: no rank has a
     record for another (no message at all).  ``deadline`` and ``wait``: as
     :func:`.completion.complete` takes them."""
     p, me = outbox.nprocs, outbox.me
     displs = list(accumulate(recv, initial=0))
     recvbuf = np.empty(displs[-1], dtype=np.uint8)
     sources = [s for s in range(p) if recv[s]]
-    dests = [d for d, b in enumerate(outbox.bufs) if b and d != me]
+    dests = [d for d in outbox.bufs if d != me]
     reqs = [comm.Irecv([recvbuf[displs[s]:displs[s + 1]], MPI.BYTE], s, TAG_DATA) for s in sources]
     reqs += [comm.Isend([np.frombuffer(outbox.bufs[d], np.uint8), MPI.BYTE], d, TAG_DATA) for d in dests]
     large_sends, large_dests = send_as_messages(comm, outbox) if not rounds else ([], [])
@@ -56,25 +56,26 @@ def send(comm: MPI.Comm, outbox: Outbox, recv: list[int], rounds: int, deadline:
     del reqs
     if outbox.arena is not None and not local:
         outbox.arena.sync()  # and the senders' records are read after their headers came
-    return recvbuf, displs, sources, large_sends, large_dests
+    return {s: recvbuf[displs[s]:displs[s + 1]] for s in sources}, large_sends, large_dests
 
 
-def read(outbox: Outbox, registry: Sequence[Registered], recvbuf: np.ndarray, displs: list[int],
-         sources: list[int]) -> tuple[list[tuple[int, int, int, int]], list[Record | None], bool]:
-    """Parse every source's records, in ascending source order (this rank's own among them).
+def read(outbox: Outbox, registry: Sequence[Registered], received: dict[int, np.ndarray]
+         ) -> tuple[list[tuple[int, int, int, int]], list[Record | None], bool]:
+    """Parse every source's records (``received``: its bytes by source rank), in ascending
+    source order (this rank's own among them).
     Returns ``(gets, data, large_headers)``: the gets as (source, object id, offset, count),
     the writes as :data:`Record` in the order they apply, and whether a large payload is still
     to come.  Counts the records and bytes that came in into the outbox's traffic."""
     me = outbox.me
     traffic = outbox.traffic
     arena = outbox.arena
-    own_large = iter(outbox.large[me])  # this rank's large element records, in program order
+    own_large = iter(outbox.large.get(me, ()))  # this rank's large element records, in program order
+    own = outbox.bufs.get(me)
     gets: list[tuple[int, int, int, int]] = []
     data: list[Record | None] = []
     large_headers = False
-    for src in sorted(sources + [me]) if outbox.bufs[me] else sources:
-        buf = (np.frombuffer(outbox.bufs[me], np.uint8) if src == me
-               else recvbuf[displs[src]:displs[src + 1]])
+    for src in sorted([*received, me] if own else received):
+        buf = np.frombuffer(own, np.uint8) if own is not None and src == me else received[src]
         pos, end = 0, buf.size
         while pos < end:
             code, obj, off, cnt = HEADER.unpack_from(buf, pos)  # type: ignore[arg-type]  # numpy buffer

@@ -43,19 +43,19 @@ def rounds_needed(outbox: Outbox, deadline: float | None) -> int:
     if deadline is not None:
         return -1
     me = outbox.me
-    sizes = [arr.nbytes for d, arrs in enumerate(outbox.large) if d != me for arr in arrs]
+    sizes = [arr.nbytes for d, arrs in outbox.large.items() if d != me for arr in arrs]
     if sizes and max(sizes) > COUNT_MAX:
         return -1
-    return max((len(arrs) for d, arrs in enumerate(outbox.large) if d != me), default=0)
+    return max((len(arrs) for d, arrs in outbox.large.items() if d != me), default=0)
 
 
 def send_as_messages(comm: MPI.Comm, outbox: Outbox) -> tuple[list[MPI.Request], list[int]]:
     """Send every large payload for another rank as a message of its own (right after the
     headers); returns the requests and the destination of each."""
     me = outbox.me
-    dests = [d for d, arrs in enumerate(outbox.large) if d != me for _ in arrs]
+    dests = [d for d, arrs in outbox.large.items() if d != me for _ in arrs]
     sends = [comm.Isend([arr, MPI.BYTE], d, TAG_LARGE)
-             for d, arrs in enumerate(outbox.large) if d != me for arr in arrs]
+             for d, arrs in outbox.large.items() if d != me for arr in arrs]
     return sends, dests
 
 
@@ -107,8 +107,9 @@ def alltoallv_rounds(comm: MPI.Comm, rounds: int, outbox: Outbox, incoming: list
     into: list[list[np.ndarray]] = [[] for _ in range(p)]
     for src, where in incoming:
         into[src].append(where)
+    large = [outbox.large.get(d, ()) for d in range(p)]
     for k in range(rounds):
-        alltoallv(comm, [arrs[k] if d != me and k < len(arrs) else None for d, arrs in enumerate(outbox.large)],
+        alltoallv(comm, [arrs[k] if d != me and k < len(arrs) else None for d, arrs in enumerate(large)],
                   [dests[k] if k < len(dests) else None for dests in into])
 
 
