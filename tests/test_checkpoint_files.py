@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from mpi_helpers import run_mpi
 
+from hpcbsp.apps.heat import reference
 from hpcbsp.runtime.api.checkpoint.parts import files_of
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "programs", "checkpoint_parts.py")
@@ -90,6 +91,17 @@ def test_one_file_per_node_round_trips(tmp_path, now):
     opened = _restore(path, now)
     for rank, names in opened.items():
         assert names == {"node0.bin"} | (METADATA if rank == 0 else set())
+
+
+def test_heat_saved_per_node_restarts_on_another_rank_count_bit_identical(tmp_path):
+    ck, out = str(tmp_path / "ck"), str(tmp_path / "rod.npy")
+    heat = ["-m", "hpcbsp.apps.heat", "--n", "300", "--steps", "20", "--checkpoint", ck]
+    res = run_mpi(3, heat + ["--every", "10", "--per-node", "--steps", "10"], timeout=90)
+    assert res.returncode == 0, res.output
+    assert sorted(os.listdir(ck)) == sorted(METADATA | {"node0.bin", ".hpcbsp-checkpoint"})
+    res = run_mpi(2, heat + ["--restart", "--out", out], timeout=90)
+    assert res.returncode == 0 and "restarted from" in res.stdout and "at step 10" in res.stdout, res.output
+    np.testing.assert_array_equal(np.load(out), reference(300, 20, 0.25))
 
 
 def test_files_of_numbers_the_nodes_by_their_lowest_rank():

@@ -9,7 +9,9 @@ calls; its slope is the growth per rank added from the fewest to the most ranks 
 
 Run by hand for the figures (each run under a timeout)::
 
-    python tests/test_checkpoint_scaling.py 4 8 16
+    python tests/test_checkpoint_scaling.py 4 8 16 [--per-node]
+
+(``--per-node``: the saves write one file per node, ``heat --per-node``.)
 
 The test (``long``: 4, 8 and 16 ranks on a machine of a few cores) asserts a slope of at most
 0.25 calls per rank added, and is skipped where strace is missing or may not trace.
@@ -95,8 +97,8 @@ def main(argv: list[str]) -> int:
     if why:
         print(why, file=sys.stderr)
         return 2
-    counts = [int(a) for a in argv] or [4, 8, 16]
-    figures = measure(counts)
+    counts = [int(a) for a in argv if a != "--per-node"] or [4, 8, 16]
+    figures = measure(counts, [a for a in argv if a == "--per-node"])
     for p, f in figures.items():
         print(f"{p:3d} ranks: {f:7.2f} calls naming the checkpoint folder per rank (save + restart)")
     print(f"slope: {slope(figures):.3f} calls per rank added ({min(figures)} to {max(figures)} ranks)")
