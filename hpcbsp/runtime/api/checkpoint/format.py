@@ -25,6 +25,7 @@ Every function here is local to one process.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
@@ -196,18 +197,27 @@ def read_meta(path: str, any_version: bool = False) -> tuple[str, dict[str, Any]
     return path, meta
 
 
-def read_state(path: str, meta: dict[str, Any]) -> dict[str, np.ndarray]:
-    """The replicated state of the checkpoint at ``path``, checked against its checksum in
-    ``meta``; a BSPError when it is missing, damaged or unreadable."""
-    fpath = os.path.join(path, STATE)
+def read_checked(path: str, name: str, meta: dict[str, Any]) -> io.BytesIO:
+    """The bytes of file ``name`` of the checkpoint at ``path`` (read once), checked against its
+    checksum in ``meta``; a BSPError when it is missing, damaged or unreadable."""
     try:
-        if file_checksum(fpath) != meta["checksums"][STATE]:
-            raise BSPError(f"checkpoint {path} is damaged: {STATE} does not match its checksum "
-                           "(truncated or modified)")
-        with np.load(fpath, allow_pickle=False) as data:
-            state = {k: data[k] for k in data.files}
+        with open(os.path.join(path, name), "rb") as fh:
+            data = fh.read()
     except FileNotFoundError:
-        raise BSPError(f"checkpoint {path} is incomplete: {STATE} is missing") from None
+        raise BSPError(f"checkpoint {path} is incomplete: {name} is missing") from None
+    except OSError as exc:
+        raise BSPError(f"checkpoint {path}: {name} cannot be read ({exc.strerror or exc})") from None
+    if checksum(data) != meta["checksums"][name]:
+        raise BSPError(f"checkpoint {path} is damaged: {name} does not match its checksum "
+                       "(truncated or modified)")
+    return io.BytesIO(data)
+
+
+def read_state(path: str, meta: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The replicated state of the checkpoint at ``path`` (:func:`read_checked`)."""
+    try:
+        with np.load(read_checked(path, STATE, meta), allow_pickle=False) as data:
+            state = {k: data[k] for k in data.files}
     except (ValueError, OSError, EOFError) as exc:
         raise BSPError(f"checkpoint {path} is damaged: {STATE} cannot be read ({exc})") from None
     return {name: state[name] for name in meta["state"]}

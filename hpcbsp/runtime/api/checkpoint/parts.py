@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from ...errors import BSPError
-from .format import INDEX, checksum, data_file, file_checksum, write_synced
+from .format import INDEX, checksum, data_file, file_checksum, read_checked, write_synced
 
 if TYPE_CHECKING:
     from ..coarray import Coarray
@@ -64,14 +64,8 @@ def write_index(folder: str, rows: Sequence[tuple[int, int, int, str, list[int]]
 
 def read_index(path: str, meta: dict) -> np.ndarray:
     """The index of the checkpoint at ``path``, checked against its checksum and shape."""
-    fpath = os.path.join(path, INDEX)
     try:
-        if file_checksum(fpath) != meta["checksums"][INDEX]:
-            raise BSPError(f"checkpoint {path} is damaged: {INDEX} does not match its checksum "
-                           "(truncated or modified)")
-        index = np.load(fpath, allow_pickle=False)
-    except FileNotFoundError:
-        raise BSPError(f"checkpoint {path} is incomplete: {INDEX} is missing") from None
+        index = np.load(read_checked(path, INDEX, meta), allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
         raise BSPError(f"checkpoint {path} is damaged: {INDEX} cannot be read ({exc})") from None
     if index.dtype != row_dtype(len(meta["coarrays"])) or index.shape != (int(meta["nprocs"]),):
@@ -90,19 +84,37 @@ def read_records(path: str, per_node: bool, rows: dict[int, np.void],
     for number, ranks in sorted(by_file.items()):
         name = data_file(number, per_node)
         try:
-            with open(os.path.join(path, name), "rb") as fh:
-                for rank in sorted(ranks, key=lambda r: int(rows[r]["offset"])):
-                    row = rows[rank]
-                    data = os.pread(fh.fileno(), int(row["nbytes"]), int(row["offset"]))
-                    if len(data) != int(row["nbytes"]) or checksum(data) != row["checksum"].decode():
-                        raise BSPError(f"checkpoint {path} is damaged: {name} does not match its "
-                                       f"checksum (rank {rank}'s part; truncated or modified)")
-                    out[rank] = _split(data, row["sizes"], dtypes, f"checkpoint {path}: {name}")
+            fd = os.open(os.path.join(path, name), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except FileNotFoundError:
             raise BSPError(f"checkpoint {path} is incomplete: {name} is missing") from None
         except OSError as exc:
             raise BSPError(f"checkpoint {path}: {name} cannot be read ({exc.strerror or exc})") from None
+        try:  # open, pread each record, close: no buffering, no seeks
+            for rank in sorted(ranks, key=lambda r: int(rows[r]["offset"])):
+                row = rows[rank]
+                data = _pread(fd, int(row["nbytes"]), int(row["offset"]))
+                if len(data) != int(row["nbytes"]) or checksum(data) != row["checksum"].decode():
+                    raise BSPError(f"checkpoint {path} is damaged: {name} does not match its "
+                                   f"checksum (rank {rank}'s part; truncated or modified)")
+                out[rank] = _split(data, row["sizes"], dtypes, f"checkpoint {path}: {name}")
+        except OSError as exc:
+            raise BSPError(f"checkpoint {path}: {name} cannot be read ({exc.strerror or exc})") from None
+        finally:
+            os.close(fd)
     return out
+
+
+def _pread(fd: int, n: int, offset: int) -> bytes:
+    """``n`` bytes at ``offset`` (fewer only at the end of the file): one ``pread`` a record of
+    under 2 GiB, more for a larger one (Linux reads at most 2 GiB - 4 KiB a call)."""
+    chunks, got = [], 0
+    while got < n:
+        chunk = os.pread(fd, n - got, offset + got)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _split(data: bytes, sizes: np.ndarray, dtypes: Sequence[np.dtype], where: str) -> list[np.ndarray]:
