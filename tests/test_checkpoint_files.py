@@ -35,8 +35,9 @@ def _overlapping(n: int, saved: int, now: int, rank: int) -> set[int]:
     return {k for k, (a, b) in enumerate(_bounds(n, saved)) if max(a, lo) < min(b, hi)}
 
 
-def _save(path: str, p: int, kind: str = "block", per_node: bool = False) -> None:
-    res = run_mpi(p, [PROGRAM, "save", path, str(N), kind, *(["--per-node"] if per_node else [])], timeout=90)
+def _save(path: str, p: int, kind: str = "block", per_node: bool = False, nodes: str | None = None) -> None:
+    res = run_mpi(p, [PROGRAM, "save", path, str(N), kind, *(["--per-node"] if per_node else []),
+                      *(["--nodes", nodes] if nodes else [])], timeout=90)
     assert res.returncode == 0 and not res.timed_out, res.output
 
 
@@ -91,6 +92,22 @@ def test_one_file_per_node_round_trips(tmp_path, now):
     opened = _restore(path, now)
     for rank, names in opened.items():
         assert names == {"node0.bin"} | (METADATA if rank == 0 else set())
+
+
+def test_ranks_on_two_nodes_write_two_files_and_a_restore_opens_those_it_needs(tmp_path):
+    """Ranks 0 and 1 on one node, rank 2 on another (the table given to the save): node0.bin holds
+    ranks 0 and 1, node1.bin rank 2.  Restored on 2 ranks: rank 0 (elements 0..11) needs saved
+    ranks 0 and 1, both in node0.bin; rank 1 (12..22) needs saved ranks 1 and 2, in both files."""
+    path = str(tmp_path / "ck")
+    _save(path, 3, per_node=True, nodes="0,0,2")
+    assert sorted(os.listdir(path)) == sorted(METADATA | {"node0.bin", "node1.bin", ".hpcbsp-checkpoint"})
+    index = np.load(os.path.join(path, "index.npy"))
+    sizes = [b - a for a, b in _bounds(N, 3)]
+    assert index["file"].tolist() == [0, 0, 1] and index["offset"].tolist() == [0, 16 * sizes[0], 0]
+    assert os.path.getsize(os.path.join(path, "node1.bin")) == 16 * sizes[2]
+    opened = _restore(path, 2)
+    assert opened == {0: {"node0.bin"} | METADATA, 1: {"node0.bin", "node1.bin"}}
+    assert _restore(path, 3) == {0: {"node0.bin"} | METADATA, 1: {"node0.bin"}, 2: {"node1.bin"}}
 
 
 def test_heat_saved_per_node_restarts_on_another_rank_count_bit_identical(tmp_path):
