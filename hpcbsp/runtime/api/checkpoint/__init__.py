@@ -140,15 +140,15 @@ def save(bsp: "BSP", path: str, program: str | None, state: dict[str, Any], per_
     #    node's lowest rank); replicated state must really be replicated.
     leaders = list(bsp.nodes.node) if per_node else list(range(bsp.nprocs))
     files = files_of(leaders)
-    data, sizes = record(list(coarrays.values()))
+    pieces, sizes = record(list(coarrays.values()))
     if per_node:
-        error, offset = _write_by_node(bsp, tmp, leaders[bsp.pid], files[bsp.pid], data)
+        error, offset = _write_by_node(bsp, tmp, leaders[bsp.pid], files[bsp.pid], b"".join(pieces))
     else:
         try:
-            error, offset = None, write_records(tmp, bsp.pid, False, [data])[0]
+            error, offset = None, write_records(tmp, bsp.pid, False, [pieces])[0]
         except OSError as exc:
             error, offset = f"cannot write {os.path.join(tmp, data_file(bsp.pid, False))}: {exc}", 0
-    row = (files[bsp.pid], offset, len(data), checksum(data), sizes)
+    row = (files[bsp.pid], offset, sum(len(p) for p in pieces), checksum(*pieces), sizes)
     reports = bsp.comm.gather((error, row, state_digest(arrays)), root=0)
 
     # 3. Rank 0 (the gather's root, which has the reports) checks everything, writes the index,
@@ -190,7 +190,7 @@ def _write_by_node(bsp: "BSP", tmp: str, leader: int, number: int, data: bytes) 
         replies: list[tuple[str | None, int]] | None = None
         if records is not None:
             try:
-                replies = [(None, o) for o in write_records(tmp, number, True, records)]
+                replies = [(None, o) for o in write_records(tmp, number, True, [[r] for r in records])]
             except OSError as exc:
                 why = f"cannot write {os.path.join(tmp, data_file(number, True))}: {exc}"
                 replies = [(why, 0)] * len(records)

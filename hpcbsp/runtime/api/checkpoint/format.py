@@ -88,9 +88,13 @@ def data_file(number: int, per_node: bool) -> str:
     return f"{'node' if per_node else 'rank'}{number}.bin"
 
 
-def checksum(data: bytes | memoryview) -> str:
-    """A checksum of ``data`` (BLAKE2b, 16 bytes, hex), as the checkpoint keeps it."""
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
+def checksum(*pieces: bytes | memoryview) -> str:
+    """A checksum of the bytes of ``pieces`` one after the other (BLAKE2b, 16 bytes, hex), as the
+    checkpoint keeps it."""
+    h = hashlib.blake2b(digest_size=16)
+    for piece in pieces:
+        h.update(piece)
+    return h.hexdigest()
 
 
 def file_checksum(path: str) -> str:

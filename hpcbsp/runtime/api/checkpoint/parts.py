@@ -30,9 +30,15 @@ def row_dtype(ncoarrays: int) -> np.dtype:
                      ("sizes", "<i8", (ncoarrays,))])
 
 
-def record(coarrays: Sequence["Coarray"]) -> tuple[bytes, list[int]]:
-    """This rank's record of ``coarrays`` and the length of each part (elements)."""
-    return b"".join(c.flat.tobytes() for c in coarrays), [int(c.flat.size) for c in coarrays]
+#: A record as the pieces it is made of (each coarray's part, its bytes not copied).
+Record = Sequence["bytes | memoryview"]
+
+
+def record(coarrays: Sequence["Coarray"]) -> tuple[list[memoryview], list[int]]:
+    """This rank's record of ``coarrays`` (views of their parts' bytes) and the length of each
+    part (elements)."""
+    return ([np.ascontiguousarray(c.flat).view(np.uint8).data for c in coarrays],
+            [int(c.flat.size) for c in coarrays])
 
 
 def files_of(leaders: Sequence[int]) -> list[int]:
@@ -42,14 +48,15 @@ def files_of(leaders: Sequence[int]) -> list[int]:
     return [number[lead] for lead in leaders]
 
 
-def write_records(folder: str, number: int, per_node: bool, records: Sequence[bytes]) -> list[int]:
+def write_records(folder: str, number: int, per_node: bool, records: Sequence[Record]) -> list[int]:
     """Write data file ``number`` with ``records`` one after the other (flushed to disk); the
     offset of each.  Raises OSError."""
-    offsets = np.concatenate([[0], np.cumsum([len(r) for r in records])]).astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum([sum(len(p) for p in r) for r in records])]).astype(np.int64)
 
     def write(fh: object) -> None:
         for r in records:
-            fh.write(r)  # type: ignore[attr-defined]
+            for piece in r:
+                fh.write(piece)  # type: ignore[attr-defined]
     write_synced(os.path.join(folder, data_file(number, per_node)), write)
     return [int(o) for o in offsets[:-1]]
 
