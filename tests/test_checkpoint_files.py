@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -119,6 +121,20 @@ def test_heat_saved_per_node_restarts_on_another_rank_count_bit_identical(tmp_pa
     res = run_mpi(2, heat + ["--restart", "--out", out], timeout=90)
     assert res.returncode == 0 and "restarted from" in res.stdout and "at step 10" in res.stdout, res.output
     np.testing.assert_array_equal(np.load(out), reference(300, 20, 0.25))
+
+
+def test_heat_per_node_without_saves_is_refused_in_one_line(tmp_path):
+    """--per-node alone, or with --restart but no --every (which writes nothing): exit 2, one line
+    naming --per-node, before any work; the checkpoint there stays as it was."""
+    ck = str(tmp_path / "ck")
+    heat = [sys.executable, "-m", "hpcbsp.apps.heat", "--n", "50", "--steps", "2"]
+    subprocess.run(heat + ["--checkpoint", ck, "--every", "2"], check=True, capture_output=True, timeout=120)
+    before = open(os.path.join(ck, "meta.json")).read()
+    for more in ([], ["--checkpoint", ck, "--restart"]):
+        proc = subprocess.run(heat + ["--per-node", *more], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and "--per-node" in proc.stderr, proc.stderr
+    assert open(os.path.join(ck, "meta.json")).read() == before
 
 
 def test_files_of_numbers_the_nodes_by_their_lowest_rank():

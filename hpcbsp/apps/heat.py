@@ -124,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     # never over a folder that is not a checkpoint of this program
     check_checkpoint(parser, args, lambda path: check_target(path, PROGRAM), (hpcbsp.BSPError,),
                      exists=checkpoint_exists)
+    if args.per_node and not args.every:
+        parser.error("--per-node says how checkpoints are written: give it with --checkpoint DIR --every K")
     check_memory(parser, 8.0 * 4 * args.n, f"--n {args.n}", "use a smaller --n")
     check_outputs(parser, [(args.out, "--out file", (".npy",)), ledger_output(args.ledger)])
 
