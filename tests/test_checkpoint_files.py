@@ -8,6 +8,7 @@ the restart with one line naming the file (exit status not 0, no traceback).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -137,6 +138,46 @@ def test_heat_per_node_without_saves_is_refused_in_one_line(tmp_path):
     assert open(os.path.join(ck, "meta.json")).read() == before
 
 
+def _version_1(path: str, p: int) -> None:
+    """A checkpoint as hpcbsp before issue 44 wrote it (format version 1), written out here:
+    rank{r}.npz with the block of x = 3 g + 1 and y = 0.5 g, the state in rank0.npz, and
+    meta.json with every rank's sizes and every file's BLAKE2b-16 checksum."""
+    os.makedirs(path)
+    bounds = _bounds(N, p)
+    sums = {}
+    for r, (lo, hi) in enumerate(bounds):
+        g = np.arange(lo, hi)
+        arrays = {"coarray:x": 3 * g + 1, "coarray:y": 0.5 * g}
+        if r == 0:
+            arrays.update({"state:step": np.int64(7), "state:v": np.arange(4.0)})
+        fpath = os.path.join(path, f"rank{r}.npz")
+        np.savez(fpath, **arrays)
+        sums[f"rank{r}.npz"] = hashlib.blake2b(open(fpath, "rb").read(), digest_size=16).hexdigest()
+    layout = {"kind": "block", "n": N, "p": p}
+    sizes = [hi - lo for lo, hi in bounds]
+    meta = {"format": "hpcbsp-checkpoint", "version": 1, "program": "parts", "superstep": 1, "nprocs": p,
+            "coarrays": {"x": {"dtype": "<i8", "sizes": sizes, "layout": layout},
+                         "y": {"dtype": "<f8", "sizes": sizes, "layout": layout}},
+            "state": {"step": {"dtype": "<i8", "shape": []}, "v": {"dtype": "<f8", "shape": [4]}},
+            "checksums": sums}
+    open(os.path.join(path, "meta.json"), "w").write(json.dumps(meta))
+    open(os.path.join(path, ".hpcbsp-checkpoint"), "w").write("hpcbsp-checkpoint 1\n")
+
+
+@pytest.mark.parametrize("now", [2, 3])
+def test_a_checkpoint_of_format_1_restores_and_the_next_save_replaces_it(tmp_path, now):
+    path = str(tmp_path / "ck")
+    _version_1(path, 3)
+    opened = _restore(path, now)
+    for rank, names in opened.items():
+        expected = {f"rank{k}.npz" for k in _overlapping(N, 3, now, rank)}
+        assert names == expected | ({"meta.json", "rank0.npz"} if rank == 0 else set()), (rank, names)
+    _save(path, now)  # a save replaces it with format 2
+    assert json.loads(open(os.path.join(path, "meta.json")).read())["version"] == 2
+    assert not any(name.endswith(".npz") and name != "state.npz" for name in os.listdir(path))
+    _restore(path, now)
+
+
 def test_files_of_numbers_the_nodes_by_their_lowest_rank():
     assert files_of([0, 1, 2]) == [0, 1, 2]
     assert files_of([0, 0, 2, 2, 4]) == [0, 0, 1, 1, 2]
@@ -152,10 +193,10 @@ def _flip(name: str):
     return damage
 
 
-def _older_format(ck: str) -> None:
+def _newer_format(ck: str) -> None:
     meta_path = os.path.join(ck, "meta.json")
     meta = json.load(open(meta_path))
-    meta["version"] = 1
+    meta["version"] = 3
     json.dump(meta, open(meta_path, "w"))
 
 
@@ -165,7 +206,7 @@ def _older_format(ck: str) -> None:
     (_flip("state.npz"), "state.npz does not match its checksum"),
     (lambda ck: os.remove(os.path.join(ck, "rank2.bin")), "rank2.bin is missing"),
     (_flip("rank2.bin"), "rank2.bin does not match its checksum (rank 2's part"),
-    (_older_format, "has format version 1; this hpcbsp reads version 2"),
+    (_newer_format, "has format version 3; this hpcbsp reads versions 1 and 2"),
 ])
 def test_a_damaged_checkpoint_is_one_line(tmp_path, damage, says):
     ck = str(tmp_path / "ck")

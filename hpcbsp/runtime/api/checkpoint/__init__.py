@@ -12,7 +12,8 @@ and reads ``meta.json``, the index and the state, and swaps the directories; it 
 metadata and sends each rank the index rows of the saved ranks it restores from, and each rank
 then opens only the data files that hold them: its own (or its node's) on the rank count it was
 saved on, those of the saved ranks whose parts overlap its new part on another one
-(:mod:`.redistribute` computes which from the layouts).
+(:mod:`.redistribute` computes which from the layouts).  A checkpoint of format version 1 (hpcbsp
+before issue 44) is restored too (:mod:`.legacy`); a save always writes version 2.
 
 Writing is atomic: every rank writes into ``PATH.tmp``, the ranks agree that all writes
 succeeded, and only then does rank 0 swap the new directory in (``PATH`` -> ``PATH.old``,
@@ -50,6 +51,7 @@ import numpy as np
 
 from ...errors import BadInput, BSPError, UsageError
 from ...superstep.control import Kind
+from . import legacy
 from .format import (
     INDEX,
     MARKER,
@@ -218,8 +220,12 @@ def restore(bsp: "BSP", path: str, program: str | None = None) -> Checkpoint:
             if meta["program"] != want:
                 raise BSPError(f"checkpoint {found} was written by program {meta['program']!r}, not "
                                f"{want!r}")
-            index = read_index(found, meta)
-            head = (None, found, meta, read_state(found, meta))
+            if meta["version"] == 1:  # (hpcbsp before issue 44)
+                meta = legacy.as_current(meta)
+                head = (None, found, meta, legacy.read_state(found, meta))
+            else:
+                index = read_index(found, meta)
+                head = (None, found, meta, read_state(found, meta))
         except BSPError as exc:
             head = (str(exc), path, {}, {})
         except (KeyError, TypeError, ValueError) as exc:
@@ -245,14 +251,15 @@ def restore(bsp: "BSP", path: str, program: str | None = None) -> Checkpoint:
     except (KeyError, TypeError, ValueError) as exc:
         error = _damaged(path, exc)
     asks = bsp.comm.gather(need, root=0)
-    rows = bsp.comm.scatter([{r: index[r] for r in ask} for ask in asks]
-                            if asks is not None and index is not None else None, root=0)
+    rows = bsp.comm.scatter([{r: index[r] for r in ask} if index is not None else dict.fromkeys(ask)
+                             for ask in asks] if asks is not None else None, root=0)
 
     # 3. Every rank reads those parts only, and places them.
     if error is None:
         try:
             dtypes = [np.dtype(meta["coarrays"][name]["dtype"]) for name in names]
-            parts = read_records(path, bool(meta["per_node"]), rows, dtypes)
+            parts = (legacy.read_parts(path, meta, sorted(rows), names) if meta["version"] == 1
+                     else read_records(path, bool(meta["per_node"]), rows, dtypes))
             for i, name in enumerate(names):
                 place(coarrays[name], meta["coarrays"][name], path, saved_p, bsp.pid, bsp.nprocs,
                       {r: p[i] for r, p in parts.items()}.__getitem__)

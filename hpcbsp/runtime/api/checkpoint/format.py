@@ -18,8 +18,9 @@ needs, :mod:`~hpcbsp.runtime.api.checkpoint`); every other rank opens only the d
 hold what it restores.  Every file is flushed and ``fsync``'d before it counts as written.  A
 part is used only if it matches its checksum, the state is read with ``allow_pickle=False``:
 loading never runs code from the file.  ``meta.json`` of another format or version is refused,
-naming what it is (a version 1 checkpoint, of hpcbsp before issue 44, is recognised as hpcbsp's
-own, so that a save may replace it, and :func:`describe` reads it, but it is not restored).
+naming what it is; a version 1 checkpoint (hpcbsp before issue 44: ``meta.json`` with every
+rank's sizes and checksums, ``rank{r}.npz``) is restored through :mod:`.legacy`, and replaced by
+the next save.
 Every function here is local to one process.
 """
 from __future__ import annotations
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
 
 FORMAT = "hpcbsp-checkpoint"
 VERSION = 2
+#: The format versions a restore reads (version 1 through :mod:`.legacy`).
+READABLE = (1, VERSION)
 #: The file that marks a directory as hpcbsp's own (a checkpoint, or one being written).
 MARKER = ".hpcbsp-checkpoint"
 #: The names of every file a checkpoint consists of (version 1's ``rank{r}.npz`` too).
@@ -172,7 +175,7 @@ def meta_program(path: str) -> str | None:
 def read_meta(path: str, any_version: bool = False) -> tuple[str, dict[str, Any]]:
     """Find and parse a checkpoint's meta.json (at ``path``, or at ``PATH.old`` where a save was
     interrupted between its two renames): ``(where, meta)``, or a BSPError saying what is wrong
-    (also for a format version other than this hpcbsp's, unless ``any_version``)."""
+    (also for a format version that this hpcbsp does not read, unless ``any_version``)."""
     if not os.path.isdir(path) and os.path.isdir(path + ".old"):
         path = path + ".old"  # a save was interrupted between its two renames
     meta_path = os.path.join(path, "meta.json")
@@ -194,10 +197,10 @@ def read_meta(path: str, any_version: bool = False) -> tuple[str, dict[str, Any]
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise BSPError(f"{path} is not an hpcbsp checkpoint ({meta_path} has no format "
                        f"{FORMAT!r})")
-    if meta.get("version") != VERSION and not any_version:
+    if meta.get("version") not in READABLE and not any_version:
         raise BSPError(f"checkpoint {path} has format version {meta.get('version')}; this hpcbsp "
-                       f"reads version {VERSION} (start afresh, or restore it with the hpcbsp that "
-                       "wrote it)")
+                       f"reads versions {' and '.join(map(str, READABLE))} (restore it with the hpcbsp "
+                       "that wrote it, or start afresh)")
     return path, meta
 
 
