@@ -238,7 +238,7 @@ def test_restart_refuses_other_settings_and_damaged_checkpoints(tmp_path: Path) 
 
     assert "is not empty: add --restart" in fails()
     assert "batch was 16, is 8 now" in fails("--restart", "--batch", "8")
-    data = ck / "simulated-asp-r0" / "rank0.npz"
+    data = ck / "simulated-asp-r0" / "state.npz"  # the replicated state: the run's snapshot
     raw = bytearray(data.read_bytes())
     raw[len(raw) // 2] ^= 0xFF
     data.write_bytes(bytes(raw))

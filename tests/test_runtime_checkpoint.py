@@ -56,19 +56,19 @@ def _damage_and_restore(tmp_path, damage, match):
 
 def test_truncated_file(tmp_path):
     def truncate(ck):
-        path = os.path.join(ck, "rank1.npz")
+        path = os.path.join(ck, "rank1.bin")
         data = open(path, "rb").read()
         open(path, "wb").write(data[: len(data) // 2])
-    _damage_and_restore(tmp_path, truncate, "rank1.npz does not match its checksum")
+    _damage_and_restore(tmp_path, truncate, "rank1.bin does not match its checksum")
 
 
 def test_flipped_bytes(tmp_path):
     def flip(ck):
-        path = os.path.join(ck, "rank0.npz")
+        path = os.path.join(ck, "rank0.bin")
         data = bytearray(open(path, "rb").read())
         data[len(data) // 2] ^= 0xFF
         open(path, "wb").write(bytes(data))
-    _damage_and_restore(tmp_path, flip, "rank0.npz does not match its checksum")
+    _damage_and_restore(tmp_path, flip, "rank0.bin does not match its checksum")
 
 
 def test_damaged_meta_and_wrong_program_and_missing(tmp_path):
@@ -99,8 +99,8 @@ def test_checkpoint_of_another_program(tmp_path):
 
 
 def test_missing_rank_file(tmp_path):
-    _damage_and_restore(tmp_path, lambda ck: os.remove(os.path.join(ck, "rank1.npz")),
-                        "rank1.npz is missing")
+    _damage_and_restore(tmp_path, lambda ck: os.remove(os.path.join(ck, "rank1.bin")),
+                        "rank1.bin is missing")
 
 
 def test_one_rank_checkpoint_roundtrip_and_errors(tmp_path):

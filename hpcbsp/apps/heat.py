@@ -1,7 +1,7 @@
 """Explicit 1-D heat diffusion as a BSP program, with checkpoint and restart.
 
-    mpiexec -n P python -m hpcbsp.apps.heat [--n N] [--steps S] [--checkpoint DIR --every K]
-                                            [--restart] [--out FILE.npy] [--ledger PATH] [--json]
+    mpiexec -n P python -m hpcbsp.apps.heat [--n N] [--steps S] [--checkpoint DIR --every K
+                                            [--per-node]] [--restart] [--out FILE.npy] [--ledger PATH] [--json]
 
 The rod's temperatures are a block-distributed coarray; every superstep each rank puts its edge
 values into its neighbours' halo slots and updates its block.  The result does not depend on the
@@ -43,11 +43,12 @@ def initial(n: int) -> np.ndarray:
 
 def simulate(bsp: "hpcbsp.BSP", n: int, steps: int, alpha: float, checkpoint: str | None,
              every: int, restart: bool, die_at: int | None,
-             progress: Callable[[int], None] | None = None) -> np.ndarray | None:
+             progress: Callable[[int], None] | None = None, per_node: bool = False) -> np.ndarray | None:
     """Run ``steps`` explicit steps; return the whole rod on rank 0 (None elsewhere).
 
     ``progress`` (e.g. a :class:`hpcbsp.util.progress.Progress`) is called with the step count
-    after every step, and its ``note`` (if it has one) when a checkpoint was written."""
+    after every step, and its ``note`` (if it has one) when a checkpoint was written.  ``per_node``
+    writes each checkpoint as one file per node instead of one per rank."""
     lo, hi = block_range(n, bsp.nprocs, bsp.pid)
     u = bsp.coarray(name="u", layout=Block(n, bsp.nprocs))  # restores onto any rank count
     halo = bsp.coarray(2, name="halo", scratch=True)  # [left's last, right's first]
@@ -81,7 +82,7 @@ def simulate(bsp: "hpcbsp.BSP", n: int, steps: int, alpha: float, checkpoint: st
             u.local[:] = new
         step += 1
         if checkpoint and every and step % every == 0:
-            bsp.checkpoint(checkpoint, program=PROGRAM, step=np.int64(step))
+            bsp.checkpoint(checkpoint, program=PROGRAM, per_node=per_node, step=np.int64(step))
             if progress is not None and hasattr(progress, "note"):
                 progress.note(f"checkpoint written to {checkpoint} at step {step}")
         if progress is not None:
@@ -109,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=nonnegative_int, default=200, help="time steps (default 200)")
     parser.add_argument("--alpha", type=positive_float, default=0.25, help="diffusion number, at most 0.5 (default 0.25)")
     add_checkpoint(parser, "steps")
+    parser.add_argument("--per-node", action="store_true",
+                        help="write each checkpoint as one file per node instead of one per rank")
     parser.add_argument("--out", metavar="FILE.npy", help="write the final temperatures here")
     parser.add_argument("--check", action="store_true", help="compare with the serial numpy run")
     add_common_options(parser, with_seed=False)
@@ -121,13 +124,15 @@ def main(argv: list[str] | None = None) -> int:
     # never over a folder that is not a checkpoint of this program
     check_checkpoint(parser, args, lambda path: check_target(path, PROGRAM), (hpcbsp.BSPError,),
                      exists=checkpoint_exists)
+    if args.per_node and not args.every:
+        parser.error("--per-node says how checkpoints are written: give it with --checkpoint DIR --every K")
     check_memory(parser, 8.0 * 4 * args.n, f"--n {args.n}", "use a smaller --n")
     check_outputs(parser, [(args.out, "--out file", (".npy",)), ledger_output(args.ledger)])
 
     def prog(bsp: "hpcbsp.BSP") -> int:
         show = Progress("heat", args.steps, enabled=not args.quiet and bsp.pid == 0, unit="step")
         rod = simulate(bsp, args.n, args.steps, args.alpha, args.checkpoint, args.every,
-                       args.restart, args.die_at, progress=show)
+                       args.restart, args.die_at, progress=show, per_node=args.per_node)
         if args.ledger:
             bsp.ledger.save(args.ledger)
         records = bsp.ledger.gather()

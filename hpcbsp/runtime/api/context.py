@@ -234,13 +234,16 @@ class BSP(Supersteps):
         return collectives.split(self, color, key, lambda sub: BSP(sub, timeout=self.timeout, wait=self.wait))
 
     # ------------------------------------------------------------------ checkpoints
-    def checkpoint(self, path: str, *, program: str | None = None, **state: Any) -> str:
+    def checkpoint(self, path: str, *, program: str | None = None, per_node: bool = False,
+                   **state: Any) -> str:
         """Save all coarrays and the replicated ``state`` at this superstep boundary (collective).
         Atomic and checksummed; see :mod:`hpcbsp.runtime.api.checkpoint`.  ``program`` tags the
         checkpoint (default: the main script or module name) so that another program cannot
-        restore it by mistake.  Call it right after a ``sync``: pending puts are refused.
-        h-relation: none (file I/O; a gather of checksums to rank 0)."""
-        return ckpt.save(self, path, program, state)
+        restore it by mistake.  ``per_node=True`` writes one data file per node instead of one per
+        rank (a node's ranks send their parts to its lowest rank).  Call it right after a
+        ``sync``: pending puts are refused.  h-relation: none (file I/O; a gather of each rank's
+        index row to rank 0; with ``per_node``, of a node's parts to its lowest rank)."""
+        return ckpt.save(self, path, program, state, per_node)
 
     def restore(self, path: str, *, program: str | None = None) -> ckpt.Checkpoint:
         """Load a checkpoint into the registered coarrays (by name) and return it (collective):
@@ -249,5 +252,6 @@ class BSP(Supersteps):
         ``layout`` are redistributed from the saved layout to the current one, so it works on
         another number of ranks (one without a layout is refused there, with a
         :class:`~.errors.BadInput` that says so).  A missing, truncated, modified or foreign
-        checkpoint raises :class:`~.errors.BadInput` on every rank."""
+        checkpoint raises :class:`~.errors.BadInput` on every rank.  Each rank reads only the
+        saved parts that overlap its own."""
         return ckpt.restore(self, path, program)

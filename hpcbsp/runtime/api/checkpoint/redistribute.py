@@ -10,8 +10,10 @@ without a layout, saved or restored, is refused there with an error that says so
 be placed without guessing (concatenating them in rank order would permute a cyclic array without
 a word).  Neither is a different dtype, total size, kind of layout (1-D or grid) or global shape.
 
-Local to one rank: every error is a :class:`BSPError` that names the checkpoint and the coarray;
-the ranks' agreement on it is the caller's.
+:func:`sources` says which saved parts a rank needs (from the layouts alone, before any file is
+read), :func:`place` fills its part from them.  Local to one rank: every error is a
+:class:`BSPError` that names the checkpoint and the coarray; the ranks' agreement on it is the
+caller's.
 """
 from __future__ import annotations
 
@@ -23,34 +25,70 @@ from ...errors import BSPError
 from ..coarray import Coarray
 from ..partition import Grid, Partitioning, from_description
 
-#: Rank r's saved file's arrays (loaded once, on demand).
-Parts = Callable[[int], "dict[str, np.ndarray]"]
+#: Saved rank r's part of the coarray being placed (read once, on demand).
+Part = Callable[[int], np.ndarray]
 
 
-def place(c: Coarray, info: dict[str, Any], path: str, saved_p: int, pid: int, p: int,
-          part_of: Parts) -> None:
-    """Fill this rank's (``pid`` of ``p``) part of ``c`` from its saved record ``info`` (meta.json's
-    entry: dtype, sizes, layout) of a checkpoint at ``path`` saved on ``saved_p`` ranks."""
+def sources(c: Coarray, info: dict[str, Any], path: str, saved_p: int, pid: int, p: int) -> list[int]:
+    """The saved ranks whose parts this rank (``pid`` of ``p``) needs to fill its part of ``c``
+    from its saved record ``info`` (meta.json's entry: dtype, total, layout) of a checkpoint at
+    ``path`` saved on ``saved_p`` ranks: its own where the parts are given back as they were,
+    else those that the saved layout puts its new elements on (computed, no file read)."""
     name = c.name
     if np.dtype(info["dtype"]) != c.dtype:
         raise BSPError(f"checkpoint {path}: coarray {name!r} was saved as "
                        f"{np.dtype(info['dtype'])}, is {c.dtype} here")
-    old_sizes = np.asarray(info["sizes"], dtype=np.int64)
-    if old_sizes.sum() != sum(c.sizes):
-        raise BSPError(f"checkpoint {path}: coarray {name!r} holds {old_sizes.sum()} "
+    if int(info["total"]) != sum(c.sizes):
+        raise BSPError(f"checkpoint {path}: coarray {name!r} holds {info['total']} "
                        f"elements in all, this program's has {sum(c.sizes)}")
-    if old_sizes.tolist() == list(c.sizes) and _same_layout(info.get("layout"), c.layout):
-        c.flat[:] = part_of(pid)[f"coarray:{name}"].reshape(-1)  # the saved parts as they were
-    else:
-        _redistribute(c, pid, _layouts(path, name, info, c, saved_p, p), part_of)
+    if _as_saved(info, c, saved_p, p):
+        return [pid]
+    owners, _ = _owners(c, pid, _layouts(path, name, info, c, saved_p, p))
+    return [int(r) for r in np.unique(owners)]
 
 
-def _same_layout(saved: dict[str, Any] | None, here: Partitioning | Grid | None) -> bool:
-    """Whether the parts can be given back as they are: the same layout, or none on either side
-    (same rank count and sizes: a program that declares no layout gets its own parts back)."""
+def place(c: Coarray, info: dict[str, Any], path: str, saved_p: int, pid: int, p: int,
+          part_of: Part) -> None:
+    """Fill this rank's part of ``c`` (see :func:`sources`) from the saved parts ``part_of(r)``."""
+    if _as_saved(info, c, saved_p, p):
+        part = part_of(pid).reshape(-1)
+        if part.size != c.flat.size:  # no layout on either side: the part sizes must match
+            raise BSPError(_no_layout(path, c.name, info, c, saved_p, p,
+                                      f"rank {pid}'s part holds {part.size} elements there, {c.flat.size} here"))
+        c.flat[:] = part  # the saved parts as they were
+        return
+    layouts = _layouts(path, c.name, info, c, saved_p, p)
+    owners, local = _owners(c, pid, layouts)
+    for r in np.unique(owners):
+        part = part_of(int(r)).reshape(-1)
+        if part.size != layouts[0].local_size(int(r)):
+            raise BSPError(f"checkpoint {path}: coarray {c.name!r} is damaged: its layout "
+                           f"{layouts[0]!r} does not match its saved parts")
+        mine = owners == r
+        c.flat[mine] = part[local[mine]]
+
+
+def _as_saved(info: dict[str, Any], c: Coarray, saved_p: int, p: int) -> bool:
+    """Whether the parts are given back as they are: the same rank count, and the same layout,
+    or none on either side (a program that declares no layout gets its own parts back)."""
+    saved, here = info.get("layout"), c.layout
+    if saved_p != p:
+        return False
     if saved is None or here is None:
         return saved is None and here is None
     return bool(saved == here.describe())
+
+
+def _no_layout(path: str, name: str, info: dict[str, Any], c: Coarray, saved_p: int, p: int,
+               how: str) -> str:
+    missing = "it was saved without a layout" if info.get("layout") is None else \
+        "it is registered here without a layout"
+    return (f"checkpoint {path}: coarray {name!r} was saved on {saved_p} rank(s) ({how}), restored on "
+            f"{p}, and {missing}: hpcbsp cannot know which global elements each part holds "
+            "(concatenating them in rank order would permute a cyclic array). Register it with its "
+            "layout when saving and restoring (bsp.coarray(..., layout=Block(n, bsp.nprocs)), Cyclic, "
+            "BlockCyclic or Grid from hpcbsp.runtime.api.partition), or restore on "
+            f"{saved_p} rank(s) with the same part sizes")
 
 
 def _layouts(path: str, name: str, info: dict[str, Any], c: Coarray, saved_p: int,
@@ -58,23 +96,15 @@ def _layouts(path: str, name: str, info: dict[str, Any], c: Coarray, saved_p: in
     """The saved and the current layout of coarray ``name``, or a BSPError saying why its parts
     cannot be placed on this rank count."""
     where = f"checkpoint {path}: coarray {name!r}"
-    moved = f"saved on {saved_p} rank(s) with parts of {info['sizes']} elements, restored on {p}"
     if info.get("layout") is None or c.layout is None:
-        missing = "it was saved without a layout" if info.get("layout") is None else \
-            "it is registered here without a layout"
-        raise BSPError(
-            f"{where} was {moved}, and {missing}: hpcbsp cannot know which global elements each part "
-            "holds (concatenating them in rank order would permute a cyclic array). Register it with "
-            "its layout when saving and restoring (bsp.coarray(..., layout=Block(n, bsp.nprocs)), "
-            "Cyclic, BlockCyclic or Grid from hpcbsp.runtime.api.partition), or restore on "
-            f"{saved_p} rank(s) with the same part sizes")
+        raise BSPError(_no_layout(path, name, info, c, saved_p, p, f"{info['total']} elements in all"))
     saved = from_description(info["layout"])
     here = c.layout
     same_kind = isinstance(saved, Grid) == isinstance(here, Grid)
     if not same_kind or _shape(saved) != _shape(here):
         raise BSPError(f"{where}: saved with layout {saved!r} of shape {_shape(saved)}, registered here "
                        f"with {here!r} of shape {_shape(here)}: the global arrays differ")
-    if saved.p != saved_p or saved.local_sizes().tolist() != list(info["sizes"]):
+    if saved.p != saved_p:
         raise BSPError(f"{where} is damaged: its layout {saved!r} does not match its saved parts")
     return saved, here
 
@@ -83,10 +113,10 @@ def _shape(layout: Partitioning | Grid) -> tuple[int, ...]:
     return layout.shape if isinstance(layout, Grid) else (layout.n,)
 
 
-def _redistribute(c: Coarray, pid: int, layouts: tuple[Partitioning | Grid, Partitioning | Grid],
-                  part_of: Parts) -> None:
-    """Fill this rank's part with the global elements its layout gives it, each read from the
-    saved part (and local index) that the saved layout had it in."""
+def _owners(c: Coarray, pid: int, layouts: tuple[Partitioning | Grid, Partitioning | Grid]
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """For each element of this rank's new part (in its local order): the saved rank that had
+    it, and its local index there."""
     saved, here = layouts
     if isinstance(saved, Grid) and isinstance(here, Grid):
         mesh = np.meshgrid(*here.global_indices(pid), indexing="ij")  # row-major local order
@@ -95,7 +125,4 @@ def _redistribute(c: Coarray, pid: int, layouts: tuple[Partitioning | Grid, Part
         owners, local = saved.locate(here.global_indices(pid))
     else:  # _layouts refuses a pair of different kinds
         raise AssertionError(f"layouts of different kinds: {saved!r}, {here!r}")
-    owners, local = np.asarray(owners).reshape(-1), np.asarray(local).reshape(-1)
-    for r in np.unique(owners):
-        mine = owners == r
-        c.flat[mine] = part_of(int(r))[f"coarray:{c.name}"].reshape(-1)[local[mine]]
+    return np.asarray(owners).reshape(-1), np.asarray(local).reshape(-1)

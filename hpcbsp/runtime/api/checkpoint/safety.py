@@ -8,7 +8,9 @@ only a checkpoint's files (:mod:`.format`).  Anything else (a file, a folder of 
 checkpoint with files of the user's added, a symbolic link) is refused, and so is a checkpoint of
 another program at ``PATH``.  :func:`check_target` makes the check, for command lines that want to
 refuse a bad path before the work starts and for a save on rank 0 before it writes anything;
-:func:`remove_own` makes it again before it deletes.
+:func:`remove_own` makes it again before it deletes.  The check lists each directory once and
+takes its entries' kinds from the listing (no call per file), so what it costs on every rank of a
+command line does not grow with the number of files a checkpoint has.
 
 The swap (:func:`swap`): ``PATH`` -> ``PATH.old``, ``PATH.tmp`` -> ``PATH``, remove ``PATH.old``.
 A crash or a kill at any point leaves the previous checkpoint readable (a restore reads
@@ -108,15 +110,16 @@ def _foreign(path: str) -> str | None:
     if not os.path.isdir(path):
         return f"{path} exists and is not an hpcbsp checkpoint (it is a file)"
     try:
-        names = sorted(os.listdir(path))
+        with os.scandir(path) as listing:  # the entries' kinds come with the listing: no stat each
+            entries = sorted(listing, key=lambda e: e.name)
     except OSError as exc:
         return f"{path} cannot be read ({exc.strerror or exc})"
-    if not names:
+    if not entries:
         return None
+    names = [e.name for e in entries]
     if MARKER not in names and meta_program(path) is None:
         return f"{path} exists and is not an hpcbsp checkpoint (it holds {_some(names)})"
-    others = [n for n in names if not OWN_FILE.fullmatch(n) or os.path.islink(os.path.join(path, n))
-              or not os.path.isfile(os.path.join(path, n))]
+    others = [e.name for e in entries if not OWN_FILE.fullmatch(e.name) or not e.is_file(follow_symlinks=False)]
     if others:
         return f"{path} is an hpcbsp checkpoint but also holds what hpcbsp did not write ({_some(others)})"
     return None
