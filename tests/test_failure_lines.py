@@ -8,6 +8,7 @@ to the node and kind ``hpcbsp supervise`` needs; an uncaught divergence of a rea
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,28 @@ def test_timeouts_give_the_hosts_of_the_ranks_they_waited_for():
     said = lines.parse("[hpcbsp] rank 1/4: the data exchange of superstep 7 timed out after 8 s waiting for rank 2 "
                        "(on n3); it stopped inside the exchange")
     assert said is not None and (said.kind, said.nodes) == ("timeout", ("n3",))
+
+
+def test_a_timeout_of_thousands_of_ranks_names_them_by_host_in_one_short_line():
+    """4,096 ranks on 512 hosts of 8, all but rank 17 late.  Oracle: the ranks written for each
+    host, read back from their ranges by brute force, are exactly the late ranks on that host."""
+    hosts = [f"node{r // 8}" for r in range(4096)]
+    late = [r for r in range(4096) if r != 17]
+    text = lines.ranks_on_hosts(late, hosts)
+    assert len(text) < 400 and text.endswith(f"and {4095 - 63} more ranks on {512 - 8} hosts")
+    shown = re.findall(r"(\d[\d, -]*) \(on ([^)]+)\)", text)
+    seen: list[int] = []
+    for spec, host in shown:
+        numbers = [n for run in spec.split(", ") for n in
+                   (range(int(run.split("-")[0]), int(run.split("-")[1]) + 1) if "-" in run else [int(run)])]
+        assert numbers == [r for r in late if hosts[r] == host], (spec, host)
+        seen += numbers
+    assert len(shown) == lines.SHOWN_HOSTS and len(seen) == 63
+    said = lines.parse(lines.rank_says(0, 4096, f"sync at superstep 3 timed out waiting for the other ranks "
+                                                f"(ranks not arrived: {text}); they are stuck"))
+    assert said is not None and said.kind == "timeout" and said.nodes == tuple(f"node{k}" for k in range(8))
+    # a few ranks are still named one by one, with their hosts
+    assert lines.ranks_on_hosts([3, 1], hosts) == "3 (on node0), 1 (on node0)"
 
 
 @pytest.mark.parametrize("line, source, fixed, kind, node", [

@@ -42,12 +42,12 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 if __package__:
-    from ...util.text import ranks
+    from ...util.text import ranges, ranks
 else:  # loaded by path by the node's watcher, which puts util/ on sys.path
-    from text import ranks  # type: ignore[no-redef]
+    from text import ranges, ranks  # type: ignore[no-redef]
 
 __all__ = ["Said", "parse", "node_silent", "rank_stopped", "rank_died", "failed_header", "error",
-           "rank_says", "aborted", "diverged", "peers_failed", "PREFIX"]
+           "rank_says", "aborted", "diverged", "peers_failed", "ranks_on_hosts", "PREFIX"]
 
 #: What every failure line of the runtime starts with.
 PREFIX = "[hpcbsp]"
@@ -55,6 +55,10 @@ PREFIX = "[hpcbsp]"
 SHOWN_PEERS = 4
 #: Groups of a divergence described before the rest are counted.
 SHOWN_GROUPS = 6
+#: Ranks a list names one by one with their hosts; beyond, it goes host by host.
+SHOWN_RANKS = 8
+#: Hosts a list names, host by host, before it only counts the rest.
+SHOWN_HOSTS = 8
 
 
 # -- writing -----------------------------------------------------------------------------------
@@ -107,6 +111,29 @@ def diverged(groups: Mapping[str, Iterable[int]]) -> str:
     return ("the ranks of this BSP program diverged: " + "; ".join(parts)
             + ". Every rank must make the same sequence of collective BSP calls (sync, coarray, "
             "queue, allreduce, broadcast, split) and leave the BSP block together.")
+
+
+def ranks_on_hosts(chosen: Sequence[int], hosts: Sequence[str] | None) -> str:
+    """Ranks with their hosts where known: ``2 (on node3), 3 (on node4)``; more than
+    :data:`SHOWN_RANKS` ranks host by host as ranges, ``0-3 (on node1), 8-11 (on node3)``, at
+    most :data:`SHOWN_HOSTS` hosts and then ``and 40 more ranks on 10 hosts``: never a list that
+    grows with the job.  :func:`parse` reads the hosts back either way."""
+    known = hosts is not None
+    if len(chosen) <= SHOWN_RANKS or not known:
+        if len(chosen) > SHOWN_RANKS:
+            return ranges(chosen)
+        return ", ".join(f"{r} (on {hosts[r]})" if hosts is not None and 0 <= r < len(hosts) else str(r)
+                         for r in chosen)
+    assert hosts is not None
+    by_host: dict[str, list[int]] = {}
+    for r in sorted(set(chosen)):
+        by_host.setdefault(hosts[r] if 0 <= r < len(hosts) else "?", []).append(r)
+    shown = list(by_host.items())[:SHOWN_HOSTS]
+    text = ", ".join(f"{ranges(rs)} (on {host})" for host, rs in shown)
+    rest = [r for _, rs in list(by_host.items())[SHOWN_HOSTS:] for r in rs]
+    if rest:
+        text += f", and {len(rest)} more ranks on {len(by_host) - SHOWN_HOSTS} hosts"
+    return text
 
 
 def peers_failed(failed: Sequence[tuple[int, str]]) -> str:

@@ -282,9 +282,7 @@ class ControlStep:
         return ("rank " if len(ranks) == 1 else "ranks ") + self._with_hosts(ranks)
 
     def _with_hosts(self, ranks: Sequence[int]) -> str:
-        hosts = self.hosts
-        return ", ".join(f"{r} (on {hosts[r]})" if hosts is not None and 0 <= r < len(hosts) else str(r)
-                         for r in ranks)
+        return lines.ranks_on_hosts(ranks, self.hosts)
 
     def _wait(self, req: MPI.Request, progress: Sequence[Callable[[], object]],
               deadline: float | None, kind: Kind, superstep: int, tracked: bool, mode: str) -> None:
