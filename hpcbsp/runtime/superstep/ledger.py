@@ -18,6 +18,7 @@ of superstep i is ``max over ranks of max(bytes_out, bytes_in)``.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, fields
@@ -28,7 +29,7 @@ from mpi4py import MPI
 from ...kernels.syncstate import METRICS, OTHER, Rows
 from ..environment import setting
 from ..errors import UsageError
-from .ledgerfiles import RankStream, merge, write_records
+from .ledgerfiles import RankStream, merge, streams_of, write_records
 
 
 class CostModel(Protocol):
@@ -147,6 +148,7 @@ class Ledger:
         #: that the sync's finisher makes no Python call).
         self.add: Callable[[tuple], None] = self._rows.append
         self._stream: RankStream | None = None
+        self._keep = True  # whether save keeps the stream (and its folder) going
 
     @property
     def window(self) -> int:
@@ -157,6 +159,11 @@ class Ledger:
     def first(self) -> int:
         """The row number of the oldest superstep still in the window (0 until it is full)."""
         return int(self._rows.first)
+
+    def totals(self) -> dict[str, float]:
+        """Each metric's total over every superstep recorded (``aggregates.totals``, cheaper):
+        the difference of two readings is what the supersteps between them did."""
+        return _metrics(self._rows.totals())
 
     @property
     def aggregates(self) -> Aggregates:
@@ -183,12 +190,13 @@ class Ledger:
         """The records in the window."""
         return list(self)
 
-    def stream(self, directory: str | os.PathLike[str]) -> str:
+    def stream(self, directory: str | os.PathLike[str], keep: bool = True) -> str:
         """Write every superstep record of this rank to files in ``directory`` as the run goes
         (in batches of at most 4096 rows; the formats: :mod:`.ledgerfiles`); every rank calls it
         with the same folder, before any row has left the window (best: right after the context
-        opens).  ``save`` then merges the files; so does ``hpcbsp ledger merge DIR -o OUT``, after
-        the job.  Returns the folder."""
+        opens).  ``save`` then merges the files (and, with ``keep`` False, ends the stream and
+        removes the folder); so does ``hpcbsp ledger merge DIR -o OUT``, after the job.
+        Returns the folder."""
         directory = os.fspath(directory)
         if self._stream is not None:
             raise UsageError(f"rank {self._rank}: the ledger already streams to {self._stream.directory}")
@@ -198,9 +206,16 @@ class Ledger:
                              f"which have left the window of {rows.window} rows ($HPCBSP_LEDGER_WINDOW): start the "
                              "stream right after the context opens")
         self._stream = RankStream(directory, self._rank, self._size, self.origin)
+        self._keep = keep
         rows.flushed = 0
         rows.sink = self._stream
         return directory
+
+    def stream_for(self, path: str | os.PathLike[str]) -> str:
+        """Stream into ``path``'s folder of per-rank files (:func:`.ledgerfiles.streams_of`:
+        ``PATH.ranks``) for a later ``save(path)``, which merges them into ``path`` and removes the
+        folder (what the apps' ``--ledger PATH`` does); returns the folder."""
+        return self.stream(streams_of(os.fspath(path)), keep=False)
 
     @property
     def streaming(self) -> str | None:
@@ -257,11 +272,17 @@ class Ledger:
         path = os.fspath(path)
         self._check_open()
         if self._stream is not None:
-            self.flush()
+            directory, keep = self._stream.directory, self._keep
+            if keep:
+                self.flush()
+            else:
+                self.end_stream()
             self._comm.Barrier()
             if self._rank != 0:
                 return None
-            merge(self._stream.directory, path)
+            merge(directory, path)
+            if not keep:
+                shutil.rmtree(directory, ignore_errors=True)
             return path
         dropped = self._comm.allreduce(self._rows.first, op=MPI.SUM)
         records = self.gather(root=0)
@@ -274,11 +295,12 @@ class Ledger:
         write_records(path, records, self._size)
         return path
 
-    def summary(self, profile: CostModel | None = None) -> str:
+    def summary(self, profile: CostModel | None = None, max_rows: int = 12) -> str:
         """A short text summary of this rank's supersteps in the window (see :func:`summarize`
-        for all ranks), and the totals of all of them when older ones have left the window; with
-        a machine ``profile``, the predicted cost w + g·h + l beside the measured time."""
-        text = summarize([dict(r.as_dict(), rank=self._rank) for r in self], profile=profile)
+        for all ranks; at most ``max_rows`` rows), and the totals of all of them when older ones
+        have left the window; with a machine ``profile``, the predicted cost w + g·h + l beside
+        the measured time.  Not collective."""
+        text = summarize([dict(r.as_dict(), rank=self._rank) for r in self], max_rows=max_rows, profile=profile)
         if not self._rows.first:
             return text
         agg = self.aggregates

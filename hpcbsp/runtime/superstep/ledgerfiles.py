@@ -27,7 +27,7 @@ import numpy as np
 from ...kernels.syncstate import FIELDS as ROW_FIELDS
 from ..errors import BadInput
 
-__all__ = ["FORMAT", "ROW_DTYPE", "RankStream", "merge", "read_stream", "write_records"]
+__all__ = ["FORMAT", "ROW_DTYPE", "RankStream", "merge", "read_stream", "streams_of", "write_records"]
 
 #: The header's ``format`` of a stream this module writes and reads.
 FORMAT = "hpcbsp ledger stream 1"
@@ -37,6 +37,12 @@ ROW_DTYPE = np.dtype([(name, np.float64 if name.startswith("t_") else np.int64) 
 CSV_COLUMNS = ("rank", "index", "label", "work_s", "sync_s", "bytes_out", "bytes_in", "msgs_out", "msgs_in",
                "start_s", "records")
 _CHUNK = 65536  # rows read at a time by a merge
+
+
+def streams_of(path: str) -> str:
+    """The folder of per-rank files that stand for the merged ledger ``path`` while it streams
+    (``bsp.ledger.stream_for(path)``, the apps' ``--ledger PATH``): ``PATH.ranks``."""
+    return f"{path}.ranks"
 
 
 def _name(directory: str, rank: int, suffix: str) -> str:
