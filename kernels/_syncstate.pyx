@@ -59,6 +59,7 @@ cdef class Rows:
         self._rows = NULL
         self._n = 0
         self._cap = 0
+        self._head = 0
         self.window = window
         self.origin = origin
         self._last_end = origin
@@ -98,7 +99,9 @@ cdef class Rows:
                 raise MemoryError(f"the ledger could not grow to {cap} rows")
             self._rows = grown
             self._cap = cap
-        slot = self._n % self._cap  # (the ring wraps only once it holds the whole window)
+            self._head = self._n  # (it had wrapped to 0: the rows so far fill slots 0 to _n - 1)
+        slot = self._head  # _n % _cap: the ring wraps only once it holds the whole window
+        self._head = slot + 1 if slot + 1 < self._cap else 0
         row = &self._rows[slot]
         if self._n >= self._cap and row.label == -2:  # the row leaving the window
             self._odd_labels.pop(self._n - self._cap, None)

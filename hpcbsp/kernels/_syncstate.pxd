@@ -28,6 +28,7 @@ cdef class Rows:
     cdef _Row *_rows
     cdef Py_ssize_t _n
     cdef Py_ssize_t _cap
+    cdef Py_ssize_t _head  # the slot the next row goes to (_n % _cap, kept without a division)
     cdef readonly Py_ssize_t window
     cdef public double origin
     cdef double _last_end
