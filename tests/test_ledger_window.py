@@ -133,3 +133,28 @@ def test_heat_gathers_no_ledger_and_streams_it_when_asked(nprocs, tmp_path):
             halo = [r for r in records if r["label"] == "halo"]
             assert sorted((r["rank"], r["index"]) for r in halo) == [(q, i) for q in range(nprocs) for i in range(steps)]
             assert not os.path.exists(ledger + ".ranks")
+
+
+def test_a_window_save_says_what_left_and_a_late_stream_is_refused(tmp_path, monkeypatch, capsys):
+    """One rank, a window of 50 rows, 120 supersteps: ``save`` without a stream writes the last 50
+    (their indices by hand: 70 to 119) and says on stderr that 70 records had left the window;
+    ``stream`` is refused once rows have left it (a ``UsageError`` naming the setting), and a
+    second ``stream`` while one runs is refused too."""
+    import hpcbsp
+
+    monkeypatch.setenv("HPCBSP_LEDGER_WINDOW", "50")
+    with hpcbsp.BSP() as bsp:
+        assert bsp.ledger.stream(str(tmp_path / "early")) == str(tmp_path / "early")
+        with pytest.raises(hpcbsp.UsageError, match="already streams"):
+            bsp.ledger.stream(str(tmp_path / "again"))
+    with hpcbsp.BSP() as bsp:
+        for _ in range(120):
+            bsp.sync("s")
+        assert (len(bsp.ledger), bsp.ledger.first, bsp.ledger.window, bsp.ledger.aggregates.count) == (120, 70, 50, 120)
+        path = bsp.ledger.save(str(tmp_path / "window.json"))
+        with pytest.raises(hpcbsp.UsageError, match="HPCBSP_LEDGER_WINDOW"):
+            bsp.ledger.stream(str(tmp_path / "late"))
+        with pytest.raises(IndexError, match="left the window"):
+            bsp.ledger[69]
+    assert [int(r["index"]) for r in load_ledger(path)] == list(range(70, 120))
+    assert "70 older records had left the window" in capsys.readouterr().err
