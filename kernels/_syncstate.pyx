@@ -24,6 +24,8 @@ METRICS = ("work_s", "sync_s", "bytes_out", "bytes_in", "msgs_out", "msgs_in", "
 #: The fields of a row as ``rows[i]`` gives them (and of its 80 bytes, in this order).
 FIELDS = ("index", "label", "t_began", "t_sync", "t_end", "bytes_out", "bytes_in", "msgs_out", "msgs_in",
           "records")
+#: Each field's type in the 80 bytes, as numpy spells it (int64 or float64): the stream's dtype.
+FIELD_TYPES = ("i8", "i8", "f8", "f8", "f8", "i8", "i8", "i8", "i8", "i8")
 #: Distinct labels kept by number and aggregated each on its own; later ones share the slot
 #: ``OTHER`` of :meth:`Rows.by_label` (and their rows keep their own label while in the window).
 MAX_LABELS = 4096

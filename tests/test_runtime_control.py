@@ -249,6 +249,23 @@ def test_the_row_store_keeps_a_window_and_aggregates_every_row(window):
         assert by_label[key] == (len(mine), total(mine), tuple(max(m[k] for m in mine) for k in range(len(METRICS))))
 
 
+def test_the_streams_row_type_is_the_stores_row():
+    """The stream's numpy row (``FIELDS`` with ``FIELD_TYPES``) reads ``raw`` bytes back as the
+    rows that were appended (the oracle: ``rows[i]``), so a field added to the store and not to
+    the stream's type, or the reverse, fails here."""
+    from hpcbsp.runtime.superstep.ledgerfiles import ROW_DTYPE
+
+    rows = Rows(4, 2.0)
+    for i in range(6):
+        rows.append((i, "a" if i % 2 else None, 3.0 + i, 3.5 + i, _Counts(i) if i % 3 else None))
+    got = np.frombuffer(rows.raw(2, 6), dtype=ROW_DTYPE)
+    assert ROW_DTYPE.itemsize * 4 == len(rows.raw(2, 6))
+    for j, i in enumerate(range(2, 6)):
+        want = rows[i]
+        assert tuple(got[j].tolist())[2:] == want[2:] and got[j]["index"] == want[0]
+        assert (got[j]["label"] == -1) == (want[1] is None)
+
+
 def test_labels_beyond_the_limit_share_one_aggregate_and_keep_their_rows():
     """Past ``MAX_LABELS`` distinct labels, a new label's rows still give it back (while in the
     window) and are aggregated under ``OTHER``; the store keeps no more than the limit."""

@@ -6,7 +6,9 @@
 from libc.stdint cimport int64_t
 
 # The metrics a row carries, aggregated over every row (totals, maxima, per label): a new one is a
-# field of _Row, a column here and in _syncstate.METRICS, and its value in Rows._store.
+# field of _Row (and of _syncstate.FIELDS and FIELD_TYPES, which the stream's files follow), a
+# column here and in _syncstate.METRICS, its value in Rows._store, and a field of the ledger's
+# SuperstepRecord (runtime/superstep/ledger.py, Ledger._record and ledgerfiles.read_stream).
 cdef enum:
     NMETRICS = 7
 

@@ -6,7 +6,7 @@ recent ``window`` rows and aggregates over all of them, so that its memory does 
 number of rows: ``append((index, label, t_sync, t_end, traffic))`` (``traffic``: None or an
 object with ``bytes_out``, ``bytes_in``, ``msgs_out``, ``msgs_in``, ``records``, of which only
 the counts are kept); ``len`` counts every row appended, ``rows[i]`` gives a row still in the
-window (``rows.first <= i``) as the tuple of :data:`FIELDS`, iteration the rows in the window;
+window (``rows.first <= i``) as the tuple of :data:`FIELDS` (types: :data:`FIELD_TYPES`), iteration the rows in the window;
 ``totals()``, ``maxima()`` and ``by_label()`` the aggregates of :data:`METRICS` over every row
 (``work_s`` is ``t_sync - t_began``, ``sync_s`` is ``t_end - t_sync``).  ``sink``, ``flushed``,
 ``flush_every`` and ``raw(start, stop)`` let the ledger's stream write every row before it leaves
@@ -17,6 +17,6 @@ without the interpreter; :mod:`hpcbsp.runtime.superstep.ledger` and
 """
 from __future__ import annotations
 
-from ._syncstate import FIELDS, MAX_LABELS, METRICS, OTHER, Counter, Rows
+from ._syncstate import FIELD_TYPES, FIELDS, MAX_LABELS, METRICS, OTHER, Counter, Rows
 
-__all__ = ["FIELDS", "MAX_LABELS", "METRICS", "OTHER", "Counter", "Rows"]
+__all__ = ["FIELDS", "FIELD_TYPES", "MAX_LABELS", "METRICS", "OTHER", "Counter", "Rows"]

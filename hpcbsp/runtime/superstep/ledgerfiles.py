@@ -24,6 +24,7 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
+from ...kernels.syncstate import FIELD_TYPES
 from ...kernels.syncstate import FIELDS as ROW_FIELDS
 from ..errors import BadInput
 
@@ -32,7 +33,7 @@ __all__ = ["FORMAT", "ROW_DTYPE", "RankStream", "merge", "read_stream", "streams
 #: The header's ``format`` of a stream this module writes and reads.
 FORMAT = "hpcbsp ledger stream 1"
 #: A streamed row, as ``Rows`` keeps it (``hpcbsp.kernels.syncstate.FIELDS``).
-ROW_DTYPE = np.dtype([(name, np.float64 if name.startswith("t_") else np.int64) for name in ROW_FIELDS])
+ROW_DTYPE = np.dtype(list(zip(ROW_FIELDS, FIELD_TYPES, strict=True)))
 #: The columns of a merged ``.csv``.
 CSV_COLUMNS = ("rank", "index", "label", "work_s", "sync_s", "bytes_out", "bytes_in", "msgs_out", "msgs_in",
                "start_s", "records")
