@@ -81,7 +81,7 @@ def test_asp_training_sees_stale_weights() -> None:
 
     res = simulate(make_policy("asp"), EXACT, duration=3.0, weights=np.zeros(1), lr=1.0, grad_fn=grad)
     assert res.weights[0] == res.log.updates
-    stale = np.array(res.log.staleness)
+    stale = res.log.staleness.values()
     assert stale.max() > 0 and stale.min() == 0
 
 
@@ -172,6 +172,31 @@ def test_staleness_summary_statistics() -> None:
     assert s["mean"] == pytest.approx(np.mean(values))
     assert s["histogram"] == {0: 2, 1: 1, 3: 3, 9: 1}
     assert staleness_summary([]) == {"count": 0}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_staleness_histogram_summarises_as_numpy_does_on_the_values(seed) -> None:
+    """A run log's staleness is a histogram (memory by the largest value, not by the updates):
+    its values, count and summary equal numpy's own on the list of every value (the oracle)."""
+    from hpcbsp.elastic.runlog import Staleness
+
+    rng = np.random.default_rng(seed)
+    values: list[int] = []
+    kept = Staleness()
+    for _ in range(int(rng.integers(1, 30))):
+        batch = rng.integers(0, int(rng.integers(1, 50)), int(rng.integers(0, 40))).tolist()
+        kept.extend(batch)
+        values += batch
+    if not values:
+        return
+    v = np.array(values)
+    assert len(kept) == v.size and kept.values().tolist() == sorted(values)
+    s = staleness_summary(kept)
+    assert s == staleness_summary(values)
+    assert (s["count"], s["max"]) == (v.size, v.max())
+    assert (s["mean"], s["median"], s["p95"]) == (float(v.mean()), float(np.median(v)), float(np.percentile(v, 95)))
+    with pytest.raises(ValueError):
+        kept.extend([-1])
 
 
 def test_an_asp_push_is_applied_as_lr_times_the_gradient_and_leaves_it_unchanged() -> None:

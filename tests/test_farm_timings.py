@@ -75,3 +75,25 @@ def test_spread_band_spans_what_single_iterations_measured():
     calm = summarise(synthetic_samples(p, 1, 20), workers=1, list_length=100, iterations=20, total_s=1.0,
                      superstep_s=p.latency)
     assert model_from_farm(calm.as_dict(), n_boot=100, spread=True).k_max_interval() == (29, 29)
+
+
+@pytest.mark.parametrize("limit, iterations", [(8, 5), (8, 8), (8, 100), (2, 33), (4096, 3000), (16, 10_000)])
+def test_the_samples_stay_bounded_and_evenly_spread(limit, iterations):
+    """``Samples`` keeps at most ``limit`` iterations, and they are exactly the iterations that are
+    multiples of its stride (the oracle: the full list filtered by hand), the stride the smallest
+    power of two that keeps their number below the limit; every iteration while there are fewer."""
+    from hpcbsp.farm.timings import SAMPLE_FIELDS, Samples
+
+    samples = Samples(limit)
+    rows = [tuple(float(i * 10 + k) for k in range(len(SAMPLE_FIELDS))) for i in range(iterations)]
+    for row in rows:
+        samples.add(*row)
+    stride = 1
+    while -(-iterations // stride) >= limit:  # kept count ceil(n / stride) must stay below the limit
+        stride *= 2
+    assert samples.seen == iterations and samples.stride == stride
+    for k, name in enumerate(SAMPLE_FIELDS):
+        assert samples.columns[name] == [row[k] for i, row in enumerate(rows) if i % stride == 0]
+    assert len(samples.columns["seconds"]) < limit
+    if iterations < limit:
+        assert samples.columns["seconds"] == [row[0] for row in rows]

@@ -13,7 +13,7 @@ import pytest
 import hpcbsp
 from hpcbsp import Divergence
 from hpcbsp.kernels.controlstep import allreduce_step, plain_sync
-from hpcbsp.kernels.syncstate import Counter, Rows
+from hpcbsp.kernels.syncstate import MAX_LABELS, METRICS, OTHER, Counter, Rows
 from hpcbsp.runtime.superstep import native
 from hpcbsp.runtime.superstep.native import DIVERGED, RecordStep, start_wait_loop
 
@@ -149,8 +149,8 @@ def test_the_timed_step_appends_the_row_only_when_no_rank_has_data_or_gets():
     assert step.agree_row(1, 7, "label", rows) == 0
     after = time.perf_counter()
     np.testing.assert_array_equal(fake.started[-1], _record(1, 7, 0, 0, 0))  # no data, no gets, sig 0
-    assert len(rows) == 1 and rows[0][:2] == (7, "label") and rows[0][4] is None
-    assert before <= rows[0][2] <= rows[0][3] <= after
+    assert len(rows) == 1 and rows[0][:2] == (7, "label") and rows[0][5:] == (0, 0, 0, 0, 0)
+    assert rows[0][2] == rows.origin and before <= rows[0][3] <= rows[0][4] <= after
     for step_no, own in ((8, 1), (9, 2)):  # another rank has records for itself, or gets from itself
         fake.other = _record(1, step_no, 0, 0, own)
         assert step.agree_row(1, step_no, "own", rows) == 0 and rows[-1][:2] == (step_no, "own")
@@ -166,25 +166,116 @@ def test_the_timed_step_appends_the_row_only_when_no_rank_has_data_or_gets():
         step.agree_row(1, 0, None, [])  # the rows must be the ledger's store
 
 
+class _Counts:
+    """A superstep's traffic as the ledger's store reads it (five counts)."""
+
+    def __init__(self, i: int):
+        self.bytes_out, self.bytes_in, self.msgs_out, self.msgs_in, self.records = 8 * i, 3 * i + 1, i % 4, 1, i % 7
+
+
+def _expected(appended: list[tuple], origin: float) -> list[tuple]:
+    """The oracle: the stored form of appended rows, built by hand from the definition (the work
+    began when the previous row ended, or at the origin; counts zero where traffic is None)."""
+    out, began = [], origin
+    for index, label, t_sync, t_end, traffic in appended:
+        counts = (0,) * 5 if traffic is None else (traffic.bytes_out, traffic.bytes_in, traffic.msgs_out,
+                                                  traffic.msgs_in, traffic.records)
+        out.append((index, label, began, t_sync, t_end, *counts))
+        began = t_end
+    return out
+
+
 def test_the_ledgers_row_store_gives_back_what_was_appended():
-    """``Rows`` against a list of the same tuples (the oracle): lengths, every index (negative
-    too), iteration, labels and traffic objects kept only where given, across growth (1024 rows
-    first, doubled as needed), and the errors for a bad row or index."""
-    rows, oracle = Rows(), []
-    traffic = object()
+    """``Rows`` against the stored form of the same tuples (the oracle, built by hand): lengths,
+    every index (negative too), iteration, labels, and the traffic's counts, across growth (1024
+    rows first, doubled as needed), and the errors for a bad row or index."""
+    rows, appended = Rows(origin=-1.0), []
     for i in range(3000):
-        row = (i * 7 - 5, f"s{i}" if i % 3 == 0 else None, i * 0.5, i * 0.5 + 0.25, traffic if i % 5 == 0 else None)
+        row = (i * 7 - 5, f"s{i}" if i % 3 == 0 else None, i * 0.5, i * 0.5 + 0.25, _Counts(i) if i % 5 == 0 else None)
         rows.append(row)
-        oracle.append(row)
-    assert len(rows) == len(oracle) == 3000
+        appended.append(row)
+    oracle = _expected(appended, -1.0)
+    assert len(rows) == len(oracle) == 3000 and rows.first == 0
     assert list(rows) == oracle and all(rows[-k] == oracle[-k] for k in (1, 2, 1024, 3000))
-    assert rows[5][4] is traffic and rows[6][4] is None and rows[1][1] is None
+    assert rows[5][5:] == (40, 16, 1, 1, 5) and rows[6][5:] == (0,) * 5 and rows[1][1] is None
     with pytest.raises(IndexError):
         rows[3000]
     with pytest.raises(IndexError):
         rows[-3001]
     with pytest.raises(ValueError):
         rows.append((1, None, 0.0, 1.0))  # four fields
+    with pytest.raises(ValueError):
+        Rows(0)
+
+
+@pytest.mark.parametrize("window", [1, 5, 1024, 1500, 5000])
+def test_the_row_store_keeps_a_window_and_aggregates_every_row(window):
+    """A window of ``window`` rows: the last ones come back as appended (the oracle's tail), older
+    ones raise IndexError naming the setting; the totals, maxima and per-label aggregates equal a
+    brute-force computation over every row appended (Python sums and max in the same order), and
+    a row with an unhashable label, or a label beyond ``MAX_LABELS``, is counted under ``OTHER``."""
+    rng = np.random.default_rng(window)
+    rows, appended, t = Rows(window, 10.0), [], 10.0
+    labels = ["a", "b", None, 7, ["odd"]]
+    for i in range(3000):
+        t_sync = t + float(rng.exponential(1.0))
+        t = t_sync + float(rng.exponential(0.5))
+        row = (i, labels[int(rng.integers(len(labels)))], t_sync, t, _Counts(int(rng.integers(100))) if i % 3 else None)
+        rows.append(row)
+        appended.append(row)
+    oracle = _expected(appended, 10.0)
+    kept = min(window, 3000)
+    assert len(rows) == 3000 and rows.first == 3000 - kept and rows.window == window
+    assert list(rows) == oracle[-kept:] and rows[-1] == oracle[-1] and rows[3000 - kept] == oracle[-kept]
+    if kept < 3000:
+        with pytest.raises(IndexError, match="HPCBSP_LEDGER_WINDOW"):
+            rows[2999 - kept]
+    metrics = [(r[3] - r[2], r[4] - r[3], *r[5:]) for r in oracle]  # METRICS, in order
+    assert METRICS == ("work_s", "sync_s", "bytes_out", "bytes_in", "msgs_out", "msgs_in", "records")
+
+    def total(ms):
+        sums = [0.0] * len(METRICS)
+        for m in ms:
+            sums = [s + v for s, v in zip(sums, m)]
+        return tuple(sums)
+
+    assert rows.totals() == total(metrics)
+    assert rows.maxima() == tuple(max(m[k] for m in metrics) for k in range(len(METRICS)))
+    by_label = rows.by_label()
+    keys = {None: None, "a": "a", "b": "b", 7: 7}
+    assert sorted(map(str, by_label)) == sorted(map(str, [*keys, OTHER]))
+    for key in by_label:
+        mine = [m for m, r in zip(metrics, oracle) if (OTHER if isinstance(r[1], list) else r[1]) == key]
+        assert by_label[key] == (len(mine), total(mine), tuple(max(m[k] for m in mine) for k in range(len(METRICS))))
+
+
+def test_the_streams_row_type_is_the_stores_row():
+    """The stream's numpy row (``FIELDS`` with ``FIELD_TYPES``) reads ``raw`` bytes back as the
+    rows that were appended (the oracle: ``rows[i]``), so a field added to the store and not to
+    the stream's type, or the reverse, fails here."""
+    from hpcbsp.runtime.superstep.ledgerfiles import ROW_DTYPE
+
+    rows = Rows(4, 2.0)
+    for i in range(6):
+        rows.append((i, "a" if i % 2 else None, 3.0 + i, 3.5 + i, _Counts(i) if i % 3 else None))
+    got = np.frombuffer(rows.raw(2, 6), dtype=ROW_DTYPE)
+    assert ROW_DTYPE.itemsize * 4 == len(rows.raw(2, 6))
+    for j, i in enumerate(range(2, 6)):
+        want = rows[i]
+        assert tuple(got[j].tolist())[2:] == want[2:] and got[j]["index"] == want[0]
+        assert (got[j]["label"] == -1) == (want[1] is None)
+
+
+def test_labels_beyond_the_limit_share_one_aggregate_and_keep_their_rows():
+    """Past ``MAX_LABELS`` distinct labels, a new label's rows still give it back (while in the
+    window) and are aggregated under ``OTHER``; the store keeps no more than the limit."""
+    rows = Rows(10)
+    for i in range(MAX_LABELS + 20):
+        rows.append((i, f"label {i}", float(i), i + 0.5, None))
+    assert len(rows.labels()) == MAX_LABELS
+    assert [r[1] for r in rows] == [f"label {i}" for i in range(MAX_LABELS + 10, MAX_LABELS + 20)]
+    stats = rows.by_label()
+    assert stats[OTHER][0] == 20 and stats["label 0"][0] == 1 and len(stats) == MAX_LABELS + 1
 
 
 def test_the_start_wait_loop_starts_and_waits_n_times_and_stops_at_an_error():
@@ -496,7 +587,7 @@ def test_the_row_store_keeps_each_distinct_label_once():
         row = (i, label, 0.5 * i, 0.5 * i + 0.25, None)
         rows.append(row)
         oracle.append(row)
-    assert list(rows) == oracle
+    assert list(rows) == _expected(oracle, 0.0)
     assert [type(r[1]) for r in rows] == [type(label) for label in labels]
     many = Rows()
     label = "every superstep"

@@ -104,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     check_outputs(parser, [ledger_output(args.ledger)])
     tolerance = 1e-9 * max(1, args.n)
     with BSP() as bsp:
+        if args.ledger:  # every superstep's record, in files as the run goes (save merges them)
+            bsp.ledger.stream_for(args.ledger)
         errors = check_all(bsp, args.n, args.seed)
         if args.ledger:
             bsp.ledger.save(args.ledger)

@@ -161,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"p with p^2 <= n = {args.n}); {idle} no data")
         bsp = world.split(0 if world.pid < p else None) if p < world.nprocs else world
         if bsp is not None:
+            if args.ledger:  # every superstep's record, in files as the run goes (save merges them)
+                bsp.ledger.stream_for(args.ledger)
             x = random_signal(args.n, args.seed)
             part = Cyclic(args.n, p)
             mine = part.global_indices(bsp.pid)

@@ -25,7 +25,6 @@ import hpcbsp
 from hpcbsp.runtime.api.checkpoint import check_target, exists as checkpoint_exists
 from hpcbsp.runtime.api.distribution import block_range
 from hpcbsp.runtime.api.partition import Block
-from hpcbsp.runtime.superstep.ledger import summarize
 from hpcbsp.util.args.checks import check_checkpoint, check_memory, check_outputs, ledger_output
 from hpcbsp.util.args.parser import OneLineParser
 from hpcbsp.util.args.types import nonnegative_int, positive_float
@@ -130,12 +129,13 @@ def main(argv: list[str] | None = None) -> int:
     check_outputs(parser, [(args.out, "--out file", (".npy",)), ledger_output(args.ledger)])
 
     def prog(bsp: "hpcbsp.BSP") -> int:
+        if args.ledger:  # every superstep's record, in files as the run goes (bounded memory)
+            bsp.ledger.stream_for(args.ledger)
         show = Progress("heat", args.steps, enabled=not args.quiet and bsp.pid == 0, unit="step")
         rod = simulate(bsp, args.n, args.steps, args.alpha, args.checkpoint, args.every,
                        args.restart, args.die_at, progress=show, per_node=args.per_node)
         if args.ledger:
-            bsp.ledger.save(args.ledger)
-        records = bsp.ledger.gather()
+            bsp.ledger.save(args.ledger)  # (the ranks' streams merged; no gather)
         if bsp.pid != 0:
             return 0
         assert rod is not None  # rank 0 gathers the rod
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
               f"mean temperature {rod.mean():.12f}; digest {digest}")
         if same is not None:
             print(f"check against serial numpy: {'bit-identical' if same else 'DIFFERENT'}")
-        print(summarize(records, max_rows=6))
+        print(f"rank 0's {bsp.ledger.summary(max_rows=6)}")
         for path, what in ((args.out, "temperatures"), (args.ledger, "ledger")):
             if path:
                 print(f"{what} written to {path}")

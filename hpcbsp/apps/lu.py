@@ -271,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         p.error("the check needs scipy (pip install scipy)")
     with BSP() as bsp:
+        if args.ledger:  # every superstep's record, in files as the run goes (save merges them)
+            bsp.ledger.stream_for(args.ledger)
         layout = cyclic_grid(args.n, bsp.nprocs, dims)
         a = random_matrix(args.n, args.seed)
         rows, cols = layout.global_indices(bsp.pid)

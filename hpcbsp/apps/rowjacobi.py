@@ -197,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
                  "use a smaller --n (or --format csr)")
     check_outputs(p, [ledger_output(args.ledger)])
     with BSP() as bsp:
+        if args.ledger:  # every superstep's record, in files as the run goes (save merges them)
+            bsp.ledger.stream_for(args.ledger)
         show = Progress("rowjacobi", args.max_iter, enabled=not args.quiet and bsp.pid == 0, unit="sweep",
                         limit=True)
         res, err = solve(bsp, args.n, args.format, args.per_row, args.eps, args.max_iter, args.seed, show)

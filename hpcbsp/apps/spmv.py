@@ -194,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("the check needs scipy (pip install scipy)")
     shape = (args.n, args.cols)
     with BSP() as bsp:
+        if args.ledger:  # every superstep's record, in files as the run goes (save merges them)
+            bsp.ledger.stream_for(args.ledger)
         layout = cartesian_layout(shape, bsp.nprocs, args.partition, dims)
         rows, cols, vals = random_sparse(shape, args.density, args.seed)
         mine = layout.matrix.owner((rows, cols)) == bsp.pid

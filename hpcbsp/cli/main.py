@@ -8,6 +8,7 @@
     hpcbsp -m MODULE [ARGS...]        the same as hpcbsp run -m MODULE
     hpcbsp supervise [--max-restarts N] [--hosts FILE | --launch srun] [-n RANKS] -- PROGRAM ARGS...
                                       run a job and relaunch it on the nodes left when it loses one
+    hpcbsp ledger merge DIR -o OUT    merge a streamed superstep ledger (bsp.ledger.stream, --ledger) into one file
     hpcbsp --version
 
 Run them under your launcher (all but supervise, which starts the launcher itself), e.g.
@@ -177,6 +178,10 @@ def _main(argv: list[str]) -> int:
         return _apps()
     if cmd == "run":
         return _run(rest)
+    if cmd == "ledger":
+        from .ledger import main as ledger_main
+
+        return ledger_main(rest)
     if cmd == "supervise":
         from .supervise import main as supervise_main
 
@@ -188,7 +193,7 @@ def _main(argv: list[str]) -> int:
         return 2
     if os.path.exists(cmd) or cmd.endswith(".py"):
         return _run_script(cmd, rest)
-    _say(f"{PROG}: unknown command {cmd!r}: not a command (info, apps, run, supervise) nor an existing script "
+    _say(f"{PROG}: unknown command {cmd!r}: not a command (info, apps, run, supervise, ledger) nor an existing script "
          f"(see {PROG} --help)")
     return 2
 

@@ -1,4 +1,11 @@
-"""What a parameter-server run records: per-worker waits and pushes, staleness, the accuracy curve."""
+"""What a parameter-server run records: per-worker waits and pushes, staleness, the accuracy curve.
+
+The staleness of every applied gradient is kept as a histogram (:class:`Staleness`: one count
+per staleness value, so its memory grows with the largest staleness, not with the updates); its
+summary (:func:`staleness_summary`) is exact.  The push times and the accuracy curve are kept
+whole: every push time is an output of the experiment (``pushes.csv``), and the curve has one
+point per evaluation (``eval_every``).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -6,7 +13,50 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["RunLog", "staleness_summary"]
+__all__ = ["RunLog", "Staleness", "staleness_summary"]
+
+
+class Staleness:
+    """Staleness values (non-negative ints) as a histogram: ``counts[s]`` values equal ``s``.
+
+    ``extend(values)`` adds values (a Python loop: the coordinator adds one or a few per update,
+    where numpy's per-call cost would dominate); ``len`` is how many; ``values()`` gives them back
+    sorted (for small runs and tests); two are equal when their histograms are."""
+
+    def __init__(self) -> None:
+        self.counts: list[int] = []
+
+    def extend(self, values: Any) -> None:
+        counts = self.counts
+        for value in values:
+            s = int(value)
+            if s < 0:
+                raise ValueError(f"a staleness below 0 ({s})")
+            if s >= len(counts):
+                counts.extend([0] * (s + 1 - len(counts)))
+            counts[s] += 1
+
+    def __len__(self) -> int:
+        return sum(self.counts)
+
+    def values(self) -> np.ndarray:
+        """Every value, sorted."""
+        return np.repeat(np.arange(len(self.counts), dtype=np.int64), np.asarray(self.counts, dtype=np.int64))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Staleness):
+            return NotImplemented
+        mine, theirs = list(self.counts), list(other.counts)
+        while mine and not mine[-1]:
+            mine.pop()
+        while theirs and not theirs[-1]:
+            theirs.pop()
+        return mine == theirs
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Staleness({ {k: c for k, c in enumerate(self.counts) if c} })"
 
 
 @dataclass
@@ -22,7 +72,7 @@ class RunLog:
     applied: np.ndarray = field(init=False)
     dropped: np.ndarray = field(init=False)
     wait_s: np.ndarray = field(init=False)
-    staleness: list[int] = field(default_factory=list)
+    staleness: Staleness = field(default_factory=Staleness)  #: of every applied gradient (a histogram)
     push_times: list[tuple[int, float]] = field(default_factory=list)  # (worker, time) per push
     updates: int = 0
     curve: list[tuple[float, float, float, int]] = field(default_factory=list)  # (time, acc, loss, updates)
@@ -59,17 +109,29 @@ class RunLog:
         return out
 
 
-def staleness_summary(values: list[int] | np.ndarray) -> dict[str, Any]:
-    """Mean, median, 95th percentile, max and a histogram (value -> count) of staleness values."""
-    v = np.asarray(values, dtype=np.int64)
-    if v.size == 0:
+def _at(cumulative: np.ndarray, k: int) -> int:
+    """The ``k``-th smallest value (from 0) of a histogram whose cumulative counts are given."""
+    return int(np.searchsorted(cumulative, k, side="right"))
+
+
+def staleness_summary(values: "list[int] | np.ndarray | Staleness") -> dict[str, Any]:
+    """Mean, median, 95th percentile, max and a histogram (value -> count) of staleness values
+    (numpy's ``mean``, ``median`` and linear ``percentile``, computed from the histogram)."""
+    hist = (np.asarray(values.counts, dtype=np.int64) if isinstance(values, Staleness)
+            else np.bincount(np.asarray(values, dtype=np.int64)))
+    n = int(hist.sum())
+    if n == 0:
         return {"count": 0}
-    hist = np.bincount(v)
+    cum = np.cumsum(hist)
+    middle = (_at(cum, (n - 1) // 2) + _at(cum, n // 2)) / 2
+    pos = 0.95 * (n - 1)
+    lo = int(np.floor(pos))
+    p95 = float(np.quantile(np.array([_at(cum, lo), _at(cum, min(lo + 1, n - 1))], dtype=np.float64), pos - lo))
     return {
-        "count": int(v.size),
-        "mean": float(v.mean()),
-        "median": float(np.median(v)),
-        "p95": float(np.percentile(v, 95)),
-        "max": int(v.max()),
+        "count": n,
+        "mean": float(np.dot(np.arange(hist.size, dtype=np.int64), hist) / n),
+        "median": float(middle),
+        "p95": p95,
+        "max": int(np.flatnonzero(hist)[-1]),
         "histogram": {int(k): int(c) for k, c in enumerate(hist) if c},
     }

@@ -44,9 +44,9 @@ def _allowed() -> dict[str, type]:
     from .coordinator import Coordinator
     from .policies.clocks import HeldByCount, PushClock
     from .policies.intervals import IntervalTracker
-    from .runlog import RunLog
+    from .runlog import RunLog, Staleness
 
-    classes = [Coordinator, RunLog, PushClock, HeldByCount, IntervalTracker,
+    classes = [Coordinator, RunLog, Staleness, PushClock, HeldByCount, IntervalTracker,
                *policies.REGISTRY.values()]
     return {f"{c.__module__}.{c.__qualname__}": c for c in classes}
 

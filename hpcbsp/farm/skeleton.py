@@ -51,7 +51,7 @@ from . import emulation as emu
 from .checkpointing import FarmCheckpoint
 from .problem import BSFProblem
 from .terms import tree_levels
-from .timings import SAMPLE_FIELDS, FarmTimings, append_report, check_report, summarise
+from .timings import FarmTimings, Samples, append_report, check_report, summarise
 
 #: One-byte supersteps timed to measure L.
 LATENCY_REPEATS = 7
@@ -159,7 +159,7 @@ def run_farm(bsp: BSP, problem: BSFProblem, x0: Any, *, max_iter: int = 1000, re
     ping = bsp.coarray(1 if bsp.pid == 1 else 0, dtype=np.uint8, name="farm:ping", scratch=True)
     latency = _measure_latency(bsp, ping)
 
-    samples: dict[str, list[float]] = {k: [] for k in SAMPLE_FIELDS}
+    samples = Samples()  # (bounded: a run of any length keeps at most MAX_SAMPLES iterations)
     sub = partial = None
     share = 0
     if not master:
@@ -223,7 +223,7 @@ def run_farm(bsp: BSP, problem: BSFProblem, x0: Any, *, max_iter: int = 1000, re
             t2 = time.perf_counter()
             x = x_next
             converged = done
-            _record(samples, t2 - t_iter, part[:, r_size].sum(), part[:, r_size + 1].sum(), t1 - t0, t2 - t1)
+            samples.add(t2 - t_iter, part[:, r_size].sum(), part[:, r_size + 1].sum(), t1 - t0, t2 - t1)
         iterations += 1  # every rank counts, so that all agree when a checkpoint is due
         if master and progress is not None:
             progress(iterations)
@@ -232,7 +232,7 @@ def run_farm(bsp: BSP, problem: BSFProblem, x0: Any, *, max_iter: int = 1000, re
     total = time.perf_counter() - t_loop
     timings = None
     if master:
-        timings = summarise(samples, workers=workers, list_length=length, iterations=iterations,
+        timings = summarise(samples.columns, workers=workers, list_length=length, iterations=iterations,
                             total_s=total, superstep_s=latency, exchange=exchange, emulated=times,
                             order_share=(n + 1) / (n + 1 + slot))
         append_report(timings, report, label=label, nprocs=bsp.nprocs)
@@ -298,12 +298,6 @@ def _emulation_times(bsp: BSP, problem: BSFProblem, x: np.ndarray,
     return times, np.array(x, dtype=np.float64)
 
 
-def _record(samples: dict[str, list[float]], seconds: float, map_s: float, fold_s: float,
-            master_fold_s: float, compute_s: float) -> None:
-    for key, value in zip(SAMPLE_FIELDS, (seconds, map_s, fold_s, master_fold_s, compute_s)):
-        samples[key].append(float(value))
-
-
 def _measure_latency(bsp: BSP, ping: Any) -> float:
     """L: the median time of a superstep in which the master puts one byte to worker 1.
 
@@ -328,7 +322,7 @@ def _run_alone(bsp: BSP, problem: BSFProblem, x: np.ndarray, r_shape: tuple[int,
     length = problem.list_length
     sub = problem.sublist(0, length)
     partial = None if times is None else emu.real_partial(problem, x, 0, length)
-    samples: dict[str, list[float]] = {k: [] for k in SAMPLE_FIELDS}
+    samples = Samples()  # (bounded: a run of any length keeps at most MAX_SAMPLES iterations)
     t_loop = time.perf_counter()
     while iterations < max_iter and not converged:
         t0 = time.perf_counter()
@@ -347,12 +341,12 @@ def _run_alone(bsp: BSP, problem: BSFProblem, x: np.ndarray, r_shape: tuple[int,
         t3 = time.perf_counter()
         x = x_next
         iterations += 1
-        _record(samples, t3 - t0, t1 - t0, t2 - t1, 0.0, t3 - t2)
+        samples.add(t3 - t0, t1 - t0, t2 - t1, 0.0, t3 - t2)
         if progress is not None:
             progress(iterations)
         if checkpoint is not None:
             checkpoint.maybe_save(bsp, x, iterations, converged)
-    timings = summarise(samples, workers=1, list_length=length, iterations=iterations,
+    timings = summarise(samples.columns, workers=1, list_length=length, iterations=iterations,
                         total_s=time.perf_counter() - t_loop, superstep_s=0.0, exchange_measured=False,
                         emulated=times)
     append_report(timings, report, label=label, nprocs=1)

@@ -35,6 +35,35 @@ REPORT_ENV = "HPCBSP_FARM_REPORT"
 
 #: Per-iteration columns the master records.
 SAMPLE_FIELDS = ("seconds", "map_s", "fold_s", "master_fold_s", "compute_s")
+#: Iterations whose samples a run keeps at most (see :class:`Samples`).
+MAX_SAMPLES = 4096
+
+
+class Samples:
+    """The master's per-iteration samples (:data:`SAMPLE_FIELDS`) in bounded memory: every
+    iteration's until ``limit`` are kept, then every other kept one is dropped and only every
+    ``stride``-th iteration (doubled each time) is kept from then on.  The kept ones are always
+    iterations ``0, stride, 2·stride, ...``: evenly spread over the whole run, however long, so
+    that its medians describe all of it; ``columns`` holds them, one list per field."""
+
+    def __init__(self, limit: int = MAX_SAMPLES):
+        if limit < 2:
+            raise ValueError(f"a farm keeps at least 2 samples, not {limit}")
+        self.limit = limit
+        self.stride = 1   #: the kept iterations are the multiples of it
+        self.seen = 0     #: iterations recorded, kept or not
+        self.columns: dict[str, list[float]] = {k: [] for k in SAMPLE_FIELDS}
+
+    def add(self, *values: float) -> None:
+        """Record one iteration: its values of :data:`SAMPLE_FIELDS`, in order."""
+        if self.seen % self.stride == 0:
+            for key, value in zip(SAMPLE_FIELDS, values, strict=True):
+                self.columns[key].append(float(value))
+            if len(self.columns[SAMPLE_FIELDS[0]]) >= self.limit:
+                self.columns = {k: v[::2] for k, v in self.columns.items()}
+                self.stride *= 2
+        self.seen += 1
+
 
 
 @dataclass
@@ -51,7 +80,8 @@ class FarmTimings:
     t_a: float
     t_p: float
     seconds_per_iteration: float    #: median iteration time T(K)
-    samples: dict[str, list[float]] = field(default_factory=dict)  #: per iteration, SAMPLE_FIELDS
+    #: per iteration, SAMPLE_FIELDS (at most :data:`MAX_SAMPLES` iterations, evenly spread: :class:`Samples`)
+    samples: dict[str, list[float]] = field(default_factory=dict)
     #: False for a run on one rank (the master is its own worker): nothing was exchanged, so
     #: L and t_c were not measured (they read 0) and the run cannot predict scaling.
     exchange_measured: bool = True

@@ -76,6 +76,15 @@ _PACKAGE: tuple[Setting, ...] = (
             "The ranks check that they agree when a context is made (the two kinds never match). "
             "Read when a context is made.",
             CONTROL_COLLECTIVES, "`runtime/superstep/control.py`"),
+    Setting("HPCBSP_LEDGER_WINDOW",
+            "Supersteps each rank keeps whole in its superstep ledger (`bsp.ledger`): the most recent "
+            "ones, 80 bytes each; older ones leave the window but stay counted in the ledger's "
+            "aggregates (`bsp.ledger.aggregates`: count, totals, maxima, per label), so that a rank's "
+            "memory does not grow with the number of supersteps. `bsp.ledger.stream(DIR)` (the apps' "
+            "`--ledger PATH`) keeps every row in files instead (`hpcbsp ledger merge`). Read when a "
+            "context is made.",
+            "`10000`", "an integer from 1 to 2**40", "`runtime/superstep/ledger.py`",
+            integer(1, 2**40), 10_000),
     Setting("HPCBSP_DEATHWATCH",
             "`0` turns off the watcher (one process per job and node) that names a rank which died "
             "without a report (SIGKILL, a segfault, the out-of-memory killer), removes the job's "

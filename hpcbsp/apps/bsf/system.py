@@ -60,6 +60,8 @@ def vector_sum_problem(n: int, map_fn: Callable[[np.ndarray, slice], np.ndarray]
 def solve(bsp: "hpcbsp.BSP", name: str, build: ProblemBuilder, args: argparse.Namespace,
           dominance: float = 1.5) -> dict[str, Any]:
     """Run one app on this BSP context; rank 0's result carries the check against numpy."""
+    if args.ledger:  # every superstep's record, in files as the run goes (save merges them)
+        bsp.ledger.stream_for(args.ledger)
     a, b = diagonally_dominant_system(args.n, args.seed, dominance)
     # The options of app_parser; callers that build their own namespace (the demo) may omit them.
     ck_path, out_path = getattr(args, "checkpoint", None), getattr(args, "out", None)

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from hpcbsp.elastic.runlog import staleness_summary
+
 from .experiment import PolicyRun
 
 __all__ = ["time_to_reach", "final_accuracy", "compare", "format_table", "write_outputs", "FINAL_POINTS"]
@@ -71,8 +73,8 @@ def compare(runs: list[PolicyRun]) -> dict[str, dict[str, Any]]:
                 "mean_wait_fraction": statistics.median(
                     float(np.mean(r.log.wait_s) / max(r.log.duration_s, 1e-12)) for r in mine),
                 "staleness_mean": statistics.median(
-                    float(np.mean(r.log.staleness)) if r.log.staleness else 0.0 for r in mine),
-                "staleness_max": max((max(r.log.staleness) if r.log.staleness else 0) for r in mine),
+                    staleness_summary(r.log.staleness).get("mean", 0.0) for r in mine),
+                "staleness_max": max(staleness_summary(r.log.staleness).get("max", 0) for r in mine),
             }
         out[mode] = table
     return out

@@ -270,6 +270,8 @@ def _train_world(world: World, args: argparse.Namespace, policies: list[str], da
     error = world.bsp.broadcast(error)
     if error is not None:
         return error
+    if args.ledger:  # every superstep's record (those above too), in files as the run goes (save merges them)
+        world.bsp.ledger.stream_for(args.ledger)
     warm_up(model, data)
     world.bsp.sync()
     runs = []

@@ -167,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         from .bsp_mode import run_bsp
 
         def body(bsp: "hpcbsp.BSP") -> RunResult:
+            if args.ledger:  # every superstep's record, in files as the run goes (save merges them)
+                bsp.ledger.stream_for(args.ledger)
             if args.mode == "bsp":
                 res = run_bsp(bsp, spec, steps, rule=args.superstep, progress=not args.quiet)
             else:

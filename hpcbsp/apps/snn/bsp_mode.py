@@ -56,6 +56,7 @@ def simulate_bsp(bsp: BSP, net: LocalNetwork, steps: int, *, rule: str = "global
     show = Progress(f"snn bsp/{rule}", steps, enabled=progress and bsp.pid == 0, unit="step")
     bsp.sync("ready")
     first = bsp.superstep
+    sent = bsp.ledger.totals()["msgs_out"]
     t0 = time.perf_counter()
     while sim.now < steps:
         sim.receive(q.received())
@@ -65,9 +66,10 @@ def simulate_bsp(bsp: BSP, net: LocalNetwork, steps: int, *, rule: str = "global
             q.send(ranks, spikes[idx])
         bsp.sync(label)
         show(sim.now)
+    sent = bsp.ledger.totals()["msgs_out"] - sent  # the loop's supersteps (the ledger keeps no list of them)
     wall = float(bsp.allreduce(time.perf_counter() - t0, op="max"))
     syncs = bsp.superstep - 1 - first  # the allreduce just above is not part of the loop
-    msgs = int(bsp.allreduce(np.int64(sum(bsp.ledger[i].msgs_out for i in range(first, first + syncs)))))
+    msgs = int(bsp.allreduce(np.int64(sent)))
     spike_steps, spike_ids = gather_spikes(bsp, *sim.fired())
     return RunResult("bsp", bsp.nprocs, net.spec.neurons, steps, net.spec.lif.dt_ms, spike_steps, spike_ids,
                      wall, 0.0, interval=d, syncs=syncs,

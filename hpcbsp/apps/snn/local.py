@@ -17,6 +17,17 @@ from .network import LocalNetwork
 SPIKE = np.dtype([("src", np.int32), ("step", np.int32)])
 
 
+def _keep(parts: list[np.ndarray], piece: np.ndarray) -> None:
+    """Append ``piece`` to ``parts`` (in order), joining the newest two arrays while the last is at
+    least half as long as the one before: each array is then less than half the one before it, so
+    that a run of any number of windows keeps at most log2(spikes) + 1 arrays (each spike copied
+    O(log spikes) times), not one per window."""
+    parts.append(piece)
+    while len(parts) > 1 and 2 * parts[-1].size >= parts[-2].size:
+        last = parts.pop()
+        parts[-1] = np.concatenate([parts[-1], last])
+
+
 class CausalityError(RuntimeError):
     """A spike reached a rank after the step it was due at had been simulated (a bug)."""
 
@@ -74,8 +85,8 @@ class LocalSim:
         out["src"] = self._out_src[:n]
         out["step"] = self._out_step[:n]
         if n:
-            self._fired_src.append(out["src"].copy())
-            self._fired_step.append(out["step"].copy())
+            _keep(self._fired_src, out["src"].copy())
+            _keep(self._fired_step, out["step"].copy())
         self.now = t1
         return out
 

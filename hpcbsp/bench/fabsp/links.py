@@ -61,13 +61,13 @@ def link(bsp: BSP, args: argparse.Namespace) -> bool:
         for mode in ("fabsp", "bsp"):
             best = float("inf")
             for i in range(args.repeat):
-                mark = len(bsp.ledger)
+                mark = bsp.ledger.totals()
                 nic0 = nic_bytes(args.iface) if first_on_host else None
                 out = runner(bsp, mode, args.updates, args.table, args.seed, args.chunk, i == 0)
                 nic1 = nic_bytes(args.iface) if first_on_host else None
                 seconds = float(bsp.allreduce(out.seconds, op="max"))
                 ok_all = ok_all and bool(bsp.allreduce(0 if out.ok is False else 1, op="min"))
-                payload = int(bsp.allreduce(sum(r.bytes_out for r in list(bsp.ledger)[mark:]), op="sum"))
+                payload = int(bsp.allreduce(bsp.ledger.totals()["bytes_out"] - mark["bytes_out"], op="sum"))
                 tx, rx = (nic1[0] - nic0[0], nic1[1] - nic0[1]) if nic0 and nic1 else (0, 0)
                 wire_tx = int(bsp.allreduce(tx, op="sum"))
                 busiest = max(float(bsp.allreduce(tx, op="max")), float(bsp.allreduce(rx, op="max")))
@@ -121,7 +121,7 @@ def combine(bsp: BSP, args: argparse.Namespace) -> bool:
             for app, routing, combine in variants:
                 engine = Engine.existing(bsp)
                 before = len(engine.boxes) if engine is not None else 0
-                mark = len(bsp.ledger)
+                mark = bsp.ledger.totals()
                 nic0 = nic_bytes(args.iface) if first_on_host else None
                 if app == "histogram":
                     out = run_histogram(bsp, "fabsp", args.updates, args.table, args.seed, args.chunk,
@@ -145,9 +145,9 @@ def combine(bsp: BSP, args: argparse.Namespace) -> bool:
                         mine += counted
                 mine[bsp.pid] = 0  # (to itself: no MPI)
                 matrix = np.array(bsp.gather_all(mine))  # [source, destination]
-                ledger = list(bsp.ledger)[mark:]
-                records = int(bsp.allreduce(sum(r.msgs_out for r in ledger), op="sum"))
-                payload = int(bsp.allreduce(sum(r.bytes_out for r in ledger), op="sum"))
+                moved = bsp.ledger.totals()  # (what the supersteps since the mark did: the difference)
+                records = int(bsp.allreduce(moved["msgs_out"] - mark["msgs_out"], op="sum"))
+                payload = int(bsp.allreduce(moved["bytes_out"] - mark["bytes_out"], op="sum"))
                 tx = (nic1[0] - nic0[0]) if nic0 and nic1 else 0
                 wire = int(bsp.allreduce(tx, op="sum"))
                 pair = np.zeros((nodes, nodes), dtype=np.int64)

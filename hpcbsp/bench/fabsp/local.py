@@ -179,13 +179,14 @@ def memory(bsp: BSP, args: argparse.Namespace) -> bool:
     busiest: dict[str, float] = {}  # the bytes the busiest rank moved (in + out), first round
     for rnd in range(args.repeat):
         for routing in ROUTINGS:
-            first = len(bsp.ledger)
+            first = bsp.ledger.totals()
             out = run_histogram(bsp, "fabsp", n, args.table, args.seed, args.chunk, rnd == 0,
                                 routing=routing)
             times[routing].append(float(bsp.allreduce(out.seconds, op="max")))
             if rnd:
                 continue
-            moved = sum(bsp.ledger[i].bytes_in + bsp.ledger[i].bytes_out for i in range(first, len(bsp.ledger)))
+            now = bsp.ledger.totals()  # (the supersteps since the mark: the difference)
+            moved = now["bytes_in"] - first["bytes_in"] + now["bytes_out"] - first["bytes_out"]
             busiest[routing] = float(bsp.allreduce(moved, op="max"))
             engine = Engine.existing(bsp)
             assert engine is not None, "the histogram made a mailbox"

@@ -133,6 +133,7 @@ class Supersteps:
         self._plain = timeout is None
         self._life = Lifecycle(self.pid, comm, self._control, self._progress, lambda: self.superstep,
                                self._leave_plain)
+        self._life.add_close_hook(self.ledger.end_stream)  # a streaming ledger writes its last rows
         if self._outbox.arena is not None:  # (freed by _leave when the ranks leave together)
             self._life.add_close_hook(self._outbox.arena.close)
         self._fast_sync()
