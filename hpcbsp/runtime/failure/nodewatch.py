@@ -61,11 +61,12 @@ from typing import Callable, NamedTuple
 
 if __package__:
     from ...util import procstat
-    from . import nodeclean
+    from . import ending, nodeclean
     from .detector import Detector
 else:  # run as the watcher's script (python -I -S nodewatch.py): its siblings and util/procstat.py, by path
     _here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:0] = [_here, os.path.join(os.path.dirname(os.path.dirname(_here)), "util")]
+    import ending  # type: ignore[no-redef]
     import nodeclean  # type: ignore[no-redef]
     import procstat  # type: ignore[no-redef]
     from detector import Detector  # type: ignore[no-redef]
@@ -125,8 +126,6 @@ class Watch:
         self.poll.register(listener.fileno(), select.EPOLLIN)
         self.detector = Detector(self.host, period, timeout, self.poll)
         self.failed = False  # this watcher has ended the job
-        self.kill_at: float | None = None  # when this node's ranks are to be killed
-        self.unsaid = ""  # the line the observer was to say, said here if the job goes on regardless
         self.tidied = False  # earlier jobs' leftovers removed (remove_stale)
         self.ranks: dict[int, Rank] = {}  # by pipe fd
         self.ever = 0  # ranks registered so far
@@ -155,6 +154,8 @@ class Watch:
                     self.on_pipe(self.ranks[fd])
                 elif fd == detector.fileno():
                     detector.hear()
+                    if not self.failed and (ends := detector.ending()) is not None:
+                        self.fail(*ends)  # another node's verdict: the whole job ends
             if self.ever and not self.tidied:  # (after the first rank's answer: it waits for it)
                 self.tidied = True
                 try:
@@ -169,55 +170,52 @@ class Watch:
                 self.scan_shm()
                 last_scan = now
         self.listener.close()  # a rank still knocking starts a watcher of its own
-        for _ in range(3):  # datagrams may be lost: the peers stop expecting this node
-            detector.send(b"bye " + self.host.encode())
+        self.linger()
+        detector.leave()  # (none after a verdict) the peers stop expecting this node
         self.finish()
+
+    def linger(self) -> None:
+        """After a verdict, go on sending it (and answering the nodes that have not heard it) for
+        the protocol's relay periods, although this node's ranks have ended."""
+        detector = self.detector
+        last = time.monotonic()
+        while detector.relaying():
+            try:
+                events = self.poll.poll(detector.period / 4)
+            except InterruptedError:
+                continue
+            if any(fd == detector.fileno() for fd, _ in events):
+                detector.hear()
+            if (now := time.monotonic()) - last >= detector.period:
+                detector.tick(now, [])
+                last = now
 
     # -- ending the job for the failure detector ---------------------------------------------
     def beat(self, now: float) -> None:
-        """One period: tell the job's other nodes this one lives; end the job when the detector
-        says so (:meth:`.detector.Detector.silence`)."""
-        self.detector.send(b"hb " + self.host.encode())
-        if self.kill_at is not None and now >= self.kill_at:
-            # The observer had 2 periods and a half to end the job.  Its ranks still run here, so
-            # it did not: a partial loss (this node does not hear the lost one, the observer does;
-            # seen when the emulated cluster's neighbour table overflowed) must not end a job
-            # without a word.
-            if self.unsaid and any(procstat.running(r.pid) for r in self.ranks.values()):
-                self.say(self.unsaid)
-                time.sleep(0.2)
-            self.kill_ranks()
-        if self.failed:
-            return
-        ends = self.detector.silence(now, [(r.rank, r.size, r.pid) for r in self.ranks.values()])
-        if ends is not None:
+        """One period: the detector's heartbeats and looks (:meth:`.detector.Detector.tick`); end
+        the job when it says so."""
+        ends = self.detector.tick(now, [(r.rank, r.size, r.pid) for r in self.ranks.values()])
+        if ends is not None and not self.failed:
             self.fail(*ends)
 
     def fail(self, line: str, speak: bool = True) -> None:
-        """Say ``line`` (when ``speak``) and end the job: SIGKILL every rank of this node (the
-        launcher then ends the others); the deaths that follow are this watcher's doing and stay
-        unnamed."""
+        """End the job for a verdict: say ``line`` when this node speaks for it, SIGKILL every
+        rank of this node (every node that learns the verdict does), and have Slurm cancel the
+        job's step when this node speaks (:func:`.ending.cancel_step`: a frozen node's ranks cannot
+        be killed from here, and plain ``srun`` waits for them).  The deaths that follow are the
+        verdict's doing and stay unnamed."""
         self.failed = self.quiet = True
         try:
             os.mkdir(self.marker)
             self.remove_marker = True
         except OSError:
             pass
-        if not speak:  # the observer says it and ends the job; this node follows if it does not
-            self.kill_at = time.monotonic() + 2 * self.detector.period + 0.5
-            self.unsaid = line
-            return
-        self.say(line)
-        time.sleep(0.2)  # let the launcher forward the line before the kills end its job
-        self.kill_ranks()
-
-    def kill_ranks(self) -> None:
-        self.kill_at = None
-        for r in self.ranks.values():
-            try:
-                os.kill(r.pid, signal.SIGKILL)
-            except OSError:
-                pass
+        if speak:
+            self.say(line)
+            time.sleep(0.2)  # let the launcher forward the line before the kills end its job
+        ending.kill([r.pid for r in self.ranks.values()])
+        if speak:
+            ending.cancel_step()
 
     # -- the ranks ---------------------------------------------------------------------------
     def accept(self) -> None:
@@ -255,7 +253,7 @@ class Watch:
                 self.launchers.add(parent)
             self.scan_shm(pid)
             try:
-                conn.sendall(b"ok %d\n" % self.detector.port)
+                conn.sendall(b"ok %d %s\n" % (self.detector.port, self.detector.address.encode()))
             except OSError:
                 pass
 
@@ -305,8 +303,8 @@ class Watch:
             self.quiet = True  # that node names its rank: this one was ended for it
             return
         if together:
-            gap = max(abs(p.died[0] - seen) for p in together if p.died)
-            others = ", ".join(f"rank {p.died[1]}/{r.size} (on {p.host})" for p in together if p.died)
+            gap = max(abs(t - seen) for _, t, _ in together)
+            others = ", ".join(f"rank {rank}/{r.size} (on {host})" for host, _, rank in together)
             how += f", within {gap * 1e3:.1f} ms of {others}: either may have died first"
         elif kind == "maybe":
             how += " (the launcher was ending the job: a rank on another node may have died first)"

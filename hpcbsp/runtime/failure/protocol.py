@@ -13,7 +13,7 @@ ranks ended normally) is left out of the ring by the nodes that heard it.
 ``period`` each member sends one heartbeat to each of its ``K`` predecessors on the ring, its
 observers, and looks at its ``K`` successors, the members it observes: ``K`` datagrams per
 period and ``2K`` neighbours per node, whatever the number of nodes.  Any authenticated datagram
-from a member counts as hearing it.  A member whose own ticks stopped for more than two periods
+from a member counts as hearing it.  A member whose own ticks stopped for more than three periods
 (its watcher was stalled or stopped) counts the silences afresh: it does not accuse the others of
 its own stall.
 
@@ -172,7 +172,7 @@ class Member:
             return self._send(self._walk(1, self.k) + self._walk(-1, self.k), VERDICT, self._verdict_body())
         out = self._send(self.observers(), HB)
         watched = self.observed()
-        stalled = self.last_tick is not None and now - self.last_tick > 2 * self.period
+        stalled = self.last_tick is not None and now - self.last_tick > 3 * self.period
         self.last_tick = now
         for i in watched:
             self.heard[i] = max(self.heard.get(i, now), now) if stalled else self.heard.get(i, now)
