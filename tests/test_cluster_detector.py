@@ -195,3 +195,65 @@ def test_forged_datagrams_do_not_keep_a_frozen_node_alive(tmp_path: Path) -> Non
     assert proc.returncode != 0, out
     _one_line(out, lost)
     assert elapsed < FORGED_BOUND
+
+
+def _udp_out(node: str) -> int:
+    """Datagrams sent from ``node``'s network namespace so far (its ``/proc/net/snmp``)."""
+    out = subprocess.run(["ip", "netns", "exec", node, "cat", "/proc/net/snmp"], capture_output=True,
+                         text=True, timeout=10).stdout
+    names, values = [ln.split()[1:] for ln in out.splitlines() if ln.startswith("Udp:")][:2]
+    return int(values[names.index("OutDatagrams")])
+
+
+IDLE = """\
+import sys, time
+import hpcbsp
+
+with hpcbsp.BSP() as bsp:
+    bsp.sync()
+    if bsp.pid == 0:
+        open(sys.argv[1], "w").close()
+    time.sleep(float(sys.argv[2]))
+    bsp.sync()
+"""
+
+
+def _datagrams_per_second(tmp_path: Path, nodes: int, seconds: float = 10.0) -> float:
+    """One node's datagrams per second while a job of one rank on each of ``nodes`` nodes runs."""
+    (tmp_path / "idle.py").write_text(IDLE)
+    ready = tmp_path / f"ready-{nodes}"
+    env = clean_env(slurm=True, transport=True, HPCBSP_HEARTBEAT_TIMEOUT="", HPCBSP_HEARTBEAT_PERIOD="")
+    proc = subprocess.Popen(["srun", f"-N{nodes}", f"-n{nodes}", "--mpi=pmi2", "--time=3", PYTHON,
+                             str(tmp_path / "idle.py"), str(ready), str(seconds + 8)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            cwd=tmp_path, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail(f"the job did not start:\n{proc.communicate()[0]}")
+            time.sleep(0.1)
+        time.sleep(2.0)  # every watcher has met the others
+        before, t0 = _udp_out(NODES[0]), time.monotonic()
+        time.sleep(seconds)
+        rate = (_udp_out(NODES[0]) - before) / (time.monotonic() - t0)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, out
+    return rate
+
+
+@pytest.mark.skipif(len(NODES) < 8, reason="needs an emulated cluster of 8 or more nodes "
+                    "(slurm/local-cluster.sh start --nodes 16)")
+def test_a_nodes_datagrams_do_not_grow_with_the_job(tmp_path: Path) -> None:
+    # The ring: each watcher beats to 2 observers a period, whatever the job's size (the protocol
+    # of every node to every other sent 3 a second at 4 nodes and 15 at 16).
+    small = _datagrams_per_second(tmp_path, 4)
+    large = _datagrams_per_second(tmp_path, min(16, len(NODES)))
+    print(f"node {NODES[0]}: {small:.2f} datagrams/s with 4 nodes, {large:.2f} with {min(16, len(NODES))}")
+    assert 1.5 <= small <= 3.0, small
+    assert large <= 1.5 * small, (small, large)

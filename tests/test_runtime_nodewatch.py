@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from hpcbsp.runtime.failure import detector, nodeclean, nodewatch
-from hpcbsp.runtime.failure.nodewatch import verdict
+from hpcbsp.runtime.failure.deaths import verdict
+from hpcbsp.runtime.failure.registry import Rank
 
 HERE = Path(__file__).parent
 RANK = str(HERE / "programs" / "watched_rank.py")
@@ -319,7 +320,7 @@ def test_one_node_speaks_for_a_lost_one_and_every_other_ends_its_ranks(tmp_path)
     watches, said, t = _job(tmp_path, hosts=("a", "b", "c", "d"))
     child = subprocess.Popen(["sleep", "30"])
     try:
-        watches["d"].ranks[-1] = nodewatch.Rank(3, 4, child.pid, -1)  # a rank without a pipe
+        watches["d"].ranks[-1] = Rank(3, 4, child.pid, -1)  # a rank without a pipe
         for _ in range(3):
             t += 0.2
             _period(watches, t)
@@ -390,7 +391,7 @@ def _die_on_two_nodes(tmp_path, gap):
             children[h].send_signal(signal.SIGKILL)  # a zombie until reaped below
             seen[h] = time.time()
             time.sleep(gap)
-        ranks = {h: nodewatch.Rank(1 if h == "b" else 0, 2, children[h].pid, -1)  # ranks without pipes
+        ranks = {h: Rank(1 if h == "b" else 0, 2, children[h].pid, -1)  # ranks without pipes
                  for h in ("a", "b")}
         threads = [threading.Thread(target=watches[h].first_death, args=(ranks[h], seen[h])) for h in ("a", "b")]
         for th in threads:
@@ -432,7 +433,7 @@ def test_the_watchers_modules_import_the_standard_library_and_each_other_only():
     import ast
     failure = Path(nodewatch.__file__).parent
     files = [failure / "nodewatch.py", failure / "detector.py", failure / "nodeclean.py",
-             failure / "protocol.py", failure / "ending.py",
+             failure / "protocol.py", failure / "ending.py", failure / "registry.py", failure / "deaths.py",
              failure.parents[1] / "util" / "procstat.py"]
     siblings = {f.stem for f in files}
     for path in files:
