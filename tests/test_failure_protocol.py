@@ -183,6 +183,26 @@ def test_a_goodbye_stops_the_expectation():
     assert m[0].verdict is None and m[0].tick(31.0) == []  # nobody left to beat to
 
 
+@pytest.mark.parametrize("order", [(2, 3, 4), (4, 3, 2), (4, 2, 3), (2, 4, 3), (3, 4, 2)])
+def test_neighbours_that_leave_in_any_order_are_not_waited_for(order):
+    # Members 2, 3, 4 of 8 end normally, in ``order``; 1's ranks go on for a minute.  Member 1
+    # must learn that all three left (else it gives up a member that has gone) and watch 5 and 6.
+    m = job(8)
+    gone: set[int] = set()
+    for t in range(0, 3):
+        for i in range(8):
+            deliver(m, m[i].tick(t + 0.1 * i), t + 0.1 * i)
+    for j, who in enumerate(order):
+        deliver(m, m[who].leave(), 3.0 + j, drop=lambda to, d: to in gone)
+        gone.add(who)
+    for t in range(4, 64):
+        for i in range(8):
+            if i not in gone:
+                deliver(m, m[i].tick(t + 0.1 * i), t + 0.1 * i, drop=lambda to, d: to in gone)
+    assert {2, 3, 4} <= m[1].done and m[1].observed() == [5, 6]
+    assert all(m[i].verdict is None for i in range(8) if i not in gone)
+
+
 def test_a_key_too_short_or_an_index_outside_the_job_is_refused():
     with pytest.raises(ValueError):
         Member(0, 2, b"short", P, T, 0.0)

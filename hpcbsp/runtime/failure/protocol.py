@@ -7,7 +7,9 @@ Standard library only: the watcher runs as a script with ``python -I -S``.
 
 **Members.**  The job's nodes are numbered ``0 .. n-1`` in one order that every node shares (the
 introduction's table, sorted by host name) and form a ring.  A node that has said goodbye (its
-ranks ended normally) is left out of the ring by the nodes that heard it.
+ranks ended normally) is left out of the ring by the nodes that heard it; its goodbye names the
+nearest members it knows have left too, so that the news of a run of neighbours that left in any
+order reaches the member beside the run.
 
 **Heartbeats: a ring of observers** (the detector of ULFM, Bosilca et al., SC 2016).  Every
 ``period`` each member sends one heartbeat to each of its ``K`` predecessors on the ring, its
@@ -64,6 +66,8 @@ FOLLOW = 3
 RELAY = 3
 #: How far behind the highest sequence number seen from a sender a datagram may still be taken.
 WINDOW = 64
+#: Members that have left that a goodbye names besides its sender (the nearest ones).
+GONE = 64
 
 MAGIC = b"hbw1"
 _HEAD = struct.Struct(">4sBIQ")
@@ -169,7 +173,8 @@ class Member:
             if self.relays <= 0:
                 return []
             self.relays -= 1
-            return self._send(self._walk(1, self.k) + self._walk(-1, self.k), VERDICT, self._verdict_body())
+            return self._send(list(dict.fromkeys(self._walk(1, self.k) + self._walk(-1, self.k))), VERDICT,
+                              self._verdict_body())
         out = self._send(self.observers(), HB)
         watched = self.observed()
         stalled = self.last_tick is not None and now - self.last_tick > 3 * self.period
@@ -209,8 +214,12 @@ class Member:
         return self._send(self._fan(), DIED, _DIED.pack(self.me, seen, rank))
 
     def leave(self) -> list[Send]:
-        """Goodbye: this node's ranks all ended normally (sent to the ring neighbours both ways)."""
-        return self._send(self._walk(1, self.k) + self._walk(-1, self.k), BYE)
+        """Goodbye: this node's ranks all ended normally (sent to the ring neighbours both ways,
+        with the nearest members it knows have left: so that a member whose neighbours left in any
+        order learns of each of them, and does not wait for one that has gone)."""
+        near = sorted(self.done, key=lambda i: min((i - self.me) % self.n, (self.me - i) % self.n))
+        body = struct.pack(f">{min(len(near), GONE)}I", *near[:GONE])
+        return self._send(list(dict.fromkeys(self._walk(1, self.k) + self._walk(-1, self.k))), BYE, body)
 
     # -- datagrams --------------------------------------------------------------------------
     def _fresh(self, sender: int, seq: int) -> bool:
@@ -243,8 +252,10 @@ class Member:
         self.counts["received"] += 1
         self.heard[sender] = now
         if kind == BYE:
-            self.done.add(sender)
-            self.heard.pop(sender, None)
+            for gone in (sender, *struct.unpack(f">{len(body) // 4}I", body[:len(body) // 4 * 4])):
+                if gone < self.n and gone != self.me:
+                    self.done.add(gone)
+                    self.heard.pop(gone, None)
         elif kind == VERDICT and len(body) == _VERDICT.size:
             if self.verdict is None:
                 subject, speaker, reason, silent_for = _VERDICT.unpack(body)
