@@ -100,7 +100,8 @@ class Watch:
         tick = min(SCAN_PERIOD, detector.period) if detector.timeout > 0 else SCAN_PERIOD
         while self.ranks or (self.ever == 0 and time.monotonic() - started < IDLE_LIMIT):
             try:
-                events = self.poll.poll(tick)
+                wait = tick if detector.timeout <= 0 else last_beat + detector.period - time.monotonic()
+                events = self.poll.poll(min(tick, max(0.0, wait)))  # (the beat on time, not a tick late)
             except InterruptedError:
                 continue
             for fd, _ in events:  # in the order they became ready
