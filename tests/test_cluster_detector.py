@@ -64,14 +64,14 @@ with hpcbsp.BSP() as bsp:
 """
 
 
-def _start(tmp_path: Path) -> tuple[subprocess.Popen[str], str]:
+def _start(tmp_path: Path, options: tuple[str, ...] = ()) -> tuple[subprocess.Popen[str], str]:
     (tmp_path / "prog.py").write_text(PROGRAM)
     ready = tmp_path / "ready"
     tag = uuid.uuid4().hex
     env = clean_env(slurm=True, transport=True, PYTHONUNBUFFERED="1", HPCBSP_FAULT_TAG=tag,
                     HPCBSP_SYNC_TIMEOUT="", HPCBSP_HEARTBEAT_TIMEOUT="", HPCBSP_HEARTBEAT_PERIOD="")
     proc = subprocess.Popen(["srun", "-N4", "-n4", "--mpi=pmi2", "--time=3", "--distribution=cyclic",
-                             f"--nodelist={','.join(NODES[:4])}", PYTHON, str(tmp_path / "prog.py"), str(ready)],
+                             f"--nodelist={','.join(NODES[:4])}", *options, PYTHON, str(tmp_path / "prog.py"), str(ready)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             cwd=tmp_path, stdin=subprocess.DEVNULL)
     deadline = time.monotonic() + 90
@@ -124,8 +124,9 @@ def _watcher_sockets(node: str, tag: str) -> list[tuple[str, int]]:
     return found
 
 
-def test_a_frozen_node_ends_a_plain_srun_job(tmp_path: Path) -> None:
-    proc, tag = _start(tmp_path)
+@pytest.mark.parametrize("options", [(), ("--kill-on-bad-exit=1",)], ids=["plain", "kill-on-bad-exit"])
+def test_a_frozen_node_ends_a_plain_srun_job(tmp_path: Path, options: tuple[str, ...]) -> None:
+    proc, tag = _start(tmp_path, options)
     lost = NODES[2]
     frozen = kill_node(lost, tag, signal.SIGSTOP)
     t0 = time.monotonic()
@@ -133,7 +134,7 @@ def test_a_frozen_node_ends_a_plain_srun_job(tmp_path: Path) -> None:
         elapsed, out = _finish(proc, tag, BOUND, t0, [n for n in NODES[:4] if n != lost])
     finally:
         _thaw(frozen)
-    print(f"plain srun, frozen node: ended {elapsed:.1f} s after the freeze")
+    print(f"srun {' '.join(options)}, frozen node: ended {elapsed:.1f} s after the freeze")
     assert proc.returncode != 0, out
     _one_line(out, lost)
     assert elapsed < BOUND
