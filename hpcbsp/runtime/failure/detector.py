@@ -200,12 +200,12 @@ class Detector:
             return None
         self.acted = True
         v = m.verdict
+        host, ranks = self.hosts[v.subject], _ranks_text(self.ranks[v.subject])
         if v.reason == SILENT:
-            line = (f"[hpcbsp] node {self.hosts[v.subject]} ({_ranks_text(self.ranks[v.subject])}) has not been "
-                    f"heard from for {v.silent_for:.0f} s: it died, froze or lost its link; ending the job "
-                    f"(HPCBSP_HEARTBEAT_TIMEOUT={self.timeout:g})")
+            line = (f"[hpcbsp] node {host} ({ranks}) has not been heard from for {v.silent_for:.0f} s: it "
+                    f"died, froze or lost its link; ending the job (HPCBSP_HEARTBEAT_TIMEOUT={self.timeout:g})")
         else:
-            line = f"[hpcbsp] node {self.hosts[v.subject]} ended the job (a rank there was stopped)"
+            line = f"[hpcbsp] node {host} ended the job (a rank there was stopped)"
         return line, v.speaker == m.me
 
     def counts(self) -> dict[str, int]:
