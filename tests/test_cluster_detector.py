@@ -2,7 +2,8 @@
 root) under plain ``srun -N 4 -n 4 --mpi=pmi2``: Slurm's default ``KillOnBadExit=0``, so that
 the job ends only if the detector's verdict ends every node's ranks and has Slurm cancel the step.
 
-* every process of the job on one node stopped (SIGSTOP: a frozen node, its watcher included);
+* every process of the job on one node stopped (SIGSTOP: a frozen node, its watcher included),
+  or killed (SIGKILL: a node that dies);
 * one node's link cut;
 * a node frozen while a process outside the job sends the watchers forged datagrams (the old
   protocol's words ``hb HOST``, ``bye HOST``, ``died HOST TIME RANK``, and datagrams sealed
@@ -138,6 +139,18 @@ def test_a_frozen_node_ends_a_plain_srun_job(tmp_path: Path, options: tuple[str,
     assert proc.returncode != 0, out
     _one_line(out, lost)
     assert elapsed < BOUND
+
+
+def test_a_killed_node_ends_a_plain_srun_job(tmp_path: Path) -> None:
+    # Every process of the job on one node SIGKILLed (a node that dies).  What names it depends
+    # on who sees it first (the MPI library's lost connection, the detector); it must end.
+    proc, tag = _start(tmp_path)
+    lost = NODES[2]
+    kill_node(lost, tag, signal.SIGKILL)
+    t0 = time.monotonic()
+    elapsed, out = _finish(proc, tag, BOUND, t0, NODES[:4])
+    print(f"plain srun, killed node: ended {elapsed:.1f} s after the kill")
+    assert proc.returncode != 0, out
 
 
 def test_a_cut_link_ends_a_plain_srun_job(tmp_path: Path) -> None:
