@@ -25,7 +25,8 @@ which the watch used before, says nothing).
 watchers send each other authenticated heartbeats on a ring; a node not heard from, or a rank of
 this node stopped, for ``TIMEOUT`` seconds ends the job: the verdict reaches every node, whose
 watcher SIGKILLs its ranks; the node that speaks for it says why and, under Slurm, cancels the
-job's step (:mod:`.ending`).  ``PERIOD`` and ``TIMEOUT`` are the rank's ``$HPCBSP_HEARTBEAT_PERIOD`` and
+job's step (:mod:`.ending`); once its ranks have ended it lingers a few periods to send the
+verdict again (:meth:`Watch.linger`).  ``PERIOD`` and ``TIMEOUT`` are the rank's ``$HPCBSP_HEARTBEAT_PERIOD`` and
 ``$HPCBSP_HEARTBEAT_TIMEOUT`` (a timeout of 0 turns the detector off).
 
 **One line per node.**  Before it prints, the watcher takes the node's failure marker (an atomic
