@@ -447,3 +447,9 @@ def test_the_watchers_modules_import_the_standard_library_and_each_other_only():
             for name in names:
                 top = name.split(".")[0]
                 assert top in sys.stdlib_module_names or top in siblings, f"{path.name} imports {name}"
+
+
+def test_no_module_of_the_failure_package_is_over_300_lines():
+    failure = Path(nodewatch.__file__).parent
+    sizes = {p.name: len(p.read_text().splitlines()) for p in failure.glob("*.py")}
+    assert len(sizes) >= 9 and all(n <= 300 for n in sizes.values()), sizes
