@@ -89,7 +89,7 @@ _PACKAGE: tuple[Setting, ...] = (
             "when another node of the job has not been heard from for this many seconds (it died, froze, "
             "or lost its link) or a rank of its own node has been stopped (SIGSTOP) that long: every "
             "node's watcher then kills its ranks, and under Slurm the job's step is cancelled; the "
-            "job's ranks end between timeout - period and timeout + period after the fault. Shorter "
+            "job's ranks end at most timeout + period after the fault. Shorter "
             "finds a lost node sooner; too short gives up a node whose watcher was starved of CPU for "
             "that long (an overloaded node) or, for a stopped rank, a job suspended on purpose. `0` "
             "turns the detector off (the watch still names a rank that died). At least two periods.",
