@@ -96,16 +96,20 @@ _PACKAGE: tuple[Setting, ...] = (
             "(`hpcbsp/runtime/failure/nodewatch.py`, a process beside the ranks, so a rank that computes for "
             "hours in one superstep is never suspected) ends the job, naming the node and its ranks, "
             "when another node of the job has not been heard from for this many seconds (it died, froze, "
-            "or lost its link) or a rank of its own node has been stopped (SIGSTOP) that long. Shorter "
+            "or lost its link) or a rank of its own node has been stopped (SIGSTOP) that long: every "
+            "node's watcher then kills its ranks, and under Slurm the job's step is cancelled; the "
+            "job's ranks end at most timeout + period after the fault. Shorter "
             "finds a lost node sooner; too short gives up a node whose watcher was starved of CPU for "
             "that long (an overloaded node) or, for a stopped rank, a job suspended on purpose. `0` "
             "turns the detector off (the watch still names a rank that died). At least two periods.",
             "`10`", "`0` (off) or a number of seconds >= 0.1", "`runtime/failure/deathwatch.py`",
             seconds_or_off, 10.0),
     Setting("HPCBSP_HEARTBEAT_PERIOD",
-            "Seconds between two heartbeats (a UDP datagram from each node's watcher to every other "
-            "node's) and between two looks at the node's ranks. The cost is a few datagrams per second "
-            "per node, outside the ranks (`python -m hpcbsp.bench watch` measures it).",
+            "Seconds between two heartbeats (an authenticated UDP datagram from each node's watcher to "
+            "each of its 2 observers on a ring of the job's nodes) and between two looks at the node's "
+            "ranks. The cost is 2 datagrams per period per node whatever the job's size, outside the ranks "
+            "(`python -m hpcbsp.bench watch` measures it; `python -m hpcbsp.bench detector` simulates "
+            "the protocol at scale; docs/cluster.md, *Failure detection at scale*).",
             "`1`", "a number of seconds >= 0.05", "`runtime/failure/deathwatch.py`", seconds_at_least(0.05), 1.0),
     Setting("HPCBSP_LARGE_PUT_BYTES",
             "Puts of at least this many bytes are received straight into the target array instead of "

@@ -1,15 +1,24 @@
-"""A process's line in ``/proc/PID/stat`` (Linux), read the one way hpcbsp reads it.
+"""Processes as ``/proc`` shows them (Linux), read the one way hpcbsp reads them: a process's
+line in ``/proc/PID/stat`` (state, parent, start time, wait status), the processes of a job (its
+tree, its session), the files a process maps or holds open, and its program.
 
-The standard library only, and no import of hpcbsp: the runtime and :mod:`.proctree` import it as
-``hpcbsp.util.procstat``, and the node's watcher (``hpcbsp/runtime/failure/nodewatch.py``, run as
-a script with ``python -I -S``) loads this file by its path.  Every function reads ``/proc`` at
-its call; a process that ends while it is read is one that has ended (nothing raises for it).
+The one reader of ``/proc`` for processes.  The standard library only, and no import of hpcbsp:
+the runtime and :mod:`.proctree` import it as ``hpcbsp.util.procstat``, and the node's watcher
+(``hpcbsp/runtime/failure/nodewatch.py``, run as a script with ``python -I -S``) loads this file
+by its path.  Every function reads ``/proc`` at its call; a process that ends while it is read
+is one that has ended (nothing raises for it, and it is left out).
+
+A job started by ``mpiexec`` is a tree: the launcher, its proxies (hydra's ``hydra_pmi_proxy``,
+Open MPI's ``prted``), the ranks, and what the ranks start (hpcbsp's node watcher)
+(:func:`descendants`, :func:`in_group`, :func:`job_processes`).
 """
 from __future__ import annotations
 
 import os
+from typing import Iterable
 
-__all__ = ["stat", "processes", "ppid", "start_time", "probe", "running"]
+__all__ = ["stat", "processes", "ppid", "start_time", "probe", "running", "descendants", "in_group",
+           "job_processes", "mapped", "open_files", "program"]
 
 
 def stat(pid: int | str) -> list[str]:
@@ -63,3 +72,85 @@ def running(pid: int) -> bool:
     """Whether process ``pid`` still runs (neither reaped nor a zombie)."""
     state, code = probe(pid)
     return state not in ("gone", "Z", "X", "x") and code == 0
+
+
+def _below(roots: list[int], procs: dict[int, list[str]]) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for pid, fields in procs.items():
+        children.setdefault(int(fields[1]), []).append(pid)
+    found, todo = [], list(roots)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _in_group(pgid: int, procs: dict[int, list[str]]) -> list[int]:
+    return [pid for pid, fields in procs.items() if pgid in (int(fields[2]), int(fields[3]))]
+
+
+def descendants(root: int) -> list[int]:
+    """The processes below ``root`` (for mpiexec: its proxies, the ranks and what they started)."""
+    return _below([root], processes())
+
+
+def in_group(pgid: int) -> list[int]:
+    """The processes of process group or session ``pgid`` (a launcher started with
+    ``start_new_session=True``: it and every process it started that stayed in its session; the
+    node watchers of hpcbsp's ranks have sessions of their own, and end with their ranks)."""
+    return _in_group(pgid, processes())
+
+
+def job_processes(root: int) -> list[int]:
+    """Every process of the job whose launcher is ``root`` (started with
+    ``start_new_session=True``): its session and process group and everything below them, read
+    from one look at ``/proc``.  MPICH's hydra puts its proxy and each rank in a session of its
+    own, so the session alone holds only mpiexec; the tree alone misses the processes that a
+    dead proxy orphaned (children of init now) where they stayed in the session."""
+    procs = processes()
+    group = dict.fromkeys([root, *_in_group(root, procs)])
+    return list(dict.fromkeys([*group, *_below(list(group), procs)]))
+
+
+def mapped(pid: int) -> set[str]:
+    """The paths of the files process ``pid`` maps (``/proc/PID/maps``), none deleted."""
+    found: set[str] = set()
+    try:
+        with open(f"/proc/{pid}/maps") as fh:
+            for line in fh:
+                parts = line.rstrip("\n").split(None, 5)
+                if len(parts) == 6 and parts[5].startswith("/") and not parts[5].endswith(" (deleted)"):
+                    found.add(parts[5])
+    except OSError:
+        pass
+    return found
+
+
+def open_files(pids: Iterable[int]) -> set[str]:
+    """The paths of the files that processes ``pids`` hold open (``/proc/PID/fd``) or map
+    (:func:`mapped`), as the kernel names them; none that has been deleted, and nothing of a
+    process that has ended or is another user's (``/proc`` does not show those)."""
+    found: set[str] = set()
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            fds = []
+        for fd in fds:
+            try:
+                found.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+            except OSError:
+                pass
+        found |= mapped(pid)
+    return {path for path in found if path.startswith("/") and not path.endswith(" (deleted)")}
+
+
+def program(pid: int) -> str | None:
+    """The base name of process ``pid``'s program (its ``argv[0]``), or None if it has ended."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv0 = fh.read().split(b"\0", 1)[0]
+    except OSError:
+        return None
+    return os.path.basename(argv0.decode(errors="replace")) or None

@@ -51,6 +51,7 @@ _pipe: int | None = None
 _marker: str | None = None
 _name: str | None = None  # the watcher's socket
 _port = 0  # the watcher's heartbeat port (0: none)
+_address = ""  # the address its socket is bound to
 
 
 def heartbeat_settings() -> tuple[float, float]:
@@ -97,19 +98,24 @@ def watched() -> bool:
 
 def introduce(comm: MPI.Comm) -> None:
     """Collective over ``comm``: tell each node's watcher where the watchers of ``comm``'s other
-    nodes listen, so that they watch each other (one allgather; the first rank of ``comm`` on
-    each node passes the table on).  Nothing when this rank is not watched or there is one node."""
-    me = (socket.gethostname(), _port, MPI.COMM_WORLD.Get_rank()) if _pipe is not None else None
-    table = comm.allgather(me)
-    hosts: dict[str, tuple[int, list[int]]] = {}
-    for entry in table:
+    nodes listen, so that they watch each other, and the job's secret that their datagrams carry
+    (one allgather; ``comm``'s first rank makes the secret, 32 bytes of ``os.urandom``, which
+    travels through MPI and the watchers' UNIX sockets only; the first rank of ``comm`` on each
+    node passes the table on).  Nothing when this rank is not watched or there is one node."""
+    me = (socket.gethostname(), _address, _port, MPI.COMM_WORLD.Get_rank()) if _pipe is not None else None
+    key = os.urandom(32) if comm.Get_rank() == 0 else None
+    table = comm.allgather((me, key))
+    secret = table[0][1]
+    entries = [e for e, _ in table]
+    hosts: dict[str, tuple[str, int, list[int]]] = {}
+    for entry in entries:
         if entry is not None:
-            hosts.setdefault(entry[0], (entry[1], []))[1].append(entry[2])
-    if me is None or _name is None or len(hosts) < 2 or table.index(me) != \
-            next(i for i, e in enumerate(table) if e is not None and e[0] == me[0]):
+            hosts.setdefault(entry[0], (entry[1], entry[2], []))[2].append(entry[3])
+    if me is None or _name is None or secret is None or len(hosts) < 2 or entries.index(me) != \
+            next(i for i, e in enumerate(entries) if e is not None and e[0] == me[0]):
         return
-    text = "peers\n" + "".join(f"{h} {port} {','.join(map(str, ranks))}\n"
-                               for h, (port, ranks) in hosts.items())
+    text = f"peers\nkey {secret.hex()}\n" + "".join(
+        f"{h} {address or '-'} {port} {','.join(map(str, ranks))}\n" for h, (address, port, ranks) in hosts.items())
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.settimeout(5.0)
@@ -123,7 +129,7 @@ def _register(name: str, argv: list[str], hello: bytes, fd: int) -> bool:
     """Hand ``fd`` to the watcher listening on ``name`` (spawning it with ``argv`` when nobody
     listens).  A watcher too slow to answer within :data:`REGISTER_TIMEOUT` (a node overloaded
     beyond reason) leaves this rank unwatched, and it says so."""
-    global _port
+    global _port, _address
     deadline = time.monotonic() + REGISTER_TIMEOUT
     while time.monotonic() < deadline:
         try:
@@ -131,10 +137,10 @@ def _register(name: str, argv: list[str], hello: bytes, fd: int) -> bool:
                 conn.settimeout(max(0.1, deadline - time.monotonic()))
                 conn.connect(name)
                 socket.send_fds(conn, [hello], [fd])
-                word, _, port = conn.recv(64).decode().partition(" ")
+                word, port, address = (conn.recv(128).decode().split() + ["", "", ""])[:3]
                 if word != "ok":
                     continue  # it closed without an answer (it was ending): a new one is started
-                _port = int(port or 0)
+                _port, _address = int(port or 0), address
                 return True
         except (ConnectionRefusedError, FileNotFoundError, ConnectionResetError, BrokenPipeError):
             spawned = _spawn(name, argv)

@@ -1,40 +1,41 @@
-"""The failure detector of a node's watcher: heartbeats between the job's nodes, the verdicts
-on silence, and the announcements of deaths that let one node name the first across nodes.
+"""The failure detector of a node's watcher: the protocol (:mod:`.protocol`) on a UDP socket,
+the verdict on a stopped rank of this node, the lines that say why a job ends, and the
+announcements of deaths that let one node name the first across nodes.
 
 Part of the node's watcher (:mod:`.nodewatch`, which makes one :class:`Detector` and acts on what
-it says): the standard library only, and :mod:`hpcbsp.util.procstat` loaded by path when the
-watcher runs as a script.
+it says): the standard library only, :mod:`.protocol` and :mod:`hpcbsp.util.procstat` loaded by
+path when the watcher runs as a script.
 
-**Heartbeats.**  When the job spans nodes, every context tells each node's watcher where the
-others listen (:func:`.deathwatch.introduce`: the host names and UDP ports, gathered over the
-context's communicator; :meth:`Detector.meet`).  Every ``PERIOD`` seconds each watcher sends a
-datagram (``hb HOST``) to every other node's watcher and looks at its own ranks.  A node whose
-ranks all ended says ``bye HOST`` and is not expected any more.  The detector runs beside the
-ranks, not in their waits: a superstep that computes for hours is never suspected.  Period and
-timeout come from the rank that started the watcher (``$HPCBSP_HEARTBEAT_PERIOD``,
-``$HPCBSP_HEARTBEAT_TIMEOUT``, :func:`.deathwatch.heartbeat_settings`, through the watcher's
-arguments; a timeout of 0 turns the detector off: no socket, no datagrams).
+**The job's nodes.**  When the job spans nodes, the first context tells each node's watcher who
+the others are (:func:`.deathwatch.introduce`: host names, the address and UDP port each watcher
+listens on, the ranks, and the job's secret, 32 random bytes made by the context's first rank
+and sent through MPI; :meth:`Detector.meet`, over the watcher's UNIX socket, which takes only its
+own user's connections).  The first introduction makes the ring; later ones change nothing.
+The socket is bound to the address by which the others reach this node (its host name's), not
+to every interface.  Entries on a loopback address are left out (unless every one is: one
+machine), and so are nodes whose watcher has no socket.
 
-**Silence.**  A node not heard from for ``TIMEOUT`` seconds (it died, its processes are stopped,
-its link is down) ends the job: the next node by name that is still heard (so that all agree,
-one line for the job, :meth:`Detector.observer_of`) says ``[hpcbsp] node HOST (rank R) has not
-been heard from for T s ...`` and SIGKILLs its ranks, the launcher ends the rest (the other nodes
-kill theirs 2.5 periods later if it has not).  A rank of this node stopped (state ``T``, SIGSTOP)
-for ``TIMEOUT`` seconds ends the job the same way (:meth:`Detector.silence`).
+**Verdicts.**  The protocol gives a node up when it has not been heard from for ``TIMEOUT``
+seconds (it died, its processes are stopped, its link is down): its nearest observer that still
+hears the others says ``[hpcbsp] node HOST (rank R) has not been heard from for T s ...``, and
+every node that learns the verdict ends its ranks.  A rank of this node stopped (state ``T``,
+SIGSTOP) for ``TIMEOUT`` seconds ends the job the same way, this node speaking
+(:meth:`Detector.tick`).  The detector runs beside the ranks, not in their waits: a superstep
+that computes for hours is never suspected.  Period and timeout come from the rank that started
+the watcher (``$HPCBSP_HEARTBEAT_PERIOD``, ``$HPCBSP_HEARTBEAT_TIMEOUT``,
+:func:`.deathwatch.heartbeat_settings`; a timeout of 0 turns the detector off: no socket).
 
-**First across nodes.**  A watcher that is to name a death first tells the job's other watchers
-(``died HOST TIME RANK``: the wall-clock time it saw the pipe close).  A death that may not be the
-first (a SIGKILL or an unknown end, on a job spread over nodes) is named only after 0.3 s, in
-which the others' announcements come in (:meth:`Detector.listen`); a crash is named at once.  If
-another node announced a death earlier by more than :data:`SAME_MOMENT` (10 ms), this watcher
-stays quiet and that node names its rank: when one rank is killed, the ranks that the launcher
-ends for it later are not named before it.  Deaths closer than that are one moment, as far as
-the nodes can tell: the watchers wake up, and the nodes' clocks agree (NTP, PTP), no better;
-under Open MPI a rank that loses a peer's connection aborts (``MPI_ERRORS_ARE_FATAL``) a fraction
-of a millisecond after the peer died.  Of those, the one seen first speaks and names the others
-with it ("within 0.2 ms of rank 3/4 (on node4): either may have died first"); the rest stay
-quiet (:meth:`Detector.deaths_elsewhere`).  With the detector off the watchers do not talk, and
-each node names its own first death.
+**First across nodes.**  A watcher that is to name a death first floods ``died`` (the wall-clock
+time it saw the pipe close, and the rank).  A death that may not be the first (a SIGKILL or an
+unknown end, on a job spread over nodes) is named only after 0.3 s, in which the others'
+announcements come in (:meth:`Detector.listen`); a crash is named at once.  If another node
+announced a death earlier by more than :data:`SAME_MOMENT` (10 ms), this watcher stays quiet and
+that node names its rank.  Deaths closer than that are one moment, as far as the nodes can tell
+(the watchers wake up, and the nodes' clocks agree, no better; under Open MPI a rank that loses a
+peer's connection aborts a fraction of a millisecond after the peer died): the one seen first
+speaks and names the others with it ("within 0.2 ms of rank 3/4 (on node4): either may have died
+first"); the rest stay quiet (:meth:`Detector.deaths_elsewhere`).  With the detector off the
+watchers do not talk, and each node names its own first death.
 """
 from __future__ import annotations
 
@@ -45,71 +46,111 @@ from typing import Iterable
 
 if __package__:
     from ...util import procstat
+    from .protocol import SILENT, Member
 else:  # loaded by the watcher's script (python -I -S nodewatch.py), which puts util/ on the path
     import procstat  # type: ignore[no-redef]
+    from protocol import SILENT, Member  # type: ignore[no-redef]
 
-__all__ = ["SAME_MOMENT", "Peer", "Detector"]
+__all__ = ["SAME_MOMENT", "Detector", "own_address"]
 
-#: Seconds within which two nodes' first deaths count as one moment: the watchers wake up, and the
-#: nodes' clocks agree, no better than that; a rank that an MPI library ends for a lost peer can
-#: die a fraction of a millisecond after it.
+#: Seconds within which two nodes' first deaths count as one moment (see the module docstring).
 SAME_MOMENT = 0.01
+#: Copies of the goodbye (datagrams may be lost).
+BYES = 3
 
 
-class Peer:
-    """Another node of the job, as this node's watcher hears it."""
-
-    __slots__ = ("host", "address", "ranks", "heard", "done", "died")
-
-    def __init__(self, host: str, address: tuple[str, int], ranks: list[int], heard: float):
-        self.host, self.address, self.ranks, self.heard = host, address, ranks, heard
-        self.done = False  # its ranks have all ended: not expected any more
-        self.died: tuple[float, int] | None = None  # (wall-clock time, rank) of the first death it announced
+def own_address() -> str:
+    """The address by which the job's other nodes reach this one: its host name's (loopback
+    where the name does not resolve: then no other node reaches it)."""
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
 
 
 class Detector:
     """One node's side of the failure detector (see the module docstring): ``host`` is this
-    node's name, ``period`` and ``timeout`` the heartbeat's (a timeout of 0: off); the UDP socket
-    joins the watcher's ``poll`` set, and the watcher calls :meth:`hear` when it is readable."""
+    node's name, ``period`` and ``timeout`` the heartbeat's (a timeout of 0: off); the UDP socket,
+    bound to ``address`` (default :func:`own_address`), joins the watcher's ``poll`` set, and the
+    watcher calls :meth:`hear` when it is readable."""
 
-    def __init__(self, host: str, period: float, timeout: float, poll: select.epoll):
+    def __init__(self, host: str, period: float, timeout: float, poll: select.epoll,
+                 address: str | None = None):
         self.host, self.period, self.timeout = host, period, timeout
         self.udp: socket.socket | None = None
         if timeout > 0:
             try:
                 self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-                self.udp.bind(("", 0))
+                self.udp.bind((address or own_address(), 0))
                 self.udp.setblocking(False)
                 poll.register(self.udp.fileno(), select.EPOLLIN)
             except OSError:
                 self.udp = None  # no IP here: the node's own ranks are still watched
-        self.peers: dict[str, Peer] = {}  # the job's other nodes, by host name
+        self.member: Member | None = None
+        self.hosts: list[str] = []                 # the ring, by member index
+        self.addresses: list[tuple[str, int]] = []
+        self.ranks: list[list[int]] = []
         self.stopped: dict[int, float] = {}  # pid -> since when the rank is stopped
+        self.acted = False  # the verdict has been handed to the watcher
 
     @property
     def port(self) -> int:
-        """The UDP port the other nodes' heartbeats reach (0: none)."""
+        """The UDP port the other nodes' datagrams reach (0: none)."""
         return self.udp.getsockname()[1] if self.udp is not None else 0
+
+    @property
+    def address(self) -> str:
+        """The address the socket is bound to ("" without one)."""
+        return self.udp.getsockname()[0] if self.udp is not None else ""
 
     def fileno(self) -> int | None:
         return self.udp.fileno() if self.udp is not None else None
 
-    # -- heartbeats -------------------------------------------------------------------------
-    def send(self, datagram: bytes) -> None:
-        """Send ``datagram`` to every node still expected."""
+    # -- the job's nodes --------------------------------------------------------------------
+    def meet(self, table: bytes) -> None:
+        """Learn the job's nodes and secret from a rank's table (``peers``, ``key HEX``, then lines
+        ``HOST ADDRESS PORT RANK,RANK,...``); the first table only."""
+        if self.member is not None or self.udp is None:
+            return
+        lines = table.decode(errors="replace").splitlines()
+        try:
+            key = bytes.fromhex(lines[1].split()[1]) if lines[1].startswith("key ") else b""
+        except (IndexError, ValueError):
+            return
+        entries = []
+        for line in lines[2:]:
+            try:
+                host, address, port, ranks = line.split()
+                entries.append((host, address, int(port), [int(x) for x in ranks.split(",")]))
+            except ValueError:
+                continue
+        entries = [e for e in entries if e[2]]
+        if not all(e[1].startswith("127.") for e in entries):
+            entries = [e for e in entries if not e[1].startswith("127.")]
+        entries.sort()
+        hosts = [e[0] for e in entries]
+        if self.host not in hosts or len(set(hosts)) != len(hosts) or len(hosts) < 2 or len(key) < 16:
+            return
+        self.hosts = hosts
+        self.addresses = [(e[1], e[2]) for e in entries]
+        self.ranks = [e[3] for e in entries]
+        self.member = Member(hosts.index(self.host), len(hosts), key, self.period, self.timeout,
+                             time.monotonic())
+
+    # -- datagrams --------------------------------------------------------------------------
+    def _out(self, sends: list[tuple[int, bytes]]) -> None:
         if self.udp is None:
             return
-        for peer in self.peers.values():
-            if not peer.done:
-                try:
-                    self.udp.sendto(datagram, peer.address)
-                except OSError:
-                    pass  # no route (a cut link): the peer's silence is its own news
+        for to, data in sends:
+            try:
+                self.udp.sendto(data, self.addresses[to])
+            except OSError:
+                pass  # no route (a cut link): the peer's silence is its own news
 
     def hear(self, now: float | None = None) -> None:
-        """Take in the heartbeats and announced deaths that arrived (heard at ``now``, default
-        the clock's now)."""
-        assert self.udp is not None
+        """Take in the datagrams that arrived (heard at ``now``, default the clock's now)."""
+        if self.udp is None:
+            return
         now = time.monotonic() if now is None else now
         while True:
             try:
@@ -118,71 +159,64 @@ class Detector:
                 return
             except OSError:
                 return
-            word, host, *rest = data.decode(errors="replace").split() + ["", ""]
-            peer = self.peers.get(host)
-            if peer is not None:
-                peer.heard = now
-                peer.done |= word == "bye"
-                if word == "died" and peer.died is None:
-                    try:
-                        peer.died = float(rest[0]), int(rest[1])
-                    except ValueError:
-                        pass
+            if self.member is not None:
+                self._out(self.member.receive(data, now))
 
-    def meet(self, table: bytes) -> None:
-        """Learn the job's other nodes from a rank (lines ``HOST PORT RANK,RANK,...``)."""
-        now = time.monotonic()
-        for line in table.decode(errors="replace").splitlines()[1:]:
-            try:
-                host, port, ranks = line.split()
-                address = (socket.gethostbyname(host), int(port))
-                numbers = [int(x) for x in ranks.split(",")]
-            except (ValueError, OSError):
-                continue  # a name that does not resolve here: that node cannot be watched
-            if not address[0].startswith("127."):  # (another node's name meaning this one: unusable)
-                self.add_peer(host, address, numbers, now)
+    def leave(self) -> None:
+        """This node's ranks all ended normally: the others stop expecting it."""
+        if self.member is not None and self.member.verdict is None:
+            for _ in range(BYES):
+                self._out(self.member.leave())
 
-    def add_peer(self, host: str, address: tuple[str, int], ranks: list[int], now: float) -> None:
-        """Watch node ``host`` (its watcher's heartbeats come from ``address``), counting its
-        silence from ``now``."""
-        if host != self.host and host not in self.peers and address[1]:
-            self.peers[host] = Peer(host, address, ranks, now)
+    def relaying(self) -> bool:
+        """Whether the verdict is still to be sent again (the watcher lingers for it)."""
+        return self.member is not None and self.member.verdict is not None and self.member.relays > 0
 
-    # -- silence ----------------------------------------------------------------------------
-    def silence(self, now: float, own: Iterable[tuple[int, int, int]]) -> tuple[str, bool] | None:
-        """Whether the job ends at ``now``: ``(line, speak)``, the line that says why and whether
-        this node says it (a node silent for the timeout, which only its observer names; or one
-        of ``own``, this node's ranks as ``(rank, size, pid)``, stopped for the timeout), or None."""
-        silent = [p for p in self.peers.values() if not p.done and now - p.heard > self.timeout]
-        if silent:
-            peer = silent[0]
-            ranks = _ranks_text(peer.ranks)
-            return (f"[hpcbsp] node {peer.host} ({ranks}) has not been heard from for "
-                    f"{now - peer.heard:.0f} s: it died, froze or lost its link; ending the job "
-                    f"(HPCBSP_HEARTBEAT_TIMEOUT={self.timeout:g})",
-                    self.observer_of(peer.host, {p.host for p in silent}) == self.host)
+    # -- verdicts ---------------------------------------------------------------------------
+    def tick(self, now: float, own: Iterable[tuple[int, int, int]]) -> tuple[str, bool] | None:
+        """One period at ``now``: the protocol's tick and a look at ``own``, this node's ranks as
+        ``(rank, size, pid)``.  Returns ``(line, speak)`` once, when the job is to end: the line
+        that says why and whether this node says it; None otherwise."""
+        if self.member is not None:
+            self._out(self.member.tick(now))
         for rank, size, pid in own:
             if procstat.probe(pid)[0] != "T":
                 self.stopped.pop(pid, None)
                 continue
             since = self.stopped.setdefault(pid, now)
-            if now - since > self.timeout:
+            if now - since > self.timeout and not self.acted:
+                if self.member is not None:
+                    self._out(self.member.give_up(now))
+                self.acted = True
                 return (f"[hpcbsp] rank {rank}/{size} (pid {pid} on {self.host}) has been stopped for "
                         f"{now - since:.0f} s (SIGSTOP, or a frozen node); ending the job "
                         f"(HPCBSP_HEARTBEAT_TIMEOUT={self.timeout:g})", True)
-        return None
+        return self.ending()
 
-    def observer_of(self, host: str, silent: set[str]) -> str:
-        """The node that speaks for lost node ``host``: the next one after it, in the order of the
-        names, that this watcher still hears (itself included).  Every node that hears the same
-        ones picks the same: one line for the job, not one per node."""
-        ring = sorted({host, self.host, *(h for h in self.peers if h not in silent)})
-        return ring[(ring.index(host) + 1) % len(ring)]
+    def ending(self) -> tuple[str, bool] | None:
+        """The protocol's verdict, once: ``(line, speak)`` (see :meth:`tick`), or None."""
+        m = self.member
+        if m is None or m.verdict is None or self.acted:
+            return None
+        self.acted = True
+        v = m.verdict
+        host, ranks = self.hosts[v.subject], _ranks_text(self.ranks[v.subject])
+        if v.reason == SILENT:
+            line = (f"[hpcbsp] node {host} ({ranks}) has not been heard from for {v.silent_for:.0f} s: it "
+                    f"died, froze or lost its link; ending the job (HPCBSP_HEARTBEAT_TIMEOUT={self.timeout:g})")
+        else:
+            line = f"[hpcbsp] node {host} ended the job (a rank there was stopped)"
+        return line, v.speaker == m.me
+
+    def counts(self) -> dict[str, int]:
+        """The protocol's counters (datagrams sent, received, forged, replayed)."""
+        return dict(self.member.counts) if self.member is not None else {}
 
     # -- announced deaths -------------------------------------------------------------------
     def announce(self, seen: float, rank: int) -> None:
         """Tell the other nodes that ``rank`` of this node died at wall-clock time ``seen``."""
-        self.send(b"died %s %.6f %d" % (self.host.encode(), seen, rank))
+        if self.member is not None:
+            self._out(self.member.announce(seen, rank))
 
     def listen(self, seconds: float) -> None:
         """Take in the other nodes' datagrams for ``seconds`` (a plain sleep without the detector)."""
@@ -198,15 +232,16 @@ class Detector:
             if ready:
                 self.hear()
 
-    def deaths_elsewhere(self, seen: float) -> tuple[bool, list[Peer]]:
+    def deaths_elsewhere(self, seen: float) -> tuple[bool, list[tuple[str, float, int]]]:
         """The other nodes' announced deaths against this node's, seen at wall-clock time
         ``seen``: whether one of them speaks instead of this node (it saw its death earlier by
         more than :data:`SAME_MOMENT`, or within it but first: every node that heard the same
-        picks the same one), and the nodes whose deaths came within :data:`SAME_MOMENT` of
-        this one's (to be named with it)."""
-        near = [p for p in self.peers.values() if p.died is not None and abs(p.died[0] - seen) <= SAME_MOMENT]
-        first = min([(seen, self.host), *((p.died[0], p.host) for p in near if p.died)])
-        earlier = any(p.died is not None and p.died[0] < seen - SAME_MOMENT for p in self.peers.values())
+        picks the same one), and the deaths within :data:`SAME_MOMENT` of this one's, as
+        ``(host, time, rank)`` (to be named with it)."""
+        deaths = [(self.hosts[i], t, r) for i, (t, r) in self.member.deaths.items()] if self.member else []
+        near = [d for d in deaths if abs(d[1] - seen) <= SAME_MOMENT]
+        first = min([(seen, self.host), *((t, h) for h, t, _ in near)])
+        earlier = any(t < seen - SAME_MOMENT for _, t, _ in deaths)
         return earlier or first[1] != self.host, near
 
 

@@ -32,16 +32,7 @@ def children(parents: set[int]) -> list[int]:
 
 def mapped_shm(pid: int) -> set[str]:
     """The files under ``/dev/shm`` process ``pid`` maps and that still exist by that name."""
-    out: set[str] = set()
-    try:
-        with open(f"/proc/{pid}/maps") as fh:
-            for line in fh:
-                at = line.find("/dev/shm/")
-                if at >= 0 and not line.endswith("(deleted)\n"):
-                    out.add(line[at:].rstrip("\n"))
-    except OSError:
-        pass
-    return out
+    return {path for path in procstat.mapped(pid) if path.startswith("/dev/shm/")}
 
 
 def remove_stale(marker: str, now: float | None = None) -> None:
@@ -83,9 +74,8 @@ def remove_stale(marker: str, now: float | None = None) -> None:
     if not stale:
         return
     mapped: set[str] = set()
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            mapped |= mapped_shm(int(name))
+    for proc in procstat.processes():
+        mapped |= mapped_shm(proc)
     for path in stale:
         if path not in mapped:
             try:

@@ -2,15 +2,14 @@
 
 Started by :mod:`.deathwatch` (the first rank of the job on this node to open a BSP context
 spawns it; every rank then registers), it runs as ``python -I -S nodewatch.py MARKER FD PERIOD
-TIMEOUT``, with the standard library only (its siblings :mod:`.detector` and :mod:`.nodeclean`,
-and ``hpcbsp/util/procstat.py``, loaded by path), in a session of its own: Ctrl-C at the terminal
+TIMEOUT``, with the standard library only (its siblings :mod:`.registry`, :mod:`.deaths`,
+:mod:`.detector`, :mod:`.protocol`, :mod:`.ending` and :mod:`.nodeclean`, and
+``hpcbsp/util/procstat.py``, loaded by path), in a session of its own: Ctrl-C at the terminal
 and the launcher's kills of the ranks do not reach it, and it ends by itself once every
 registered rank has ended.
 
-**Registration.**  ``FD`` is a listening UNIX socket (an abstract name, private to the node's
-network namespace, derived from the job's key).  A rank connects, sends ``"RANK SIZE PID\\n"``
-with the read end of a pipe whose write end only it holds (``SCM_RIGHTS``), and waits for
-``ok PORT`` (the watcher's heartbeat port).  Connections from another user are refused (``SO_PEERCRED``).
+**Registration** (:mod:`.registry`): a rank hands the watcher the read end of a pipe whose write
+end only it holds, over the UNIX socket ``FD``.
 
 **Order of the ends.**  Every pipe sits in one ``epoll`` set.  The kernel closes a process's
 pipe as the process exits, in that process's own context, and ``epoll`` queues the readiness in
@@ -20,24 +19,14 @@ even when the launcher killed the other ranks a millisecond later (MPICH's hydra
 reaps them in rank order, so the order the launcher reaps in, or the order of the watchers' waking,
 which the watch used before, says nothing).
 
-**What a pipe says.**  A rank writes one word before its pipe closes: ``bye`` (a normal exit,
-``atexit``), ``claimed`` (it reported its own failure and aborts the job: the launcher's kills that
-follow are no news) or ``owner`` (it was interrupted and said so itself, taking the node's failure
-marker; see :func:`.deathwatch.claim_report`) or ``stopped`` (SIGTERM ended it: the job is being
-stopped).  A pipe that closes without a word is a rank that
-died silently.  For the first one only (the rest follow from it) the watcher reads how it ended
-from ``/proc/PID/stat`` while the launcher has not reaped it (:func:`verdict`): HUP, INT, TERM and
-plain exits are a job being stopped, not a death, and stay quiet; a crash (SEGV, BUS, ABRT, ...)
-is named; SIGKILL (the out-of-memory killer, a kill from outside) is named plainly when every rank
-of the job is on this node (the order is then the job's order); on a job spread over nodes a rank
-of another node may have died first and the launcher killed this one for it, so unless another
-rank of this node still runs 0.3 s later, the line says that doubt.  Across nodes only the first
-death is named: the watchers announce their deaths to each other (:mod:`.detector`).
+**What a pipe says** and whether the first silent death is named, and how: :mod:`.deaths`.
 
-**The failure detector** (:mod:`.detector`): when the job spans nodes, the watchers send each
-other heartbeats; a node not heard from, or a rank of this node stopped, for ``TIMEOUT`` seconds
-ends the job: this watcher says why (or leaves it to the node that speaks for a lost one) and
-SIGKILLs its ranks.  ``PERIOD`` and ``TIMEOUT`` are the rank's ``$HPCBSP_HEARTBEAT_PERIOD`` and
+**The failure detector** (:mod:`.detector` over :mod:`.protocol`): when the job spans nodes, the
+watchers send each other authenticated heartbeats on a ring; a node not heard from, or a rank of
+this node stopped, for ``TIMEOUT`` seconds ends the job: the verdict reaches every node, whose
+watcher SIGKILLs its ranks; the node that speaks for it says why and, under Slurm, cancels the
+job's step (:mod:`.ending`); once its ranks have ended it lingers a few periods to send the
+verdict again (:meth:`Watch.linger`).  ``PERIOD`` and ``TIMEOUT`` are the rank's ``$HPCBSP_HEARTBEAT_PERIOD`` and
 ``$HPCBSP_HEARTBEAT_TIMEOUT`` (a timeout of 0 turns the detector off).
 
 **One line per node.**  Before it prints, the watcher takes the node's failure marker (an atomic
@@ -54,62 +43,32 @@ import os
 import select
 import signal
 import socket
-import struct
 import sys
 import time
-from typing import Callable, NamedTuple
+from typing import Callable
 
 if __package__:
     from ...util import procstat
-    from . import nodeclean
+    from . import deaths, ending, nodeclean, registry
     from .detector import Detector
+    from .registry import Rank
 else:  # run as the watcher's script (python -I -S nodewatch.py): its siblings and util/procstat.py, by path
     _here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:0] = [_here, os.path.join(os.path.dirname(os.path.dirname(_here)), "util")]
+    import deaths  # type: ignore[no-redef]
+    import ending  # type: ignore[no-redef]
     import nodeclean  # type: ignore[no-redef]
     import procstat  # type: ignore[no-redef]
+    import registry  # type: ignore[no-redef]
     from detector import Detector  # type: ignore[no-redef]
+    from registry import Rank  # type: ignore[no-redef]
 
-__all__ = ["verdict", "Rank", "Watch", "main"]
+__all__ = ["Watch", "main"]
 
 #: Seconds without any registered rank after which a watcher that got none gives up.
 IDLE_LIMIT = 30.0
 #: Seconds between the scans of the ranks' mapped ``/dev/shm`` files.
 SCAN_PERIOD = 2.0
-_STOPS = {signal.SIGHUP, signal.SIGINT, signal.SIGTERM}
-
-
-def verdict(code: int | None, all_here: bool) -> tuple[str, str]:
-    """What to say about the node's first silent death, from its wait status ``code`` (None once
-    reaped) and whether every rank of the job is on this node.
-
-    Returns ``(kind, how)``: kind ``"quiet"`` (a stopped job or a plain exit: no silent death),
-    ``"sure"`` (name the rank plainly) or ``"maybe"`` (name it, saying that a rank of another
-    node may have died first); ``how`` is the words for the cause.
-    """
-    if code is None:
-        return ("sure" if all_here else "maybe"), "killed by a signal or crashed"
-    sig = code & 0x7F
-    if sig == 0 or sig in _STOPS:
-        return "quiet", ""
-    if sig == signal.SIGKILL:
-        return ("sure" if all_here else "maybe"), \
-            "killed by SIGKILL (out of memory, or a kill from outside)"
-    try:
-        name = signal.Signals(sig).name
-    except ValueError:
-        name = f"signal {sig}"
-    return "sure", f"crashed with {name}"  # launchers end ranks with SIGKILL: a crash is its own
-
-
-class Rank(NamedTuple):
-    """A registered rank of this node: its number in the job of ``size``, its pid, and the read
-    end of its pipe (``fd``; -1 for none)."""
-
-    rank: int
-    size: int
-    pid: int
-    fd: int
 
 
 class Watch:
@@ -125,8 +84,6 @@ class Watch:
         self.poll.register(listener.fileno(), select.EPOLLIN)
         self.detector = Detector(self.host, period, timeout, self.poll)
         self.failed = False  # this watcher has ended the job
-        self.kill_at: float | None = None  # when this node's ranks are to be killed
-        self.unsaid = ""  # the line the observer was to say, said here if the job goes on regardless
         self.tidied = False  # earlier jobs' leftovers removed (remove_stale)
         self.ranks: dict[int, Rank] = {}  # by pipe fd
         self.ever = 0  # ranks registered so far
@@ -144,7 +101,8 @@ class Watch:
         tick = min(SCAN_PERIOD, detector.period) if detector.timeout > 0 else SCAN_PERIOD
         while self.ranks or (self.ever == 0 and time.monotonic() - started < IDLE_LIMIT):
             try:
-                events = self.poll.poll(tick)
+                wait = tick if detector.timeout <= 0 else last_beat + detector.period - time.monotonic()
+                events = self.poll.poll(min(tick, max(0.0, wait)))  # (the beat on time, not a tick late)
             except InterruptedError:
                 continue
             for fd, _ in events:  # in the order they became ready
@@ -155,6 +113,8 @@ class Watch:
                     self.on_pipe(self.ranks[fd])
                 elif fd == detector.fileno():
                     detector.hear()
+                    if not self.failed and (ends := detector.ending()) is not None:
+                        self.fail(*ends)  # another node's verdict: the whole job ends
             if self.ever and not self.tidied:  # (after the first rank's answer: it waits for it)
                 self.tidied = True
                 try:
@@ -169,95 +129,66 @@ class Watch:
                 self.scan_shm()
                 last_scan = now
         self.listener.close()  # a rank still knocking starts a watcher of its own
-        for _ in range(3):  # datagrams may be lost: the peers stop expecting this node
-            detector.send(b"bye " + self.host.encode())
+        self.linger()
+        detector.leave()  # (none after a verdict) the peers stop expecting this node
         self.finish()
+
+    def linger(self) -> None:
+        """After a verdict, go on sending it (and answering the nodes that have not heard it) for
+        the protocol's relay periods, although this node's ranks have ended."""
+        detector = self.detector
+        last = time.monotonic()
+        while detector.relaying():
+            try:
+                events = self.poll.poll(detector.period / 4)
+            except InterruptedError:
+                continue
+            if any(fd == detector.fileno() for fd, _ in events):
+                detector.hear()
+            if (now := time.monotonic()) - last >= detector.period:
+                detector.tick(now, [])
+                last = now
 
     # -- ending the job for the failure detector ---------------------------------------------
     def beat(self, now: float) -> None:
-        """One period: tell the job's other nodes this one lives; end the job when the detector
-        says so (:meth:`.detector.Detector.silence`)."""
-        self.detector.send(b"hb " + self.host.encode())
-        if self.kill_at is not None and now >= self.kill_at:
-            # The observer had 2 periods and a half to end the job.  Its ranks still run here, so
-            # it did not: a partial loss (this node does not hear the lost one, the observer does;
-            # seen when the emulated cluster's neighbour table overflowed) must not end a job
-            # without a word.
-            if self.unsaid and any(procstat.running(r.pid) for r in self.ranks.values()):
-                self.say(self.unsaid)
-                time.sleep(0.2)
-            self.kill_ranks()
-        if self.failed:
-            return
-        ends = self.detector.silence(now, [(r.rank, r.size, r.pid) for r in self.ranks.values()])
-        if ends is not None:
+        """One period: the detector's heartbeats and looks (:meth:`.detector.Detector.tick`); end
+        the job when it says so."""
+        ends = self.detector.tick(now, [(r.rank, r.size, r.pid) for r in self.ranks.values()])
+        if ends is not None and not self.failed:
             self.fail(*ends)
 
     def fail(self, line: str, speak: bool = True) -> None:
-        """Say ``line`` (when ``speak``) and end the job: SIGKILL every rank of this node (the
-        launcher then ends the others); the deaths that follow are this watcher's doing and stay
-        unnamed."""
+        """End the job for a verdict: say ``line`` when this node speaks for it, SIGKILL every
+        rank of this node (every node that learns the verdict does), and have Slurm cancel the
+        job's step when this node speaks (:func:`.ending.cancel_step`: a frozen node's ranks cannot
+        be killed from here, and plain ``srun`` waits for them).  The deaths that follow are the
+        verdict's doing and stay unnamed."""
         self.failed = self.quiet = True
         try:
             os.mkdir(self.marker)
             self.remove_marker = True
         except OSError:
             pass
-        if not speak:  # the observer says it and ends the job; this node follows if it does not
-            self.kill_at = time.monotonic() + 2 * self.detector.period + 0.5
-            self.unsaid = line
-            return
-        self.say(line)
-        time.sleep(0.2)  # let the launcher forward the line before the kills end its job
-        self.kill_ranks()
-
-    def kill_ranks(self) -> None:
-        self.kill_at = None
-        for r in self.ranks.values():
-            try:
-                os.kill(r.pid, signal.SIGKILL)
-            except OSError:
-                pass
+        if speak:
+            self.say(line)
+            time.sleep(0.2)  # let the launcher forward the line before the kills end its job
+        ending.kill([r.pid for r in self.ranks.values()])
+        if speak:
+            ending.cancel_step()
 
     # -- the ranks ---------------------------------------------------------------------------
     def accept(self) -> None:
-        try:
-            conn, _ = self.listener.accept()
-        except OSError:
+        r = registry.accept(self.listener, self.detector.meet,
+                            b"ok %d %s\n" % (self.detector.port, self.detector.address.encode()))
+        if r is None:
             return
-        with conn:
-            conn.settimeout(5.0)
-            try:
-                creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-                _, uid, _ = struct.unpack("3i", creds)
-                msg, fds, _, _ = socket.recv_fds(conn, 65536, 1)
-                if uid == os.getuid() and not fds and msg.startswith(b"peers\n"):
-                    while chunk := conn.recv(65536):
-                        msg += chunk
-                    self.detector.meet(msg)
-                    return
-            except OSError:
-                return
-            if uid != os.getuid() or len(fds) != 1:
-                for fd in fds:
-                    os.close(fd)
-                return
-            try:
-                rank, size, pid = (int(x) for x in msg.split())
-            except ValueError:
-                os.close(fds[0])
-                return
-            self.ranks[fds[0]] = Rank(rank, size, pid, fds[0])
-            self.ever += 1
-            self.poll.register(fds[0], select.EPOLLIN)
-            parent = procstat.ppid(pid)
-            if parent:
-                self.launchers.add(parent)
-            self.scan_shm(pid)
-            try:
-                conn.sendall(b"ok %d\n" % self.detector.port)
-            except OSError:
-                pass
+        self.ranks[r.fd] = r
+        self.ever += 1
+        self.poll.register(r.fd, select.EPOLLIN)
+        parent = procstat.ppid(r.pid)
+        if parent:
+            self.launchers.add(parent)
+        self.scan_shm(r.pid)
 
     def on_pipe(self, r: Rank) -> None:
         seen = time.time()  # (the wall clock: compared with other nodes' times, see first_death)
@@ -283,49 +214,17 @@ class Watch:
 
     def first_death(self, r: Rank, seen: float) -> None:
         """Name rank ``r``, whose pipe closed first on this node (at wall-clock time ``seen``),
-        unless its end was no death or another node saw one earlier (the module docstring)."""
-        _, code = procstat.probe(r.pid)
-        all_here = self.ever >= r.size  # every rank of the job registered on this node
-        kind, how = verdict(code, all_here)
-        if kind != "quiet" and not how.startswith("crashed"):
-            if code is None:
-                time.sleep(0.1)  # reaped before this look: let the others' ends show
-            if self.others_stopping():
-                kind = "quiet"  # the job is being stopped (scancel, a time limit, Ctrl-C)
-        if kind == "quiet":
+        unless its end was no death or another node saw one earlier (:func:`.deaths.judge`)."""
+        line = deaths.judge(r, seen, list(self.ranks.values()), self.ever, self.detector)
+        if line is None:
             self.quiet = True
             return
-        self.detector.announce(seen, r.rank)
-        if kind == "maybe":
-            self.detector.listen(0.3)  # for the other nodes' deaths, and to see whether this node's go on
-            if any(procstat.running(o.pid) for o in self.ranks.values()):
-                kind = "sure"  # another rank of this node goes on: this one died first here
-        earlier, together = self.detector.deaths_elsewhere(seen)
-        if earlier:
-            self.quiet = True  # that node names its rank: this one was ended for it
-            return
-        if together:
-            gap = max(abs(p.died[0] - seen) for p in together if p.died)
-            others = ", ".join(f"rank {p.died[1]}/{r.size} (on {p.host})" for p in together if p.died)
-            how += f", within {gap * 1e3:.1f} ms of {others}: either may have died first"
-        elif kind == "maybe":
-            how += " (the launcher was ending the job: a rank on another node may have died first)"
         try:
             os.mkdir(self.marker)
         except OSError:
             return  # a rank of this node has said why the job ends (or cannot be helped)
         self.remove_marker = True
-        self.say(f"[hpcbsp] rank {r.rank}/{r.size} (pid {r.pid} on {socket.gethostname()}) "
-                 f"died without a report: {how}")
-
-    def others_stopping(self) -> bool:
-        """Whether another rank of the node ended by HUP, INT or TERM (the job is being stopped;
-        a launcher ends ranks for a failure with SIGKILL)."""
-        for o in self.ranks.values():
-            state, code = procstat.probe(o.pid)
-            if state in ("Z", "X", "x") and code is not None and (code & 0x7F) in _STOPS:
-                return True
-        return False
+        self.say(line)
 
     # -- clean-up ---------------------------------------------------------------------------
     def scan_shm(self, pid: int | None = None) -> None:

@@ -1,0 +1,102 @@
+"""Death verdicts: what a rank's pipe said as it closed, and whether and how the node's first
+silent death is named (the node's watcher, :mod:`.nodewatch`, says the line).
+
+**What a pipe says.**  A rank writes one word before its pipe closes: ``bye`` (a normal exit,
+``atexit``), ``claimed`` (it reported its own failure and aborts the job: the launcher's kills that
+follow are no news) or ``owner`` (it was interrupted and said so itself, taking the node's failure
+marker; see :func:`.deathwatch.claim_report`) or ``stopped`` (SIGTERM ended it: the job is being
+stopped).  A pipe that closes without a word is a rank that
+died silently.  For the first one only (the rest follow from it) the watcher reads how it ended
+from ``/proc/PID/stat`` while the launcher has not reaped it (:func:`verdict`): HUP, INT, TERM and
+plain exits are a job being stopped, not a death, and stay quiet; a crash (SEGV, BUS, ABRT, ...)
+is named; SIGKILL (the out-of-memory killer, a kill from outside) is named plainly when every rank
+of the job is on this node (the order is then the job's order); on a job spread over nodes a rank
+of another node may have died first and the launcher killed this one for it, so unless another
+rank of this node still runs 0.3 s later, the line says that doubt.  Across nodes only the first
+death is named: the watchers announce their deaths to each other (:mod:`.detector`).
+
+Standard library only (loaded by path by the watcher's script).
+"""
+from __future__ import annotations
+
+import signal
+import socket
+import time
+
+if __package__:
+    from ...util import procstat
+    from .detector import Detector
+    from .registry import Rank
+else:  # loaded by the watcher's script (python -I -S nodewatch.py), which puts util/ on the path
+    import procstat  # type: ignore[no-redef]
+    from detector import Detector  # type: ignore[no-redef]
+    from registry import Rank  # type: ignore[no-redef]
+
+__all__ = ["verdict", "judge"]
+
+_STOPS = {signal.SIGHUP, signal.SIGINT, signal.SIGTERM}
+
+
+def verdict(code: int | None, all_here: bool) -> tuple[str, str]:
+    """What to say about the node's first silent death, from its wait status ``code`` (None once
+    reaped) and whether every rank of the job is on this node.
+
+    Returns ``(kind, how)``: kind ``"quiet"`` (a stopped job or a plain exit: no silent death),
+    ``"sure"`` (name the rank plainly) or ``"maybe"`` (name it, saying that a rank of another
+    node may have died first); ``how`` is the words for the cause.
+    """
+    if code is None:
+        return ("sure" if all_here else "maybe"), "killed by a signal or crashed"
+    sig = code & 0x7F
+    if sig == 0 or sig in _STOPS:
+        return "quiet", ""
+    if sig == signal.SIGKILL:
+        return ("sure" if all_here else "maybe"), \
+            "killed by SIGKILL (out of memory, or a kill from outside)"
+    try:
+        name = signal.Signals(sig).name
+    except ValueError:
+        name = f"signal {sig}"
+    return "sure", f"crashed with {name}"  # launchers end ranks with SIGKILL: a crash is its own
+
+
+def judge(r: Rank, seen: float, others: list[Rank], ever: int, detector: Detector) -> str | None:
+    """The line that names rank ``r``, whose pipe closed first on this node (at wall-clock time
+    ``seen``; ``others`` the node's ranks still registered, ``ever`` how many registered), or
+    None when its end was no death or another node saw one earlier (the module docstring)."""
+    _, code = procstat.probe(r.pid)
+    all_here = ever >= r.size  # every rank of the job registered on this node
+    kind, how = verdict(code, all_here)
+    if kind != "quiet" and not how.startswith("crashed"):
+        if code is None:
+            time.sleep(0.1)  # reaped before this look: let the others' ends show
+        if _others_stopping(others):
+            kind = "quiet"  # the job is being stopped (scancel, a time limit, Ctrl-C)
+    if kind == "quiet":
+        return None
+    detector.announce(seen, r.rank)
+    if kind == "maybe":
+        detector.listen(0.3)  # for the other nodes' deaths, and to see whether this node's go on
+        if any(procstat.running(o.pid) for o in others):
+            kind = "sure"  # another rank of this node goes on: this one died first here
+    earlier, together = detector.deaths_elsewhere(seen)
+    if earlier:
+        return None  # that node names its rank: this one was ended for it
+    if together:
+        gap = max(abs(t - seen) for _, t, _ in together)
+        names = ", ".join(f"rank {rank}/{r.size} (on {host})" for host, _, rank in together)
+        how += f", within {gap * 1e3:.1f} ms of {names}: either may have died first"
+    elif kind == "maybe":
+        how += " (the launcher was ending the job: a rank on another node may have died first)"
+    return (f"[hpcbsp] rank {r.rank}/{r.size} (pid {r.pid} on {socket.gethostname()}) "
+            f"died without a report: {how}")
+
+
+def _others_stopping(others: list[Rank]) -> bool:
+    """Whether another rank of the node ended by HUP, INT or TERM (the job is being stopped;
+    a launcher ends ranks for a failure with SIGKILL)."""
+    for o in others:
+        state, code = procstat.probe(o.pid)
+        if state in ("Z", "X", "x") and code is not None and (code & 0x7F) in _STOPS:
+            return True
+    return False
