@@ -25,7 +25,8 @@ from hpcbsp.util.mpiflavour import (
     program_output,
     timeout_env,
 )
-from hpcbsp.util.proctree import descendants, signal_ranks
+from hpcbsp.util.procstat import descendants
+from hpcbsp.util.proctree import signal_ranks
 
 MPIEXEC = find_mpiexec()
 #: The MPI of that mpiexec (MPICH, Open MPI, Intel MPI or unknown).

@@ -33,7 +33,7 @@ from mpi_helpers import (
 import hpcbsp
 from hpcbsp.apps.heat import reference
 from hpcbsp.runtime.api.partition import Block
-from hpcbsp.util.proctree import descendants
+from hpcbsp.util.procstat import descendants
 
 pytestmark = pytest.mark.serial_only  # launches its own MPI jobs: runs in the serial pass, not once per rank
 

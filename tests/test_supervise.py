@@ -48,11 +48,11 @@ LOST_LINES = [
      "slurm/local-cluster.sh", "[hpcbsp rsh] lost node \\$host:", "hpcbsp-node3", "the launcher"),
     ("[hpcbsp] node hpcbsp-node2 (rank 1) has not been heard from for 10 s: it died, froze or lost its link; "
      "ending the job (HPCBSP_HEARTBEAT_TIMEOUT=10)",
-     "hpcbsp/runtime/failure/detector.py", "has not been heard from for", "hpcbsp-node2", "the failure detector"),
+     "hpcbsp/runtime/failure/lines.py", "has not been heard from for", "hpcbsp-node2", "the failure detector"),
     ("[hpcbsp] node n7 (ranks 4, 5) has not been heard from for 11 s: it died",
-     "hpcbsp/runtime/failure/detector.py", "[hpcbsp] node {host} ({ranks})", "n7", "the failure detector"),
+     "hpcbsp/runtime/failure/lines.py", "{PREFIX} node {host} ({ranks(node_ranks)})", "n7", "the failure detector"),
     ("[hpcbsp] rank 2/4 (pid 123 on hpcbsp-node3) has been stopped for 10 s (SIGSTOP, or a frozen node); ending",
-     "hpcbsp/runtime/failure/detector.py", "has been stopped for", "hpcbsp-node3",
+     "hpcbsp/runtime/failure/lines.py", "has been stopped for", "hpcbsp-node3",
      "the failure detector"),
     ("srun: error: Node failure on hpcbsp-node4", None, None, "hpcbsp-node4", "Slurm"),
 ]

@@ -14,7 +14,8 @@ import time
 import pytest
 
 from hpcbsp.util.flavours import IMPI, MPICH, OPENMPI
-from hpcbsp.util.proctree import descendants, in_group, job_processes, program, signal_ranks
+from hpcbsp.util.procstat import descendants, in_group, job_processes, program
+from hpcbsp.util.proctree import signal_ranks
 
 TREE = "exec -a hydra_pmi_proxy sleep 30 & sleep 30 & wait"
 

@@ -36,7 +36,8 @@ from pathlib import Path
 from ..util.args.parser import OneLineParser
 from ..util.args.types import positive_int
 from ..util.args.vocabulary import add_repeats
-from ..util.proctree import job_processes, signal_ranks
+from ..util.procstat import job_processes
+from ..util.proctree import signal_ranks
 from . import measuring
 
 ROOT = Path(__file__).resolve().parents[2]

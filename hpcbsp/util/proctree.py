@@ -7,10 +7,7 @@ it (MPICH's forwards it).  :func:`signal_ranks` therefore skips every launcher's
 (:data:`hpcbsp.util.flavours.LAUNCHER_PROGRAMS`).
 
 What a job's processes are, and the files they hold open, is read from ``/proc`` by
-:mod:`.procstat`, the one reader; the names :func:`descendants`, :func:`in_group`,
-:func:`job_processes`, :func:`open_files` and :func:`program` are that module's, named here too
-for the callers that import them from here (``hpcbsp supervise``'s leftovers, the tests' MPI
-helpers, ``bench soak``) until they import them from :mod:`.procstat`.
+:mod:`.procstat`, the one reader.
 """
 from __future__ import annotations
 
@@ -19,9 +16,9 @@ import signal
 from typing import Iterable
 
 from .flavours import LAUNCHER_PROGRAMS
-from .procstat import descendants, in_group, job_processes, open_files, program
+from .procstat import program
 
-__all__ = ["signal_ranks", "descendants", "in_group", "job_processes", "open_files", "program"]
+__all__ = ["signal_ranks"]
 
 
 def signal_ranks(pids: Iterable[int], sig: int = signal.SIGUSR1) -> list[int]:

@@ -27,7 +27,7 @@ from typing import Mapping
 
 from ...util.flavours import Flavour
 from ...util.mpiflavour import leftover_names
-from ...util.proctree import job_processes, open_files
+from ...util.procstat import job_processes, open_files
 
 #: Where the MPI's shared-memory files are.
 SHM = "/dev/shm"

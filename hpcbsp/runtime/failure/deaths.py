@@ -25,9 +25,11 @@ import time
 
 if __package__:
     from ...util import procstat
+    from . import lines
     from .detector import Detector
     from .registry import Rank
 else:  # loaded by the watcher's script (python -I -S nodewatch.py), which puts util/ on the path
+    import lines  # type: ignore[no-redef]
     import procstat  # type: ignore[no-redef]
     from detector import Detector  # type: ignore[no-redef]
     from registry import Rank  # type: ignore[no-redef]
@@ -88,8 +90,7 @@ def judge(r: Rank, seen: float, others: list[Rank], ever: int, detector: Detecto
         how += f", within {gap * 1e3:.1f} ms of {names}: either may have died first"
     elif kind == "maybe":
         how += " (the launcher was ending the job: a rank on another node may have died first)"
-    return (f"[hpcbsp] rank {r.rank}/{r.size} (pid {r.pid} on {socket.gethostname()}) "
-            f"died without a report: {how}")
+    return lines.rank_died(r.rank, r.size, r.pid, socket.gethostname(), how)
 
 
 def _others_stopping(others: list[Rank]) -> bool:

@@ -46,8 +46,10 @@ from typing import Iterable
 
 if __package__:
     from ...util import procstat
+    from . import lines
     from .protocol import SILENT, Member
 else:  # loaded by the watcher's script (python -I -S nodewatch.py), which puts util/ on the path
+    import lines  # type: ignore[no-redef]
     import procstat  # type: ignore[no-redef]
     from protocol import SILENT, Member  # type: ignore[no-redef]
 
@@ -188,9 +190,7 @@ class Detector:
                 if self.member is not None:
                     self._out(self.member.give_up(now))
                 self.acted = True
-                return (f"[hpcbsp] rank {rank}/{size} (pid {pid} on {self.host}) has been stopped for "
-                        f"{now - since:.0f} s (SIGSTOP, or a frozen node); ending the job "
-                        f"(HPCBSP_HEARTBEAT_TIMEOUT={self.timeout:g})", True)
+                return lines.rank_stopped(rank, size, pid, self.host, now - since, self.timeout), True
         return self.ending()
 
     def ending(self) -> tuple[str, bool] | None:
@@ -200,12 +200,11 @@ class Detector:
             return None
         self.acted = True
         v = m.verdict
-        host, ranks = self.hosts[v.subject], _ranks_text(self.ranks[v.subject])
+        host = self.hosts[v.subject]
         if v.reason == SILENT:
-            line = (f"[hpcbsp] node {host} ({ranks}) has not been heard from for {v.silent_for:.0f} s: it "
-                    f"died, froze or lost its link; ending the job (HPCBSP_HEARTBEAT_TIMEOUT={self.timeout:g})")
+            line = lines.node_silent(host, self.ranks[v.subject], v.silent_for, self.timeout)
         else:
-            line = f"[hpcbsp] node {host} ended the job (a rank there was stopped)"
+            line = lines.node_ended(host)
         return line, v.speaker == m.me
 
     def counts(self) -> dict[str, int]:
@@ -244,7 +243,3 @@ class Detector:
         earlier = any(t < seen - SAME_MOMENT for _, t, _ in deaths)
         return earlier or first[1] != self.host, near
 
-
-def _ranks_text(ranks: list[int]) -> str:
-    shown = ", ".join(map(str, ranks[:8])) + (f", ... ({len(ranks)} in all)" if len(ranks) > 8 else "")
-    return f"rank {shown}" if len(ranks) == 1 else f"ranks {shown}"

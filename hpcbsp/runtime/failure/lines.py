@@ -47,7 +47,7 @@ else:  # loaded by path by the node's watcher, which puts util/ on sys.path
     from text import ranges, ranks  # type: ignore[no-redef]
 
 __all__ = ["Said", "parse", "node_silent", "rank_stopped", "rank_died", "failed_header", "error",
-           "rank_says", "aborted", "diverged", "peers_failed", "ranks_on_hosts", "PREFIX"]
+           "node_ended", "rank_says", "aborted", "diverged", "peers_failed", "ranks_on_hosts", "PREFIX"]
 
 #: What every failure line of the runtime starts with.
 PREFIX = "[hpcbsp]"
@@ -66,6 +66,11 @@ def node_silent(host: str, node_ranks: Sequence[int], seconds: float, timeout: f
     """The detector's line for a node not heard from for ``seconds``: it ends the job."""
     return (f"{PREFIX} node {host} ({ranks(node_ranks)}) has not been heard from for {seconds:.0f} s: "
             f"it died, froze or lost its link; ending the job (HPCBSP_HEARTBEAT_TIMEOUT={timeout:g})")
+
+
+def node_ended(host: str) -> str:
+    """The line of a node that learnt another node ended the job for a stopped rank there."""
+    return f"{PREFIX} node {host} ended the job (a rank there was stopped)"
 
 
 def rank_stopped(rank: int, size: int, pid: int, host: str, seconds: float, timeout: float) -> str:
