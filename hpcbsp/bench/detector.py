@@ -37,6 +37,7 @@ from ..runtime.failure.protocol import Member
 from ..util import settings
 from ..util.args.parser import OneLineParser
 from ..util.args.types import positive_int
+from ..util.args.vocabulary import add_seed
 
 #: The figures the detector must meet (issue 45).
 MAX_RATE, MAX_P99 = 5.0, 30.0
@@ -183,7 +184,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--stall", type=_seconds, default=None, help="seconds a hundredth of the nodes stall")
     parser.add_argument("--seconds", type=_seconds, default=60.0, help="protocol time without failure (default 60)")
     parser.add_argument("--failures", type=positive_int, default=3, help="frozen-node trials (default 3)")
-    parser.add_argument("--seed", type=int, default=1, help="the simulation's seed (default 1)")
+    add_seed(parser, "the simulation's losses, stalls and frozen nodes")
     args = parser.parse_args(argv)
     period = float(settings.value("HPCBSP_HEARTBEAT_PERIOD"))
     timeout = float(settings.value("HPCBSP_HEARTBEAT_TIMEOUT")) or 10.0
