@@ -2,13 +2,15 @@
 
     python tests/programs/ledger_memory.py EMPTY DATA
 
-Runs a warm-up, reads VmRSS from /proc/self/status, then EMPTY empty supersteps and DATA
+Runs a warm-up (twice ``$HPCBSP_LEDGER_WINDOW`` empty supersteps, and a tenth of that with
+data), reads VmRSS from /proc/self/status, then EMPTY empty supersteps and DATA
 supersteps that each put 8 bytes to the next rank, and reads VmRSS again.  Every rank prints
 one line ``rss_growth_kib RANK EMPTY_GROWTH DATA_GROWTH`` (KiB: VmRSS after the phase minus
 VmRSS before it).
 """
 from __future__ import annotations
 
+import os
 import sys
 
 import numpy as np
@@ -29,8 +31,9 @@ def main(empty: int, data: int) -> None:
     with hpcbsp.BSP() as bsp:
         x = bsp.coarray(1, dtype=np.int64)
         right = (bsp.pid + 1) % bsp.nprocs
-        warm = 20_000
-        for _ in range(warm):  # warm-up: the pools, the caches, the window's first fill
+        # warm-up: the pools, the caches, twice the ledger's window (so that it has wrapped)
+        warm = 2 * int(os.environ.get("HPCBSP_LEDGER_WINDOW") or 10_000)
+        for _ in range(warm):
             bsp.sync()
         for i in range(warm // 10):
             x.put(right, [i])
