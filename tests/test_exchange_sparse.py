@@ -43,11 +43,13 @@ def test_sparse_and_dense_agree_at_five_ranks_oversubscribed():
 
 
 def test_the_dense_exchange_is_asked_for_beyond_the_sparse_limit(monkeypatch):
-    """Hand cases of :meth:`Outbox.levels` at 8 ranks (this one is rank 1), limit 2."""
+    """Hand cases of :meth:`Outbox.levels` at 8 ranks (this one is rank 1), with a limit of 2
+    (set: below 16 ranks the dense exchange is the rule)."""
     monkeypatch.setenv("HPCBSP_LARGE_PUT_BYTES", "1000000")
-    assert [sparse_limit(p) for p in (2, 4, 8, 16, 32, 16384)] == [2, 2, 2, 4, 8, 4096]
+    assert [sparse_limit(p) for p in (2, 4, 8, 15, 16, 32, 16384)] == [-1, -1, -1, -1, 4, 8, 4096]
     box = Outbox(8, 1)
-    assert box.sparse_max == 2
+    assert box.sparse_max == -1 and Outbox(32, 1).sparse_max == 8
+    box.sparse_max = 2                                        # (the tests' lever)
     small = np.zeros(2)
     box.add(0, outbox_module.PUT, 0, 0, 2, small)
     box.add(2, outbox_module.PUT, 0, 0, 2, small)
@@ -74,6 +76,7 @@ def test_a_buffer_longer_than_the_consensus_message_is_announced_and_follows(bsp
     from hpcbsp.runtime.superstep.exchange import consensus
 
     p, me, n = bsp.nprocs, bsp.pid, 1000
+    bsp._outbox.sparse_max = p  # (the tests' lever: the consensus, which below 16 ranks is not the rule)
     x = bsp.coarray(2 * n, np.int64)
     right, left = (me + 1) % p, (me - 1) % p
     assert n * (outbox_module.HEADER.size + 8) > consensus.INLINE

@@ -67,11 +67,24 @@ class Extra(enum.IntEnum):
     DENSE = 3
 
 
+#: Below this many ranks every general superstep takes the dense count exchange.
+SPARSE_MIN_RANKS = 16
+
+
 def sparse_limit(nprocs: int) -> int:
     """The most ranks a rank's records may go to for a superstep to take the sparse consensus
     (:attr:`Extra.DENSE` beyond): a quarter of the ranks, at least 2 (measured in
     docs/notes/performance-journal.md, "Issue 44 item 2": at 8 ranks the consensus costs about as
-    much as the dense count exchange with every rank sending to 4 others)."""
+    much as the dense count exchange with every rank sending to 4 others); -1 (none) below
+    :data:`SPARSE_MIN_RANKS` ranks.  There the dense exchange's work per rank is small, and it
+    has fewer rounds of messages than the consensus (a synchronous send's answer, the
+    barrier's), which counts wherever ranks share cores, seen or not: a halo superstep (a put to
+    each neighbour) took 700-900 us by the consensus against 333-375 us dense at 3 ranks on 2
+    cores, and 3 ranks on emulated nodes sharing 2 cores (each node sees cores enough, so its
+    ranks spin) 1.5x the time of the dense exchange; at 2 ranks on 2 cores the consensus was
+    faster (26 against 36 us)."""
+    if nprocs < SPARSE_MIN_RANKS:
+        return -1
     return max(2, nprocs // 4)
 
 
