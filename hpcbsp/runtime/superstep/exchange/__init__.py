@@ -2,8 +2,8 @@
 
 Every put, get request and queue record issued during a superstep waits in the *outbox*
 (:mod:`..outbox`), a byte buffer of headers and payloads per destination rank it has records
-for.  At ``sync``, where every rank's records go to few ranks (at most a quarter of them, at
-least 2: :func:`~..outbox.sparse_limit`) and none lies in the shared arena, the *sparse
+for.  At ``sync``, from 16 ranks on, where every rank's records go to few ranks (at most a
+quarter of them: :func:`~..outbox.sparse_limit`) and none lies in the shared arena, the *sparse
 consensus* (:mod:`.consensus`, NBX) delivers the buffers: a synchronous send to each
 destination, every arrival taken, and a non-blocking barrier once this rank's sends were all
 received; no rank learns anything of the ranks it has no business with, and its Python work is
