@@ -31,7 +31,8 @@ def _wait_for(pred, timeout: float = 10.0) -> None:
 def tree():
     proc = subprocess.Popen(["bash", "-c", TREE], start_new_session=True, stdin=subprocess.DEVNULL)
     try:
-        _wait_for(lambda: len(descendants(proc.pid)) == 2)
+        # both children forked and past their exec (until then a child is a copy of bash)
+        _wait_for(lambda: len(below := descendants(proc.pid)) == 2 and "bash" not in map(program, below))
         yield proc
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
