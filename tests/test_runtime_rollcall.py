@@ -29,8 +29,12 @@ def _run(late_by: float) -> tuple[list[int] | None, bool]:
         got = None if late else roll.missing(req, roll.answer)
         while not req.Test():  # the step completes for everyone (the late rank answers stale calls)
             roll.answer()
+        # the stale roll calls answered, then every answer received (each barrier orders what
+        # came before it), before the communicator is freed
         comm.Barrier()
         roll.answer()
+        comm.Barrier()
+        roll.close()  # as the control step does before its communicator is freed
         return got, late
     finally:
         comm.Free()

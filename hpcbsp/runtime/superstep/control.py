@@ -239,7 +239,9 @@ class ControlStep:
         return agreed(r[3] | r[4] << 2 | (r[3] + r[8] == 0) * UNIFORM)  # (as the compiled step's code)
 
     def free(self) -> None:
-        """Release the persistent request (before the communicator is freed)."""
+        """Release the persistent request and the roll call's messages (before the communicator
+        is freed)."""
+        self._roll.close()
         if self._compiled is not None:
             self._compiled.close()  # a caller that kept blocking_step gets an error, not a crash
         self._compiled = None

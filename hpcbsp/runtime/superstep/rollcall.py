@@ -90,6 +90,22 @@ class RollCall:
         if self._sent:
             self._sent = [(r, b) for r, b in self._sent if not r.Test()]
 
+    def close(self) -> None:
+        """Before the communicator is freed (after the context's last step, which every rank
+        took part in): receive the roll calls, answers and verdicts still addressed to this rank
+        (an answer that came after its caller stopped listening, a call to a rank that was late)
+        and let go of this rank's sends.  A message left unreceived on a freed communicator made
+        Open MPI 5 hang in the next communicator's ``Split_type``.  Local: never waits."""
+        comm, status = self.comm, self._status
+        scratch = np.empty(max(2, self._vbuf.size // 8 + 1), dtype=np.int64)
+        for tag in (TAG_ROLL, TAG_HERE, TAG_VERDICT):
+            while comm.Iprobe(MPI.ANY_SOURCE, tag, status):
+                comm.Recv(scratch, status.Get_source(), tag)
+        for request, _ in self._sent:
+            if not request.Test():
+                request.Free()  # MPI completes the send; nothing here waits for it
+        self._sent = []
+
     def missing(self, req: MPI.Request, pause: Callable[[], object]) -> list[int] | None:
         """This rank's deadline passed in its step :attr:`step` (``req``: the step's collective):
         the ranks that never came (by a verdict, received or made), or None where the step
