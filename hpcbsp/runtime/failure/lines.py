@@ -123,21 +123,18 @@ def ranks_on_hosts(chosen: Sequence[int], hosts: Sequence[str] | None) -> str:
     :data:`SHOWN_RANKS` ranks host by host as ranges, ``0-3 (on node1), 8-11 (on node3)``, at
     most :data:`SHOWN_HOSTS` hosts and then ``and 40 more ranks on 10 hosts``: never a list that
     grows with the job.  :func:`parse` reads the hosts back either way."""
-    known = hosts is not None
-    if len(chosen) <= SHOWN_RANKS or not known:
-        if len(chosen) > SHOWN_RANKS:
-            return ranges(chosen)
-        return ", ".join(f"{r} (on {hosts[r]})" if hosts is not None and 0 <= r < len(hosts) else str(r)
-                         for r in chosen)
-    assert hosts is not None
+    if hosts is None:
+        return ranges(chosen) if len(chosen) > SHOWN_RANKS else ", ".join(map(str, chosen))
+    if len(chosen) <= SHOWN_RANKS:
+        return ", ".join(f"{r} (on {hosts[r]})" if 0 <= r < len(hosts) else str(r) for r in chosen)
     by_host: dict[str, list[int]] = {}
     for r in sorted(set(chosen)):
         by_host.setdefault(hosts[r] if 0 <= r < len(hosts) else "?", []).append(r)
-    shown = list(by_host.items())[:SHOWN_HOSTS]
-    text = ", ".join(f"{ranges(rs)} (on {host})" for host, rs in shown)
-    rest = [r for _, rs in list(by_host.items())[SHOWN_HOSTS:] for r in rs]
+    groups = list(by_host.items())
+    text = ", ".join(f"{ranges(rs)} (on {host})" for host, rs in groups[:SHOWN_HOSTS])
+    rest = sum(len(rs) for _, rs in groups[SHOWN_HOSTS:])
     if rest:
-        text += f", and {len(rest)} more ranks on {len(by_host) - SHOWN_HOSTS} hosts"
+        text += f", and {rest} more ranks on {len(groups) - SHOWN_HOSTS} hosts"
     return text
 
 
