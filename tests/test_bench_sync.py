@@ -43,6 +43,9 @@ def test_the_sync_bench_runs_on_two_ranks_with_its_fine_grained_rows():
     out = res.stdout
     sync, barrier, ratio = figures(rf"empty sync +{NUM} us +Barrier +{NUM} us +sync/Barrier = {NUM}x", out)
     assert ratio_of(ratio, sync, barrier, 0.01), (sync, barrier, ratio)
+    timeout, watched, ratio = figures(rf"the same sync with a timeout \(BSP\(timeout={NUM}\): its deadline watched "
+                                      rf"on the control step's non-blocking allreduce\) +{NUM} us = {NUM}x the sync without", out)
+    assert timeout == 60 and ratio_of(ratio, watched, sync, 0.01), (watched, sync, ratio)
     # The floor the target names: one integer's allreduce through mpi4py, two ways; the ratio is
     # to the faster.  The compiled call and loop beside them, each with its own ratio.
     plain, persistent, call, loop = figures(

@@ -27,6 +27,8 @@ from .common import median_or_nan, per_call
 
 #: The allreduces' buffers: one integer (the floor issue 30's target names), the control record.
 BUFFERS = {"one": 1, "record": 10}
+#: The sync timeout of the watched context's empty syncs (seconds; never reached).
+TIMEOUT_S = 60.0
 #: How each buffer's allreduce is called, in the order of the rounds.
 HOWS = ("plain", "persistent", "call", "c")
 
@@ -107,24 +109,29 @@ def _start_wait(req: MPI.Prequest) -> None:
 
 
 def empty_sync(bsp: "hpcbsp.BSP", comm: MPI.Comm, iters: int, rounds: int) -> dict[str, Any]:
-    """The empty sync, compiled and in Python, ``Barrier`` and the allreduces, one block each in
-    every round: their medians in microseconds (``NAME_us``; NaN for one not measured here)."""
+    """The empty sync, compiled and in Python, in a context with a sync timeout (``BSP(timeout=
+    TIMEOUT_S)``: its deadline is watched on the control step's non-blocking allreduce, never
+    reached here), ``Barrier`` and the allreduces, one block each in every round: their medians
+    in microseconds (``NAME_us``; NaN for one not measured here)."""
     python_ctx = python_context(bsp)
+    watched = hpcbsp.BSP(bsp.comm, timeout=TIMEOUT_S, wait=bsp.wait)
     floors = Allreduces(comm, iters)
     timers: dict[str, Callable[[], float]] = {
         "empty_sync": lambda: per_call(bsp.sync, iters, comm),
+        "timeout_sync": lambda: per_call(watched.sync, iters, comm),
         "python_sync": lambda: per_call(python_ctx.sync, iters, comm),
         "barrier": lambda: per_call(comm.Barrier, iters, comm),
         **floors.timers()}
-    series: dict[str, list[float]] = {key: [] for key in ("empty_sync", "python_sync", "barrier")}
+    series: dict[str, list[float]] = {key: [] for key in ("empty_sync", "timeout_sync", "python_sync", "barrier")}
     series.update({f"{b}_{how}": [] for b in BUFFERS for how in HOWS})
     series["record_blocking"] = []
     for _ in range(rounds):
         for key, timer in timers.items():
             series[key].append(timer())
     floors.close()
+    watched.close()
     python_ctx.close()
-    return {f"{key}_us": 1e6 * median_or_nan(v) for key, v in series.items()}
+    return {"timeout_s": TIMEOUT_S, **{f"{key}_us": 1e6 * median_or_nan(v) for key, v in series.items()}}
 
 
 def how_it_runs(bsp: "hpcbsp.BSP") -> dict[str, Any]:

@@ -20,6 +20,9 @@ def control(r: dict[str, Any], rounds: int, p: int) -> None:
           f"{'compiled' if r['compiled'] else 'in Python (' + r['why_not'] + ')'}; "
           f"the same sync with it in Python (HPCBSP_COMPILED_SYNC=0) {r['python_sync_us']:6.2f} us = "
           f"{r['python_sync_us'] / r['barrier_us']:.2f}x Barrier")
+    print(f"  the same sync with a timeout (BSP(timeout={r['timeout_s']:g}): its deadline watched on the control "
+          f"step's non-blocking allreduce) {r['timeout_sync_us']:6.2f} us = "
+          f"{r['timeout_sync_us'] / r['empty_sync_us']:.2f}x the sync without")
     for b, what in (("one", "one integer"), ("record", "the sync's 80-byte control record")):
         figs = "; ".join(f"{NAMES[how]} {r[f'{b}_{how}_us']:.2f} us" for how in NAMES)
         if b == "record" and r["record_blocking_us"] == r["record_blocking_us"]:
