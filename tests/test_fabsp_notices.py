@@ -52,4 +52,7 @@ def test_a_handler_failure_reaches_five_ranks_through_forwarded_notices():
     assert time.monotonic() - t0 < 30, res.output  # the ranks learnt of it, nobody waited for the grace
     assert res.stderr.count("Traceback (most recent call last)") == 1, res.stderr
     assert "[rank 1] ValueError: handler on rank one got hop 7 (quiesce)" in res.stderr
+    # One line for the four ranks that stop: rank 0's (the lowest that did not fail).
+    assert res.stderr.count("stopping because rank 1") == 1, res.stderr
+    assert "rank 0/5: stopping because rank 1" in res.stderr, res.stderr
     assert "aborting the job" not in res.stderr and "UNREACHABLE" not in res.stdout

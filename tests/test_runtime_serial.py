@@ -143,6 +143,8 @@ def test_every_kind_of_failure_is_a_bsp_error_and_reported_by_its_kind():
     assert format_failure(BadInput("checkpoint x is damaged"), 1, 2) == ""
     assert format_failure(PeerFailed("stopping because rank 0 failed"), 1, 2) == \
         "[hpcbsp] rank 1/2: stopping because rank 0 failed\n"
+    # Not the rank that reports it for the job: silent, as a divergence's other ranks are.
+    assert format_failure(PeerFailed("stopping because rank 0 failed", reports=False), 2, 3) == ""
     try:
         raise SyncTimeout("rank 1: sync at superstep 4 timed out (ranks not arrived: 2 (on n3))")
     except BSPError as caught:

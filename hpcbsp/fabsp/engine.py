@@ -243,7 +243,7 @@ class Engine:
         notices.raise_deferred()
         if notices.peer_failure is not None:
             notices.state = "failed"
-            raise PeerFailed(f"stopping because {notices.peer_failure}")
+            raise notices.peer_failed()
         if notices.state != "open":
             raise UsageError(f"rank {self.pid}: the BSP context is {notices.state}")
         wave = DoubleWave(self._comm)
@@ -256,7 +256,7 @@ class Engine:
             self._flush()
             self._complete_sends()
             if notices.peer_failure is not None:
-                raise PeerFailed(f"stopping because {notices.peer_failure}")
+                raise notices.peer_failed()
             if not wave.in_flight:
                 wave.start(*counters())
             if wave.test():

@@ -9,8 +9,9 @@ P), and each rank that hears it first forwards it to its own children in that tr
 and no rank sends more than ceil(log2 P) notices per failed rank and communicator (the failed
 one included: it used to send 2(P-1)).  A rank that receives one stops handling and drops what
 it sends; its next ``sync`` raises :class:`~hpcbsp.runtime.errors.PeerFailed` naming the failed
-rank.  (A notice forwarded by a rank busy in its own work waits for that rank's next call into
-the mailboxes; the runtime's control step names the failure at the next sync either way.)
+rank (uncaught, printed by one rank only: :meth:`FailureNotices.peer_failed`).  (A notice
+forwarded by a rank busy in its own work waits for that rank's next call into the mailboxes;
+the runtime's control step names the failure at the next sync either way.)
 
 A failure raised while the runtime's control step waits (inside ``progress``) cannot be raised
 there without abandoning a collective: it is *deferred* to this rank's next ``send`` or ``sync``,
@@ -29,6 +30,7 @@ from typing import Iterator
 import numpy as np
 from mpi4py import MPI
 
+from ..runtime.errors import PeerFailed
 from ..runtime.superstep.lifecycle import abort_grace
 
 #: Tag of the failure notice; mailbox tags are their indices, far below this.
@@ -58,6 +60,7 @@ class FailureNotices:
         self.state = "open"
         #: What a peer's notice said ("rank R failed ..."), once one arrived.
         self.peer_failure: str | None = None
+        self._peer_origin = -1  # the failed rank of the first notice heard
         self._deferred: BaseException | None = None  # this rank's handler failure, not raised yet
         self._deferred_at = 0.0
         self._reqs: list[MPI.Request] = []
@@ -93,7 +96,15 @@ class FailureNotices:
             origin, text = src, data
         if self.peer_failure is None:
             self.peer_failure = f"rank {origin} {text.decode(errors='replace')}"
+            self._peer_origin = origin
         self._forward(origin, text)
+
+    def peer_failed(self) -> PeerFailed:
+        """The error a rank raises once it has heard of a peer's failure (``peer_failure`` set):
+        reported, uncaught, only by the lowest rank other than the failed one, so that the job
+        prints one such line (with the failed rank's own report), not one per rank."""
+        reporter = 1 if self._peer_origin == 0 else 0
+        return PeerFailed(f"stopping because {self.peer_failure}", reports=self._pid == reporter)
 
     def defer(self, exc: BaseException) -> None:
         """Keep this rank's failure to raise at the next safe point."""

@@ -13,8 +13,9 @@ Catch what you mean::
 
 How an uncaught one is reported (:mod:`hpcbsp.runtime.failure.report`): :class:`BadInput` once, on rank
 0, as one line; :class:`Divergence` with the traceback of the lowest rank only;
-:class:`PeerFailed` as one line per rank; :class:`SyncTimeout` as one line per
-rank naming the program's line that waited; every other kind with the rank's traceback.
+:class:`PeerFailed` as one line, by one rank only (the lowest that did not fail: its
+``reports``); :class:`SyncTimeout` as one line per rank naming the program's line that
+waited; every other kind with the rank's traceback.
 """
 
 
@@ -46,7 +47,15 @@ class Divergence(BSPError):
 class PeerFailed(BSPError):
     """Another rank failed; this rank did nothing wrong and stops.  Raised at this rank's next
     collective call (or at its next mailbox ``send``/``sync`` after a handler failed elsewhere);
-    reported as one line, not a traceback."""
+    reported as one line, not a traceback.
+
+    ``reports`` is true on one surviving rank only (the lowest that did not fail, as far as this
+    rank knows): uncaught, the line is printed there and nowhere else, so that a job of P ranks
+    prints the failed ranks' own reports and one line, not P - 1 copies of it."""
+
+    def __init__(self, message: str = "", *, reports: bool = True) -> None:
+        super().__init__(message)
+        self.reports = reports
 
 
 class SyncTimeout(BSPError):

@@ -1,8 +1,8 @@
 """How a failed rank reports itself: its traceback once, every line prefixed with its rank (an
 interrupted one, Ctrl-C, a peer's failure and a timeout in one line: the timeout names the
-program's line that waited).  A divergence, which every rank raises alike, is printed by the one
-rank whose exception says so (:attr:`~hpcbsp.runtime.errors.Divergence.reports`: the lowest);
-the others print nothing, as for bad input.  The lines' formats: :mod:`.lines`."""
+program's line that waited).  A divergence and a peer's failure, which every rank raises alike,
+are printed by the one rank whose exception says so (``reports``: the lowest, or the lowest that
+did not fail); the others print nothing, as for bad input.  The lines' formats: :mod:`.lines`."""
 from __future__ import annotations
 
 import os
@@ -25,7 +25,7 @@ def format_failure(exc: BaseException, rank: int, size: int) -> str:
     in one line, anything else as the rank-prefixed traceback."""
     if isinstance(exc, BadInput):
         return lines.error(str(exc)) + "\n" if rank == 0 else ""
-    if isinstance(exc, Divergence) and not exc.reports:  # (the lowest rank prints it for the job)
+    if isinstance(exc, (Divergence, PeerFailed)) and not exc.reports:  # (one rank prints it for the job)
         return ""
     if isinstance(exc, PeerFailed):
         return lines.rank_says(rank, size, str(exc)) + "\n"

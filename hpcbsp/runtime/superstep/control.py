@@ -330,23 +330,26 @@ class ControlStep:
         kind = Kind(kind)
         mine = (int(kind), superstep, describe())
         everyone = self.comm.gather(mine, root=0)
-        verdict: tuple[str, str] | None = None
+        verdict: tuple[str, str, int] | None = None
         if everyone is not None:  # (the lowest rank)
             failed = [(r, d) for r, (k, _, d) in enumerate(everyone) if k == Kind.FAIL]
             if failed:
-                verdict = ("failed", lines.peers_failed(failed))
+                survivor = next(r for r, (k, _, _) in enumerate(everyone) if k != Kind.FAIL) \
+                    if len(failed) < len(everyone) else -1
+                verdict = ("failed", lines.peers_failed(failed), survivor)
             else:
                 groups: dict[str, list[int]] = {}
                 for r, (_, step, d) in enumerate(everyone):
                     groups.setdefault(f"{d} at superstep {step}", []).append(r)
-                verdict = ("diverged", lines.diverged(groups))
-        what, message = self.comm.bcast(verdict, root=0)
+                verdict = ("diverged", lines.diverged(groups), 0)
+        what, message, reporter = self.comm.bcast(verdict, root=0)
         self.settled = True
+        reports = self.comm.Get_rank() == reporter  # one rank prints it for the job
         if what == "failed":
             if int(kind) == Kind.FAIL:  # this rank failed too: it knows (its _fail swallows this)
                 raise BSPError(message)
-            raise PeerFailed(message)
-        raise Divergence(message, reports=self.comm.Get_rank() == 0)
+            raise PeerFailed(message, reports=reports)
+        raise Divergence(message, reports=reports)
 
 
 def requested_collective() -> str:
