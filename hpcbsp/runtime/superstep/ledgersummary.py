@@ -60,7 +60,7 @@ class LedgerSummary:
         shown = len({int(rec["index"]) for rec in self.records})
         t = self.totals()
         return (f"{table}\n  (the table holds the last {shown:,} of {self.count:,} supersteps: "
-                "$HPCBSP_LEDGER_WINDOW; --ledger PATH keeps every one)\n"
+                "$HPCBSP_LEDGER_WINDOW; --ledger PATH saves them all)\n"
                 f"  all {self.count:,} supersteps: w {1e3 * t['work_s']:.3f} ms, sync {1e3 * t['sync_s']:.3f} ms "
                 f"(the largest rank total), {t['bytes']:,} bytes and {t['requests']:,} requests between ranks, "
                 f"largest h {t['h_max']:,} bytes")
