@@ -26,19 +26,20 @@ from hpcbsp.util.args.checks import check_memory, check_out_dir, check_outputs, 
 from hpcbsp.util.args.parser import OneLineParser
 from hpcbsp.util.args.vocabulary import add_common_options, add_n
 from hpcbsp.util.text import plural
-from hpcbsp.runtime.superstep.ledger import summarize
+from hpcbsp.runtime.superstep.ledgersummary import LedgerSummary, gather_summary
 
 
 def run_demo(bsp: "hpcbsp.BSP", n: int, seed: int = 0, ledger: str | None = None, quiet: bool = False
-             ) -> tuple[dict[str, Any], list[dict[str, object]] | None]:
-    """The Jacobi solve and every rank's ledger records (on rank 0); the ledger is saved to
-    ``ledger`` if given."""
+             ) -> tuple[dict[str, Any], LedgerSummary | None]:
+    """The Jacobi solve and the ledger's summary (on rank 0: every rank's window and totals,
+    :mod:`hpcbsp.runtime.superstep.ledgersummary`); the ledger is saved to ``ledger`` if given
+    (streamed: every superstep)."""
     args = argparse.Namespace(n=n, seed=seed, eps=1e-10, max_iter=500, ledger=ledger, quiet=quiet)
     out = solve(bsp, "BSF Jacobi", jacobi, args)
-    return out, bsp.ledger.gather()
+    return out, gather_summary(bsp.ledger)
 
 
-def report(out: dict[str, Any], records: list[dict[str, object]], nprocs: int, out_dir: str) -> int:
+def report(out: dict[str, Any], ledger: LedgerSummary, nprocs: int, out_dir: str) -> int:
     """Rank 0: print the run, its ledger, the model's prediction; write the model and the plot."""
     from hpcbsp.cost.farmmodel import format_farm_parameters, model_from_farm
     from hpcbsp.cost.modelfile import save_model
@@ -51,7 +52,7 @@ def report(out: dict[str, Any], records: list[dict[str, object]], nprocs: int, o
     print(f"  {out['iterations']} iterations, {'converged' if out['converged'] else 'NOT converged'}; "
           f"max |x - numpy.linalg.solve(A, b)| = {out['max_error']:.1e}  {'OK' if ok else 'FAILED'}")
     print()
-    print(summarize(records))
+    print(ledger.text())
     print()
     print(format_farm_parameters(out["timings"]))
     # The band comes from the spread of single iterations: wide when they disagree (a busy machine).
@@ -98,18 +99,19 @@ def main(argv: list[str] | None = None) -> int:
                      + rerun_command(2, argv))
     if args.n < max(2, size - 1):
         parser.error(f"--n must be at least {max(2, size - 1)}, got {args.n}")
-    out, records = hpcbsp.run(run_demo, args.n, args.seed, args.ledger, args.quiet)
+    out, ledger = hpcbsp.run(run_demo, args.n, args.seed, args.ledger, args.quiet)
     if MPI.COMM_WORLD.Get_rank() != 0:
         return 0
+    assert ledger is not None  # (rank 0's)
     if args.json:
         with contextlib.redirect_stdout(io.StringIO()):
-            status = report(out, records, size, args.out_dir)
+            status = report(out, ledger, size, args.out_dir)
         doc = {k: v for k, v in out.items() if k != "timings"}
         doc.update(ranks=size, ok=status == 0, model=os.path.join(args.out_dir, "MODEL.json"),
                    plot=os.path.join(args.out_dir, "speedup.png"), ledger=args.ledger)
         print(json.dumps(doc))
         return status
-    status = report(out, records, size, args.out_dir)
+    status = report(out, ledger, size, args.out_dir)
     if args.ledger:
         print(f"ledger written to {args.ledger}")
     return status

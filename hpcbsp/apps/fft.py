@@ -38,7 +38,7 @@ import sys
 import numpy as np
 
 from ..runtime import BSP
-from ..runtime.superstep.ledger import summarize
+from ..runtime.superstep.ledgersummary import gather_summary
 from ..runtime.api.partition import Cyclic
 from ..util.args.checks import check_memory, check_outputs, ledger_output
 from ..util.args.parser import OneLineParser
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             for done in range(args.repeats):
                 y = transform(x[mine])
                 show(done + 1)
-            records = bsp.ledger.gather(root=0)
+            summary = gather_summary(bsp.ledger)  # (the window, and totals of every superstep)
             if args.ledger:
                 bsp.ledger.save(args.ledger)
             expect = np.fft.fft(x)
@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps({"n": args.n, "ranks": world.nprocs, "ranks_used": p, "transforms": args.repeats,
                                   "max_error": err, "max_abs": scale, "ok": ok, "ledger": args.ledger}))
             elif bsp.pid == 0:
-                print(summarize(records or []))
+                print(summary.text() if summary is not None else "")
                 print(f"fft: n = {args.n} on {p} rank(s), {args.repeats} transform(s); max |y - numpy.fft.fft| "
                       f"= {err:.2e} (max |y| = {scale:.3g})  {'OK' if ok else 'FAILED'}")
             if bsp is not world:

@@ -33,7 +33,8 @@ Stage k (k = 0..n-1) is at most four supersteps; ``t_k = k mod N``, ``s_k = k mo
     and one row or column part into each other rank.
 
 With the replicated pivot vector every rank knows r and whether the swap superstep is needed.
-The run prints the ledger (``hpcbsp.runtime.superstep.ledger.summarize``) and the check, or with ``--json``
+The run prints the ledger (``hpcbsp.runtime.superstep.ledgersummary``: the last
+``$HPCBSP_LEDGER_WINDOW`` supersteps, and the totals of all where it holds fewer) and the check, or with ``--json``
 one JSON object (``n``, ``grid``, ``ranks``, ``pivots_equal``, ``max_error``, ``residual``,
 ``ok``); a long run prints a progress line per two seconds on stderr (``--quiet``: none).
 ``--ledger run.json`` saves the ledger for ``hpcbsp-cost ledger run.json --profile PROFILE.json``.
@@ -48,7 +49,7 @@ from typing import Callable
 import numpy as np
 
 from ..runtime import BSP
-from ..runtime.superstep.ledger import summarize
+from ..runtime.superstep.ledgersummary import gather_summary
 from ..runtime.api.partition import Grid, dims_create, grid
 from ..util.args.checks import check_memory, check_outputs, ledger_output
 from ..util.args.parser import OneLineParser
@@ -278,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         rows, cols = layout.global_indices(bsp.pid)
         show = Progress("lu", args.n, enabled=not args.quiet and bsp.pid == 0, unit="stage")
         res = lu(bsp, a[np.ix_(rows, cols)].copy(), layout, progress=show)
-        records = bsp.ledger.gather(root=0)
+        summary = gather_summary(bsp.ledger)  # (the window, and totals of every superstep)
         if args.ledger:
             bsp.ledger.save(args.ledger)
         err, resid, same_piv = check(bsp, a, res, layout)
@@ -287,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"n": args.n, "grid": list(dims), "ranks": bsp.nprocs, "pivots_equal": same_piv,
                               "max_error": err, "residual": resid, "ok": ok, "ledger": args.ledger}))
         elif bsp.pid == 0:
-            print(summarize(records or []))
+            print(summary.text() if summary is not None else "")
             print(f"lu: n = {args.n} on a {dims[0]}x{dims[1]} cyclic grid ({bsp.nprocs} rank(s)); "
                   f"pivots {'equal' if same_piv else 'DIFFER from'} scipy.linalg.lu_factor's; "
                   f"max |LU - scipy| = {err:.2e}; max |PA - LU| / max |A| = {resid:.2e}  "

@@ -48,7 +48,7 @@ import numpy as np
 
 from .. import kernels
 from ..runtime import BSP
-from ..runtime.superstep.ledger import summarize
+from ..runtime.superstep.ledgersummary import gather_summary
 from ..runtime.api.partition import Explicit, Grid, dims_create, grid
 from ..util.args.checks import check_memory, check_outputs, ledger_output
 from ..util.args.parser import OneLineParser
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         for done in range(args.repeats):
             y_local = product(x_local)
             show(done + 1)
-        records = bsp.ledger.gather(root=0)
+        summary = gather_summary(bsp.ledger)  # (the window, and totals of every superstep)
         if args.ledger:
             bsp.ledger.save(args.ledger)
         expect = sparse.coo_matrix((vals, (rows, cols)), shape=shape).tocsr() @ x
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
                               "partition": args.partition, "grid": list(dims), "ranks": bsp.nprocs,
                               "products": args.repeats, "max_error": err, "ok": ok, "ledger": args.ledger}))
         elif bsp.pid == 0:
-            print(summarize(records or []))
+            print(summary.text() if summary is not None else "")
             print(f"spmv: {args.n} x {args.cols}, {rows.size:,} nonzeros, {args.partition} on a "
                   f"{dims[0]}x{dims[1]} grid ({bsp.nprocs} rank(s)), {args.repeats} product(s); "
                   f"max |y - scipy.sparse A @ x| = {err:.2e}  {'OK' if ok else 'FAILED'}")

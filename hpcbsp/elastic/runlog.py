@@ -3,7 +3,9 @@
 The staleness of every applied gradient is kept as a histogram (:class:`Staleness`: one count
 per staleness value, so its memory grows with the largest staleness, not with the updates); its
 summary (:func:`staleness_summary`) is exact.  The push times and the accuracy curve are kept
-whole: every push time is an output of the experiment (``pushes.csv``), and the curve has one
+whole, in bounded memory (:class:`~hpcbsp.util.spooled.Spooled`: the newest 4096 rows in memory, older
+ones in an unnamed temporary file, 16 or 32 bytes a row): every push time is an output of the
+experiment (``pushes.csv``, written from them after the run, row by row), and the curve has one
 point per evaluation (``eval_every``).
 """
 from __future__ import annotations
@@ -12,6 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from ..util.spooled import Spooled
+
+#: A push: (worker, seconds since the run started).
+PUSH = np.dtype([("worker", np.int64), ("time_s", np.float64)])
+#: A point of the accuracy curve: (seconds, accuracy, loss, updates).
+POINT = np.dtype([("time_s", np.float64), ("accuracy", np.float64), ("loss", np.float64), ("updates", np.int64)])
 
 __all__ = ["RunLog", "Staleness", "staleness_summary"]
 
@@ -73,9 +82,11 @@ class RunLog:
     dropped: np.ndarray = field(init=False)
     wait_s: np.ndarray = field(init=False)
     staleness: Staleness = field(default_factory=Staleness)  #: of every applied gradient (a histogram)
-    push_times: list[tuple[int, float]] = field(default_factory=list)  # (worker, time) per push
+    #: (worker, time) per push, in bounded memory (:class:`~hpcbsp.util.spooled.Spooled`, like a list)
+    push_times: Spooled = field(default_factory=lambda: Spooled(PUSH))
     updates: int = 0
-    curve: list[tuple[float, float, float, int]] = field(default_factory=list)  # (time, acc, loss, updates)
+    #: (time, accuracy, loss, updates) per evaluation, the same way
+    curve: Spooled = field(default_factory=lambda: Spooled(POINT))
     duration_s: float = 0.0
 
     def __post_init__(self) -> None:

@@ -16,7 +16,9 @@ it back, exactly:
   ``__dict__`` less the names its class lists in ``TRANSIENT`` (what belongs to the process, not
   to the state: those fall back to the class's defaults when decoded); decoding makes the
   instance with ``cls.__new__`` and sets the attributes, so no constructor and no code named by
-  the file runs.
+  the file runs.  A class of the list that defines ``__setstate__`` (a run log's
+  :class:`~hpcbsp.util.spooled.Spooled` rows, partly on disk) is its ``__getstate__()`` instead,
+  given back to its own ``__setstate__``.
 
 Anything else raises :class:`SnapshotError` naming where it was found.  So does a mutable object
 reachable twice (two attributes sharing one list or array): restoring would split it into two
@@ -40,13 +42,14 @@ class SnapshotError(ValueError):
 def _allowed() -> dict[str, type]:
     # Imported here: the policies import nothing from this module, but keeping the allow-list
     # lazy lets this module load first and stay free of the package's import order.
+    from ..util.spooled import Spooled
     from . import policies
     from .coordinator import Coordinator
     from .policies.clocks import HeldByCount, PushClock
     from .policies.intervals import IntervalTracker
     from .runlog import RunLog, Staleness
 
-    classes = [Coordinator, RunLog, Staleness, PushClock, HeldByCount, IntervalTracker,
+    classes = [Coordinator, RunLog, Staleness, Spooled, PushClock, HeldByCount, IntervalTracker,
                *policies.REGISTRY.values()]
     return {f"{c.__module__}.{c.__qualname__}": c for c in classes}
 
@@ -130,8 +133,9 @@ class _Encoder:
         if name in _classes():
             self._once(obj, where)
             skip = getattr(type(obj), "TRANSIENT", ())  # (a class's own: not part of its state)
+            state = obj.__getstate__() if hasattr(type(obj), "__setstate__") else vars(obj)
             return {"__object__": name,
-                    "attrs": {k: self.encode(v, f"{where}.{k}") for k, v in vars(obj).items() if k not in skip}}
+                    "attrs": {k: self.encode(v, f"{where}.{k}") for k, v in state.items() if k not in skip}}
         raise SnapshotError(f"{where}: cannot snapshot a {type(obj).__name__} "
                             f"(not one of the supported types or allowed classes)")
 
@@ -245,6 +249,10 @@ def _decode(d: Any) -> Any:
         if cls is None:
             raise SnapshotError(f"class {d['__object__']!r} is not allowed in a snapshot")
         obj: Any = object.__new__(cls)  # (plain classes, see _allowed: no constructor runs)
-        obj.__dict__.update({k: _decode(v) for k, v in d["attrs"].items()})
+        attrs = {k: _decode(v) for k, v in d["attrs"].items()}
+        if hasattr(cls, "__setstate__"):
+            obj.__setstate__(attrs)
+        else:
+            obj.__dict__.update(attrs)
         return obj
     raise SnapshotError(f"untagged object with keys {sorted(d)[:5]} in a snapshot")

@@ -16,7 +16,7 @@ On the virtual clock every iteration lasts the timing model's sample (``sleep``'
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -93,7 +93,7 @@ class PolicyRun:
     finished_before: bool = False    # read complete from its checkpoint: nothing was run again
 
     @property
-    def curve(self) -> list[tuple[float, float, float, int]]:
+    def curve(self) -> Sequence[tuple[float, float, float, int]]:
         return self.log.curve
 
 

@@ -10,6 +10,7 @@ import csv
 import json
 import statistics
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -23,7 +24,7 @@ __all__ = ["time_to_reach", "final_accuracy", "compare", "format_table", "write_
 FINAL_POINTS = 3
 
 
-def time_to_reach(curve: list[tuple[float, float, float, int]], target: float) -> float | None:
+def time_to_reach(curve: Sequence[tuple[float, float, float, int]], target: float) -> float | None:
     """First time at which the accuracy is at least ``target`` (None if never).
 
     A relative 1e-9 slack absorbs rounding in ``target``: the mean of equal accuracies can
@@ -35,7 +36,7 @@ def time_to_reach(curve: list[tuple[float, float, float, int]], target: float) -
     return None
 
 
-def final_accuracy(curve: list[tuple[float, float, float, int]]) -> float:
+def final_accuracy(curve: Sequence[tuple[float, float, float, int]]) -> float:
     """Mean accuracy of the last :data:`FINAL_POINTS` evaluations."""
     tail = [acc for _, acc, _, _ in curve[-FINAL_POINTS:]]
     return float(np.mean(tail)) if tail else float("nan")

@@ -61,6 +61,18 @@ def check_app_outputs(parser: argparse.ArgumentParser, args: argparse.Namespace)
     check_outputs(parser, [ledger_output(args.ledger)])
 
 
+def run_app(app: Callable[[BSP, argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """``hpcbsp.run(app, args)`` with ``--ledger PATH`` streamed from the context's start: every
+    superstep's record goes to ``PATH.ranks`` as the run goes, and :func:`.report.report` merges
+    them into ``PATH`` (so the file is complete however long the run; memory stays bounded)."""
+    def body(bsp: BSP, args: argparse.Namespace) -> int:
+        if args.ledger:
+            bsp.ledger.stream_for(args.ledger)
+        return app(bsp, args)
+
+    return run_bsp(body, args)
+
+
 def mailbox_options(args: argparse.Namespace) -> dict[str, int | str]:
     """The ``bsp.mailbox`` keyword arguments the command line chose."""
     kw: dict[str, int | str] = {"max_pending": args.max_pending}
@@ -98,13 +110,13 @@ def table_app_main(argv: list[str] | None, app: str, doc: str, unit: str,
     check_memory(parser, 6 * 8.0 * n + 8.0 * args.table * (2 + launcher_size()),
                  f"--n {n} -T {args.table}", "use a smaller --n or -T")
 
-    def app_main(bsp: BSP) -> int:
+    def app_main(bsp: BSP, args: argparse.Namespace) -> int:
         n = args.n or (n_naive if args.mode in ("naive", "rma") else n_default)
         kw = dict(mailbox_options(args) if args.mode == "fabsp" else {}, **app_kw)
         out = run(bsp, args.mode, n, args.table, args.seed, args.chunk, not args.no_check, **kw)
         return report(bsp, app, args.mode, out, args, unit=unit)
 
-    return run_bsp(app_main)
+    return run_app(app_main, args)
 
 
 def run_mode(mode: str, modes: dict[str, Callable[..., tuple[np.ndarray, float]]], *args: Any,

@@ -13,7 +13,7 @@ import numpy as np
 
 from ...fabsp.engine import Engine
 from ...runtime import BSP
-from ...runtime.superstep.ledger import summarize
+from ...runtime.superstep.ledgersummary import gather_summary
 from ...util.text import plural
 
 
@@ -70,10 +70,10 @@ def report(bsp: BSP, app: str, mode: str, out: Outcome, args: argparse.Namespace
     memory = mailbox_memory(bsp)
     ledger = getattr(args, "ledger", None)
     if ledger:
-        bsp.ledger.save(ledger)
-    records = bsp.ledger.gather()  # (the list on rank 0, None elsewhere)
+        bsp.ledger.save(ledger)  # (streamed since the start by cli.run_app: every superstep)
+    summary = gather_summary(bsp.ledger)  # (the window and the totals of all; on rank 0, None elsewhere)
     if bsp.pid == 0:
-        assert records is not None
+        assert summary is not None
         rate = updates / bsp.nprocs / seconds if seconds > 0 else float("inf")
         if getattr(args, "json", False):
             print(json.dumps({"app": app, "mode": mode, "ranks": bsp.nprocs, "unit": unit,
@@ -92,7 +92,7 @@ def report(bsp: BSP, app: str, mode: str, out: Outcome, args: argparse.Namespace
             print(f"  mailboxes (routing {memory['routing']}): a rank sends to at most {memory['peers']} ranks "
                   f"(the routing's count: {memory['model_peers']}), held at most {memory['buffers']} buffers "
                   f"({memory['buffer_bytes'] / 2**20:.2f} MiB; bound {memory['bound_bytes'] / 2**20:.2f} MiB)")
-        print(summarize(records))
+        print(summary.text())
         if ledger:
             print(f"ledger written to {ledger}")
     return 0 if ok else 1

@@ -44,7 +44,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-import hpcbsp
 from ...kernels import group_by_dest
 from ...kernels.toposort import ROW_FIELDS, Elimination
 from ...kernels.toposort import pivots as pivot_records
@@ -53,7 +52,7 @@ from ...util.args.checks import check_memory
 from ...util.args.types import positive_float
 from ...util.args.vocabulary import add_n
 from ...util.launcher import launcher_size
-from .cli import app_parser, check_app_outputs, mailbox_options
+from .cli import app_parser, check_app_outputs, mailbox_options, run_app
 from .graphs import ragged_arange
 from .report import Outcome, report, timed
 
@@ -337,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     # Every rank draws the whole matrix (a few int64 copies) and gathers both permutations.
     check_memory(parser, 6 * 8.0 * nnz + 4 * 8.0 * n, f"--n {n} --degree {args.degree:g}",
                  "use a smaller --n or --degree")
-    return hpcbsp.run(_app, args)
+    return run_app(_app, args)
 
 
 if __name__ == "__main__":

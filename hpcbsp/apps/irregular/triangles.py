@@ -26,12 +26,11 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-import hpcbsp
 from ...runtime import BSP
 from ...util.args.checks import check_memory
 from ...util.args.types import positive_float, positive_int
 from ...util.args.vocabulary import add_n
-from .cli import app_parser, check_app_outputs, mailbox_options
+from .cli import app_parser, check_app_outputs, mailbox_options, run_app
 from .naive import naive_exchange, timed_naive
 from .report import Outcome, report, timed
 from .graphs import erdos_renyi, local_rows, ragged_arange, rmat, triangles_dense, \
@@ -194,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         edges = float(args.n) * args.degree / 2
         check_memory(parser, 6 * 16.0 * edges, f"--n {args.n} --degree {args.degree:g} ({edges:,.0f} edges)",
                      "use a smaller --n or --degree")
-    return hpcbsp.run(_app, args)
+    return run_app(_app, args)
 
 
 if __name__ == "__main__":

@@ -113,8 +113,6 @@ def save_spikes(path: str, res: RunResult) -> None:
 
 def report(res: RunResult, spec: NetworkSpec) -> str:
     """Rank 0's text report."""
-    from hpcbsp.runtime.superstep.ledger import summarize
-
     lines = [f"snn --mode {res.mode} on {plural(res.nprocs, 'rank')}: {plural(spec.neurons, 'neuron')} in "
              f"{plural(spec.areas, 'area')}, "
              f"fan-out {spec.fanout}, delays {spec.delay_min}-{spec.delay_local_max} steps inside areas, "
@@ -135,7 +133,7 @@ def report(res: RunResult, spec: NetworkSpec) -> str:
                      f"{x['message_bytes']:,} bytes); windows per rank: up to {x['windows_max']:,} "
                      f"of at most {x['window_max']} steps")
     if res.ledger is not None:
-        lines.append(summarize(res.ledger))
+        lines.append(res.ledger.text())
     return "\n".join(lines)
 
 

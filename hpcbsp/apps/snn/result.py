@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from ...runtime.superstep.ledgersummary import LedgerSummary, gather_summary
 from .local import SPIKE
 from .network import LocalNetwork, NetworkSpec, distribute
 
@@ -40,7 +41,8 @@ class RunResult:
     sync_kind: str
     messages: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
-    ledger: list[dict[str, object]] | None = None
+    #: rank 0's: every rank's window of the ledger and its totals of every superstep
+    ledger: LedgerSummary | None = None
 
     @property
     def sim_s(self) -> float:
@@ -95,12 +97,14 @@ def build_and_simulate(bsp: BSP, spec: NetworkSpec,
                        simulate: Callable[[BSP, LocalNetwork], RunResult]) -> RunResult:
     """Build the network (:func:`.network.distribute`), then ``simulate(bsp, net)`` (collective).
 
-    Adds the set-up time (max over ranks) and, on rank 0, every rank's ledger to the result.
+    Adds the set-up time (max over ranks) and, on rank 0, the ledger's summary to the result
+    (:func:`~hpcbsp.runtime.superstep.ledgersummary.gather_summary`: every rank's window of
+    supersteps and its totals of all of them).
     """
     t0 = time.perf_counter()
     net = distribute(bsp, spec)
     setup = float(bsp.allreduce(time.perf_counter() - t0, op="max"))
     res = simulate(bsp, net)
     res.setup_s = setup
-    res.ledger = bsp.ledger.gather()
+    res.ledger = gather_summary(bsp.ledger)
     return res

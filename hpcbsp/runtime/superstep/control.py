@@ -238,10 +238,10 @@ class ControlStep:
             self.diverged(kind, superstep, describe)
         return agreed(r[3] | r[4] << 2 | (r[3] + r[8] == 0) * UNIFORM)  # (as the compiled step's code)
 
-    def free(self) -> None:
+    def free(self, settle: bool = False) -> None:
         """Release the persistent request and the roll call's messages (before the communicator
-        is freed)."""
-        self._roll.close()
+        is freed; ``settle``: collective, the context's normal end, :meth:`.RollCall.close`)."""
+        self._roll.close(settle)
         if self._compiled is not None:
             self._compiled.close()  # a caller that kept blocking_step gets an error, not a crash
         self._compiled = None

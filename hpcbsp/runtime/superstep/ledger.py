@@ -259,6 +259,13 @@ class Ledger:
             parts = gathered
         return [rec for part in parts for rec in part]
 
+    def gather_aggregates(self, root: int | None = 0) -> list[Aggregates] | None:
+        """Collective: every rank's :attr:`aggregates` in rank order, on ``root`` (on every rank
+        if ``root`` is None), ``None`` elsewhere (:mod:`.ledgersummary` combines them)."""
+        self._check_open()
+        mine = self.aggregates
+        return self._comm.allgather(mine) if root is None else self._comm.gather(mine, root=root)
+
     def save(self, path: str | os.PathLike[str]) -> str | None:
         """Collective: write all ranks' records to ``path`` on rank 0 and return the path there.
 
@@ -331,8 +338,9 @@ def per_superstep(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def summarize(records: list[dict[str, Any]], max_rows: int = 12,
-              profile: CostModel | None = None) -> str:
-    """A human-readable table of the supersteps (all ranks combined) and totals.
+              profile: CostModel | None = None, total: str = "total") -> str:
+    """A human-readable table of the supersteps (all ranks combined) and totals (the last row,
+    labelled ``total``: :mod:`.ledgersummary` says ``window`` when the records are a window's).
 
     With a machine ``profile`` (``hpcbsp-cost probe``), each row also shows the BSP prediction
     w + g·h + l beside the measured time (max over ranks of work + sync), and a last line gives
@@ -364,7 +372,7 @@ def summarize(records: list[dict[str, Any]], max_rows: int = 12,
     tw = sum(float(s["w_s"]) for s in steps)
     ts = sum(float(s["sync_s"]) for s in steps)
     th = sum(int(s["h_bytes"]) for s in steps)
-    total = f"  {'total':>5} {'':<18} {1e3 * tw:>10.3f} {1e3 * ts:>10.3f} {th:>12,}"
+    total = f"  {total:>5} {'':<18} {1e3 * tw:>10.3f} {1e3 * ts:>10.3f} {th:>12,}"
     if pred:
         measured = [float(s["measured_s"]) for s in steps]
         total += f" {'':>8} {1e3 * sum(measured):>10.3f} {1e3 * sum(pred):>10.3f}"

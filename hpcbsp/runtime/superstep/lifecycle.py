@@ -188,8 +188,10 @@ class Lifecycle:
             self._failed_together = False
             self.release("failed")
 
-    def release(self, state: str = "closed") -> None:
-        """Run the close hooks (last added first) and free the communicator, once."""
+    def release(self, state: str = "closed", settle: bool = False) -> None:
+        """Run the close hooks (last added first) and free the communicator, once (``settle``:
+        every rank agreed to leave, so the roll call's last messages are awaited collectively:
+        :meth:`.rollcall.RollCall.close`)."""
         self._set_state(state)
         self._failed_together = False  # released once, whatever happens next
         try:
@@ -197,7 +199,7 @@ class Lifecycle:
                 fn()  # may re-raise a mailbox handler's error: the frees below happen anyway
         finally:
             LIVE.discard(self)
-            self._control.free()
+            self._control.free(settle)
             try:
                 self._comm.Free()
             except MPI.Exception:

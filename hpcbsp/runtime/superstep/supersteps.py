@@ -166,12 +166,14 @@ class Supersteps:
             warnings.warn(f"rank {self.pid}: {self._outbox.nrecords} put/get/send request(s) of "
                           f"superstep {self.superstep} were never delivered: call sync() before "
                           "leaving the BSP block", stacklevel=3)
+        agreed = False
         try:
             self._agree(Kind.EXIT, 0, lambda: "left the BSP block (or returned from the BSP function)")
+            agreed = True
             if self._outbox.arena is not None:
                 self._outbox.arena.close(grace=abort_grace())
         finally:
-            life.release()
+            life.release(settle=agreed)
 
     def _leave_plain(self) -> None:
         self._plain = False
