@@ -7,7 +7,10 @@ turns it off (``enabled=False``), and under MPI only one rank (the caller passes
 written only when stderr is a terminal, so that a log file or a pipe keeps just the results,
 unless ``$HPCBSP_PROGRESS`` says otherwise: ``1`` writes them wherever stderr goes (``hpcbsp
 supervise`` sets it for its job, whose last progress line tells it how far the job got), ``0``
-never (:func:`wanted`).  A ``stream`` given is written unless ``$HPCBSP_PROGRESS=0``.
+never (:func:`wanted`).  A rank under an MPI launcher cannot tell (the launcher hands it a pipe
+whether or not its own stderr is a terminal) and writes them; a command that starts MPI jobs
+itself passes its own answer down (:func:`child_env`).  A ``stream`` given is written unless
+``$HPCBSP_PROGRESS=0``.
 
 Why this helper and not tqdm or rich: no new dependency for an MPI package installed on
 clusters, and one plain line format that :func:`parse` reads back (``hpcbsp supervise`` learns
@@ -29,6 +32,7 @@ import sys
 import time
 from typing import NamedTuple, TextIO
 
+from .launcher import launcher_name
 from .settings import SettingError, value
 
 #: The variable that turns progress lines on (``1``) or off (``0``) wherever stderr goes.
@@ -37,19 +41,25 @@ PROGRESS_ENV = "HPCBSP_PROGRESS"
 
 def wanted(stream: TextIO | None = None) -> bool:
     """Whether progress lines are written: ``$HPCBSP_PROGRESS`` when it is ``0`` or ``1``, else
-    to a ``stream`` given always and to stderr only when it is a terminal."""
+    to a ``stream`` given always, and to stderr when it is a terminal or under an MPI launcher."""
     try:
         forced = value(PROGRESS_ENV)
     except SettingError:  # refused in one line by the command's own check before any work
         forced = None
     if forced is not None:
         return bool(forced)
-    if stream is not None:
+    if stream is not None or launcher_name() != "singleton":
         return True
     try:
         return sys.stderr.isatty()
     except (AttributeError, ValueError):  # a closed or replaced stderr
         return False
+
+
+def child_env() -> dict[str, str]:
+    """``$HPCBSP_PROGRESS`` for the jobs a command starts, its own answer of :func:`wanted`: the
+    ranks' stderr is a pipe to the launcher, so they cannot tell whether anyone reads it."""
+    return {PROGRESS_ENV: "1" if wanted() else "0"}
 
 
 class Progress:
