@@ -23,8 +23,9 @@ coefficients (a replicate without turnover has K_max = ∞):
 A K_max beyond the largest K considered (``max_workers``, else the model's K limit: the list
 length or :data:`~hpcbsp.farm.model.DEFAULT_K_LIMIT`), or none (no turnover), counts as that K.
 Reweighting cannot make a replicate turn over: when none does below that K (the fit refused the
-exchange term as noise, say), no K narrows the interval by this measure, and the suggestion is
-the largest K within the budget instead (``explore``), where a turnover would show.  The noise of one run is the
+exchange term as noise, say; or the whole interval lies beyond the K that can be run), no K
+narrows the interval by this measure, and the suggestion is the largest K within the budget
+instead (``explore``), where a turnover would show.  The noise of one run is the
 model's own record when it has one (``fit.run_noise``: the spread of repeated runs at one K,
 written by ``calibrate``; else the fit's training error, a mean |relative error| turned into a
 standard deviation by √(π/2)), else :data:`DEFAULT_NOISE`.
@@ -146,8 +147,8 @@ def suggest(cm: CalibratedModel, *, budget: float | None = None, repeats: int = 
     rate = np.where(fits & (gain > 1e-9), gain / cost, -np.inf)
     best = int(np.argmax(rate)) if np.isfinite(rate).any() else None
     now = cm.k_max_interval()
-    explore = best is None and now[1] is None
-    if explore:  # no replicate turns over below the cap: only a larger K can show where it does
+    explore = best is None and (now[1] is None or (now[0] is not None and now[0] >= limit))
+    if explore:  # the interval lies beyond the K that can be run: only the largest can show more
         best = int(np.flatnonzero(fits)[-1])
     return {
         "k": None if best is None else int(ks[best]),
