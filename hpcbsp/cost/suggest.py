@@ -60,7 +60,8 @@ def k_max_values(cm: CalibratedModel) -> np.ndarray:
 def weighted_interval(values: np.ndarray, weights: np.ndarray, level: float = 0.95) -> tuple[float, float]:
     """The weighted percentile interval of ``values``: lo is the least value with at least the tail's
     weight at or below it, hi the largest with at least the tail's weight at or above it (with
-    equal weights, the order statistics of ``np.percentile(method="lower"/"higher")``)."""
+    equal weights, the order statistics of ``np.percentile(method="lower"/"higher")``); one pair
+    per row for a 2-d ``weights``."""
     order = np.argsort(values, kind="stable")
     v = values[order]
     w = weights[..., order] / weights.sum(axis=-1, keepdims=True)
@@ -98,7 +99,8 @@ def expected_widths(cm: CalibratedModel, workers: np.ndarray, noise: float, repe
     n = values.size
     lo0, hi0 = weighted_interval(values, np.ones(n), level)
     models = cm.replicate_models() or [cm.model]
-    times = np.array([m.time(workers) for m in models])          # (n, C)
+    # (n, C); a model with a negative t_0 may predict no time at some K: a microsecond instead
+    times = np.maximum(np.array([m.time(workers) for m in models]), 1e-6)
     rng = np.random.default_rng(0)
     truths = np.arange(n) if n <= TRUTHS else np.sort(rng.choice(n, TRUTHS, replace=False))
     eps = np.array([NormalDist().inv_cdf((q + 0.5) / STRATA) for q in range(STRATA)])
@@ -137,7 +139,7 @@ def suggest(cm: CalibratedModel, *, budget: float | None = None, repeats: int = 
     limit = cm.model.k_limit() if max_workers is None else min(cm.model.k_limit(), max_workers)
     ks = np.asarray(sorted(set(workers)) if workers else candidate_workers(limit), dtype=int)
     lo, hi, width, width_now = expected_widths(cm, ks.astype(float), sigma, repeats, float(limit))
-    cost = cm.model.time(ks.astype(float)) * (iterations or 1) * repeats
+    cost = np.maximum(cm.model.time(ks.astype(float)), 1e-6) * (iterations or 1) * repeats
     gain = width_now - width
     fits = np.ones(ks.size, dtype=bool) if budget is None else cost <= budget
     if budget is not None and not fits.any():
