@@ -91,7 +91,7 @@ def test_calibrate_runs_where_suggest_says(tmp_path):
     Map of 0.5 s puts K_max far beyond the 3 workers allowed, so the suggestion is K = 3."""
     import io
 
-    from hpcbsp.cost.calibrate import calibrate, model_from_reports, run_record
+    from hpcbsp.cost.calibrate import calibrate, format_calibration, model_from_reports, run_record
     from hpcbsp.cost.suggest import suggest
     from hpcbsp.util.progress import parse
 
@@ -111,3 +111,4 @@ def test_calibrate_runs_where_suggest_says(tmp_path):
     assert [(r.label, r.unit, r.done, r.total) for r in counted] == [
         ("calibrate", "run", 1.0, 2.0), ("calibrate", "run", 2.0, 2.0), ("calibrate", "run", 3.0, 3.0)]
     assert f"running K = {k} " in err.getvalue() and "expected after 1 run at K = " in err.getvalue()
+    assert "run where suggest said: K = 3; the interval is not yet at most 0 wide" in format_calibration(doc)

@@ -291,5 +291,10 @@ def format_calibration(doc: dict[str, Any]) -> str:
     if doc["oversubscribed_workers"] and not doc.get("emulated_compute"):
         lines.append(f"note: K = {doc['oversubscribed_workers']} ran more ranks than this machine has cores; "
                      "their times measure oversubscription, not the model")
+    if doc.get("until_width") is not None:
+        lo, hi = doc["k_max_interval"]
+        narrow = lo is not None and hi is not None and hi - lo <= doc["until_width"]
+        lines.append(f"run where suggest said: K = {', '.join(map(str, doc['suggested_workers'])) or 'none'}; the "
+                     f"interval is {'' if narrow else 'not yet '}at most {doc['until_width']} wide")
     lines.append(f"wrote {doc['runs_csv']} and {doc['model_json']}")
     return "\n".join(lines)
