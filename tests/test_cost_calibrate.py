@@ -82,3 +82,35 @@ def test_calibrate_run_killed_by_its_timeout_says_so(tmp_path, capsys):
 def test_calibrate_without_command(capsys):
     assert main(["calibrate", "--workers", "1"]) == 2
     assert "after '--'" in capsys.readouterr().err
+
+
+def test_calibrate_runs_where_suggest_says(tmp_path):
+    """``until_width``: after K = 1, 2 the calibration runs where ``suggest`` names on the model of
+    those runs (the oracle: suggest called here on the model rebuilt from the first two reports),
+    and its progress lines count the runs, the total growing by the suggested run.  A width of -1
+    is never reached, so the one suggestion allowed is run however narrow the first interval; the
+    emulated Map of 2 s puts K_max beyond K = 3 unless a worker's exchange took over 0.2 s, so
+    that there is a K to suggest (the largest, where the interval lies beyond the K allowed)."""
+    import io
+
+    from hpcbsp.cost.calibrate import calibrate, format_calibration, model_from_reports, run_record
+    from hpcbsp.cost.suggest import suggest
+    from hpcbsp.util.progress import parse
+
+    err = io.StringIO()
+    doc = calibrate([sys.executable, "-m", "hpcbsp.apps.bsf.jacobi", "--n", "120", "--max-iter", "4"],
+                    workers=[1, 2], repeats=1, out_dir=str(tmp_path), timeout=120, n_boot=50, progress=err,
+                    until_width=-1, max_workers=3, max_suggested=1, emulate="t_map=2")
+    assert len(doc["suggested_workers"]) == 1 and doc["until_width"] == -1
+    k = doc["suggested_workers"][0]
+    runs = read_runs(tmp_path / "RUNS.csv")
+    assert runs.workers.tolist() == [1, 2, k]
+    first = {w: [json.loads((tmp_path / f"report-K{w}-r0.jsonl").read_text().splitlines()[-1])] for w in (1, 2)}
+    model, _, _ = model_from_reports(first, 120, n_boot=50)
+    model.fit.update(run_record(first))
+    assert suggest(model, repeats=1, max_workers=3)["k"] == k and 1 <= k <= 3
+    counted = [r for r in map(parse, err.getvalue().splitlines()) if r is not None]
+    assert [(r.label, r.unit, r.done, r.total) for r in counted] == [
+        ("calibrate", "run", 1.0, 2.0), ("calibrate", "run", 2.0, 2.0), ("calibrate", "run", 3.0, 3.0)]
+    assert f"running K = {k} " in err.getvalue() and "expected after 1 run at K = " in err.getvalue()
+    assert "run where suggest said: K = 3; the interval is " in format_calibration(doc)

@@ -12,7 +12,7 @@ from hpcbsp.cli.cost import main
 from hpcbsp.farm.model import BSFModel
 from hpcbsp.farm.params import BSFParams
 
-SUBCOMMANDS = ["bsf", "fit", "predict", "validate", "plot", "calibrate", "probe", "ledger"]
+SUBCOMMANDS = ["bsf", "fit", "predict", "validate", "plot", "suggest", "calibrate", "probe", "ledger"]
 TRUE = BSFModel(BSFParams(0.0, 2e-3, 1.0, 0.0, 1e-3, None))  # K_max = 22
 
 

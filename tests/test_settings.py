@@ -48,6 +48,7 @@ CASES: dict[str, tuple[list[tuple[str, object]], list[str]]] = {
                             ["x", "t_map=-1", "t_a=1", "t_map=nan", "t_map=1,speed=2"]),
     # (a good value needs a folder of the test's own: test_a_report_path_is_checked_for_writing)
     "HPCBSP_FARM_REPORT": ([("", None)], ["/proc/no/report.jsonl", "/"]),
+    "HPCBSP_PROGRESS": ([("1", True), ("0", False), ("", None)], ["yes", "always"]),
 }
 PACKAGE = sorted(name for name, s in SETTINGS.items() if s.python)
 

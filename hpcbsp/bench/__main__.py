@@ -3,7 +3,8 @@
 Every benchmark prints its figures and, where there is a baseline, the ratio measured side by
 side in the same run (shared machines are noisy: read the ratios). Run sync, fabsp and snn under
 mpiexec -n 2; `make bench` runs them all as recorded in docs/performance.md.
-Options of one benchmark: python -m hpcbsp.bench NAME --help.
+Options of one benchmark: python -m hpcbsp.bench NAME --help; --quiet (any benchmark) turns off
+the progress lines on stderr (which appear on a terminal only, or with HPCBSP_PROGRESS=1).
 
 (A benchmark is a module hpcbsp/bench/NAME.py with main(argv) -> int and a docstring whose first
 line is its summary.)
@@ -11,6 +12,7 @@ line is its summary.)
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 import sys
 
@@ -18,6 +20,7 @@ import hpcbsp.bench as _pkg
 from hpcbsp.bench import announce, measuring
 from hpcbsp.util.args.parser import quiet_pipe
 from hpcbsp.util.launcher import launcher_rank
+from hpcbsp.util.progress import PROGRESS_ENV
 from hpcbsp.util.provenance import describe
 
 
@@ -45,7 +48,9 @@ def _main(argv: list[str]) -> int:
         for name, summary in sorted(benches.items()):
             print(f"  {name:10s} {summary}", file=out)
         return 0 if argv else 2
-    name, rest = argv[0], argv[1:]
+    name, rest = argv[0], [a for a in argv[1:] if a != "--quiet"]
+    if len(rest) < len(argv) - 1:  # for the benchmark, the jobs it starts and their ranks alike
+        os.environ[PROGRESS_ENV] = "0"
     if name == "all":
         _say_which(rest)
         if not any(arg in ("-h", "--help") for arg in rest):

@@ -49,6 +49,8 @@ from hpcbsp.util.args.vocabulary import add_iters, add_n, add_placement, add_rep
 from hpcbsp.util.choices import EXCHANGES
 from hpcbsp.util.jobcommand import JobCommandError, job_command
 from hpcbsp.util.mpiflavour import child_env, mpiexec_flavour, root_refusal, timeout_env
+from hpcbsp.util.progress import Progress
+from hpcbsp.util.progress import child_env as progress_env
 
 APPS = ("jacobi", "cimmino")
 #: Relative K_max tolerance of the issue's target.
@@ -115,7 +117,9 @@ def measure(args: argparse.Namespace) -> int:
             print(f"bench bsf: the job has {world.Get_size()} ranks, {need} needed", file=sys.stderr)
         return 2
     series = []
-    t_start = time.perf_counter()
+    runs = len(args.apps) * len(args.exchanges) * (len(args.calibrate) * args.repeats
+                                                   + len(args.workers) * args.sweep_repeats)
+    show, done = Progress("bench bsf", runs, unit="run", enabled=me == 0), 0
     for app in args.apps:
         problem = _problem(app, args.n)
         for exchange in args.exchanges:
@@ -129,10 +133,8 @@ def measure(args: argparse.Namespace) -> int:
                 if emulation.measured:  # the first run measured the Map: every later one waits that long
                     emulation = FarmEmulation(t["emulated"]["t_map"], t["emulated"]["t_a"])
                 (calibration if what == "calibration" else sweep).append(t)
-                if me == 0:
-                    print(f"bench bsf: {app} {exchange} {what} K = {k}: "
-                          f"{1e3 * t['seconds_per_iteration']:.3f} ms per iteration "
-                          f"[{time.perf_counter() - t_start:.0f} s]", file=sys.stderr, flush=True)
+                done += 1
+                show(done, f"{app} {exchange} {what} K = {k}: {1e3 * t['seconds_per_iteration']:.3f} ms per iteration")
             series.append({"app": app, "exchange": exchange, "n": args.n, "iterations": args.iters,
                            "emulated": calibration[0]["emulated"], "calibration": calibration, "sweep": sweep})
             world.Barrier()
@@ -320,7 +322,8 @@ def main(argv: list[str]) -> int:
     # Without an enclosing job's launcher variables; waiting ranks give their cores away, in
     # hpcbsp's control step (HPCBSP_WAIT) and inside the MPI library (its own yield setting).
     env = child_env(os.environ)
-    env.update({**flavour.yield_env, **timeout_env(int(args.timeout)), "HPCBSP_WAIT": "yield", "PYTHONUNBUFFERED": "1"})
+    env.update({**flavour.yield_env, **timeout_env(int(args.timeout)), "HPCBSP_WAIT": "yield", "PYTHONUNBUFFERED": "1",
+                **progress_env()})
     cmd = [*launch, sys.executable, "-m", "hpcbsp.bench", "bsf", "--inner", *argv]
     where = (f"one rank on each of {ranks} hosts of {args.hosts}" if args.hosts else
              f"{ranks} tasks on {ranks} nodes by srun" if args.launch == "srun" else f"on {os.cpu_count()} CPUs here")

@@ -38,6 +38,7 @@ from ..util import settings
 from ..util.args.parser import OneLineParser
 from ..util.args.types import positive_int
 from ..util.args.vocabulary import add_seed
+from ..util.progress import Progress
 
 #: The figures the detector must meet (issue 45).
 MAX_RATE, MAX_P99 = 5.0, 30.0
@@ -196,8 +197,10 @@ def main(argv: list[str]) -> int:
     print(f"failure detector simulated: period {period:g} s, timeout {timeout:g} s, {args.seconds:g} s "
           f"without failure, {args.failures} frozen-node trials, seed {args.seed}", flush=True)
     ok = True
+    show = Progress("bench detector", len(cases) * len(args.nodes), unit="case")
     for loss, stall in cases:
         for n in args.nodes:
+            show(cases.index((loss, stall)) * len(args.nodes) + args.nodes.index(n))
             fig = measure(n, period, timeout, loss, stall, args.seconds, args.failures, args.seed)
             what = f"loss {loss:.0%}" + (f", stalls of {stall:g} s" if stall else "")
             print(f"{line(n, fig)} ({what})", flush=True)

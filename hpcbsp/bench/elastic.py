@@ -58,6 +58,7 @@ from hpcbsp.kernels.update import sgd_step
 from hpcbsp.util.args.parser import OneLineParser
 from hpcbsp.util.args.types import positive_int
 from hpcbsp.util.args.vocabulary import add_iters, add_repeats
+from hpcbsp.util.progress import Progress
 
 
 def _server_round(comm: MPI.Comm, grad: np.ndarray, w0: np.ndarray, iters: int,
@@ -164,7 +165,9 @@ def bench(world: World, params: int, iters: int, rounds: int, grad_format: str |
     total = np.empty_like(buf)
     w, nxt = np.zeros_like(buf), np.zeros_like(buf)
     scale = 1e-6 / bsp.nprocs
-    for _ in range(rounds):
+    show = Progress("bench elastic", rounds, unit="round", enabled=bsp.pid == 0)
+    for done in range(rounds):
+        show(done)
         if bsp.nprocs > 1:
             probe = _placement(comm, params)
             if comm.allreduce(probe is not None, op=MPI.LOR):  # (ranks 0 and 1 on one node)

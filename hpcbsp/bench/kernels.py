@@ -39,6 +39,7 @@ from hpcbsp.kernels._extensions import MODULES
 from hpcbsp.util.args.parser import OneLineParser
 from hpcbsp.util.args.types import positive_int
 from hpcbsp.util.args.vocabulary import add_n, add_repeats, add_seed
+from hpcbsp.util.progress import Progress
 
 
 @dataclass
@@ -227,10 +228,13 @@ def main(argv: list[str]) -> int:
     # Like for like first: numpy's BLAS on one thread, as the kernels (an MPI rank per core).
     # Idle OpenBLAS threads spin for a while after a call, which would slow whatever runs next
     # on a small machine, so the rows against several BLAS threads come last, not interleaved.
+    show = Progress("bench kernels", len(rows) + len(threaded), unit="kernel")
     with one_thread() if one_thread else nullcontext():
-        for row in rows:
+        for done, row in enumerate(rows):
+            show(done)
             below += _report(row, n, repeat, number, copy_bw, read_bw, interleave=True)
-    for row in threaded:
+    for done, row in enumerate(threaded, start=len(rows)):
+        show(done)
         _report(row, n, repeat, number, copy_bw, read_bw, interleave=False)
     print(f"{below} kernel(s) below target" if below else "all targets met")
     return 0

@@ -29,6 +29,8 @@ import sys
 import time
 from typing import Any, Callable
 
+from hpcbsp.util.progress import Progress
+
 #: The control step's record (10 int64), sent by compiled code the counting cannot see.
 CONTROL_BYTES = 80
 PATTERNS = ("neighbour", "alltoall")
@@ -307,6 +309,7 @@ def main(argv: list[str]) -> int:
     print("bench scale: waiting ranks yield their cores (HPCBSP_WAIT=yield and MPI's own setting)", flush=True)
     cpus = os.cpu_count() or 1
     results = []
+    show = Progress("bench scale", len(args.ranks), unit="job", every_s=0.0)
     for p in args.ranks:
         note = f" (oversubscribed: {p} ranks on {cpus} CPUs)" if p > cpus else ""
         print(f"bench scale: P = {p}{note}", flush=True)
@@ -316,6 +319,7 @@ def main(argv: list[str]) -> int:
             return 1
         print(f"  done in {time.monotonic() - t0:.0f} s", flush=True)
         results.append(r)
+        show(len(results), f"P = {p}")
     print("\n".join(rows(results)))
     return 0 if all(r[q]["correct"] for r in results for q in PATTERNS) else 1
 

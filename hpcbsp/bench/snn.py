@@ -28,6 +28,7 @@ from hpcbsp.bench import measuring
 from hpcbsp.util.args.parser import OneLineParser
 from hpcbsp.util.args.types import nonnegative_int, positive_float, positive_int
 from hpcbsp.util.args.vocabulary import add_json, add_n, add_repeats
+from hpcbsp.util.progress import Progress
 
 #: (name, how) of the runs compared; the baselines first, async last (the ratios' denominator).
 RUNS = (("bsp global d_min", "global"), ("bsp cross-rank d_min", "cross"), ("async lookahead", "async"))
@@ -47,6 +48,7 @@ def bench(bsp: "hpcbsp.BSP", spec: NetworkSpec, steps: int, rounds: int) -> dict
     last: dict[str, Any] = {}
     first_trains = None
     identical = True
+    show = Progress("bench snn", rounds * len(RUNS), unit="run", enabled=bsp.pid == 0)
     for r in range(rounds):
         order = RUNS[r % len(RUNS):] + RUNS[:r % len(RUNS)]  # rotate, so no mode always runs first
         for name, how in order:
@@ -62,8 +64,7 @@ def bench(bsp: "hpcbsp.BSP", spec: NetworkSpec, steps: int, rounds: int) -> dict
                     first_trains = trains
                 else:
                     identical &= all(np.array_equal(a, b) for a, b in zip(first_trains, trains))
-            if bsp.pid == 0:
-                sys.stderr.write(f"[bench snn] round {r + 1}/{rounds} {name}: {res.wall_s:.3f} s\n")
+            show(r * len(RUNS) + order.index((name, how)) + 1, f"round {r + 1}/{rounds} {name}: {res.wall_s:.3f} s")
     if bsp.pid != 0:
         return None
     rows = []

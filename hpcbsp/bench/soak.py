@@ -38,6 +38,7 @@ from ..util.args.types import positive_int
 from ..util.args.vocabulary import add_repeats
 from ..util.procstat import job_processes
 from ..util.proctree import signal_ranks
+from ..util.progress import Progress
 from . import measuring
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -133,10 +134,12 @@ def main(argv: list[str]) -> int:
     tally = {i: {"runs": 0, "failed": 0, "hung": 0, "jobs": 0, "seconds": 0.0} for i in chosen}
     print(f"soak: {args.repeats} rounds of {', '.join(chosen)} beside {args.hogs} CPU hogs; "
           f"hang after {args.timeout} s; log {out / 'soak.log'}", flush=True)
+    show = Progress("soak", args.repeats * len(chosen), unit="job")
     try:
         for rnd in range(1, args.repeats + 1):
             for item in chosen:
                 outcome, output, seconds = run_once(items[item], args.timeout)
+                show((rnd - 1) * len(chosen) + chosen.index(item) + 1, f"round {rnd} {item}: {outcome}")
                 runs, bad = counts(item, outcome, output)
                 t = tally[item]
                 t["jobs"] += 1

@@ -25,6 +25,7 @@ from ..runtime import BSP
 from ..util.args.parser import OneLineParser
 from ..util.args.types import nonnegative_int, positive_float
 from ..util.args.vocabulary import add_n, add_repeats, add_seed
+from ..util.progress import Progress
 from . import measuring
 
 #: Issue 33, item 5: FA-BSP at least as fast as BSP.
@@ -41,7 +42,9 @@ def _size(bsp: BSP, n: int, args: argparse.Namespace) -> bool:
     times: dict[str, list[float]] = {m: [] for m in MODES}
     phases: dict[str, dict[str, list[float]]] = {m: {k: [] for k in PHASES} for m in MODES}
     ok, detail = True, ""
-    for _ in range(args.repeats):
+    show = Progress(f"bench toposort n={n}", args.repeats, unit="repeat", enabled=bsp.pid == 0)
+    for done in range(args.repeats):
+        show(done)
         for mode in MODES:
             mine: dict[str, float] = {}
             out = run_toposort(bsp, mode, n, args.degree, args.seed, True, phases=mine)

@@ -27,6 +27,7 @@ from ..util.args.parser import OneLineParser
 from ..util.args.types import positive_int
 from ..util.args.vocabulary import add_iters, add_n, add_placement, add_repeats
 from ..util.jobcommand import JobCommandError, job_command
+from ..util.progress import Progress
 from . import measuring
 
 #: The largest cost the detector may have (issue 31): 2 %.
@@ -86,8 +87,10 @@ def main(argv: list[str]) -> int:
     sides: dict[str, list[dict[str, float]]] = {"on": [], "off": []}
     print(f"failure detector on vs off: {args.ranks} ranks{' across ' + args.hosts if args.hosts else ''}, "
           f"{args.repeats} jobs each, alternating", flush=True)
+    show = Progress("bench watch", 2 * args.repeats, unit="job")
     for i in range(args.repeats):
         for side in order[i % 2]:
+            show(2 * i + order[i % 2].index(side))
             env = dict(os.environ, HPCBSP_HEARTBEAT_TIMEOUT="0" if side == "off" else "")
             res = subprocess.run(prefix + inner, capture_output=True, text=True, env=env, timeout=600)
             line = next((ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")), None)

@@ -25,6 +25,7 @@ from hpcbsp.elastic.zipline import SyncSet, predict_end_times, zipline
 from hpcbsp.elastic.zipline_reference import heap_smallest_range
 from hpcbsp.util.args.parser import OneLineParser
 from hpcbsp.util.args.vocabulary import add_alias, add_repeats
+from hpcbsp.util.progress import Progress
 
 TARGET_S = 0.02
 PAPER_S = 0.56
@@ -84,9 +85,12 @@ def main(argv: list[str]) -> int:
           f"{'speed-up':>9s} {'spread ok':>9s}")
     status = 0
     headline: dict[str, float] = {}
+    show, done = Progress("bench zipline", len(Rs) * len(ns) * len(CASES), unit="case"), 0
     for R in Rs:
         for n in ns:
             for case in CASES:
+                show(done)
+                done += 1
                 m = make_matrix(case, n, R)
                 t_zip, got = _time(zipline, m, repeats)
                 line = f"{case:10s} {n:6d} {R:5d} {n * R:8d} {1e3 * t_zip:11.3f}"

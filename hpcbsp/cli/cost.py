@@ -7,7 +7,8 @@ Subcommands (each has ``--help`` and ``--json``)::
     hpcbsp-cost predict MODEL.json --workers 1,2,4,...,100000
     hpcbsp-cost validate MODEL.json --runs RUNS.csv
     hpcbsp-cost plot MODEL.json [--runs RUNS.csv] -o speedup.png
-    hpcbsp-cost calibrate [--workers 1,2,3] -- COMMAND ...
+    hpcbsp-cost suggest MODEL.json [--budget S] [--repeats R]
+    hpcbsp-cost calibrate [--workers 1,2,3] [--until-width W] -- COMMAND ...
     mpiexec -n P hpcbsp-cost probe -o PROFILE.json
     hpcbsp-cost ledger RUN.json --profile PROFILE.json
 
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 from typing import Any, Sequence
@@ -28,8 +28,8 @@ from hpcbsp.farm.model import BSFModel
 from hpcbsp.farm.params import BSFParams
 from hpcbsp.farm.terms import GRANULARITIES
 from hpcbsp.util.args.parser import OneLineParser, closed_stdout, quiet_pipe
-from hpcbsp.util.args.types import nonnegative_float, nonnegative_int, positive_int, positive_seconds, seconds, seed
-from hpcbsp.util.args.vocabulary import add_alias, add_placement
+from hpcbsp.util.args.types import fraction, nonnegative_float, nonnegative_int, positive_int, positive_seconds, seconds, seed
+from hpcbsp.util.args.vocabulary import add_alias, add_placement, add_quiet
 from hpcbsp.util.choices import EXCHANGES
 from hpcbsp.util.launcher import launcher_rank
 from hpcbsp.util.outputs import OutputError, prepare_output
@@ -48,17 +48,6 @@ def _workers(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def share(text: str) -> float:
-    """A fraction within [0, 1] (argparse type)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be within 0 and 1, got {text}")
-    return value
-
-
 def _emit(args: argparse.Namespace, doc: Any, text: str) -> None:
     if args.json:
         print(json.dumps(doc, indent=1, allow_nan=False))
@@ -70,14 +59,14 @@ def _emit(args: argparse.Namespace, doc: Any, text: str) -> None:
 
 def cmd_bsf(args: argparse.Namespace) -> int:
     from hpcbsp.cost.modelfile import CalibratedModel, provenance, save_model
-    from hpcbsp.cost.predict import format_prediction, prediction
+    from hpcbsp.cost.predict import check_positive_time, default_workers, format_prediction, prediction
 
     params = BSFParams(args.latency, args.t_c, args.t_map, args.t_a, args.t_p, args.list_length, t_0=args.t_0,
                        order_share=args.order_share)
     model = BSFModel(params, args.comm, args.granularity)
     cm = CalibratedModel(model, fit={"source": "bsf command line"}, provenance=provenance(source="bsf"))
-    _check_positive_time(model, args.workers)
-    workers = args.workers or _default_workers(model)
+    check_positive_time(model, args.workers)
+    workers = args.workers or default_workers(model)
     doc = prediction(cm, workers)
     doc["k_max_closed"] = model.k_max_closed()
     doc["k_max_numeric"] = model.k_max_numeric()
@@ -93,37 +82,10 @@ def cmd_bsf(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_positive_time(model: BSFModel, workers: list[int] | None) -> None:
-    """Refuse parameters that predict no time (or a negative one): speedups would be 0/0."""
-    import numpy as np
-
-    ks = sorted(set([1, 2, 4, 1024, *(workers or [])]))
-    with np.errstate(all="ignore"):
-        times = model.time(ks)
-    bad = [(k, t) for k, t in zip(ks, times) if not (math.isfinite(t) and t > 0)]
-    if bad:
-        k, t = bad[0]
-        raise CostInputError(f"these parameters predict {t:g} s per iteration at K = {k}; the model needs a "
-                             "positive time at every K: give a positive --t-map (the work the workers share)")
-
-
 def _fmt_opt(value: float | int | None) -> str:
     if value is None:
         return "none"
     return f"{value:.6g}" if isinstance(value, float) else str(value)
-
-
-def _default_workers(model: BSFModel) -> list[int]:
-    k_max = model.k_max()
-    top = model.k_limit(max(64, 8 * k_max) if k_max else 100_000)
-    out, k = [], 1
-    while k < top:
-        out.append(k)
-        k *= 2
-    if k_max:
-        out.append(k_max)
-    out.append(top)
-    return sorted(set(out))
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
@@ -201,6 +163,16 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_suggest(args: argparse.Namespace) -> int:
+    from hpcbsp.cost.modelfile import load_model
+    from hpcbsp.cost.suggest import format_suggestion, suggest
+
+    doc = suggest(load_model(args.model), budget=args.budget, repeats=args.repeats, iterations=args.iterations,
+                  noise=args.noise, max_workers=args.max_workers)
+    _emit(args, doc, format_suggestion(doc))
+    return 0
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from hpcbsp.cost.calibrate import calibrate, format_calibration
 
@@ -212,8 +184,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                              "hpcbsp-cost calibrate -- python -m hpcbsp.apps.bsf.jacobi --n 400")
     doc = calibrate(command, workers=args.workers, repeats=args.repeats, out_dir=args.out_dir,
                     timeout=args.timeout, mpiexec=args.mpiexec, list_length=args.list_length,
-                    n_boot=args.bootstrap, progress=None if args.json else sys.stderr,
-                    exchange=args.exchange, emulate=args.emulate_compute, hosts=args.hosts, launch=args.launch)
+                    n_boot=args.bootstrap, progress=None if args.json or args.quiet else sys.stderr,
+                    exchange=args.exchange, emulate=args.emulate_compute, hosts=args.hosts, launch=args.launch,
+                    until_width=args.until_width, max_workers=args.max_workers)
     _emit(args, doc, format_calibration(doc))
     return 0
 
@@ -272,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list-length", type=positive_int, required=True, metavar="N", help="l: length of the map list")
     p.add_argument("--t-0", type=float, default=0.0, metavar="S",
                    help="t_0: constant per iteration of the exchange, may be negative (default 0, as in the paper) [s]")
-    p.add_argument("--order-share", type=share, default=0.5, metavar="F",
+    p.add_argument("--order-share", type=fraction, default=0.5, metavar="F",
                    help="the order's share of an exchange's bytes, for the tree form (default 0.5)")
     _form_options(p, default=True)
     p.add_argument("--workers", type=_workers, metavar="LIST",
@@ -312,6 +285,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="image file: .png, .svg or .pdf")
     add_alias(p, "--output", dest="output")
 
+    p = add("suggest", "Name the worker count to measure next: the one whose runs narrow the K_max interval "
+                       "most per second (the model's bootstrap reweighted by simulated measurements).", cmd_suggest)
+    p.add_argument("model", metavar="MODEL.json")
+    p.add_argument("--budget", type=positive_seconds, metavar="S", help="most seconds the runs at that K may take")
+    p.add_argument("--repeats", type=positive_int, default=2, metavar="R", help="runs at that K (default 2)")
+    p.add_argument("--iterations", type=positive_int, metavar="N",
+                   help="iterations of one run (default: the model's record; else costs are per iteration)")
+    p.add_argument("--noise", type=fraction, metavar="F",
+                   help="relative noise of one run's time (default: the model's record, else 0.05)")
+    p.add_argument("--max-workers", type=positive_int, metavar="K", help="largest K that can be run")
+
     p = add("calibrate", "Run a BSF program (one built on hpcbsp.farm) under mpiexec at a few small worker "
                          "counts and write RUNS.csv and MODEL.json.", cmd_calibrate)
     p.add_argument("--workers", type=_workers, default=[1, 2, 3], metavar="LIST",
@@ -326,11 +310,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="limit per run in seconds, fractions allowed (default 300)")
     p.add_argument("--mpiexec", metavar="PATH", help="mpiexec to use (default: the one beside this Python)")
     add_placement(p, "each run")
+    add_quiet(p)
     p.add_argument("--exchange", choices=EXCHANGES,
                    help="the farm's exchange in every run (default: the program's own, linear unless it says)")
     p.add_argument("--emulate-compute", nargs="?", const="measure", metavar="t_map=S[,t_a=S]",
                    help="a SIMULATION of compute: workers wait the Map's time instead of computing "
                         "(measured by the first run unless given); master, messages and syncs stay real")
+    p.add_argument("--until-width", type=nonnegative_int, metavar="W",
+                   help="then run where `suggest` says until the K_max 95%% interval is at most W wide")
+    p.add_argument("--max-workers", type=positive_int, metavar="K", help="largest suggested K (default: the "
+                   "host file's hosts less one, else the CPUs)")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
                    help="the program, e.g. -- python -m hpcbsp.apps.bsf.jacobi --n 400")
 

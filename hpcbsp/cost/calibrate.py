@@ -28,19 +28,23 @@ import time
 from dataclasses import replace
 from typing import Any, Sequence, TextIO
 
+import numpy as np
+
 from ..farm.emulation import EMULATE_ENV, NOTICE, FarmEmulation, parse_emulation
 from ..farm.params import PARAM_NAMES
 from ..farm.skeleton import EXCHANGE_ENV
 from ..farm.timings import REPORT_ENV
 from ..runtime.launch import find_mpiexec
 from ..util.choices import EXCHANGES
-from ..util.jobcommand import JobCommandError, job_command
+from ..util.jobcommand import JobCommandError, job_command, read_hosts
 from ..util.mpiflavour import child_env, mpiexec_flavour, program_output, root_refusal, timeout_env
+from ..util.progress import Progress
 from ..util.text import plural
 from .errors import CostInputError
 from .farmmodel import model_from_farm_runs
 from .modelfile import CalibratedModel, save_model
 from .runs import Runs, write_runs
+from .suggest import format_suggestion, suggest
 from .validate import validation
 
 RUN_COLUMNS = ("workers", "seconds", "repeat", "list_length", "iterations", *PARAM_NAMES[:-1])
@@ -137,15 +141,31 @@ def model_from_reports(by_k: dict[int, list[dict[str, Any]]], length: int, *,
     return model, "components of every run", components
 
 
+def run_record(by_k: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
+    """What :func:`~hpcbsp.cost.suggest.suggest` reads of the runs: ``run_noise``, the relative
+    standard deviation of one run's T (the repeats' spread about their mean at each K, pooled over
+    the K that have repeats; None without any), and ``iterations_per_run`` (the median)."""
+    devs = [np.asarray(t) / np.mean(t) - 1.0 for t in
+            ([r["seconds_per_iteration"] for r in reports] for reports in by_k.values()) if len(t) >= 2]
+    dof = sum(d.size - 1 for d in devs)
+    return {"run_noise": float(np.sqrt(sum(float(d @ d) for d in devs) / dof)) if dof else None,
+            "iterations_per_run": int(np.median([r["iterations"] for v in by_k.values() for r in v]))}
+
+
 def calibrate(command: Sequence[str], *, workers: Sequence[int] = (1, 2, 3), repeats: int = 2,
               out_dir: str = "runs/calibrate", timeout: float = 300.0, mpiexec: str | None = None,
               list_length: int | None = None, n_boot: int = 200,
               progress: TextIO | None = None, exchange: str | None = None,
-              emulate: str | None = None, hosts: str | None = None, launch: str = "mpiexec") -> dict[str, Any]:
+              emulate: str | None = None, hosts: str | None = None, launch: str = "mpiexec",
+              until_width: int | None = None, max_workers: int | None = None,
+              max_suggested: int = 8) -> dict[str, Any]:
     """Run, record and model; returns a summary document (the ``--json`` output).
 
     ``hosts``: a host file, one rank per host (the emulated cluster's launcher when it is that
-    cluster's); ``launch="srun"``: one task per node of the Slurm allocation.
+    cluster's); ``launch="srun"``: one task per node of the Slurm allocation.  ``until_width``:
+    after ``workers``, measure where :func:`~hpcbsp.cost.suggest.suggest` says (``repeats`` runs at
+    each suggested K, K <= ``max_workers``, default: one per host but the master's, else the CPUs)
+    until the K_max interval is at most this wide, or after ``max_suggested`` suggestions.
     """
     farm_env: dict[str, str] = {}
     if exchange is not None:
@@ -170,6 +190,9 @@ def calibrate(command: Sequence[str], *, workers: Sequence[int] = (1, 2, 3), rep
     refusal = root_refusal(mpiexec_flavour(mpiexec)) if launch == "mpiexec" else None
     if refusal:  # found before any run, not as K failed runs
         raise CostInputError(f"{mpiexec}: {refusal}")
+    if hosts:  # one rank per host, the master's included
+        max_workers = min(max_workers or 1 << 62, len(read_hosts(hosts)) - 1)
+    max_workers = max_workers or os.cpu_count() or 1
     where = ", one per host of " + hosts if hosts else ", by srun" if launch == "srun" else ""
     os.makedirs(out_dir, exist_ok=True)
     rows: list[dict[str, Any]] = []
@@ -177,11 +200,15 @@ def calibrate(command: Sequence[str], *, workers: Sequence[int] = (1, 2, 3), rep
     cpus = os.cpu_count() or 1
     # Ranks spread over hosts (or nodes) share no cores with each other; on this machine they do.
     oversubscribed_k = set() if hosts or launch == "srun" else {int(w) for w in workers if int(w) + 1 > cpus}
-    for k in sorted(set(int(w) for w in workers)):
-        for rep in range(repeats):
-            if progress is not None:
-                progress.write(f"calibrate: running K = {k} ({k + 1} ranks{where}), repeat {rep + 1}/{repeats} ...\n")
-                progress.flush()
+    # A line per run; to stderr only where Progress says (a terminal, or $HPCBSP_PROGRESS=1).
+    show = Progress("calibrate", len(set(workers)) * repeats, unit="run", enabled=progress is not None,
+                    stream=None if progress is sys.stderr else progress, every_s=0.0)
+
+    def measure(k: int) -> None:
+        nonlocal emulation
+        first = len(by_k.get(k, []))
+        for rep in range(first, first + repeats):
+            show.note(f"running K = {k} ({k + 1} ranks{where}), repeat {rep + 1 - first}/{repeats} ...")
             report = run_once(command, k, rep, out_dir, timeout=timeout, mpiexec=mpiexec, farm_env=farm_env,
                               hosts=hosts, launch=launch)
             if emulation is not None and not report.get("emulated"):
@@ -192,18 +219,31 @@ def calibrate(command: Sequence[str], *, workers: Sequence[int] = (1, 2, 3), rep
                 t_map = float(report["emulated"]["t_map"])
                 emulation = FarmEmulation(t_map, report["emulated"]["t_a"])
                 farm_env[EMULATE_ENV] = emulation.spec()
-                if progress is not None:
-                    progress.write(f"calibrate: {NOTICE}; t_Map = {1e3 * t_map:.3f} ms measured "
-                                   "by the first run, used by every run\n")
+                show.note(f"{NOTICE}; t_Map = {1e3 * t_map:.3f} ms measured by the first run, used by every run")
             by_k.setdefault(k, []).append(report)
             rows.append({"workers": k, "seconds": report["seconds_per_iteration"], "repeat": rep,
                          **{c: report[c] for c in RUN_COLUMNS[3:]}})
-            if progress is not None:
-                note = " (oversubscribed)" if k in oversubscribed_k else ""
-                progress.write(f"calibrate: K = {k} repeat {rep + 1}/{repeats}: "
-                               f"{1e3 * report['seconds_per_iteration']:.3f} ms per iteration, "
-                               f"{report['iterations']} iterations{note}\n")
-                progress.flush()
+            note = " (oversubscribed)" if k in oversubscribed_k else ""
+            show(len(rows), f"K = {k} repeat {rep + 1 - first}/{repeats}: {1e3 * report['seconds_per_iteration']:.3f} ms "
+                            f"per iteration, {report['iterations']} iterations{note}")
+
+    for k in sorted(set(int(w) for w in workers)):
+        measure(k)
+    suggested: list[int] = []
+    while until_width is not None and len(suggested) < max_suggested:
+        model, _, _ = model_from_reports(by_k, list_length or int(rows[0]["list_length"]), n_boot=n_boot)
+        model.fit.update(run_record(by_k))
+        lo, hi = model.k_max_interval()
+        if lo is not None and hi is not None and hi - lo <= until_width:
+            break
+        step = suggest(model, repeats=repeats, max_workers=max_workers)
+        if step["k"] is None:
+            break
+        show.note(format_suggestion(step).splitlines()[1])
+        suggested.append(int(step["k"]))
+        show.total = (show.total or 0) + repeats
+        oversubscribed_k |= set() if hosts or launch == "srun" or step["k"] + 1 <= cpus else {int(step["k"])}
+        measure(int(step["k"]))
     runs_path = os.path.join(out_dir, "RUNS.csv")
     model_path = os.path.join(out_dir, "MODEL.json")
     write_runs(runs_path, rows, RUN_COLUMNS)
@@ -212,6 +252,7 @@ def calibrate(command: Sequence[str], *, workers: Sequence[int] = (1, 2, 3), rep
     smallest = min(by_k)
     model, method, components = model_from_reports(by_k, length, n_boot=n_boot)
     model.fit["command"] = " ".join(command)
+    model.fit.update(run_record(by_k))
     emulated = by_k[smallest][0].get("emulated")
     comm = model.model.comm
     save_model(model_path, model)
@@ -227,6 +268,7 @@ def calibrate(command: Sequence[str], *, workers: Sequence[int] = (1, 2, 3), rep
                              "points": check["points"]},
         "oversubscribed_workers": oversubscribed, "exchange": comm,
         "emulated_compute": emulated or None,
+        "suggested_workers": suggested, "until_width": until_width,
     }
 
 
@@ -249,5 +291,10 @@ def format_calibration(doc: dict[str, Any]) -> str:
     if doc["oversubscribed_workers"] and not doc.get("emulated_compute"):
         lines.append(f"note: K = {doc['oversubscribed_workers']} ran more ranks than this machine has cores; "
                      "their times measure oversubscription, not the model")
+    if doc.get("until_width") is not None:
+        lo, hi = doc["k_max_interval"]
+        narrow = lo is not None and hi is not None and hi - lo <= doc["until_width"]
+        lines.append(f"run where suggest said: K = {', '.join(map(str, doc['suggested_workers'])) or 'none'}; the "
+                     f"interval is {'' if narrow else 'not yet '}at most {doc['until_width']} wide")
     lines.append(f"wrote {doc['runs_csv']} and {doc['model_json']}")
     return "\n".join(lines)

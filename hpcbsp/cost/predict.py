@@ -1,10 +1,13 @@
 """Predictions of a calibrated BSF model: T, speedup and efficiency per K, and K_max with its interval."""
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable
 
 import numpy as np
 
+from ..farm.model import BSFModel
+from .errors import CostInputError
 from .modelfile import CalibratedModel
 
 
@@ -82,3 +85,29 @@ def format_k_max(doc: dict[str, Any]) -> str:
     if "speedup_at_k_max" in doc:
         extra = f", speedup {doc['speedup_at_k_max']:.4g}, efficiency {doc['efficiency_at_k_max']:.3f}"
     return f"K_max = {doc['k_max']}{extra}, 95% interval {interval}{closed}"
+
+
+def check_positive_time(model: BSFModel, workers: list[int] | None) -> None:
+    """Refuse parameters (``hpcbsp-cost bsf``) that predict no time (or a negative one): speedups would be 0/0."""
+    ks = sorted(set([1, 2, 4, 1024, *(workers or [])]))
+    with np.errstate(all="ignore"):
+        times = model.time(ks)
+    bad = [(k, t) for k, t in zip(ks, times) if not (math.isfinite(t) and t > 0)]
+    if bad:
+        k, t = bad[0]
+        raise CostInputError(f"these parameters predict {t:g} s per iteration at K = {k}; the model needs a "
+                             "positive time at every K: give a positive --t-map (the work the workers share)")
+
+
+def default_workers(model: BSFModel) -> list[int]:
+    """Powers of 2 past K_max, K_max and the model's K limit: ``hpcbsp-cost bsf``'s default worker counts."""
+    k_max = model.k_max()
+    top = model.k_limit(max(64, 8 * k_max) if k_max else 100_000)
+    out, k = [], 1
+    while k < top:
+        out.append(k)
+        k *= 2
+    if k_max:
+        out.append(k_max)
+    out.append(top)
+    return sorted(set(out))

@@ -171,6 +171,12 @@ _PACKAGE: tuple[Setting, ...] = (
             "runs.",
             "unset (off)", "`measure`, `t_map=S[,t_a=S]` (seconds >= 0), or `0`, `off`, `no`",
             "`farm/emulation.py`", emulated),
+    Setting("HPCBSP_PROGRESS",
+            "Progress lines of long commands (benchmarks, `hpcbsp-cost calibrate`, training, the apps) on "
+            "stderr: unset, they are written only when stderr is a terminal; `1` wherever stderr goes "
+            "(`hpcbsp supervise` sets it for its job, whose last progress line tells it how far the job "
+            "got); `0` never. A command's `--quiet` turns them off either way.",
+            "unset (on a terminal only)", "`0` or `1`", "`util/progress.py`", switch),
 )
 
 _SCRIPTS: tuple[Setting, ...] = (

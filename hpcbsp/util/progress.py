@@ -3,7 +3,19 @@
 A run that takes longer than about two seconds says how far it is, on stderr (so that stdout
 stays the result), at most every ``every_s`` seconds; a short run prints nothing.  ``--quiet``
 turns it off (``enabled=False``), and under MPI only one rank (the caller passes
-``enabled=rank == 0``) prints.
+``enabled=rank == 0``) prints.  Where the lines go to stderr (no ``stream`` given) they are
+written only when stderr is a terminal, so that a log file or a pipe keeps just the results,
+unless ``$HPCBSP_PROGRESS`` says otherwise: ``1`` writes them wherever stderr goes (``hpcbsp
+supervise`` sets it for its job, whose last progress line tells it how far the job got), ``0``
+never (:func:`wanted`).  A rank under an MPI launcher cannot tell (the launcher hands it a pipe
+whether or not its own stderr is a terminal) and writes them; a command that starts MPI jobs
+itself passes its own answer down (:func:`child_env`).  A ``stream`` given is written unless
+``$HPCBSP_PROGRESS=0``.
+
+Why this helper and not tqdm or rich: no new dependency for an MPI package installed on
+clusters, and one plain line format that :func:`parse` reads back (``hpcbsp supervise`` learns
+from a job's last line how many steps a restart loses); a redrawn bar (``\r``, terminal
+control codes) would be neither a log line nor parseable.
 
     show = Progress("heat", total=steps, enabled=not args.quiet and bsp.pid == 0)
     for step in range(steps):
@@ -20,6 +32,35 @@ import sys
 import time
 from typing import NamedTuple, TextIO
 
+from .launcher import launcher_name
+from .settings import SettingError, value
+
+#: The variable that turns progress lines on (``1``) or off (``0``) wherever stderr goes.
+PROGRESS_ENV = "HPCBSP_PROGRESS"
+
+
+def wanted(stream: TextIO | None = None) -> bool:
+    """Whether progress lines are written: ``$HPCBSP_PROGRESS`` when it is ``0`` or ``1``, else
+    to a ``stream`` given always, and to stderr when it is a terminal or under an MPI launcher."""
+    try:
+        forced = value(PROGRESS_ENV)
+    except SettingError:  # refused in one line by the command's own check before any work
+        forced = None
+    if forced is not None:
+        return bool(forced)
+    if stream is not None or launcher_name() != "singleton":
+        return True
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # a closed or replaced stderr
+        return False
+
+
+def child_env() -> dict[str, str]:
+    """``$HPCBSP_PROGRESS`` for the jobs a command starts, its own answer of :func:`wanted`: the
+    ranks' stderr is a pipe to the launcher, so they cannot tell whether anyone reads it."""
+    return {PROGRESS_ENV: "1" if wanted() else "0"}
+
 
 class Progress:
     """Rate-limited progress lines ``[label] 120/1,000 (12%, 2.0 s elapsed, ~14.7 s left)``.
@@ -32,7 +73,8 @@ class Progress:
         The number of units the run will do (a float for a continuous quantity such as
         simulated time), or None when unknown (no percentage then).
     enabled : bool
-        False (``--quiet``, or a rank other than 0) prints nothing.
+        False (``--quiet``, or a rank other than 0) prints nothing; True prints where
+        :func:`wanted` says (a terminal, a stream given, or ``$HPCBSP_PROGRESS=1``).
     every_s : float
         Least seconds between two lines; the first comes after ``every_s`` too, so runs shorter
         than that stay silent.
@@ -50,7 +92,7 @@ class Progress:
         self.label = label
         self.total = total
         self.limit = limit
-        self.enabled = enabled
+        self.enabled = enabled and wanted(stream)
         self.every_s = every_s
         self.unit = unit
         self._stream = stream

@@ -71,6 +71,7 @@ from ...runtime import BSP
 from ...util.args.parser import OneLineParser
 from ...util.args.types import nonnegative_int, positive_int
 from ...util.args.vocabulary import add_n, add_repeats, add_seed, add_skew
+from ...util.progress import Progress
 from .. import measuring
 from .common import say
 from .links import combine, link, link_rate
@@ -89,9 +90,11 @@ def _bench(bsp: BSP, args: argparse.Namespace) -> int:
     if bsp.nprocs == 1:
         say(bsp, "  (one rank: every update is local; run under `mpiexec -n 2` for meaningful ratios)")
     ok = True
+    show = Progress("bench fabsp", len(args.sections), unit="section", enabled=bsp.pid == 0)
     if "throughput" in args.sections:
         say(bsp, "1. throughput")
         ok = throughput(bsp, args)
+        show(1)
     if "overlap" in args.sections:
         rounds = args.work_rounds or auto_rounds(bsp, args)
         say(bsp, f"2. overlap: {len(range(0, args.updates, args.chunk))} chunks of {args.chunk:,} "
@@ -99,12 +102,15 @@ def _bench(bsp: BSP, args: argparse.Namespace) -> int:
                   + ("" if args.work_rounds else " (as long as the communication: --work-rounds 0)"))
         for imbalance in sorted({1, args.imbalance}):
             ok = overlap(bsp, args, imbalance, rounds) and ok
+        show(sum(s in args.sections for s in ("throughput", "overlap")))
     if "memory" in args.sections:
         say(bsp, "3. memory per rank by mailbox routing (records hop through a grid of ranks with 2d/3d)")
         ok = memory(bsp, args) and ok
+        show(sum(s in args.sections for s in ("throughput", "overlap", "memory")))
     if "link" in args.sections:
         say(bsp, "4. link: bytes per update, and the busiest host's rate against the link's")
         ok = link(bsp, args) and ok
+        show(sum(s in args.sections for s in ("throughput", "overlap", "memory", "link")))
     if "combine" in args.sections:
         say(bsp, "5. combine: direct vs by node, without and with combining (median of interleaved runs)")
         ok = combine(bsp, args) and ok

@@ -34,6 +34,7 @@ from hpcbsp.bench import measuring
 from hpcbsp.util.args.parser import OneLineParser
 from hpcbsp.util.args.types import positive_float
 from hpcbsp.util.args.vocabulary import add_iters, add_repeats
+from hpcbsp.util.progress import Progress
 
 from . import control, fine, puts, report
 from .waits import wait_modes
@@ -44,13 +45,19 @@ def bench(bsp: "hpcbsp.BSP", iters: int, mib: float, rounds: int) -> dict[str, A
     empty sync and its floors, the put rounds, the small superstep, the element puts against the
     vectorised ones, one put per word, the element puts' parts; then the puts' check."""
     comm = bsp.comm.Dup()  # the baseline's own communicator
+    show = Progress("bench sync", 6, unit="part", enabled=bsp.pid == 0)
     r = control.empty_sync(bsp, comm, iters, rounds)
+    show(1, "empty sync")
     load = puts.Puts(bsp, comm, mib)
     elements = fine.ElementPuts(load)
     r.update(puts.throughput(load, iters, rounds))
+    show(2, "put rounds")
     r.update(puts.small_superstep(load, iters, rounds))
+    show(3, "small superstep")
     r.update(fine.against_vectorised(elements, iters, rounds))
+    show(4, "element puts")
     r.update(fine.one_by_one(elements, rounds))
+    show(5, "one put per word")
     r.update(fine.parts(elements, rounds))
     load.check()  # the element puts overwrote some slots: the check is of the vectorised puts
     comm.Free()

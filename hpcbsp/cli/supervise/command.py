@@ -18,6 +18,7 @@ from ...runtime.api.checkpoint import describe
 from ...runtime.launch import find_mpiexec
 from ...util.jobcommand import job_command
 from ...util.mpiflavour import mpiexec_flavour
+from ...util.progress import PROGRESS_ENV
 from ...util.text import plural
 from . import hosts as hostcheck
 from .job import DETECTOR_GRACE, Ended, Stop, run_job
@@ -132,7 +133,9 @@ class Supervisor:
                     f"(exit {code})")
                 return code
             self.announce(restarts, plan)
-            env = {**os.environ, RESTART_VAR: str(restarts)}
+            # The job's progress lines say how far it got (a restart's steps lost), so they are on
+            # though its stderr is a pipe, unless the user turned them off.
+            env = {PROGRESS_ENV: "1", **os.environ, RESTART_VAR: str(restarts)}
             ended = run_job(plan.argv, env, self.stop, srun=self.where.srun, flavour=self.flavour)
             if ended.ended_by == "detector":
                 say(f"the failure detector ended the job and its launcher still ran {DETECTOR_GRACE:g} s later "
