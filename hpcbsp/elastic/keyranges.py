@@ -39,7 +39,7 @@ def servers_problem(servers: int, ranks: int) -> str | None:
     if servers < 1:
         return f"--servers {servers}: give at least 1 server rank"
     if servers > ranks - 1:
-        return (f"--servers {servers} needs at least {servers + 1} ranks ({servers} servers and a "
+        return (f"--servers {servers} needs at least {servers + 1} ranks ({servers} server{'s' if servers > 1 else ''} and a "
                 f"worker); this job has {ranks}: start more ranks or give fewer servers")
     return None
 
