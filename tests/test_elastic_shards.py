@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from mpi_helpers import run_mpi
 
-from hpcbsp.bench.elastic_shards import shard_figures
+from hpcbsp.bench.elastic import shard_figures
 from hpcbsp.elastic.coordinator import Coordinator
 from hpcbsp.elastic.keyranges import key_ranges, server_ranks, servers_problem, worker_pieces
 from hpcbsp.elastic.policies import make_policy
@@ -39,10 +39,10 @@ def test_key_ranges_are_numpys_array_split(size: int, servers: int) -> None:
 
 @pytest.mark.parametrize("size, itemsize, servers", [(10, 8, 3), (600_000, 4, 2), (3 * 262144 + 5, 4, 3)])
 def test_a_workers_reply_pieces_cover_the_weights_once_in_order_each_within_its_shard(size, itemsize, servers) -> None:
-    got = worker_pieces(size, itemsize, servers)
+    ranges, got = worker_pieces(size, itemsize, servers)
+    assert ranges == key_ranges(size, servers)
     flat = np.concatenate([np.arange(size)[p] for _, p in got])
     assert flat.tolist() == list(range(size))
-    ranges = key_ranges(size, servers)
     for shard, piece in got:
         assert ranges[shard].start <= piece.start and piece.stop <= ranges[shard].stop
         assert (piece.stop - piece.start) * itemsize <= 1 << 20

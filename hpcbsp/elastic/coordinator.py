@@ -7,8 +7,9 @@ deadlocking a run.
 """
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Sequence
+from copy import copy as shallow_copy
+from copy import deepcopy
 from dataclasses import dataclass
 
 import numpy as np
@@ -197,10 +198,10 @@ class Coordinator:
         """A coordinator of the same run for the weights ``keys`` alone (their values and the
         held gradients' copied; every count, clock and flag the same): one shard of a sharded
         server (:mod:`.shards`), driven by ``policy`` where given (a follower's)."""
-        part = copy.copy(self)
+        part = shallow_copy(self)
         part.__dict__.pop("_step", None)  # (the transport's way of storing, not the run's state)
-        part.policy = copy.deepcopy(self.policy) if policy is None else policy
-        part.log = copy.deepcopy(self.log)
+        part.policy = deepcopy(self.policy) if policy is None else policy
+        part.log = deepcopy(self.log)
         for name in ("_pending", "_waiting", "_stopped", "_pushed_at", "pulled_version"):
             setattr(part, name, getattr(self, name).copy())
         part.weights = None if self.weights is None else self.weights[keys].copy()
@@ -215,7 +216,7 @@ class Coordinator:
     def with_arrays(self, weights: np.ndarray, held: np.ndarray) -> "Coordinator":
         """This run's coordinator holding ``weights`` and the gathered ``held`` gradients (a
         sharded server's whole state, for a checkpoint: :meth:`key_range` undoes it)."""
-        whole = copy.copy(self)
+        whole = shallow_copy(self)
         whole.weights, whole._grads = weights, held
         return whole
 

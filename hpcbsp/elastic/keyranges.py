@@ -24,14 +24,15 @@ def key_ranges(size: int, servers: int) -> list[slice]:
     return [slice(int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
-def worker_pieces(size: int, itemsize: int, servers: int) -> list[tuple[int, slice]]:
-    """The pieces a worker receives a reply in: ``(shard, slice of the whole weights)``, each
-    shard's range cut as its server cuts its reply (:func:`.wire.pieces`)."""
-    out = []
-    for s, keys in enumerate(key_ranges(size, servers)):
+def worker_pieces(size: int, itemsize: int, servers: int) -> tuple[list[slice], list[tuple[int, slice]]]:
+    """A worker's layout: the key ranges (:func:`key_ranges`: what it pushes to each shard) and
+    the pieces it receives a reply in, ``(shard, slice of the whole weights)``, each shard's
+    range cut as its server cuts its reply (:func:`.wire.pieces`)."""
+    ranges, out = key_ranges(size, servers), []
+    for s, keys in enumerate(ranges):
         out += [(s, slice(keys.start + p.start, keys.start + p.stop))
                 for p in pieces(keys.stop - keys.start, itemsize)]
-    return out
+    return ranges, out
 
 
 def servers_problem(servers: int, ranks: int) -> str | None:

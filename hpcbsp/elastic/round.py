@@ -15,13 +15,15 @@ Workers are ranks ``first..first+n-1`` of the communicator (``first`` = the numb
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 
 import numpy as np
 from mpi4py import MPI
 
-from .coordinator import Coordinator, Outcome, Stream, Tell
+from .coordinator import Coordinator, Outcome, Stream
 from .protocol import CONTINUE, STOP, Tag, poll_until, wait_all, wait_request
+from .shards import END, GATHER, HEAD, PUSH, STOPPED, Follow, Leader, decode, receive_share
 from .transport import SharedWeights
 from .wire import Wire, pieces
 
@@ -33,13 +35,14 @@ class ServerRound:
 
     ``coord`` holds this server's weights (updated in place and sent from: never rebound during
     the run); ``shared`` the window where the weights (and the gradients) live, or None;
-    ``first``: the rank of worker 0.
+    ``first``: the rank of worker 0; ``peers``: the leader shard's messages to the others.
+    :meth:`open` makes the round of this rank.
     """
 
     def __init__(self, comm: MPI.Comm, coord: Coordinator, shared: SharedWeights | None, mode: str,
-                 out_wire: Wire, in_wire: Wire, timeout: float, first: int = 1):
+                 out_wire: Wire, in_wire: Wire, timeout: float, first: int = 1, peers: Leader | None = None):
         self.comm, self.coord, self.shared, self.mode, self.timeout = comm, coord, shared, mode, timeout
-        self.in_wire, self.first = in_wire, first
+        self.in_wire, self.first, self.peers = in_wire, first, peers
         n = coord.n_workers
         current = coord.weights
         assert current is not None
@@ -57,6 +60,37 @@ class ServerRound:
         # change.
         self.in_flight: list[MPI.Request] = []
         self.acks = np.zeros((n, 1), dtype=np.int64)
+
+    @classmethod
+    @contextmanager
+    def open(cls, comm: MPI.Comm, coord: Coordinator | None, shared: SharedWeights | None, mode: str,
+             wires: tuple[Wire, Wire], timeout: float, servers: int = 1) -> Iterator["ServerRound"]:
+        """This server rank's round, for the run: the single server's on ``coord`` (its weights
+        kept in the window ``shared`` while the run lasts, if any); with ``servers`` > 1, the
+        leader's (rank 0: ``coord``, the whole run's, is handed out a key range to each shard)
+        or a follower's (its key range received; ``coord`` unused).  The window is closed on the
+        way out (collective)."""
+        peers = None
+        if servers > 1 and comm.Get_rank() > 0:
+            coord = receive_share(comm, timeout, mode)
+        elif servers > 1:
+            assert coord is not None and coord.weights is not None
+            peers = Leader(comm, servers, coord.n_workers, coord.weights.size, timeout, mode)
+            coord = peers.hand_out(coord)
+        assert coord is not None
+        with shared if shared is not None else nullcontext():
+            if shared is not None:
+                coord.keep_weights_in(shared.array, shared.stores)
+            try:
+                yield cls(comm, coord, shared, mode, *wires, timeout, first=servers, peers=peers)
+            finally:
+                if shared is not None:  # the weights leave the window before it goes
+                    coord.keep_weights_in(np.empty_like(shared.array))
+
+    @property
+    def following(self) -> bool:
+        """True on a shard that follows the leader's decisions (:meth:`follow` is its loop)."""
+        return isinstance(self.coord.policy, Follow)
 
     def settle(self) -> None:
         """Wait until no worker is still receiving or copying the weights (before they change)."""
@@ -99,15 +133,18 @@ class ServerRound:
         return idx if flag and idx != MPI.UNDEFINED else None
 
     def stop(self, now: float) -> None:
-        """Stop the run at ``now`` (run time): the waiting workers are told at once."""
+        """Stop the run at ``now`` (run time): the other shards and the waiting workers are told
+        at once."""
+        if self.peers is not None:
+            self.peers.stop(now)
         for w in self.coord.stop(now):
             self.reply(w, STOP)
 
-    def take(self, w: int, t0: float, tell: Tell | None = None, now: float | None = None) -> Outcome:
+    def take(self, w: int, t0: float, now: float | None = None) -> Outcome:
         """Carry out worker ``w``'s push: read it, apply it as the coordinator's policy decides
-        (``tell``: told the decision first), and reply to the workers released or stopped.  The
-        push's time is ``now`` where given (a follower's: the leader's), else the
-        ``time.monotonic`` clock since ``t0`` once the gradient is here."""
+        (the leader tells the other shards the decision first), and reply to the workers
+        released or stopped.  The push's time is ``now`` where given (a follower's: the
+        leader's), else the ``time.monotonic`` clock since ``t0`` once the gradient is here."""
         coord, shared, timeout, mode = self.coord, self.shared, self.timeout, self.mode
         wait_request(self.head_recv[w], timeout, f"the push header of worker {w}", mode)
         self.head_recv[w] = MPI.REQUEST_NULL
@@ -132,7 +169,7 @@ class ServerRound:
         if not coord.stopping:
             grad = shared.grads[w] if shared is not None and shared.grads is not None \
                 else self.in_wire.decode(self.inbox[w])
-        out = coord.push(w, grad, now, stream, tell)
+        out = coord.push(w, grad, now, stream, None if self.peers is None else self.peers.tell)
         if shared is not None and self.slots and grad is not None:
             shared.take(w, push_no)  # (before any reply: w writes its next push only after both)
         for r in out.release:
@@ -147,8 +184,50 @@ class ServerRound:
             poll_until(test, np.inf, deadline, f"chunk of worker {w}'s gradient", self.mode)
         return lambda piece: shared.arrive(w, piece, push_no, test_until)
 
-    def finish(self) -> None:
-        """Wait for the last replies to complete and the weights to be delivered."""
+    def whole(self, held: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+        """All the weights (with ``held``, and the held gradients): this server's, or the
+        leader's gathered from every shard (a copy, at the leader's version)."""
+        if self.peers is not None:
+            return self.peers.gather(self.coord, held)
+        assert self.coord.weights is not None
+        return self.coord.weights, self.coord.held() if held else None
+
+    def finish(self) -> np.ndarray:
+        """Wait for the last replies to complete and the weights to be delivered; returns all
+        the weights (and lets the other shards end)."""
         for w in range(self.coord.n_workers):
             wait_request(self.head_sent[w], self.timeout, f"completion of the last reply to worker {w}", self.mode)
         self.settle()
+        weights = self.whole()[0]
+        if self.peers is not None:
+            self.peers.end()
+        return weights
+
+    def follow(self) -> None:
+        """A follower's loop: the leader's decisions carried out on this shard's key range, in
+        the leader's order, until it says the run ended (:mod:`.shards`)."""
+        comm, coord, policy = self.comm, self.coord, self.coord.policy
+        assert isinstance(policy, Follow)
+        msg = np.zeros(HEAD + 3 * coord.n_workers, dtype=np.float64)
+        for w in coord.rejoin():  # (every worker, in a fresh run; as the leader does in a resumed one)
+            self.release(w)
+        while True:
+            req = comm.Irecv(msg, source=0, tag=Tag.SHARD)
+            poll_until(lambda: True if req.Test() else None, np.inf, time.monotonic() + self.timeout,
+                       "message from the leader shard", self.mode)
+            kind, worker, now, decision = decode(msg)
+            if kind == PUSH:
+                if decision is not None:
+                    policy.next = decision
+                self.take(worker, 0.0, now=now)
+            elif kind == STOPPED:
+                self.stop(now)
+            elif kind == GATHER:
+                assert coord.weights is not None
+                sends = [comm.Isend(coord.weights, dest=0, tag=Tag.SHARD_DATA)]
+                if worker:  # (the held gradients too)
+                    sends.append(comm.Isend(np.ascontiguousarray(coord.held()), dest=0, tag=Tag.SHARD_DATA))
+                wait_all(sends, self.timeout, "the weights to the leader shard", self.mode)
+            elif kind == END:
+                break
+        self.finish()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
@@ -25,7 +24,6 @@ from .policies.base import SyncPolicy
 from .protocol import ServerResult, poll_until
 from .round import ServerRound
 from .runlog import RunLog
-from .shards import Follow, Leader, follow, receive_share
 from .transport import open_transport
 from .wire import wires
 
@@ -141,45 +139,25 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
     if problem is not None:
         raise problem
     assert wired is not None
-    options: dict[str, Any] = dict(duration=duration, eval_fn=eval_fn, eval_every=eval_every, progress=progress,
-                   resume=resume, save=save, save_every=save_every)
-    if servers > 1:
-        if me > 0:
-            share = receive_share(comm, timeout, mode)
-            assert isinstance(share.policy, Follow)
-            follow(ServerRound(comm, share, None, mode, *wired, timeout, first=servers), share.policy)
+    with ServerRound.open(comm, coord, shared, mode, wired, timeout, servers) as rnd:
+        if rnd.following:
+            rnd.follow()
             return None
-        assert coord is not None and coord.weights is not None
-        leader = Leader(comm, servers, n, coord.weights.size, timeout, mode)
-        coord = leader.hand_out(coord)
-        return _lead(ServerRound(comm, coord, None, mode, *wired, timeout, first=servers), leader, **options)
-    assert coord is not None
-    with shared if shared is not None else nullcontext():
-        if shared is not None:
-            coord.keep_weights_in(shared.array, shared.stores)
-        try:
-            result = _lead(ServerRound(comm, coord, shared, mode, *wired, timeout), None, **options)
-        finally:
-            if shared is not None:  # the weights leave the window before it goes
-                coord.keep_weights_in(np.empty_like(shared.array))
-    result.weights = coord.weights  # type: ignore[assignment]
+        result = _lead(rnd, duration=duration, eval_fn=eval_fn, eval_every=eval_every, progress=progress,
+                       resume=resume, save=save, save_every=save_every)
+    if shared is not None:  # (the weights out of the window, now)
+        result.weights = rnd.coord.weights  # type: ignore[assignment]
     return result
 
 
-def _lead(rnd: ServerRound, leader: Leader | None, *, duration: float | None,
+def _lead(rnd: ServerRound, *, duration: float | None,
           eval_fn: Callable[[np.ndarray], tuple[float, float]] | None,
           eval_every: float | None, progress: Callable[[float, RunLog], None] | None,
           resume: dict[str, Any] | None, save: Callable[[dict[str, Any]], None] | None,
           save_every: float) -> ServerResult:
     """Rank 0's loop: the clock, the stop, evaluations and saves around the rounds of ``rnd``
-    (``leader``: the other shards', told each decision and asked for their weights)."""
+    (the single server's, or the leader shard's)."""
     coord, mode, timeout = rnd.coord, rnd.mode, rnd.timeout
-    tell = None if leader is None else leader.tell
-
-    def whole(held: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
-        """All the weights (and the held gradients), on the single server or from the shards."""
-        assert coord.weights is not None
-        return (coord.weights, coord.held()) if leader is None else leader.gather(coord, held)
 
     t0 = time.monotonic()
     next_eval = t0 if eval_fn is not None and eval_every else np.inf
@@ -205,19 +183,17 @@ def _lead(rnd: ServerRound, leader: Leader | None, *, duration: float | None,
     while not coord.finished:
         now = time.monotonic()
         if save is not None and now >= next_save and not coord.stopping:
-            state = coord if leader is None else coord.with_arrays(*whole(held=True))  # type: ignore[arg-type]
+            state = coord if rnd.peers is None else coord.with_arrays(*rnd.whole(held=True))  # type: ignore[arg-type]
             save({"coord": state, "elapsed": now - t0, "next_eval": next_eval - t0})
             next_save = time.monotonic() + save_every
         if not coord.stopping and now >= stop_at:
             stopped_at = now  # before any evaluation: none may be stamped after the run's end
-            if leader is not None:
-                leader.stop(now - t0)
             rnd.stop(now - t0)
             continue
         if evaluator is not None:
             collect(evaluator.results())
             if now >= next_eval and not coord.stopping:
-                evaluator.submit(now - t0, whole()[0], coord.version)  # (skipped while busy)
+                evaluator.submit(now - t0, rnd.whole()[0], coord.version)  # (skipped while busy)
                 while next_eval <= now:
                     next_eval += eval_every  # type: ignore[operator]
         until = np.inf if coord.stopping else min(next_eval, stop_at, next_save)
@@ -226,16 +202,13 @@ def _lead(rnd: ServerRound, leader: Leader | None, *, duration: float | None,
             continue
         rnd.head_recv[w] = MPI.REQUEST_NULL
         was_stopping = coord.stopping
-        rnd.take(w, t0, tell=tell)
+        rnd.take(w, t0)
         if coord.stopping and not was_stopping:
             stopped_at = time.monotonic()  # max_updates reached at this push
     if evaluator is not None:
         collect(evaluator.close())
     coord.log.duration_s = min(stopped_at, stop_at) - t0
-    rnd.finish()
-    weights = whole()[0]
-    if leader is not None:
-        leader.end()
+    weights = rnd.finish()
     if eval_fn is not None:
         coord.log.record_eval(coord.log.duration_s, *eval_fn(weights))
     return ServerResult(coord.policy.describe(), coord.log, coord.policy.stats, weights)

@@ -5,7 +5,8 @@ Layout (:mod:`.keyranges`): the weights ``0..P-1`` are cut into ``S`` contiguous
 (shard ``s`` holds range ``s``), ranks ``S..S+n-1`` the workers.  :func:`placed` reorders a
 communicator so that the shards sit one per node where the job spans nodes (:func:`.keyranges.server_ranks`).
 
-Each shard runs the single server's round (:class:`~.round.ServerRound`) on its key range: a
+Each shard runs the single server's round (:class:`~.round.ServerRound`, whose
+:meth:`~.round.ServerRound.follow` is a follower's loop) on its key range: a
 worker sends every shard the push header and that shard's slice of its gradient, all at once
 (non-blocking), and receives from every shard a reply header and that shard's slice of the
 weights.  The policy decides once: shard 0, the *leader*, runs the policy on the push headers it
@@ -35,15 +36,15 @@ from .coordinator import Coordinator
 from .keyranges import key_ranges, server_ranks
 from .policies.base import Decision, SyncPolicy
 from .protocol import Tag, poll_until, wait_all
-from .round import ServerRound
 
 __all__ = ["placed", "Follow", "Leader",
-           "follow", "receive_share", "encode", "decode", "PUSH", "STOPPED", "GATHER", "END"]
+           "receive_share", "encode", "decode", "PUSH", "STOPPED", "GATHER", "END", "HEAD"]
 
 #: Kinds of the leader's messages: a decision on a push, the run's stop, a request for the
 #: weights (and held gradients), the end of the run.
 PUSH, STOPPED, GATHER, END = 0, 1, 2, 3
-_HEAD = 6
+#: Words of a message before its lists of workers.
+HEAD = 6
 
 
 def placed(comm: MPI.Comm, servers: int) -> MPI.Comm:
@@ -57,10 +58,10 @@ def placed(comm: MPI.Comm, servers: int) -> MPI.Comm:
 def encode(kind: int, n: int, worker: int = -1, now: float = 0.0, decision: Decision | None = None) -> np.ndarray:
     """The leader's message: ``[kind, worker, now, #apply, #drop, #release, apply..., drop...,
     release...]`` as float64, ``6 + 3n`` long (``#apply`` -1: no decision, a push after the stop)."""
-    msg = np.zeros(_HEAD + 3 * n, dtype=np.float64)
+    msg = np.zeros(HEAD + 3 * n, dtype=np.float64)
     lists = (decision.apply, decision.drop, decision.release) if decision is not None else ((), (), ())
-    msg[:_HEAD] = (kind, worker, now, -1 if decision is None else len(lists[0]), len(lists[1]), len(lists[2]))
-    at = _HEAD
+    msg[:HEAD] = (kind, worker, now, -1 if decision is None else len(lists[0]), len(lists[1]), len(lists[2]))
+    at = HEAD
     for items in lists:
         msg[at:at + len(items)] = items
         at += len(items)
@@ -72,7 +73,7 @@ def decode(msg: np.ndarray) -> tuple[int, int, float, Decision | None]:
     kind, worker, now, na, nd, nr = (int(msg[0]), int(msg[1]), float(msg[2]), int(msg[3]), int(msg[4]), int(msg[5]))
     if na < 0:
         return kind, worker, now, None
-    ids = msg[_HEAD:].astype(np.int64).tolist()
+    ids = msg[HEAD:].astype(np.int64).tolist()
     return kind, worker, now, Decision(tuple(ids[:na]), tuple(ids[na:na + nd]), tuple(ids[na + nd:na + nd + nr]))
 
 
@@ -154,33 +155,3 @@ def receive_share(comm: MPI.Comm, timeout: float, mode: str) -> Coordinator:
     share = comm.recv(source=0, tag=Tag.SHARD)
     assert isinstance(share, Coordinator)
     return share
-
-
-def follow(rnd: ServerRound, policy: Follow) -> None:
-    """A follower's loop: the leader's decisions carried out on this shard's key range, in the
-    leader's order, until it says the run ended."""
-    comm, coord, n = rnd.comm, rnd.coord, rnd.coord.n_workers
-    msg = np.zeros(_HEAD + 3 * n, dtype=np.float64)
-    for w in coord.rejoin():  # (every worker, in a fresh run; as the leader does in a resumed one)
-        rnd.release(w)
-    while True:
-        req = comm.Irecv(msg, source=0, tag=Tag.SHARD)
-        poll_until(lambda: True if req.Test() else None, np.inf, time.monotonic() + rnd.timeout,
-                   "message from the leader shard", rnd.mode)
-        kind, worker, now, decision = decode(msg)
-        if kind == PUSH:
-            if decision is not None:
-                policy.next = decision
-            rnd.take(worker, 0.0, now=now)
-        elif kind == STOPPED:
-            rnd.stop(now)
-        elif kind == GATHER:
-            assert coord.weights is not None
-            sends = [comm.Isend(coord.weights, dest=0, tag=Tag.SHARD_DATA)]
-            if worker:
-                held = np.ascontiguousarray(coord.held())
-                sends.append(comm.Isend(held, dest=0, tag=Tag.SHARD_DATA))
-            wait_all(sends, rnd.timeout, "the weights to the leader shard", rnd.mode)
-        else:
-            break
-    rnd.finish()

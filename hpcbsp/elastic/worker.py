@@ -13,7 +13,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..runtime.superstep.waiting import resolve
-from .keyranges import key_ranges, worker_pieces
+from .keyranges import worker_pieces
 from .protocol import CONTINUE, Tag, WorkerResult, poll_until, wait_all, wait_request
 from .transport import SharedWeights, TornWeights, open_transport
 from .wire import Wire, wires
@@ -95,13 +95,12 @@ def _work(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray], n_params:
           pace: Callable[[float, float], float] | None, servers: int = 1) -> WorkerResult:
     """A worker's loop, on the transport agreed (:func:`work` checks and sets up); the weights
     come in on ``in_wire``, the gradients go out on ``out_wire``."""
-    weights = in_wire.alloc(1, n_params)[0]
+    ranges, parts = worker_pieces(n_params, in_wire.storage.itemsize, servers)
+    weights = np.zeros(n_params, dtype=in_wire.storage)
     payload: np.ndarray | None = None  # made at the first gradient that must be encoded first
     heads = np.zeros((servers, 2), dtype=np.int64)  # each shard's reply header
     reply_head = heads[0]
     push_head = np.zeros(2, dtype=np.int64)
-    parts = worker_pieces(n_params, in_wire.storage.itemsize, servers)
-    ranges = key_ranges(n_params, servers)
     result = WorkerResult()
     t0 = time.monotonic()
 

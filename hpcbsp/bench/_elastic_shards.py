@@ -1,4 +1,4 @@
-"""``python -m hpcbsp.bench elastic --servers 1,4``: push+pull rounds through a sharded
+"""``python -m hpcbsp.bench elastic --servers 1,4`` (a part of that bench, not a bench of its own): push+pull rounds through a sharded
 parameter server, one line per number of server ranks.
 
     mpiexec -n 8 python -m hpcbsp.bench elastic --servers 1,4 [--workers W] [--params P] [--iters K]
@@ -42,7 +42,7 @@ from . import measuring
 from .fabsp.links import link_rate, nic_bytes
 
 __all__ = ["server_counts", "ShardFigures", "shard_figures", "check", "bench_shards", "report", "add_options",
-           "main"]
+           "run_servers"]
 
 MIB = 2.0 ** 20
 
@@ -192,7 +192,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                              "emulated nodes' link; none where it does not exist)")
 
 
-def main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+def run_servers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """``bench elastic --servers``: checks (a bad value: one line, exit 2), runs, prints."""
     ranks = launcher_size()
     problem = check(args.servers, args.workers, ranks)
