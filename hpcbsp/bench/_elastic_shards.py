@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,7 +62,7 @@ def server_counts(text: str) -> list[int]:
 class ShardFigures:
     """One shard count's figures (see :func:`shard_figures`)."""
 
-    rounds_per_s: float       #: push+pull round trips per second, per worker (mean of the workers)
+    rounds_per_s: float       #: push+pull round trips per second, per worker
     server_in: int            #: bytes into the busiest server per round (every worker once)
     server_out: int           #: bytes out of it per round
     worker_out: int           #: bytes out of one worker per round (its push, to every shard)
@@ -71,23 +70,24 @@ class ShardFigures:
     link_bound: float | None  #: rounds per second per worker that the links allow (None: no rate)
 
 
-def shard_figures(servers: int, workers: int, params: int, round_trips: list[int], seconds: list[float],
+def shard_figures(servers: int, workers: int, params: int, round_trips: int, seconds: float,
                   itemsize: int = 4, grad_itemsize: int = 4, link_bits: float | None = None) -> ShardFigures:
-    """The figures of a run from its counts: ``round_trips[i]`` push+pulls of worker ``i`` in
-    ``seconds[i]``; ``params`` weights of ``itemsize`` bytes (gradients of ``grad_itemsize``)
-    split into ``servers`` key ranges (:func:`~hpcbsp.elastic.keyranges.key_ranges`: the first
-    is the longest, its server the busiest), each message after a 16-byte header.
-    ``link_bits``: each link's rate per direction in bit/s; the bound is the busiest link's
-    (a server's, all ``workers`` rounds through it, or a worker's) bytes per round against it."""
+    """The figures of a run from its counts: ``round_trips`` push+pulls of ``workers`` workers
+    in all, in ``seconds`` (the leader's clock); ``params`` weights of ``itemsize`` bytes
+    (gradients of ``grad_itemsize``) split into ``servers`` key ranges
+    (:func:`~hpcbsp.elastic.keyranges.key_ranges`: the first is the longest, its server the
+    busiest), each message after a 16-byte header.  ``link_bits``: each link's rate per
+    direction in bit/s; the bound is the slower of a server's link (every worker's round through
+    it, in and out at once) and a worker's (its push, then the pull: one after the other)."""
     longest = max(k.stop - k.start for k in key_ranges(params, servers))
     server_in = workers * (HEADER_BYTES + grad_itemsize * longest)
     server_out = workers * (HEADER_BYTES + itemsize * longest)
     worker_out = servers * HEADER_BYTES + grad_itemsize * params
     worker_in = servers * HEADER_BYTES + itemsize * params
-    rate = statistics.fmean(r / s for r, s in zip(round_trips, seconds))
+    rate = round_trips / workers / seconds
     bound = None
     if link_bits is not None:
-        bound = link_bits / 8 / max(server_in, server_out, worker_out, worker_in)
+        bound = link_bits / 8 / max(server_in, server_out, worker_out + worker_in)
     return ShardFigures(rate, server_in, server_out, worker_out, worker_in, bound)
 
 
@@ -104,9 +104,9 @@ def check(servers: list[int], workers: int | None, ranks: int) -> str | None:
 
 
 def _one(comm: MPI.Comm, servers: int, workers: int, params: int, iters: int, timeout: float,
-         iface: str) -> tuple[float | None, tuple[int, int] | None]:
-    """One measurement: (this worker's seconds per round trip or None, this server's interface
-    bytes (tx, rx) during it, or None)."""
+         iface: str) -> tuple[tuple[int, float] | None, tuple[int, int] | None]:
+    """One measurement: (the leader's round trips and seconds, None elsewhere; this server's
+    interface bytes (tx, rx) during it, or None)."""
     order = server_ranks(comm.allgather(MPI.Get_processor_name()), servers)
     order += [r for r in range(comm.Get_size()) if r not in order][:workers]
     me = comm.Get_rank()
@@ -118,29 +118,25 @@ def _one(comm: MPI.Comm, servers: int, workers: int, params: int, iters: int, ti
         part.Barrier()
         if rank < servers:
             before = nic_bytes(iface)
-            serve(part, make_policy("asp"), np.zeros(params, dtype=np.float32), 1e-6,
-                  max_updates=workers * (iters + 1), timeout=timeout, servers=servers, transport="messages")
+            res = serve(part, make_policy("asp"), np.zeros(params, dtype=np.float32), 1e-6,
+                        max_updates=workers * iters, timeout=timeout, servers=servers, transport="messages")
             after = nic_bytes(iface)
             moved = None if before is None or after is None else (after[0] - before[0], after[1] - before[1])
-            return None, moved
+            return (None if res is None else (res.log.updates, res.log.duration_s)), moved
         grad = np.full(params, 1e-3, dtype=np.float32)
-        calls: list[float] = []
-
-        def grad_fn(weights: np.ndarray) -> np.ndarray:
-            calls.append(time.perf_counter())
-            return grad
-        work(part, grad_fn, params, dtype=np.float32, timeout=timeout, servers=servers, transport="messages")
-        return (calls[-1] - calls[0]) / (len(calls) - 1) if len(calls) > 1 else None, None
+        work(part, lambda weights: grad, params, dtype=np.float32, timeout=timeout, servers=servers,
+             transport="messages")
+        return None, None
     finally:
         part.Free()
 
 
 def bench_shards(world: World, counts: list[int], workers: int, params: int, iters: int, rounds: int,
                  iface: str) -> dict[int, dict[str, list[Any]]]:
-    """Every shard count once per round, alternating; rank 0's result: per S, the per-round
-    lists of every worker's seconds per round trip and the busiest server's interface bytes."""
+    """Every shard count once per round, alternating; rank 0's result: per S, per round, the
+    round trips and seconds of the run and the busiest server's interface bytes."""
     comm = world.comm
-    per: dict[int, dict[str, list[Any]]] = {s: {"seconds": [], "nic": []} for s in counts}
+    per: dict[int, dict[str, list[Any]]] = {s: {"runs": [], "nic": []} for s in counts}
     for _ in range(rounds):
         for s in counts:
             comm.Barrier()
@@ -148,29 +144,30 @@ def bench_shards(world: World, counts: list[int], workers: int, params: int, ite
             took_all = comm.gather(took, root=0)
             moved_all = comm.gather(moved, root=0)
             if took_all is not None and moved_all is not None:  # (rank 0)
-                per[s]["seconds"].append([t for t in took_all if t is not None])
+                per[s]["runs"].extend(t for t in took_all if t is not None)
                 nic = [m for m in moved_all if m is not None]
                 per[s]["nic"].append(max(nic, key=lambda m: m[0] + m[1]) if nic else None)
     return per
 
 
 def report(per: dict[int, dict[str, list[Any]]], workers: int, params: int, iters: int,
-           link_bits: float | None) -> list[str]:
-    """The lines printed: one per shard count (medians over the rounds)."""
+           link_bits: float | None, nodes: bool = True) -> list[str]:
+    """The lines printed: one per shard count (medians over the rounds); ``nodes``: the servers
+    are on nodes of their own, whose interfaces' bytes are theirs."""
     lines, base = [], None
     for s, got in per.items():
-        figures = [shard_figures(s, workers, params, [1] * len(secs), secs, link_bits=link_bits)
-                   for secs in got["seconds"]]
+        figures = [shard_figures(s, workers, params, trips, secs, link_bits=link_bits)
+                   for trips, secs in got["runs"]]
         rate = statistics.median(f.rounds_per_s for f in figures)
         base = rate if base is None else base
         f = figures[0]
         line = (f"servers {s}: {rate:.2f} rounds per second per worker, {rate / base:.2f}x servers "
                 f"{next(iter(per))}; busiest server link: {f.server_in / MIB:.2f} MiB in + "
                 f"{f.server_out / MIB:.2f} MiB out per round")
-        measured = [m for m in got["nic"] if m is not None and m[0] + m[1] > 0]  # (none on one host)
+        measured = [m for m in got["nic"] if m is not None] if nodes else []
         if measured:
-            tx = statistics.median(m[0] for m in measured) / (iters + 1)
-            rx = statistics.median(m[1] for m in measured) / (iters + 1)
+            tx = statistics.median(m[0] for m in measured) / iters
+            rx = statistics.median(m[1] for m in measured) / iters
             line += f" (measured on its interface: {rx / MIB:.2f} in + {tx / MIB:.2f} out)"
         if f.link_bound is not None:
             line += f"; the links allow {f.link_bound:.2f}"
@@ -206,7 +203,7 @@ def run_servers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
         print(f"ranks: {ranks} on {hosts} host{'s' if hosts > 1 else ''}; {workers} workers; model: "
               f"{args.params:,} float32 parameters ({4 * args.params / MIB:.2f} MiB); {args.rounds} "
               f"alternating rounds of {args.iters} round trips per worker (ASP)")
-        for line in report(per, workers, args.params, args.iters, args.link_rate):
+        for line in report(per, workers, args.params, args.iters, args.link_rate, nodes=hosts >= ranks):
             print(line)
         print("(a round: one push+pull of every worker; figures count only on a quiet machine)")
     else:
