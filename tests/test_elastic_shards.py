@@ -104,7 +104,7 @@ def test_shards_following_the_decisions_make_the_single_coordinators_weights_bit
 def test_the_bench_arithmetic_on_a_hand_computed_case() -> None:
     # 4 workers, 262144 float32 weights: one server takes 4 x (16 + 4 x 262144) = 4194368 bytes
     # in per round (and as many out); 4 shards 4 x (16 + 4 x 65536) = 1048640 each; a worker
-    # sends S x 16 + 1048576 and receives as many, one after the other.
+    # sends S x 16 + 1048576 and receives as many, the last shard's reply (1/S) after its push.
     one = shard_figures(1, 4, 262144, 60, 5.0, link_bits=100e6)
     assert one.rounds_per_s == 3.0  # 60 round trips / 4 workers / 5 s
     assert (one.server_in, one.server_out, one.worker_out, one.worker_in) == (4194368, 4194368, 1048592, 1048592)
@@ -112,7 +112,7 @@ def test_the_bench_arithmetic_on_a_hand_computed_case() -> None:
     four = shard_figures(4, 4, 262144, 80, 2.0, link_bits=100e6)
     assert four.rounds_per_s == 10.0
     assert (four.server_in, four.worker_out, four.worker_in) == (1048640, 1048640, 1048640)
-    assert four.link_bound == pytest.approx(12.5e6 / 2097280)  # the worker's link, push then pull: 5.96
+    assert four.link_bound == pytest.approx(12.5e6 / (1048640 + 262160))  # the worker's link: 9.54
     # the busiest of 3 shards of 10 float64 weights holds 4; float16 gradients: 2 bytes in
     odd = shard_figures(3, 2, 10, 1, 1.0, itemsize=8, grad_itemsize=2)
     assert (odd.server_in, odd.server_out, odd.link_bound, odd.rounds_per_s) == (2 * (16 + 8), 2 * (16 + 32), None, 0.5)

@@ -78,7 +78,9 @@ def shard_figures(servers: int, workers: int, params: int, round_trips: int, sec
     (:func:`~hpcbsp.elastic.keyranges.key_ranges`: the first is the longest, its server the
     busiest), each message after a 16-byte header.  ``link_bits``: each link's rate per
     direction in bit/s; the bound is the slower of a server's link (every worker's round through
-    it, in and out at once) and a worker's (its push, then the pull: one after the other)."""
+    it, in and out at once) and a worker's: its push, then at least the last shard's reply (the
+    worker sends the shards their slices one after the other, and each replies as its slice is
+    in, while the next ones travel: :mod:`hpcbsp.elastic.worker`)."""
     longest = max(k.stop - k.start for k in key_ranges(params, servers))
     server_in = workers * (HEADER_BYTES + grad_itemsize * longest)
     server_out = workers * (HEADER_BYTES + itemsize * longest)
@@ -87,7 +89,7 @@ def shard_figures(servers: int, workers: int, params: int, round_trips: int, sec
     rate = round_trips / workers / seconds
     bound = None
     if link_bits is not None:
-        bound = link_bits / 8 / max(server_in, server_out, worker_out + worker_in)
+        bound = link_bits / 8 / max(server_in, server_out, worker_out + worker_in / servers)
     return ShardFigures(rate, server_in, server_out, worker_out, worker_in, bound)
 
 

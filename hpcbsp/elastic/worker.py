@@ -189,7 +189,13 @@ def _work(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray], n_params:
             # The header first: the server updates each chunk as soon as it is written here.
             shared.push(me, values, result.iterations)
         else:
-            sends += [comm.Isend(values[keys], dest=s, tag=Tag.PUSH_DATA) for s, keys in enumerate(ranges)]
+            # One shard's slice after the other: shard s applies its slice and replies while the
+            # next ones travel (one link carries them all; sent at once, they would all arrive
+            # last and every reply wait for the whole push).
+            for s, keys in enumerate(ranges):
+                sends.append(comm.Isend(values[keys], dest=s, tag=Tag.PUSH_DATA))
+                if s < servers - 1:
+                    wait_request(sends[-1], timeout, f"delivery of its gradient's slice to shard {s}", mode)
         result.iterations += 1
         if shared is None:
             wait_all(sends, timeout, "delivery of a push to the server", mode)
