@@ -57,7 +57,8 @@ def placed(comm: MPI.Comm, servers: int) -> MPI.Comm:
 
 def encode(kind: int, n: int, worker: int = -1, now: float = 0.0, decision: Decision | None = None) -> np.ndarray:
     """The leader's message: ``[kind, worker, now, #apply, #drop, #release, apply..., drop...,
-    release...]`` as float64, ``6 + 3n`` long (``#apply`` -1: no decision, a push after the stop)."""
+    release...]`` as float64, ``6 + 3n`` long (``#apply`` -1: no decision, a push after the stop;
+    for ``GATHER``, ``worker`` 1 asks for the held gradients too)."""
     msg = np.zeros(HEAD + 3 * n, dtype=np.float64)
     lists = (decision.apply, decision.drop, decision.release) if decision is not None else ((), (), ())
     msg[:HEAD] = (kind, worker, now, -1 if decision is None else len(lists[0]), len(lists[1]), len(lists[2]))
@@ -129,18 +130,19 @@ class Leader:
         size = self.ranges[-1].stop
         weights = np.empty(size, dtype=coord.weights.dtype)
         grads = np.empty((self.n, size), dtype=coord.weights.dtype) if held else None
-        parts = [np.empty((self.n, k.stop - k.start), dtype=coord.weights.dtype) for k in self.ranges] if held else []
+        parts = {s: np.empty((self.n, k.stop - k.start), dtype=coord.weights.dtype)
+                 for s, k in enumerate(self.ranges) if held and s > 0}  # (rows of a shard's keys)
         reqs = []
         for s, keys in enumerate(self.ranges[1:], start=1):
             reqs.append(self.comm.Irecv(weights[keys], source=s, tag=Tag.SHARD_DATA))
-            if held:
+            if s in parts:
                 reqs.append(self.comm.Irecv(parts[s], source=s, tag=Tag.SHARD_DATA))
         weights[self.ranges[0]] = coord.weights
         wait_all(reqs, self.timeout, "the shards' weights", self.mode)
         if grads is not None:
-            parts[0] = coord.held()
-            for keys, part in zip(self.ranges, parts):
-                grads[:, keys] = part
+            grads[:, self.ranges[0]] = coord.held()
+            for s, part in parts.items():
+                grads[:, self.ranges[s]] = part
         return weights, grads
 
     def end(self) -> None:
