@@ -90,6 +90,20 @@ def test_run_with_hosts_places_one_rank_a_host_the_server_on_the_first(tmp_path:
     assert "warning" not in proc.stderr  # the cores of this machine are not the job's
 
 
+@hydra_only("the command checked is hydra's -f FILE -ppn 1; Open MPI's spelling is tests/test_util_jobcommand.py's")
+def test_run_with_shards_starts_workers_plus_servers_ranks_and_passes_servers_to_train(tmp_path: Path) -> None:
+    """Oracle: 4 workers and 4 shards are 8 ranks, one a host; train.py is told --servers 4."""
+    hosts = _hosts(tmp_path, 8)
+    proc = subprocess.run([sys.executable, "-m", "hpcbsp.apps.elastic.paper", "run", "--hosts", str(hosts),
+                           "--servers", "4", "--dry-run", "--json", "--out", str(tmp_path / "run")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    command = json.loads(proc.stdout)["command"].split()
+    at = command.index("-f")
+    assert command[at:at + 6] == ["-f", str(hosts), "-ppn", "1", "-n", "8"], command
+    assert command[command.index("--servers") + 1] == "4"
+
+
 def test_paced_runs_pass_the_pacing_to_train_and_the_report_says_so(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "hpcbsp.apps.elastic.paper", "run", "--paced", "0.02", "--dry-run",
                            "--seeds", "2", "--out", str(tmp_path)], capture_output=True, text=True, timeout=60)

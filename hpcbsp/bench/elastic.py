@@ -1,6 +1,7 @@
 """Parameter-server push+pull vs raw Send/Recv, and an allreduce step vs bare MPI.Allreduce.
 
     mpiexec -n 2 python -m hpcbsp.bench elastic [--params P] [--iters K] [--repeats R] [--grad-dtype D]
+    mpiexec -n 8 python -m hpcbsp.bench elastic --servers 1,4 [--workers W] [--link-rate R]  (hpcbsp/bench/_elastic_shards.py)
 
 Two comparisons, each measured side by side in alternating rounds, on a float32
 model of ``P`` parameters (default 1,048,576: 4 MiB each way):
@@ -46,7 +47,9 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from hpcbsp.bench import _elastic_shards as shards
 from hpcbsp.bench import measuring
+from hpcbsp.bench._elastic_shards import ShardFigures, shard_figures  # noqa: F401  (--servers' arithmetic)
 from hpcbsp.elastic.allreduce import allreduce_step
 from hpcbsp.elastic.policies import make_policy
 from hpcbsp.elastic.server import serve
@@ -215,9 +218,12 @@ def main(argv: list[str]) -> int:
                         help="gradients on the wire in the push+pull, as train.py --grad-dtype (default: "
                              "float32, as the weights); the baseline stays float32")
     parser.add_argument("--quick", action="store_true", help="a short run (10 iterations, 2 rounds)")
+    shards.add_options(parser)
     args = parser.parse_args(argv)
     if args.quick:
         args.iters, args.rounds = 10, 2
+    if args.servers is not None:  # the sharded server's rounds instead (hpcbsp/bench/_elastic_shards.py)
+        return shards.run_servers(parser, args)
     measuring()
     # (one rank measures the allreduce step alone; a second adds the server)
     r = launch_world(bench, args.params, args.iters, args.rounds, args.grad_dtype, min_ranks=1)

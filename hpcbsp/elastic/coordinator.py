@@ -8,15 +8,22 @@ deadlocking a run.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from copy import copy as shallow_copy
+from copy import deepcopy
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..kernels.update import sgd_step
-from .policies.base import SyncPolicy
+from .policies.base import Decision, SyncPolicy
 from .runlog import RunLog
 
-__all__ = ["Coordinator", "Outcome", "ProtocolError", "Stream"]
+__all__ = ["Coordinator", "Outcome", "ProtocolError", "Stream", "Tell"]
+
+#: ``tell(worker, now, decision)``: called by :meth:`Coordinator.push` once the policy has
+#: decided on a push and before any update is made (``decision`` None: a push after the run
+#: began to stop), so that a sharded server's leader can pass the decision on (:mod:`.shards`).
+Tell = Callable[[int, float, "Decision | None"], None]
 
 
 class ProtocolError(RuntimeError):
@@ -109,13 +116,14 @@ class Coordinator:
         """True once every worker has been told to stop."""
         return bool(self._stopped.all())
 
-    def push(self, worker: int, grad: np.ndarray | None, now: float, stream: Stream | None = None) -> Outcome:
+    def push(self, worker: int, grad: np.ndarray | None, now: float, stream: Stream | None = None,
+             tell: Tell | None = None) -> Outcome:
         """Worker ``worker`` pushed ``grad`` (computed on ``pulled_version[worker]``) at ``now``.
 
         ``stream``: when the policy applies this gradient alone, now, and releases its worker
         (ASP), the update is made piece by piece into ``stream`` (see :class:`Stream`) and the
         outcome names the worker in ``streamed``; its ``arrive`` says when each piece of ``grad``
-        may be read.
+        may be read.  ``tell``: told the policy's decision before it is carried out (:data:`Tell`).
         """
         if not 0 <= worker < self.n_workers:
             raise ProtocolError(f"push from unknown worker {worker}")
@@ -127,12 +135,16 @@ class Coordinator:
         self.log.pushes[worker] += 1
         self.log.push_times.append((worker, now))
         if self.stopping:
+            if tell is not None:
+                tell(worker, now, None)
             self._stopped[worker] = True
             return Outcome(stop=(worker,))
         self._pending[worker] = True
         self._waiting[worker] = True
         self._pushed_at[worker] = now
         decision = self.policy.on_push(worker, now)  # (policies decide on times, never on values)
+        if tell is not None:
+            tell(worker, now, decision)
         direct = None
         if self.weights is not None:
             if grad is None:
@@ -181,6 +193,32 @@ class Coordinator:
         storage[:] = self.weights
         self.weights = storage
         self._step = step
+
+    def key_range(self, keys: slice, policy: SyncPolicy | None = None) -> "Coordinator":
+        """A coordinator of the same run for the weights ``keys`` alone (their values and the
+        held gradients' copied; every count, clock and flag the same): one shard of a sharded
+        server (:mod:`.shards`), driven by ``policy`` where given (a follower's)."""
+        part = shallow_copy(self)
+        part.__dict__.pop("_step", None)  # (the transport's way of storing, not the run's state)
+        part.policy = deepcopy(self.policy) if policy is None else policy
+        part.log = deepcopy(self.log)
+        for name in ("_pending", "_waiting", "_stopped", "_pushed_at", "pulled_version"):
+            setattr(part, name, getattr(self, name).copy())
+        part.weights = None if self.weights is None else self.weights[keys].copy()
+        part._grads = self._grads[:, keys].copy()
+        return part
+
+    def held(self) -> np.ndarray:
+        """The gradients held for the workers, one row each (a view: rows of workers with
+        nothing pending hold stale values)."""
+        return self._grads
+
+    def with_arrays(self, weights: np.ndarray, held: np.ndarray) -> "Coordinator":
+        """This run's coordinator holding ``weights`` and the gathered ``held`` gradients (a
+        sharded server's whole state, for a checkpoint: :meth:`key_range` undoes it)."""
+        whole = shallow_copy(self)
+        whole.weights, whole._grads = weights, held
+        return whole
 
     def rejoin(self) -> tuple[int, ...]:
         """After a restart: the workers that were computing, to be sent the current weights.

@@ -86,6 +86,8 @@ class Tag(IntEnum):
     PUSH_DATA = 7103   #: worker -> server: the push's gradient
     REPLY_DATA = 7104  #: server -> worker: the weights, in pieces
     ACK = 7105         #: worker -> server: the weights were copied out of the shared window
+    SHARD = 7106       #: leader shard -> other shards: a decision or a request (:mod:`.shards`)
+    SHARD_DATA = 7107  #: a shard's weights and held gradients, to the leader or from it
 
 
 #: A reply's command: compute again, or stop.

@@ -1,5 +1,7 @@
 """A parameter-server worker on MPI: ranks ``1..n`` of the server's communicator (the protocol:
-:mod:`.protocol`; the server: :mod:`.server`)."""
+:mod:`.protocol`; the server: :mod:`.server`), or ranks ``S..S+n-1`` of a sharded server's: the
+worker then pushes each shard its slice of the gradient and receives each shard's slice of the
+weights, all at once (:mod:`.shards`)."""
 from __future__ import annotations
 
 import time
@@ -11,9 +13,10 @@ import numpy as np
 from mpi4py import MPI
 
 from ..runtime.superstep.waiting import resolve
+from .keyranges import worker_pieces
 from .protocol import CONTINUE, Tag, WorkerResult, poll_until, wait_all, wait_request
 from .transport import SharedWeights, TornWeights, open_transport
-from .wire import Wire, pieces, wires
+from .wire import Wire, wires
 
 __all__ = ["work"]
 
@@ -22,8 +25,8 @@ def work(comm: MPI.Comm | None, grad_fn: Callable[[np.ndarray], np.ndarray], n_p
          iteration_time: Callable[[float], float] | None = None, timeout: float = 60.0,
          record_versions: bool = False, dtype: Any = np.float64, grad_format: str | None = None,
          pace: Callable[[float, float], float] | None = None, wait: str | None = None,
-         transport: str | None = None) -> WorkerResult:
-    """Run a worker (rank >= 1 of ``comm``) until the server says stop.
+         transport: str | None = None, servers: int = 1) -> WorkerResult:
+    """Run a worker (rank >= ``servers`` of ``comm``) until the server says stop.
 
     h-relation: per iteration, ``16 + g P`` bytes out (the push: 2 messages) and ``16 + w P``
     in (the reply: a header, then the weights in pieces; see the module docstring); with the
@@ -61,13 +64,15 @@ def work(comm: MPI.Comm | None, grad_fn: Callable[[np.ndarray], np.ndarray], n_p
         The wait mode, as for :func:`serve` (agreed with the server and the other workers).
     transport : str, optional
         How the weights arrive, as for :func:`serve` (agreed with the server and the others).
+    servers : int
+        Server ranks (shards) ``0..servers-1``, as given to :func:`serve`.
     """
     if comm is None:
         comm = MPI.COMM_WORLD.Dup()
         try:
             return work(comm, grad_fn, n_params, iteration_time=iteration_time, timeout=timeout,
                         record_versions=record_versions, dtype=dtype, grad_format=grad_format,
-                        pace=pace, wait=wait, transport=transport)
+                        pace=pace, wait=wait, transport=transport, servers=servers)
         finally:
             comm.Free()
     mode = resolve(wait, comm)  # collective, as in the server's serve()
@@ -76,25 +81,26 @@ def work(comm: MPI.Comm | None, grad_fn: Callable[[np.ndarray], np.ndarray], n_p
         wired = wires(dtype, grad_format)
     except ValueError as exc:
         problem = str(exc)
-    shared = open_transport(comm, transport, problem, n_params, np.dtype(dtype),
-                            gradients=wired is not None and wired[1].storage == np.dtype(dtype))
+    shared = open_transport(comm, transport if servers == 1 else "messages", problem, n_params, np.dtype(dtype),
+                            gradients=servers == 1 and wired is not None and wired[1].storage == np.dtype(dtype))
     assert wired is not None  # (else open_transport raised, on every rank)
     with shared if shared is not None else nullcontext():
         return _work(comm, grad_fn, n_params, shared, mode, *wired, iteration_time=iteration_time,
-                     timeout=timeout, record_versions=record_versions, pace=pace)
+                     timeout=timeout, record_versions=record_versions, pace=pace, servers=servers)
 
 
 def _work(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray], n_params: int,
           shared: SharedWeights | None, mode: str, in_wire: Wire, out_wire: Wire, *,
           iteration_time: Callable[[float], float] | None, timeout: float, record_versions: bool,
-          pace: Callable[[float, float], float] | None) -> WorkerResult:
+          pace: Callable[[float, float], float] | None, servers: int = 1) -> WorkerResult:
     """A worker's loop, on the transport agreed (:func:`work` checks and sets up); the weights
     come in on ``in_wire``, the gradients go out on ``out_wire``."""
-    weights = in_wire.alloc(1, n_params)[0]
+    ranges, parts = worker_pieces(n_params, in_wire.storage.itemsize, servers)
+    weights = np.zeros(n_params, dtype=in_wire.storage)
     payload: np.ndarray | None = None  # made at the first gradient that must be encoded first
-    reply_head = np.zeros(2, dtype=np.int64)
+    heads = np.zeros((servers, 2), dtype=np.int64)  # each shard's reply header
+    reply_head = heads[0]
     push_head = np.zeros(2, dtype=np.int64)
-    parts = pieces(n_params, in_wire.storage.itemsize)
     result = WorkerResult()
     t0 = time.monotonic()
 
@@ -103,10 +109,10 @@ def _work(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray], n_params:
     def post_reply() -> list[MPI.Request]:
         if shared is not None:  # the header alone: the weights are in the window
             return [comm.Irecv(reply_head, source=0, tag=Tag.REPLY)]
-        return [comm.Irecv(reply_head, source=0, tag=Tag.REPLY)] + \
-               [comm.Irecv(weights[piece], source=0, tag=Tag.REPLY_DATA) for piece in parts]
+        return [comm.Irecv(heads[s], source=s, tag=Tag.REPLY) for s in range(servers)] + \
+               [comm.Irecv(weights[piece], source=s, tag=Tag.REPLY_DATA) for s, piece in parts]
 
-    me = comm.Get_rank() - 1
+    me = comm.Get_rank() - servers
     last = -1  # the version of the last reply
 
     def receive(reqs: list[MPI.Request], sends: list[MPI.Request] | None = None) -> None:
@@ -117,6 +123,9 @@ def _work(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray], n_params:
         tic = time.monotonic()
         if shared is None:
             wait_all(reqs, timeout, "reply from the server", mode)
+            if servers > 1 and (heads != reply_head).any():
+                raise RuntimeError(f"worker {me}: the shards replied {heads.tolist()} ([command, version] "
+                                   "each): they must agree")
         else:
             deadline = tic + timeout
             head = reqs[0]
@@ -155,7 +164,7 @@ def _work(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray], n_params:
         start = time.monotonic()
         grad = grad_fn(weights)
         if not isinstance(grad, np.ndarray) or grad.shape != (n_params,):
-            raise ValueError(f"worker {comm.Get_rank() - 1}: the gradient function returned "
+            raise ValueError(f"worker {me}: the gradient function returned "
                              f"{type(grad).__name__} {getattr(grad, 'shape', '')}; the model has "
                              f"{n_params} parameters: return a flat array of that length")
         values = out_wire.as_payload(grad)
@@ -175,12 +184,18 @@ def _work(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray], n_params:
                 time.sleep(left)
         push_head[:] = (reply_head[1], result.iterations)
         reply = post_reply()  # before the push leaves: the server's reply never waits for it
-        sends = [comm.Isend(push_head, dest=0, tag=Tag.PUSH)]
+        sends = [comm.Isend(push_head, dest=s, tag=Tag.PUSH) for s in range(servers)]
         if shared is not None and shared.grads is not None:
             # The header first: the server updates each chunk as soon as it is written here.
             shared.push(me, values, result.iterations)
         else:
-            sends.append(comm.Isend(values, dest=0, tag=Tag.PUSH_DATA))
+            # One shard's slice after the other: shard s applies its slice and replies while the
+            # next ones travel (one link carries them all; sent at once, they would all arrive
+            # last and every reply wait for the whole push).
+            for s, keys in enumerate(ranges):
+                sends.append(comm.Isend(values[keys], dest=s, tag=Tag.PUSH_DATA))
+                if s < servers - 1:
+                    wait_request(sends[-1], timeout, f"delivery of its gradient's slice to shard {s}", mode)
         result.iterations += 1
         if shared is None:
             wait_all(sends, timeout, "delivery of a push to the server", mode)

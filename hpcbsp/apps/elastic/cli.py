@@ -108,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--teacher-dim", type=positive_int, default=64, help="--dataset teacher: inputs per sample (default 64)")
     g = p.add_argument_group("run")
     g.add_argument("--simulate", action="store_true", help="virtual clock instead of MPI (no mpiexec needed)")
+    g.add_argument("--servers", type=positive_int, default=1, metavar="S",
+                   help="parameter-server ranks, each holding 1/S of the model (one per node where the "
+                        "job spans nodes); the other ranks work (default 1; real runs only)")
     g.add_argument("--out-dir", dest="out", type=Path, default=Path("runs/elastic"), metavar="DIR",
                    help="output folder (default runs/elastic; checked before the run)")
     add_alias(g, "--out", dest="out", type=Path)  # the old spelling

@@ -67,6 +67,7 @@ class TrainConfig:
     teacher_dim: int = 64     # --dataset teacher: inputs per sample
     samples: int | None = None  # samples of the dataset, train and test (None: the dataset's own)
     lr_decay: float = 0.0     # update k uses lr / (1 + lr_decay * k)
+    servers: int = 1          # parameter-server ranks on MPI, one key range each (hpcbsp.elastic.shards)
 
     @property
     def n_workers(self) -> int:
@@ -206,11 +207,40 @@ def run_mpi(comm: Any, config: TrainConfig, name: str, data: Dataset, repeat: in
 
     ``name == "allreduce"`` runs the serverless baseline (:mod:`.allreduce`) on the same workers;
     its checkpoint is written once, when it finished (a killed allreduce run starts again).
+
+    With ``config.servers`` S > 1 the server is sharded (:mod:`hpcbsp.elastic.shards`): the ranks
+    are reordered so that the S server ranks sit one per node where the job spans nodes, the
+    workers are the others; the allreduce baseline runs on the same workers and rank 0 (the
+    other server ranks sit it out).
     """
+    from mpi4py import MPI
+
+    from hpcbsp.elastic.shards import placed
+
+    if config.servers == 1:
+        return _run_mpi(comm, config, name, data, repeat, progress, checkpoint)
+    rank = comm.Get_rank()
+    if name == "allreduce":
+        part = comm.Split(0 if rank == 0 or rank >= config.servers else MPI.UNDEFINED, rank)
+    else:
+        part = placed(comm, config.servers)
+    if part == MPI.COMM_NULL:
+        return None
+    try:
+        return _run_mpi(part, config, name, data, repeat, progress, checkpoint)
+    finally:
+        part.Free()
+
+
+def _run_mpi(comm: Any, config: TrainConfig, name: str, data: Dataset, repeat: int,
+             progress: Callable[[str, float, RunLog], None] | None,
+             checkpoint: CheckpointPlan | None) -> PolicyRun | None:
+    """:func:`run_mpi` on ``comm``, its ranks ``0..servers-1`` the server's."""
     from hpcbsp.elastic.allreduce import run_allreduce
     from hpcbsp.elastic.server import serve  # MPI only when a real run is asked for
     from hpcbsp.elastic.worker import work
 
+    servers = 1 if name == "allreduce" else config.servers
     model = build_model(config, data)
     if comm.Get_rank() == 0:
         saved = _SavedRun(checkpoint, config, name, repeat, data.name)
@@ -242,8 +272,9 @@ def run_mpi(comm: Any, config: TrainConfig, name: str, data: Dataset, repeat: in
                            progress=show, resume=state,
                            save=None if checkpoint is None else saved.save_progress,
                            save_every=np.inf if checkpoint is None else checkpoint.every,
-                           grad_format=config.grad_format, lr_decay=config.lr_decay)
-            blocked = comm.gather(None, root=0)[1:]
+                           grad_format=config.grad_format, lr_decay=config.lr_decay, servers=servers)
+            assert served is not None  # (rank 0's)
+            blocked = comm.gather(None, root=0)[servers:]
             run = PolicyRun(name, served.policy, "mpi", repeat, served.log, served.policy_stats, blocked,
                             resumed_at=None if state is None else state["elapsed"])
         saved.save_finished(run)
@@ -253,7 +284,13 @@ def run_mpi(comm: Any, config: TrainConfig, name: str, data: Dataset, repeat: in
         raise CheckpointError(error)
     if done:
         return None
-    worker = comm.Get_rank() - 1
+    if comm.Get_rank() < servers:  # a shard of the server: the leader's decisions on its key range
+        serve(comm, make_policy(name, config.options), model.init(config.seed), config.lr,
+              duration=config.duration, timeout=config.timeout, grad_format=config.grad_format,
+              lr_decay=config.lr_decay, servers=servers)
+        comm.gather(None, root=0)
+        return None
+    worker = comm.Get_rank() - servers
     grad = _worker_grad(config, model, data, worker, repeat)
     timing = _timing(config, repeat)
     if config.real_compute:  # the model's factor alone: slowdown * noise (see the module docstring)
@@ -273,7 +310,7 @@ def run_mpi(comm: Any, config: TrainConfig, name: str, data: Dataset, repeat: in
                       lr_decay=config.lr_decay)
         return None
     res_w = work(comm, grad, model.n_params, pace=pace, timeout=config.timeout,
-                 dtype=model.dtype, grad_format=config.grad_format)
+                 dtype=model.dtype, grad_format=config.grad_format, servers=servers)
     comm.gather(res_w.blocked_s, root=0)
     return None
 

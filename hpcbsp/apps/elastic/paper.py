@@ -3,7 +3,7 @@
     python -m hpcbsp.apps.elastic.paper run    [--workers 4] [--slowdown 1,1,1.5,3] [--seeds 5] ...
     python -m hpcbsp.apps.elastic.paper report RUN_DIR [--target 0.95]
 
-``run`` starts one MPI job (``mpiexec -n workers+1 python -m hpcbsp.apps.elastic.train``; with
+``run`` starts one MPI job (``mpiexec -n workers+servers python -m hpcbsp.apps.elastic.train``; with
 ``--hosts FILE`` one rank on each of the file's first ``workers + 1`` hosts, the server on the
 first, or ``--launch srun`` inside an allocation) that trains
 the PyTorch CNN on scikit-learn's digits under BSP, ASP, SSP, DSSP, ElasticBSP, backup workers
@@ -41,6 +41,7 @@ import numpy as np
 
 from hpcbsp.util.args.checks import check_out_dir, check_outputs, ledger_output
 from hpcbsp.util.args.parser import OneLineParser
+from hpcbsp.util.args.types import positive_int
 from hpcbsp.util.args.vocabulary import add_json, add_ledger, add_n, add_placement
 
 from .experiment import resolve_compute
@@ -193,7 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "where there are fewer cores.")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="run the experiment (one MPI job), then write the report")
-    r.add_argument("--workers", type=int, default=4, help="workers (ranks = workers + 1; default 4)")
+    r.add_argument("--workers", type=int, default=4, help="workers (ranks = workers + servers; default 4)")
+    r.add_argument("--servers", type=positive_int, default=1,
+                   help="parameter-server ranks, train.py --servers (one key range each; default 1)")
     r.add_argument("--slowdown", default="1,1,1.5,3",
                    help="per-worker compute-time multipliers (default 1,1,1.5,3)")
     r.add_argument("--seeds", type=int, default=5, help="repeats per policy (default 5)")
@@ -268,13 +271,14 @@ def main(argv: list[str] | None = None) -> int:
     # (on this machine, more ranks than cores: the options the MPI needs for that, Open MPI's;
     # with --hosts one rank a host, the server on the first)
     try:
-        launch = job_command(mpiexec or "mpiexec", args.workers + 1, hosts=args.hosts, launch=args.launch)
+        launch = job_command(mpiexec or "mpiexec", args.workers + args.servers, hosts=args.hosts, launch=args.launch)
     except JobCommandError as exc:
         return _fail(str(exc))
     cmd = [*launch, sys.executable, "-m", "hpcbsp.apps.elastic.train",
            "--model", args.model, "--dataset", args.dataset, "--policy", "all",
            "--slowdown", ",".join(slowdown), "--repeats", str(args.seeds), "--duration", str(args.duration),
            "--lr", str(args.lr), "--eval-every", "0.25", "--out-dir", str(args.out),
+           *(["--servers", str(args.servers)] if args.servers > 1 else []),
            *(["--n", str(args.n)] if args.n is not None else []),
            *(["--ledger", args.ledger] if args.ledger else []),
            *(["--json"] if args.json else []), *extra]

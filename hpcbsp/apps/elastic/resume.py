@@ -153,8 +153,9 @@ class CheckpointPlan:
 
 
 #: Settings that do not change what a run computes: a restart may change them (a longer
-#: ``--timeout`` is the natural answer to a run that timed out).
-NOT_COMPARED = ("timeout",)
+#: ``--timeout`` is the natural answer to a run that timed out; a sharded server saves the whole
+#: state, which any number of ``--servers`` restores: :mod:`hpcbsp.elastic.shards`).
+NOT_COMPARED = ("timeout", "servers")
 
 
 def settings_of(config: Any, **more: Any) -> dict[str, Any]:

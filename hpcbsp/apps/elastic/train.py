@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from hpcbsp.elastic.data import DatasetUnavailable, load_dataset
 from hpcbsp.elastic.models import TorchUnavailable
 from hpcbsp.elastic.policies import REGISTRY, PolicyError, PolicyOptions
+from hpcbsp.elastic.keyranges import servers_problem
 from hpcbsp.elastic.timing import TimingModel
 from hpcbsp.util.launcher import launcher_rank, launcher_size
 from hpcbsp.util.outputs import OutputError, prepare_dir
@@ -126,7 +127,7 @@ def make_config(args: argparse.Namespace, n_workers: int | None,
                        seed=args.seed, timeout=timeout, depth=args.depth, device=args.device,
                        threads=args.threads, compute=args.compute, grad_format=args.grad_dtype,
                        teacher_dim=args.teacher_dim, samples=args.n,
-                       lr_decay=args.lr_decay)
+                       lr_decay=args.lr_decay, servers=args.servers)
 
 
 def _check_simulable(timing: TimingModel, duration: float, workers: int) -> None:
@@ -157,6 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     check_args(parser, args)
     try:
+        if args.servers > 1 and args.simulate:
+            raise ValueError(f"--servers {args.servers} is for a real run under mpiexec: the virtual "
+                             "clock (--simulate) has no server ranks")
+        problem = servers_problem(args.servers, launcher_size()) if args.servers > 1 else None
+        if problem is not None:
+            raise ValueError(problem)
         if args.simulate and launcher_size() > 1:
             raise ValueError(f"--simulate runs on one process (a virtual clock) but was started on "
                              f"{launcher_size()} ranks: run it without mpiexec")
@@ -165,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.simulate:
             config = make_config(args, args.workers)
         elif args.workers is not None:
-            raise ValueError("--workers is for --simulate; under MPI the workers are ranks 1..n-1")
+            raise ValueError("--workers is for --simulate; under MPI the workers are the ranks that do not serve")
         # (A real run's options are checked once MPI says how many workers there are.)
         plan = _checkpoint_plan(args)
         if plan is not None and args.simulate:
@@ -254,7 +261,7 @@ def _train_world(world: World, args: argparse.Namespace, policies: list[str], da
     usage error that every rank found alike (the options, the model, the checkpoints).  Anything
     else raised on one rank ends the job as in every hpcbsp program (:mod:`hpcbsp.elastic.world`)."""
     try:
-        config = make_config(args, world.n_workers, timeout=world.timeout)
+        config = make_config(args, world.size - args.servers, timeout=world.timeout)
         model = build_model(config, data)  # (a model that cannot be built stops every rank here)
     except (ValueError, RuntimeError) as exc:
         return str(exc)
