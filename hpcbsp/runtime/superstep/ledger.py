@@ -24,11 +24,13 @@ import time
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
+import numpy as np
 from mpi4py import MPI
 
 from ...kernels.syncstate import METRICS, OTHER, Rows
 from ..environment import setting
 from ..errors import UsageError
+from .lateness import late_steps, late_text, work_matrix
 from .ledgerfiles import RankStream, merge, streams_of, write_records
 
 
@@ -335,8 +337,9 @@ def summarize(records: list[dict[str, Any]], max_rows: int = 12,
     """A human-readable table of the supersteps (all ranks combined) and totals.
 
     With a machine ``profile`` (``hpcbsp-cost probe``), each row also shows the BSP prediction
-    w + g·h + l beside the measured time (max over ranks of work + sync), and a last line gives
-    the model's mean and largest error.
+    w + g·h + l beside the measured time (max over ranks of work + sync), and a line gives the
+    model's mean and largest error.  Last, the supersteps where one rank arrived late
+    (:mod:`.lateness`: the first three and how many).
     """
     steps = per_superstep(records)
     if not steps:
@@ -373,9 +376,22 @@ def summarize(records: list[dict[str, Any]], max_rows: int = 12,
         if errs:
             lines.append(f"  BSP model w + g·h + l vs measured: mean error {100 * sum(errs) / len(errs):.1f}%, "
                          f"max {100 * max(errs):.1f}%, total {100 * (sum(pred) - sum(measured)) / sum(measured):+.1f}%")
-        return "\n".join(lines)
-    lines.append(total)
-    return "\n".join(lines)
+    else:
+        lines.append(total)
+    return "\n".join(lines + _late_lines(records))
+
+
+def _late_lines(records: list[dict[str, Any]], shown: int = 3) -> list[str]:
+    """``  late: superstep 5 (step5): rank 2 arrived last, +40 ms`` for the first ``shown`` late
+    supersteps, and how many there were (:mod:`.lateness`)."""
+    indices, labels, work = work_matrix(records)
+    late = late_steps(work)
+    named = np.flatnonzero(late.named)
+    out = [f"  late: {late_text(int(indices[j]), labels[j], int(late.rank[j]), float(late.late_s[j]))}"
+           for j in named[:shown]]
+    if named.size > shown:
+        out.append(f"  late: {named.size - shown} more supersteps with a late rank (hpcbsp report names them all)")
+    return out
 
 
 assert tuple(f.name for f in fields(SuperstepRecord))[: len(FIELDS)] == FIELDS

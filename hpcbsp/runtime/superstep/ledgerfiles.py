@@ -28,7 +28,8 @@ from ...kernels.syncstate import FIELD_TYPES
 from ...kernels.syncstate import FIELDS as ROW_FIELDS
 from ..errors import BadInput
 
-__all__ = ["FORMAT", "ROW_DTYPE", "RankStream", "merge", "read_stream", "streams_of", "write_records"]
+__all__ = ["FORMAT", "ROW_DTYPE", "RankStream", "merge", "read_stream", "stream_records", "streams_of",
+           "write_records"]
 
 #: The header's ``format`` of a stream this module writes and reads.
 FORMAT = "hpcbsp ledger stream 1"
@@ -137,23 +138,30 @@ def read_stream(directory: str, rank: int) -> Iterator[dict[str, Any]]:
             n += block.size
 
 
-def merge(directory: str, out: str) -> tuple[int, int]:
-    """Write every rank's stream in ``directory`` to ``out`` (``.json``, ``.csv`` or
-    ``.trace.json``); return ``(nprocs, records)``.  :class:`BadInput` for a missing or
-    unreadable stream."""
+def stream_records(directory: str) -> tuple[int, Iterator[dict[str, Any]]]:
+    """``(nprocs, records)``: every rank's streamed records in ``directory``, rank 0's first, each
+    rank's in superstep order, read rank by rank in bounded memory.  :class:`BadInput` for a
+    missing or unreadable stream (every rank's header is checked before the first record)."""
     if not os.path.isdir(directory):
         raise BadInput(f"ledger stream {directory}: no such folder (give the folder bsp.ledger.stream wrote)")
     nprocs = int(_header(directory, 0)["nprocs"])
     for rank in range(1, nprocs):
-        _header(directory, rank)  # all there before the output is written
+        _header(directory, rank)  # all there before any record is read
+    return nprocs, (rec for rank in range(nprocs) for rec in read_stream(directory, rank))
+
+
+def merge(directory: str, out: str) -> tuple[int, int]:
+    """Write every rank's stream in ``directory`` to ``out`` (``.json``, ``.csv`` or
+    ``.trace.json``); return ``(nprocs, records)``.  :class:`BadInput` for a missing or
+    unreadable stream."""
+    nprocs, stream = stream_records(directory)
     count = 0
 
     def records() -> Iterator[dict[str, Any]]:
         nonlocal count
-        for rank in range(nprocs):
-            for rec in read_stream(directory, rank):
-                count += 1
-                yield rec
+        for rec in stream:
+            count += 1
+            yield rec
 
     write_records(out, records(), nprocs)
     return nprocs, count

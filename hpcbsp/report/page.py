@@ -1,0 +1,62 @@
+"""The report's page: one self-contained HTML file (no server, no file beside it: the figures
+are inline PNGs as base64 ``data:`` URIs, the style inline), ``DIR/report.html``.
+
+:func:`write` draws the figures (:mod:`.figures`) of a :class:`~.analysis.Run`, with the BSP
+prediction per superstep when a machine profile is given (:func:`hpcbsp.cost.bspmodel.compare`,
+``hpcbsp-cost probe``'s profile read by :func:`hpcbsp.cost.profile.load_profile`).
+"""
+from __future__ import annotations
+
+import base64
+import html
+import os
+
+import numpy as np
+
+from ..cost.bspmodel import compare
+from ..cost.profile import Profile
+from . import figures
+from .analysis import Run, text
+
+__all__ = ["FIGURES", "write"]
+
+#: The ids of the page's figures, in order (``prediction`` only with a profile).
+FIGURES = ("timeline", "lateness", "bytes", "prediction")
+
+_STYLE = ("body{font-family:sans-serif;margin:2em;max-width:80em}pre{background:#f4f4f4;padding:1em;"
+          "overflow-x:auto}img{max-width:100%}figcaption{color:#444;font-size:90%}")
+
+
+def _figure(ident: str, png: bytes, caption: str) -> str:
+    data = base64.b64encode(png).decode("ascii")
+    return (f'<figure id="{ident}"><img alt="{ident}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+
+
+def write(run: Run, directory: str, profile: Profile | None = None) -> str:
+    """Write ``directory/report.html`` for ``run``; return its path."""
+    parts = [_figure("timeline", figures.timeline_figure(run),
+                     "Per rank: work (the ledger's work_s), wait (the superstep's longest work minus this rank's) "
+                     "and exchange (the rest of its sync time)."),
+             _figure("lateness", figures.lateness_figure(run),
+                     "Each rank's work minus the superstep's median work, in ms."),
+             _figure("bytes", figures.bytes_figure(run),
+                     "Payload bytes each rank sent and received over the run (the ledger records them per rank "
+                     "and superstep, not per destination, so no rank-pair matrix is drawn).")]
+    if profile is not None:
+        doc = compare(run.records, profile)
+        rows = doc["supersteps"]
+        parts.append(_figure("prediction", figures.prediction_figure(
+            np.array([r["index"] for r in rows]), np.array([r["measured_s"] for r in rows]),
+            np.array([r["predicted_s"] for r in rows]), "BSP w + g·h + l"),
+            f"The BSP model's prediction per superstep against the measured time (max over ranks of work + sync); "
+            f"total error {doc['summary']['total_error_pct']:+.1f} %."))
+    body = "\n".join(parts)
+    page = (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>hpcbsp report: "
+            f"{html.escape(os.path.basename(run.source))}</title><style>{_STYLE}</style></head><body>\n"
+            f"<h1>hpcbsp report</h1>\n<pre id=\"summary\">{html.escape(text(run))}</pre>\n{body}\n</body></html>\n")
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, "report.html")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(page)
+    return path
