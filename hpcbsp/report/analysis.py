@@ -120,7 +120,7 @@ def text(run: Run, limit: int = 50) -> str:
     lines += [late_text(int(run.indices[j]), run.labels[j], int(late.rank[j]), float(late.late_s[j]))
               for j in named[:limit]]
     if named.size > limit:
-        lines.append(f"... and {named.size - limit} more (the page's lateness figure shows them all)")
+        lines.append(f"... and {named.size - limit:,} more (the page's lateness figure shows them all)")
     for rank in np.unique(late.rank[named]):
         mine = named[late.rank[named] == rank]
         lines.append(f"rank {rank}: last in {plural(mine.size, 'superstep')}, +{milliseconds(float(late.late_s[mine].mean()))} "

@@ -23,7 +23,7 @@ __all__ = ["FIGURES", "write"]
 #: The ids of the page's figures, in order (``prediction`` only with a profile).
 FIGURES = ("timeline", "lateness", "bytes", "prediction")
 
-_STYLE = ("body{font-family:sans-serif;margin:2em;max-width:80em}pre{background:#f4f4f4;padding:1em;"
+_STYLE = ("body{font-family:sans-serif;margin:2em;max-width:80em}pre{background:#f4f4f4;padding:1em;white-space:pre-wrap;"
           "overflow-x:auto}img{max-width:100%}figcaption{color:#444;font-size:90%}")
 
 
