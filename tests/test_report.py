@@ -5,12 +5,14 @@ ledger drawn in bins, bad input as one line and exit 2, and the page loaded by a
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
 import shutil
 import subprocess
 
 import pytest
+from mpi_helpers import run_mpi
 
 from hpcbsp.cli.main import main
 from hpcbsp.cost.profile import FORMAT
@@ -174,3 +176,31 @@ def test_page_loads_in_chromium(capsys, tmp_path):
     # Not a blank page: the figures' colours (the timeline's blue work bars among them) are drawn.
     blue = ((rgb[..., 2] > 0.6) & (rgb[..., 0] < 0.4)).sum()
     assert blue > 5000 and (rgb < 0.9).any(axis=-1).mean() > 0.05
+
+
+PAIR_PROGRAM = os.path.join(os.path.dirname(__file__), "programs", "pair_bytes.py")
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_bytes_between_rank_pairs(capsys, tmp_path, nprocs):
+    """``bsp.ledger.bytes_to`` and the saved ``"bytes_to"`` against the bytes the program moves
+    (tests/programs/pair_bytes.py): rank r puts 80 (r + 1) bytes to r + 1 in 5 supersteps and
+    mails 1000 int64 records to r - 1.  The same matrix from a streamed ledger, merged or read by
+    hpcbsp report directly, whose page draws it."""
+    expected = [[0] * nprocs for _ in range(nprocs)]
+    for r in range(nprocs):
+        expected[r][(r + 1) % nprocs] += 5 * 80 * (r + 1)
+        expected[r][(r - 1) % nprocs] += 8 * 1000
+    saved, stream = tmp_path / "run.json", tmp_path / "run.ranks"
+    res = run_mpi(nprocs, [PAIR_PROGRAM, str(saved), str(stream)], timeout=180)
+    assert res.returncode == 0, res.stderr
+    said = [json.loads((tmp_path / f"run.json.rank{r}").read_text()) for r in range(nprocs)]
+    assert [d["bytes_to"] for d in said] == expected
+    assert [d["bytes_out"] for d in said] == [sum(row) for row in expected]  # every byte out has a destination
+    assert json.loads(saved.read_text())["bytes_to"] == expected
+    assert main(["ledger", "merge", str(stream), "-o", str(tmp_path / "merged.json")]) == 0
+    assert json.loads((tmp_path / "merged.json").read_text())["bytes_to"] == expected
+    capsys.readouterr()
+    code, _, _ = report(capsys, stream, "--out", tmp_path / "out")
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert code == 0 and "bytes" in figures(page) and "from each rank (row) to each rank (column)" in page

@@ -7,7 +7,9 @@ or a stream folder (``bsp.ledger.stream(DIR)``, the apps' ``--ledger PATH`` whil
 Every problem is one :class:`~hpcbsp.cost.errors.CostInputError` line.  :class:`Run` holds the
 supersteps x ranks arrays; its times split as the timeline shows them: *work* (the ledger's
 ``work_s``), *wait* (the longest work of the superstep minus this rank's: the time it waited for
-the last rank) and *exchange* (the rest of its ``sync_s``, at least 0).  :func:`text` is the
+the last rank) and *exchange* (the rest of its ``sync_s``, at least 0).  ``bytes_to`` is the
+ledger's matrix of payload bytes per rank pair (``"bytes_to"``; running totals each rank kept,
+O(p) per rank whatever the supersteps), where it has one.  :func:`text` is the
 summary on stdout: one line per late superstep (:func:`~hpcbsp.runtime.superstep.lateness.late_text`;
 at most ``limit``), then one line per rank that arrived late.
 """
@@ -19,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from ..cost.bspmodel import check_records, load_ledger
+from ..cost.bspmodel import check_records, read_ledger
 from ..cost.errors import CostInputError
 from ..runtime.errors import BadInput
 from ..runtime.superstep.lateness import LateSteps, late_steps, late_text, milliseconds, work_matrix
-from ..runtime.superstep.ledgerfiles import stream_records
+from ..runtime.superstep.ledgerfiles import stream_bytes_to, stream_records
 from ..util.text import plural
 
 __all__ = ["Run", "load", "text"]
@@ -42,6 +44,9 @@ class Run:
     bytes_out: np.ndarray
     bytes_in: np.ndarray
     records: list[dict[str, Any]]  #: the checked records (what the cost model reads)
+    #: Payload bytes from rank (row) to rank (column) over the run, where the ledger has them
+    #: (``"bytes_to"`` of a merged .json, ``rank-NNNNN.to`` of a stream); None otherwise.
+    bytes_to: np.ndarray | None = None
 
     @property
     def nranks(self) -> int:
@@ -63,22 +68,23 @@ class Run:
         return work, np.minimum(wait, np.nan_to_num(self.sync)), exchange
 
 
-def _records(path: str) -> list[dict[str, Any]]:
+def _records(path: str) -> tuple[list[dict[str, Any]], list[list[int]] | None]:
     if os.path.isdir(path):
         try:
-            return list(stream_records(path)[1])
+            nprocs, records = stream_records(path)
+            return list(records), stream_bytes_to(path, nprocs)
         except BadInput as exc:
             raise CostInputError(str(exc)) from None
     if not os.path.exists(path):
         raise CostInputError(f"ledger {path}: no such file or folder (give a .json or .csv that bsp.ledger.save or "
                              "hpcbsp ledger merge wrote, or the folder bsp.ledger.stream wrote)")
-    return load_ledger(path)
+    return read_ledger(path)
 
 
 def load(path: str | os.PathLike[str]) -> Run:
     """Read the ledger at ``path`` (see the module docstring)."""
     source = os.fspath(path)
-    raw = _records(source)
+    raw, matrix = _records(source)
     records = check_records(raw, source)
     for rec in records:
         if rec["rank"] < 0 or rec["index"] < 0:
@@ -98,7 +104,12 @@ def load(path: str | os.PathLike[str]) -> Run:
     if missing.any():
         ends = np.cumsum(np.nan_to_num(work) + np.nan_to_num(sync), axis=0)
         start[missing] = (ends - np.nan_to_num(work) - np.nan_to_num(sync))[missing]
-    return Run(source, indices, labels, work, sync, start, bytes_out, bytes_in, records)
+    bytes_to = None
+    if matrix is not None:
+        bytes_to = np.array(matrix, dtype=np.int64)
+        if bytes_to.shape != (work.shape[1], work.shape[1]):
+            raise CostInputError(f"{source}: \"bytes_to\" is {len(matrix)} rows for {work.shape[1]} ranks")
+    return Run(source, indices, labels, work, sync, start, bytes_out, bytes_in, records, bytes_to)
 
 
 def _seconds(value: Any) -> float:

@@ -98,9 +98,20 @@ def lateness_figure(run: Run) -> bytes:
 
 
 def bytes_figure(run: Run) -> bytes:
-    """Payload bytes each rank sent and received over the run (the ledger counts bytes per rank
-    and superstep, not per destination)."""
+    """Payload bytes between rank pairs over the run, a heatmap (sender x receiver), where the
+    ledger has them per destination (:attr:`Run.bytes_to`); otherwise what each rank sent and
+    received (its rows count bytes per rank and superstep only)."""
     plt = _pyplot()
+    if run.bytes_to is not None:
+        fig, ax = plt.subplots(figsize=(6.5, 5.5))
+        image = ax.imshow(run.bytes_to, cmap="viridis", interpolation="nearest")
+        fig.colorbar(image, ax=ax, label="payload bytes, whole run")
+        ax.set_xlabel("to rank")
+        ax.set_ylabel("from rank")
+        _rank_ticks(ax, run.nranks)
+        ax.set_xticks(ax.get_yticks())
+        ax.set_title("bytes between rank pairs")
+        return _png(fig)
     ranks = np.arange(run.nranks)
     fig, ax = plt.subplots(figsize=(10, 3.5))
     ax.bar(ranks - 0.2, run.bytes_out.sum(axis=0), width=0.4, label="bytes out")

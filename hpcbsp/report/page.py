@@ -27,6 +27,12 @@ _STYLE = ("body{font-family:sans-serif;margin:2em;max-width:80em}pre{background:
           "overflow-x:auto}img{max-width:100%}figcaption{color:#444;font-size:90%}")
 
 
+_BYTES_PAIRS = ("Payload bytes from each rank (row) to each rank (column) over the run: puts, gets' replies, queue "
+                "records and mailbox messages (to their next hop); the collectives' are not counted per destination.")
+_BYTES_RANKS = ("Payload bytes each rank sent and received over the run (this ledger has no bytes per destination: "
+                "a .csv, or a ledger of an older hpcbsp; save it as .json for the rank-pair matrix).")
+
+
 def _figure(ident: str, png: bytes, caption: str) -> str:
     data = base64.b64encode(png).decode("ascii")
     return (f'<figure id="{ident}"><img alt="{ident}" src="data:image/png;base64,{data}">'
@@ -40,9 +46,7 @@ def write(run: Run, directory: str, profile: Profile | None = None) -> str:
                      "and exchange (the rest of its sync time)."),
              _figure("lateness", figures.lateness_figure(run),
                      "Each rank's work minus the superstep's median work, in ms."),
-             _figure("bytes", figures.bytes_figure(run),
-                     "Payload bytes each rank sent and received over the run (the ledger records them per rank "
-                     "and superstep, not per destination, so no rank-pair matrix is drawn).")]
+             _figure("bytes", figures.bytes_figure(run), _BYTES_PAIRS if run.bytes_to is not None else _BYTES_RANKS)]
     if profile is not None:
         doc = compare(run.records, profile)
         rows = doc["supersteps"]

@@ -38,7 +38,7 @@ from ..environment import setting
 from ..errors import BadInput
 from ..failure.lines import PREFIX, ranks_on_hosts
 
-__all__ = ["LATE_FLOOR_S", "LATE_FRACTION", "LATE_RECORD", "Late", "LateSteps", "late_steps", "late_text", "line",
+__all__ = ["LATE_FLOOR_S", "LATE_FRACTION", "LATE_RECORD", "Late", "LateSteps", "late_lines", "late_steps", "late_text", "line",
            "milliseconds", "pack_late", "parse", "threshold", "unpack_late", "watch", "work_matrix"]
 
 _NFIELDS = 5  # the control step's plain fields (.control)
@@ -188,3 +188,16 @@ def late_text(index: int, label: Any, rank: int, late_s: float) -> str:
     """``superstep 5 (step5): rank 2 arrived last, +40 ms`` (no parentheses without a label)."""
     name = f"superstep {index}" + (f" ({label})" if label is not None else "")
     return f"{name}: rank {rank} arrived last, +{milliseconds(late_s)}"
+
+
+def late_lines(records: list[dict[str, Any]], shown: int = 3) -> list[str]:
+    """``  late: superstep 5 (step5): rank 2 arrived last, +40 ms`` for the first ``shown`` late
+    supersteps of ledger records, and how many more there were (``bsp.ledger.summary()``)."""
+    indices, labels, work = work_matrix(records)
+    late = late_steps(work)
+    named = np.flatnonzero(late.named)
+    out = [f"  late: {late_text(int(indices[j]), labels[j], int(late.rank[j]), float(late.late_s[j]))}"
+           for j in named[:shown]]
+    if named.size > shown:
+        out.append(f"  late: {named.size - shown} more supersteps with a late rank (hpcbsp report names them all)")
+    return out

@@ -21,7 +21,7 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
 import numpy as np
@@ -30,7 +30,7 @@ from mpi4py import MPI
 from ...kernels.syncstate import METRICS, OTHER, Rows
 from ..environment import setting
 from ..errors import UsageError
-from .lateness import late_steps, late_text, work_matrix
+from .lateness import late_lines
 from .ledgerfiles import RankStream, merge, streams_of, write_records
 
 
@@ -53,6 +53,14 @@ class Traffic:
     msgs_out: int = 0
     msgs_in: int = 0
     records: int = 0  #: requests the exchange delivered for this rank, its own included
+    #: Payload bytes out by destination (puts, gets' replies, queue records, mailbox messages to
+    #: their next hop; not the collectives'): the ledger adds them to :attr:`Ledger.bytes_to`.
+    to: dict[int, int] = field(default_factory=dict)
+
+    def sent(self, dest: int, nbytes: int) -> None:
+        """``nbytes`` of payload out to rank ``dest``."""
+        self.bytes_out += nbytes
+        self.to[dest] = self.to.get(dest, 0) + nbytes
 
     def add(self, other: "Traffic") -> None:
         self.bytes_out += other.bytes_out
@@ -60,6 +68,8 @@ class Traffic:
         self.msgs_out += other.msgs_out
         self.msgs_in += other.msgs_in
         self.records += other.records
+        for dest, nbytes in other.to.items():
+            self.to[dest] = self.to.get(dest, 0) + nbytes
 
 
 FIELDS = ("index", "label", "work_s", "sync_s", "bytes_out", "bytes_in", "msgs_out", "msgs_in")
@@ -149,6 +159,8 @@ class Ledger:
         #: ``add(row)`` records one superstep, a raw row as above (the store's own append, so
         #: that the sync's finisher makes no Python call).
         self.add: Callable[[tuple], None] = self._rows.append
+        #: Payload bytes this rank sent to each rank over every superstep (:attr:`Traffic.to`; O(p)).
+        self.bytes_to = np.zeros(self._size, np.int64)
         self._stream: RankStream | None = None
         self._keep = True  # whether save keeps the stream (and its folder) going
 
@@ -228,6 +240,7 @@ class Ledger:
         """Write the rows still waiting to the stream's files (nothing when not streaming)."""
         if self._stream is not None:
             self._stream(self._rows)
+            self._stream.totals(self.bytes_to)
             self._stream.flush()
 
     def end_stream(self) -> None:
@@ -287,6 +300,7 @@ class Ledger:
                 shutil.rmtree(directory, ignore_errors=True)
             return path
         dropped = self._comm.allreduce(self._rows.first, op=MPI.SUM)
+        matrix = self._comm.gather(self.bytes_to.tolist(), root=0)
         records = self.gather(root=0)
         if records is None:
             return None
@@ -294,7 +308,7 @@ class Ledger:
             print(f"ledger: {path} holds the last {self._rows.window} supersteps of each rank; {dropped} older "
                   "records had left the window ($HPCBSP_LEDGER_WINDOW): stream them with bsp.ledger.stream(DIR) "
                   "(the apps' --ledger does)", file=sys.stderr)
-        write_records(path, records, self._size)
+        write_records(path, records, self._size, matrix)
         return path
 
     def summary(self, profile: CostModel | None = None, max_rows: int = 12) -> str:
@@ -378,20 +392,8 @@ def summarize(records: list[dict[str, Any]], max_rows: int = 12,
                          f"max {100 * max(errs):.1f}%, total {100 * (sum(pred) - sum(measured)) / sum(measured):+.1f}%")
     else:
         lines.append(total)
-    return "\n".join(lines + _late_lines(records))
+    return "\n".join(lines + late_lines(records))
 
-
-def _late_lines(records: list[dict[str, Any]], shown: int = 3) -> list[str]:
-    """``  late: superstep 5 (step5): rank 2 arrived last, +40 ms`` for the first ``shown`` late
-    supersteps, and how many there were (:mod:`.lateness`)."""
-    indices, labels, work = work_matrix(records)
-    late = late_steps(work)
-    named = np.flatnonzero(late.named)
-    out = [f"  late: {late_text(int(indices[j]), labels[j], int(late.rank[j]), float(late.late_s[j]))}"
-           for j in named[:shown]]
-    if named.size > shown:
-        out.append(f"  late: {named.size - shown} more supersteps with a late rank (hpcbsp report names them all)")
-    return out
 
 
 assert tuple(f.name for f in fields(SuperstepRecord))[: len(FIELDS)] == FIELDS

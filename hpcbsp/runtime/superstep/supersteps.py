@@ -234,6 +234,10 @@ class Supersteps:
         ends here, with one ledger row (raw times: the ledger computes the durations when it is
         read), and the next superstep begins."""
         self._record((self.superstep, label, t0, _perf(), traffic))
+        if traffic is not None and traffic.to:
+            bytes_to = self.ledger.bytes_to
+            for dest, nbytes in traffic.to.items():
+                bytes_to[dest] += nbytes
         self.superstep += 1
 
     def _finish_empty(self, code: int, label: str | None) -> None:
