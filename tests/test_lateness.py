@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -138,3 +140,21 @@ def test_hand_ledger_lateness():
     assert late.late_s[1] == pytest.approx(0.039) and late.caused_s[1] == pytest.approx(0.078)
     assert late_text(1, labels[1], 1, float(late.late_s[1])) == "superstep 1 (s1): rank 1 arrived last, +39 ms"
     assert np.isclose(late.median_s[1], 0.012)
+
+
+def _hpcbsp(*argv: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hpcbsp", *argv], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **env})
+
+
+def test_info_shows_the_watch():
+    assert "lateness watch on (HPCBSP_LATENESS=10 ms)" in _hpcbsp("info", HPCBSP_LATENESS="10").stdout
+    assert "lateness watch off (HPCBSP_LATENESS)" in _hpcbsp("info", HPCBSP_LATENESS="off").stdout
+    bad = _hpcbsp("info", HPCBSP_LATENESS="soon")
+    assert bad.returncode == 0 and "HPCBSP_LATENESS='soon'  INVALID" in bad.stdout
+
+
+def test_bad_setting_stops_a_command_before_it_starts(tmp_path):
+    res = _hpcbsp("run", PROGRAM, "last", str(tmp_path / "x.json"), HPCBSP_LATENESS="-5")
+    assert res.returncode == 2 and res.stdout == "" and not (tmp_path / "x.json").exists()
+    assert len(res.stderr.strip().splitlines()) == 1 and "HPCBSP_LATENESS='-5'" in res.stderr, res.stderr
