@@ -88,7 +88,7 @@ def test_text_names_the_late_supersteps(capsys, tmp_path, suffix):
 
 def figures(page: str) -> dict[str, bytes]:
     return {ident: base64.b64decode(data) for ident, data in
-            re.findall(r'<figure id="(\w+)"><img alt="\w+" src="data:image/png;base64,([^"]+)"', page)}
+            re.findall(r'<figure id="([\w-]+)"><img alt="[\w-]+" src="data:image/png;base64,([^"]+)"', page)}
 
 
 def test_page_holds_its_figures_inline(capsys, tmp_path):
@@ -204,3 +204,29 @@ def test_bytes_between_rank_pairs(capsys, tmp_path, nprocs):
     code, _, _ = report(capsys, stream, "--out", tmp_path / "out")
     page = (tmp_path / "out" / "report.html").read_text()
     assert code == 0 and "bytes" in figures(page) and "from each rank (row) to each rank (column)" in page
+
+
+def test_bsf_model_against_farm_iterations(capsys, tmp_path):
+    """A farm's ledger by hand: 3 iterations of ``farm:order`` + ``farm:result``, each superstep
+    3 ms of work and 1 ms of sync on every rank, so 8 ms an iteration; the model (linear, L = 1 ms,
+    t_Map = 10 ms, the rest 0) predicts T(2) = 2 (2 L) + t_Map / 2 = 9 ms for the 3 ranks' 2
+    workers: +12.5 %.  Without farm supersteps, --model is one line and exit 2."""
+    from hpcbsp.cost.modelfile import CalibratedModel
+    from hpcbsp.farm.model import BSFModel
+    from hpcbsp.farm.params import BSFParams
+
+    labels = ["setup"] + ["farm:order", "farm:result"] * 3 + ["farm:done"]
+    recs = [{"rank": r, "index": i, "label": label, "work_s": 0.003, "sync_s": 0.001, "bytes_out": 0, "bytes_in": 0,
+             "msgs_out": 0, "msgs_in": 0, "start_s": 0.004 * i} for r in range(3) for i, label in enumerate(labels)]
+    ledger, model = tmp_path / "farm.json", tmp_path / "model.json"
+    write_records(str(ledger), recs, 3)
+    model.write_text(json.dumps(CalibratedModel(BSFModel(BSFParams(0.001, 0.0, 0.010, 0.0, 0.0))).as_dict()))
+    code, _, err = report(capsys, ledger, "--out", tmp_path / "out", "--model", model)
+    assert code == 0, err
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert list(figures(page)) == ["timeline", "lateness", "bytes", "prediction-bsf"]
+    assert "T(K) for K = 2 workers" in page and "mean error +12.5 %" in page
+    plain = tmp_path / "plain.json"
+    write_records(str(plain), records(), 3)
+    code, out, err = report(capsys, plain, "--model", model)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "'farm:order'" in err

@@ -28,7 +28,12 @@ from ..runtime.superstep.lateness import LateSteps, late_steps, late_text, milli
 from ..runtime.superstep.ledgerfiles import stream_bytes_to, stream_records
 from ..util.text import plural
 
-__all__ = ["Run", "load", "text"]
+__all__ = ["FARM_RESULT", "FARM_START", "Run", "farm_iterations", "load", "text"]
+
+#: The label of the superstep that begins each iteration of the BSF farm (``hpcbsp.farm``).
+FARM_START = "farm:order"
+#: The label of the superstep(s) that end it.
+FARM_RESULT = "farm:result"
 
 
 @dataclass
@@ -60,12 +65,30 @@ class Run:
         """Who arrived last in each superstep (:func:`~hpcbsp.runtime.superstep.lateness.late_steps`)."""
         return late_steps(self.work)
 
+    def measured(self) -> np.ndarray:
+        """Seconds per superstep: the max over ranks of work + sync (as :mod:`hpcbsp.cost` measures)."""
+        return np.nan_to_num(self.work + self.sync).max(axis=1) if self.nranks else np.zeros(self.steps)
+
     def split(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(work, wait, exchange)`` in seconds, supersteps x ranks (see the module docstring)."""
         work = np.nan_to_num(self.work)
         wait = work.max(axis=1, keepdims=True) - work
         exchange = np.clip(np.nan_to_num(self.sync) - wait, 0.0, None)
         return work, np.minimum(wait, np.nan_to_num(self.sync)), exchange
+
+
+def farm_iterations(run: Run) -> np.ndarray:
+    """Measured seconds of each iteration of the BSF farm in ``run``: a superstep labelled
+    :data:`FARM_START` and the ``farm:result`` ones right after it (the farm's ``farm:latency``
+    and ``farm:done`` belong to no iteration); :class:`CostInputError` when the ledger has none
+    (not a farm's run)."""
+    starts = [j for j, label in enumerate(run.labels) if label == FARM_START]
+    if not starts:
+        raise CostInputError(f"{run.source}: no superstep is labelled {FARM_START!r}: a BSF model (--model) is "
+                             "compared with the iterations of a run of the BSF farm (hpcbsp.farm)")
+    measured = run.measured()
+    ends = [next((j for j in range(a + 1, run.steps) if run.labels[j] != FARM_RESULT), run.steps) for a in starts]
+    return np.array([measured[a:b].sum() for a, b in zip(starts, ends)])
 
 
 def _records(path: str) -> tuple[list[dict[str, Any]], list[list[int]] | None]:

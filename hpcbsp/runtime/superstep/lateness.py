@@ -44,6 +44,7 @@ __all__ = ["LATE_FLOOR_S", "LATE_FRACTION", "LATE_RECORD", "Late", "LateSteps", 
 _NFIELDS = 5  # the control step's plain fields (.control)
 #: The control record with the lateness field: 6 fields and their negations.
 LATE_RECORD = struct.Struct(f"<{2 * _NFIELDS + 2}q")
+_pack_late_into = LATE_RECORD.pack_into  # (bound once: the Python path's hot path)
 
 
 def threshold(value: float | str | None, rank: int) -> float:
@@ -103,11 +104,11 @@ def watch(rows: Rows, rank: int, seconds: float, hosts: Callable[[], Sequence[st
     return Lateness(rows, rank, seconds, said if rank == 0 else None)
 
 
-def pack_late(buf: bytearray, late: Lateness, *fields: int) -> None:
-    """Pack the control step's 5 ``fields`` and this rank's lateness field, with their
-    negations (the Python path of :class:`.control.ControlStep`; the compiled one does the same)."""
+def pack_late(buf: bytearray, late: Lateness, kind: int, step: int, sig: int, data: int, gets: int) -> None:
+    """Pack the control step's 5 fields and this rank's lateness field, with their negations
+    (the Python path of :class:`.control.ControlStep`; the compiled one does the same)."""
     mine = late.packed()
-    LATE_RECORD.pack_into(buf, 0, *fields, mine, *(-f for f in fields), -mine)
+    _pack_late_into(buf, 0, kind, step, sig, data, gets, mine, -kind, -step, -sig, -data, -gets, -mine)
 
 
 def unpack_late(buf: bytearray, late: Lateness) -> tuple[int, ...]:
