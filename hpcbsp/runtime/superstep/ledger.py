@@ -13,7 +13,8 @@ headers and local copies are not counted), ``msgs_out``/``msgs_in`` count commun
 record).  ``records`` counts the requests the superstep's exchange delivered for this rank, its
 own included: a superstep with records but no bytes between ranks still runs the exchange on the
 ranks that have them, while one with none anywhere is the control step alone.  The h-relation
-of superstep i is ``max over ranks of max(bytes_out, bytes_in)``.
+of superstep i is ``max over ranks of max(bytes_out, bytes_in)``.  ``ledger.bytes_to[d]``: payload
+bytes this rank sent to rank d over all supersteps (saved as a ``.json``'s ``"bytes_to"``).
 """
 from __future__ import annotations
 
