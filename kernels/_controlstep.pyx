@@ -54,6 +54,7 @@ ctypedef int (*allreduce_ptr_fn)(const void *, void *, int, void *, void *, void
 cdef enum:
     LATE_WINDOW_C = 10
     LATE_COUNT_C = 8
+    RANK_BITS_C = 20
 
 cdef enum:
     _CLOSED = 0
@@ -68,7 +69,7 @@ DIVERGED = -1
 LATE_WINDOW = LATE_WINDOW_C
 LATE_COUNT = LATE_COUNT_C
 #: Bits of the packed ``late`` field that hold the rank (ranks up to 2**20 - 1).
-RANK_BITS = 20
+RANK_BITS = RANK_BITS_C
 
 
 cdef inline double _now() noexcept nogil:
@@ -125,7 +126,7 @@ cdef class Lateness:
     cdef readonly double last_by
 
     def __init__(self, Rows rows not None, int64_t rank, double threshold, object said=None):
-        if not 0 <= rank < (1 << RANK_BITS):
+        if not 0 <= rank < (1 << RANK_BITS_C):
             raise ValueError(f"Lateness: rank {rank} does not fit in {RANK_BITS} bits")
         self._rows = rows
         self._me = rank
@@ -140,18 +141,18 @@ cdef class Lateness:
         self.last_rank = -1
         self.last_by = 0.0
 
-    cdef inline int64_t _packed(self) noexcept:
-        cdef double work = _now() - self._rows._last_end
+    cdef inline int64_t _packed(self, double now) noexcept:
+        cdef double work = now - self._rows._last_end
         cdef int64_t us = <int64_t>(work * 1e6) if work > 0 else 0
-        return (us << RANK_BITS) | self._me
+        return (us << RANK_BITS_C) | self._me
 
     def packed(self):
         """This rank's ``late`` field now."""
-        return self._packed()
+        return self._packed(_now())
 
     cdef int _observe(self, int64_t top, int64_t bottom) except -1:
-        cdef int64_t rank = top & ((1 << RANK_BITS) - 1)
-        cdef double by = <double>((top >> RANK_BITS) - (bottom >> RANK_BITS)) * 1e-6
+        cdef int64_t rank = top & ((1 << RANK_BITS_C) - 1)
+        cdef double by = <double>((top >> RANK_BITS_C) - (bottom >> RANK_BITS_C)) * 1e-6
         cdef int k, count = 0, at = self._pos
         cdef double total = 0.0
         self.last_rank = rank
@@ -252,7 +253,8 @@ cdef class RecordStep:
         self._request = NULL
         self._allreduce = NULL
 
-    cdef int _step(self, int64_t kind, int64_t step, int64_t sig, int64_t data, int64_t gets) except -2:
+    cdef int _step(self, int64_t kind, int64_t step, int64_t sig, int64_t data, int64_t gets, double now) except -2:
+        """The step; ``now``: the clock when it began (read by the caller, for the lateness field)."""
         cdef int64_t *r = self._record
         cdef int code, i
         cdef int mode = self._mode
@@ -265,7 +267,7 @@ cdef class RecordStep:
         r[3] = data
         r[4] = gets
         if nf == 6:
-            r[5] = self._late._packed()
+            r[5] = self._late._packed(now)
         for i in range(nf):
             r[nf + i] = -r[i]
         with nogil:
@@ -293,7 +295,7 @@ cdef class RecordStep:
         ``DIVERGED``."""
         if not (0 <= data <= 3 and 0 <= gets <= 3):
             raise ValueError(f"RecordStep.agree: data and gets are levels from 0 to 3, not {data} and {gets}")
-        return self._step(kind, step, sig, data, gets)
+        return self._step(kind, step, sig, data, gets, _now() if self._nf == 6 else 0.0)
 
     def agree_row(self, int64_t kind, int64_t step, object label, Rows rows not None):
         """``agree(kind, step, 0, 0, 0)`` for a rank with nothing pending, timed: when no rank has
@@ -306,7 +308,7 @@ cdef class RecordStep:
 
     cdef int _agree_row(self, int64_t kind, int64_t step, object label, Rows rows) except -2:
         cdef double t0 = _now()
-        cdef int code = self._step(kind, step, 0, 0, 0)
+        cdef int code = self._step(kind, step, 0, 0, 0, t0)
         if code >= 0 and (code & 3) == 0:
             rows.push(step, label, t0, _now(), None)
             return 0
