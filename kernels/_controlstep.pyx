@@ -40,6 +40,7 @@ and its work, the MAX of its negation the earliest's.  The record is then 12 wor
 ``[kind, step, sig, data, gets, late, -kind, ..., -late]``; the caller sizes the request so.
 """
 from libc.stdint cimport int64_t, intptr_t, uintptr_t
+from libc.string cimport memcpy
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 from hpcbsp.kernels._syncstate cimport Counter, Rows
@@ -175,6 +176,35 @@ cdef class Lateness:
             if self.said is not None:
                 self.said(rank, count, LATE_WINDOW_C, total / count)
         return 0
+
+    def pack(self, bytearray buf not None, int64_t kind, int64_t step, int64_t sig, int64_t data, int64_t gets):
+        """Write the 12-word record (the 5 fields, this rank's ``late`` field, their negations)
+        into ``buf``: the Python control step's, in one call."""
+        cdef int64_t r[12]
+        cdef int i
+        if len(buf) < sizeof(r):
+            raise ValueError(f"Lateness.pack: a buffer of {len(buf)} bytes, not {sizeof(r)}")
+        r[0] = kind
+        r[1] = step
+        r[2] = sig
+        r[3] = data
+        r[4] = gets
+        r[5] = self._packed(_now())
+        for i in range(6):
+            r[6 + i] = -r[i]
+        memcpy(<char *>buf, r, sizeof(r))
+
+    def unpack(self, bytearray buf not None):
+        """Read a reduced 12-word record from ``buf``: observe its ``late`` field (where the kind,
+        step and signature agree: otherwise it means nothing and the caller raises) and return
+        the 10 words of the plain record, ``(kind, step, sig, data, gets, -kind, ..., -gets)``."""
+        cdef int64_t r[12]
+        if len(buf) < sizeof(r):
+            raise ValueError(f"Lateness.unpack: a buffer of {len(buf)} bytes, not {sizeof(r)}")
+        memcpy(r, <char *>buf, sizeof(r))
+        if not (r[0] + r[6] or r[1] + r[7] or r[2] + r[8]):
+            self._observe(r[5], -r[11])
+        return (r[0], r[1], r[2], r[3], r[4], r[6], r[7], r[8], r[9], r[10])
 
     def observe(self, int64_t top, int64_t bottom):
         """Read a reduced record's ``late`` field (``top``, its MAX) and the negation of its

@@ -47,7 +47,7 @@ from ...util.waiting import poll
 from ..environment import setting
 from ..errors import BadInput, BSPError, Divergence, PeerFailed, SyncTimeout
 from ..failure import lines
-from .lateness import LATE_RECORD, pack_late, unpack_late
+from .lateness import LATE_RECORD
 from .native import compiled_allreduce_step, compiled_step
 from .outbox import UNIFORM, Data, Extra, agreed
 from .rollcall import RollCall
@@ -227,7 +227,7 @@ class ControlStep:
             if late is None:
                 _pack_into(buf, 0, kind, superstep, sig, d, g, -kind, -superstep, -sig, -d, -g)
             else:
-                pack_late(buf, late, kind, superstep, sig, d, g)
+                late.pack(buf, kind, superstep, sig, d, g)
             persistent.Start()
             persistent.Wait()
         elif blocking:  # in place: one buffer, no copy inside MPI (the compiled step's, too)
@@ -235,13 +235,13 @@ class ControlStep:
             if late is None:
                 _pack_into(buf, 0, kind, superstep, sig, d, g, -kind, -superstep, -sig, -d, -g)
             else:
-                pack_late(buf, late, kind, superstep, sig, d, g)
+                late.pack(buf, kind, superstep, sig, d, g)
             self.comm.Allreduce(_IN_PLACE, self._pspec, _MAX)
         else:
             if late is None:
                 _pack_into(self._sbuf, 0, kind, superstep, sig, d, g, -kind, -superstep, -sig, -d, -g)
             else:
-                pack_late(self._sbuf, late, kind, superstep, sig, d, g)
+                late.pack(self._sbuf, kind, superstep, sig, d, g)
             # Fresh buffers: if this wait is abandoned (an exception in a progress hook), MPI may
             # still read and write them, so the next step must not reuse them.
             self._sbuf, self._rbuf = bytearray(self._sbuf), bytearray(self._rsize)
@@ -251,7 +251,7 @@ class ControlStep:
             self._wait(req, progress, deadline, Kind(kind), superstep, self.track_arrivals or timed,
                        self.wait_mode if wait is None else wait)
             buf = self._rbuf
-        r = _unpack_from(buf) if late is None else unpack_late(buf, late)
+        r = _unpack_from(buf) if late is None else late.unpack(buf)
         # Every rank gave the same kind, superstep and signature exactly when the maximum of each
         # equals its minimum (the maximum of its negation, negated).  Literal indices: this is
         # the empty sync's hot path (_KIND, _STEP, _SIG = 0, 1, 2; _NFIELDS = 5).

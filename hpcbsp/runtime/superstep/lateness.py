@@ -38,13 +38,13 @@ from ..environment import setting
 from ..errors import BadInput
 from ..failure.lines import PREFIX, ranks_on_hosts
 
-__all__ = ["LATE_FLOOR_S", "LATE_FRACTION", "LATE_RECORD", "Late", "LateSteps", "late_lines", "late_steps", "late_text", "line",
-           "milliseconds", "pack_late", "parse", "threshold", "unpack_late", "watch", "work_matrix"]
+__all__ = ["LATE_FLOOR_S", "LATE_FRACTION", "LATE_RECORD", "Late", "LateSteps", "late_lines", "late_steps",
+           "late_text", "line", "milliseconds", "parse", "threshold", "watch", "work_matrix"]
 
 _NFIELDS = 5  # the control step's plain fields (.control)
-#: The control record with the lateness field: 6 fields and their negations.
+#: The control record with the lateness field: 6 fields and their negations (its size: the
+#: Python step's buffers; ``Lateness.pack`` and ``unpack`` write and read it in one call each).
 LATE_RECORD = struct.Struct(f"<{2 * _NFIELDS + 2}q")
-_pack_late_into = LATE_RECORD.pack_into  # (bound once: the Python path's hot path)
 
 
 def threshold(value: float | str | None, rank: int) -> float:
@@ -103,23 +103,6 @@ def watch(rows: Rows, rank: int, seconds: float, hosts: Callable[[], Sequence[st
 
     return Lateness(rows, rank, seconds, said if rank == 0 else None)
 
-
-def pack_late(buf: bytearray, late: Lateness, kind: int, step: int, sig: int, data: int, gets: int) -> None:
-    """Pack the control step's 5 fields and this rank's lateness field, with their negations
-    (the Python path of :class:`.control.ControlStep`; the compiled one does the same)."""
-    mine = late.packed()
-    _pack_late_into(buf, 0, kind, step, sig, data, gets, mine, -kind, -step, -sig, -data, -gets, -mine)
-
-
-def unpack_late(buf: bytearray, late: Lateness) -> tuple[int, ...]:
-    """Read a reduced record of :data:`LATE_RECORD`: ``late`` observes its lateness field, and the
-    10 words of the plain record are returned (observed only where the kind, step and signature
-    agree: otherwise the field means nothing and the caller raises)."""
-    r = LATE_RECORD.unpack_from(buf)
-    plain = r[:_NFIELDS] + r[_NFIELDS + 1:2 * _NFIELDS + 1]
-    if not (plain[0] + plain[5] or plain[1] + plain[6] or plain[2] + plain[7]):
-        late.observe(r[_NFIELDS], -r[-1])
-    return plain
 
 
 # -- offline: from every rank's rows -------------------------------------------------------------
