@@ -32,8 +32,15 @@ reduced record says that no rank has data for another, appends the superstep's r
 ``Counter`` too (both kept in C by ``kernels/_syncstate.pyx``, cimported through its ``.pxd``).
 :func:`start_wait_loop` starts and waits for any request ``n`` times in a row: a collective's own
 latency, without the interpreter between calls (what a benchmark compares the sync with).
+
+With a :class:`Lateness` watch (:meth:`RecordStep.watch`, ``$HPCBSP_LATENESS``) the record has a
+sixth field, ``late``: this rank's work since the ledger's last row ended, in microseconds, shifted
+left by 20 bits, with the rank in the low 20 bits; its MAX over the ranks is the latest rank
+and its work, the MAX of its negation the earliest's.  The record is then 12 words:
+``[kind, step, sig, data, gets, late, -kind, ..., -late]``; the caller sizes the request so.
 """
 from libc.stdint cimport int64_t, intptr_t, uintptr_t
+from libc.string cimport memcpy
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 from hpcbsp.kernels._syncstate cimport Counter, Rows
@@ -46,6 +53,11 @@ ctypedef int (*allreduce_ptr_fn)(const void *, void *, int, void *, void *, void
 
 # How a RecordStep reduces its record.
 cdef enum:
+    LATE_WINDOW_C = 10
+    LATE_COUNT_C = 8
+    RANK_BITS_C = 20
+
+cdef enum:
     _CLOSED = 0
     _PERSISTENT = 1     # start(request), wait(request, status)
     _ALLREDUCE_INT = 2  # allreduce(in_place, record, 10, datatype, op, comm), int handles
@@ -53,6 +65,12 @@ cdef enum:
 
 #: Returned by :meth:`RecordStep.agree` when the ranks disagree on the kind, step or signature.
 DIVERGED = -1
+#: Supersteps a :class:`Lateness` watch looks back over, and how many of them one rank must
+#: have arrived last in (later than :attr:`Lateness.threshold`) for its line.
+LATE_WINDOW = LATE_WINDOW_C
+LATE_COUNT = LATE_COUNT_C
+#: Bits of the packed ``late`` field that hold the rank (ranks up to 2**20 - 1).
+RANK_BITS = RANK_BITS_C
 
 
 cdef inline double _now() noexcept nogil:
@@ -81,6 +99,117 @@ def start_wait_loop(uintptr_t start, uintptr_t wait, uintptr_t request, Py_ssize
             if code != 0:
                 break
     return code
+
+
+cdef class Lateness:
+    """Who arrived last at the control steps of the last :data:`LATE_WINDOW` supersteps.
+
+    ``Lateness(rows, rank, threshold, said)``: ``rows`` is the ledger's :class:`Rows` (a rank's
+    work in a superstep began when its last row ended), ``rank`` this rank, ``threshold`` the
+    seconds by which the latest rank's work must exceed the earliest's for it to count as late,
+    ``said`` None or ``said(rank, count, window, mean_seconds)``, called when one rank was late
+    in at least :data:`LATE_COUNT` of the last :data:`LATE_WINDOW` steps (at most once per
+    window).  :meth:`packed` is this rank's ``late`` field; :meth:`observe` reads a reduced one.
+    ``last_rank`` and ``last_by`` (seconds) are the last step's latest rank and its lead over the
+    earliest (what one MAX reduction gives: not the median, which the offline report uses).
+    """
+
+    cdef Rows _rows
+    cdef int64_t _me
+    cdef public double threshold
+    cdef public object said
+    cdef int64_t _ring[LATE_WINDOW_C]
+    cdef double _by[LATE_WINDOW_C]
+    cdef int _pos
+    cdef int64_t _seen
+    cdef int64_t _quiet_until
+    cdef readonly int64_t last_rank
+    cdef readonly double last_by
+
+    def __init__(self, Rows rows not None, int64_t rank, double threshold, object said=None):
+        if not 0 <= rank < (1 << RANK_BITS_C):
+            raise ValueError(f"Lateness: rank {rank} does not fit in {RANK_BITS} bits")
+        self._rows = rows
+        self._me = rank
+        self.threshold = threshold
+        self.said = said
+        for i in range(LATE_WINDOW_C):
+            self._ring[i] = -1
+            self._by[i] = 0.0
+        self._pos = 0
+        self._seen = 0
+        self._quiet_until = 0
+        self.last_rank = -1
+        self.last_by = 0.0
+
+    cdef inline int64_t _packed(self, double now) noexcept:
+        cdef double work = now - self._rows._last_end
+        cdef int64_t us = <int64_t>(work * 1e6) if work > 0 else 0
+        return (us << RANK_BITS_C) | self._me
+
+    def packed(self):
+        """This rank's ``late`` field now."""
+        return self._packed(_now())
+
+    cdef int _observe(self, int64_t top, int64_t bottom) except -1:
+        cdef int64_t rank = top & ((1 << RANK_BITS_C) - 1)
+        cdef double by = <double>((top >> RANK_BITS_C) - (bottom >> RANK_BITS_C)) * 1e-6
+        cdef int k, count = 0, at = self._pos
+        cdef double total = 0.0
+        self.last_rank = rank
+        self.last_by = by
+        self._pos = at + 1 if at + 1 < LATE_WINDOW_C else 0
+        self._seen += 1
+        if by <= self.threshold:
+            self._ring[at] = -1
+            return 0
+        self._ring[at] = rank
+        self._by[at] = by
+        if self._seen < self._quiet_until:
+            return 0
+        for k in range(LATE_WINDOW_C):
+            if self._ring[k] == rank:
+                count += 1
+                total += self._by[k]
+        if count >= LATE_COUNT_C:
+            self._quiet_until = self._seen + LATE_WINDOW_C
+            if self.said is not None:
+                self.said(rank, count, LATE_WINDOW_C, total / count)
+        return 0
+
+    def pack(self, bytearray buf not None, int64_t kind, int64_t step, int64_t sig, int64_t data, int64_t gets):
+        """Write the 12-word record (the 5 fields, this rank's ``late`` field, their negations)
+        into ``buf``: the Python control step's, in one call."""
+        cdef int64_t r[12]
+        cdef int i
+        if len(buf) < sizeof(r):
+            raise ValueError(f"Lateness.pack: a buffer of {len(buf)} bytes, not {sizeof(r)}")
+        r[0] = kind
+        r[1] = step
+        r[2] = sig
+        r[3] = data
+        r[4] = gets
+        r[5] = self._packed(_now())
+        for i in range(6):
+            r[6 + i] = -r[i]
+        memcpy(<char *>buf, r, sizeof(r))
+
+    def unpack(self, bytearray buf not None):
+        """Read a reduced 12-word record from ``buf``: observe its ``late`` field (where the kind,
+        step and signature agree: otherwise it means nothing and the caller raises) and return
+        the 10 words of the plain record, ``(kind, step, sig, data, gets, -kind, ..., -gets)``."""
+        cdef int64_t r[12]
+        if len(buf) < sizeof(r):
+            raise ValueError(f"Lateness.unpack: a buffer of {len(buf)} bytes, not {sizeof(r)}")
+        memcpy(r, <char *>buf, sizeof(r))
+        if not (r[0] + r[6] or r[1] + r[7] or r[2] + r[8]):
+            self._observe(r[5], -r[11])
+        return (r[0], r[1], r[2], r[3], r[4], r[6], r[7], r[8], r[9], r[10])
+
+    def observe(self, int64_t top, int64_t bottom):
+        """Read a reduced record's ``late`` field (``top``, its MAX) and the negation of its
+        negation's MAX (``bottom``, the earliest rank's field)."""
+        self._observe(top, bottom)
 
 
 cdef class RecordStep:
@@ -117,6 +246,8 @@ cdef class RecordStep:
     cdef object _error
     #: When the last :meth:`agree_row` began (seconds, ``time.perf_counter``'s clock).
     cdef public double started
+    cdef int _nf  # fields in the record: 5, or 6 with a lateness watch
+    cdef Lateness _late
 
     def __init__(self, uintptr_t start, uintptr_t wait, uintptr_t request, uintptr_t record,
                  object owners, object error):
@@ -129,6 +260,13 @@ cdef class RecordStep:
         self._owners = owners
         self._error = error
         self._mode = _PERSISTENT
+        self._nf = 5
+
+    def watch(self, Lateness late not None):
+        """Carry ``late``'s field in the record from now on (12 words: the caller's request and
+        record must be of that size) and have it observe every step."""
+        self._late = late
+        self._nf = 6
 
     @property
     def collective(self):
@@ -145,10 +283,12 @@ cdef class RecordStep:
         self._request = NULL
         self._allreduce = NULL
 
-    cdef int _step(self, int64_t kind, int64_t step, int64_t sig, int64_t data, int64_t gets) except -2:
+    cdef int _step(self, int64_t kind, int64_t step, int64_t sig, int64_t data, int64_t gets, double now) except -2:
+        """The step; ``now``: the clock when it began (read by the caller, for the lateness field)."""
         cdef int64_t *r = self._record
-        cdef int code
+        cdef int code, i
         cdef int mode = self._mode
+        cdef int nf = self._nf
         if mode == _CLOSED:
             raise ValueError("RecordStep.agree: the step was closed (its request was freed)")
         r[0] = kind
@@ -156,27 +296,28 @@ cdef class RecordStep:
         r[2] = sig
         r[3] = data
         r[4] = gets
-        r[5] = -kind
-        r[6] = -step
-        r[7] = -sig
-        r[8] = -r[3]
-        r[9] = -r[4]
+        if nf == 6:
+            r[5] = self._late._packed(now)
+        for i in range(nf):
+            r[nf + i] = -r[i]
         with nogil:
             if mode == _PERSISTENT:
                 code = self._start(self._request)
                 if code == 0:
                     code = self._wait(self._request, self._status)
             elif mode == _ALLREDUCE_INT:
-                code = (<allreduce_int_fn>self._allreduce)(self._in_place, r, 10, <int>self._datatype,
+                code = (<allreduce_int_fn>self._allreduce)(self._in_place, r, 2 * nf, <int>self._datatype,
                                                            <int>self._op, <int>self._comm)
             else:
-                code = (<allreduce_ptr_fn>self._allreduce)(self._in_place, r, 10, <void *>self._datatype,
+                code = (<allreduce_ptr_fn>self._allreduce)(self._in_place, r, 2 * nf, <void *>self._datatype,
                                                            <void *>self._op, <void *>self._comm)
         if code != 0:
             raise self._error(code)
-        if r[0] + r[5] or r[1] + r[6] or r[2] + r[7]:
+        if r[0] + r[nf] or r[1] + r[nf + 1] or r[2] + r[nf + 2]:
             return DIVERGED
-        return <int>((r[3] & 3) | (r[4] & 3) << 2 | (r[3] + r[8] == 0) << 4)
+        if nf == 6:
+            self._late._observe(r[5], -r[11])
+        return <int>((r[3] & 3) | (r[4] & 3) << 2 | (r[3] + r[nf + 3] == 0) << 4)
 
     def agree(self, int64_t kind, int64_t step, int64_t sig, int64_t data, int64_t gets):
         """Reduce the record; return ``data | gets << 2`` as reduced by MAX (each a level from 0
@@ -184,7 +325,7 @@ cdef class RecordStep:
         ``DIVERGED``."""
         if not (0 <= data <= 3 and 0 <= gets <= 3):
             raise ValueError(f"RecordStep.agree: data and gets are levels from 0 to 3, not {data} and {gets}")
-        return self._step(kind, step, sig, data, gets)
+        return self._step(kind, step, sig, data, gets, _now() if self._nf == 6 else 0.0)
 
     def agree_row(self, int64_t kind, int64_t step, object label, Rows rows not None):
         """``agree(kind, step, 0, 0, 0)`` for a rank with nothing pending, timed: when no rank has
@@ -197,7 +338,7 @@ cdef class RecordStep:
 
     cdef int _agree_row(self, int64_t kind, int64_t step, object label, Rows rows) except -2:
         cdef double t0 = _now()
-        cdef int code = self._step(kind, step, 0, 0, 0)
+        cdef int code = self._step(kind, step, 0, 0, 0, t0)
         if code >= 0 and (code & 3) == 0:
             rows.push(step, label, t0, _now(), None)
             return 0
@@ -229,6 +370,7 @@ def allreduce_step(uintptr_t allreduce, int handle_bytes, intptr_t in_place, int
     step._owners = owners
     step._error = error
     step._mode = _ALLREDUCE_INT if handle_bytes == 4 else _ALLREDUCE_PTR
+    step._nf = 5
     return step
 
 

@@ -22,6 +22,7 @@ LAYERS = {
     "farm": 4,      # the BSF master/worker skeleton
     "elastic": 4,   # elastic synchronisation (parameter server, policies)
     "cost": 5,      # cost models (read ledgers and farm reports)
+    "report": 5.5,  # hpcbsp report (reads saved ledgers with cost's readers)
     "apps": 6,      # example applications
     "cli": 7,       # command lines
     "bench": 7,     # benchmarks (run apps against baselines)

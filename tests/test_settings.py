@@ -36,6 +36,8 @@ CASES: dict[str, tuple[list[tuple[str, object]], list[str]]] = {
     "HPCBSP_HEARTBEAT_PERIOD": ([("0.5", 0.5), ("", 1.0)], ["0", "often", "-1", "0.001"]),
     "HPCBSP_LARGE_PUT_BYTES": ([("1", 1), ("65536", 65536), ("", 65536)], ["abc", "0", "1.5", "-1"]),
     "HPCBSP_LEDGER_WINDOW": ([("1", 1), (" 500 ", 500), ("", 10_000)], ["0", "-5", "1e3", "window", str(2**40 + 1)]),
+    "HPCBSP_LATENESS": ([("off", 0.0), ("OFF", 0.0), (" 20 ", 0.02), ("0", 0.0), ("2.5", 0.0025), ("", 0.0)],
+                        ["-1", "nan", "inf", "soon", "20ms"]),
     "HPCBSP_MAILBOX_BYTES": ([("1", 1), ("2147483647", 2**31 - 1), ("", None)],
                              ["99999999999999999999", "2147483648", "0", "big"]),
     "HPCBSP_ROUTING": ([("2d", "2d"), (" Direct ", "direct"), ("3d", "3d"), ("", "auto")], ["5d", "grid"]),

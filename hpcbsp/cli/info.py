@@ -90,7 +90,8 @@ def hpcbsp_settings() -> dict[str, dict[str, str | None]]:
 
 
 def _control_step(title: str) -> str:
-    """The control step's collective (every sync begins with it) and whether it is compiled."""
+    """The control step's collective (every sync begins with it), whether it is compiled and
+    whether it carries the lateness watch."""
     from ..runtime.environment import setting
     from ..runtime.errors import BSPError
     from ..runtime.superstep.control import requested_collective
@@ -101,9 +102,11 @@ def _control_step(title: str) -> str:
         source = (f"HPCBSP_CONTROL_COLLECTIVE=auto: the faster under {title}"
                   if setting("HPCBSP_CONTROL_COLLECTIVE") == "auto" else "HPCBSP_CONTROL_COLLECTIVE")
         why = why_not_compiled(chosen)
-    except BSPError:  # (a bad HPCBSP_CONTROL_COLLECTIVE or HPCBSP_COMPILED_SYNC)
+        late = float(setting("HPCBSP_LATENESS"))
+    except BSPError:  # (a bad HPCBSP_CONTROL_COLLECTIVE, HPCBSP_COMPILED_SYNC or HPCBSP_LATENESS)
         return "not known: an HPCBSP_* variable it reads is invalid (see hpcbsp_settings)"
-    return f"{chosen} MPI_Allreduce ({source}), " + (f"through mpi4py ({why})" if why else "compiled")
+    watch = f"lateness watch on (HPCBSP_LATENESS={1e3 * late:g} ms)" if late else "lateness watch off (HPCBSP_LATENESS)"
+    return f"{chosen} MPI_Allreduce ({source}), " + (f"through mpi4py ({why})" if why else "compiled") + f", {watch}"
 
 
 def main(argv: list[str] | None = None) -> int:

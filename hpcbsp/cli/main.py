@@ -9,6 +9,7 @@
     hpcbsp supervise [--max-restarts N] [--hosts FILE | --launch srun] [-n RANKS] -- PROGRAM ARGS...
                                       run a job and relaunch it on the nodes left when it loses one
     hpcbsp ledger merge DIR -o OUT    merge a streamed superstep ledger (bsp.ledger.stream, --ledger) into one file
+    hpcbsp report LEDGER [--out DIR]  which rank made each superstep late; DIR/report.html with figures
     hpcbsp --version
 
 Run them under your launcher (all but supervise, which starts the launcher itself), e.g.
@@ -182,6 +183,10 @@ def _main(argv: list[str]) -> int:
         from .ledger import main as ledger_main
 
         return ledger_main(rest)
+    if cmd == "report":
+        from .report import main as report_main
+
+        return report_main(rest)
     if cmd == "supervise":
         from .supervise import main as supervise_main
 
@@ -193,7 +198,7 @@ def _main(argv: list[str]) -> int:
         return 2
     if os.path.exists(cmd) or cmd.endswith(".py"):
         return _run_script(cmd, rest)
-    _say(f"{PROG}: unknown command {cmd!r}: not a command (info, apps, run, supervise, ledger) nor an existing script "
+    _say(f"{PROG}: unknown command {cmd!r}: not a command (info, apps, run, supervise, ledger, report) nor an existing script "
          f"(see {PROG} --help)")
     return 2
 

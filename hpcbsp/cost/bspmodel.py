@@ -27,7 +27,14 @@ LEDGER_FIELDS = ("rank", "index", "work_s", "sync_s", "bytes_out", "bytes_in", "
 
 def load_ledger(path: str | os.PathLike) -> list[dict[str, Any]]:
     """Read a ledger saved as ``.json`` or ``.csv``; every problem is one :class:`CostInputError` line."""
+    return read_ledger(path)[0]
+
+
+def read_ledger(path: str | os.PathLike) -> tuple[list[dict[str, Any]], list[list[int]] | None]:
+    """:func:`load_ledger`'s records and, from a ``.json`` that has it, ``"bytes_to"``: the payload
+    bytes each rank sent to each rank over the run (a p x p matrix; None when absent)."""
     source = os.fspath(path)
+    matrix = None
     if source.endswith(".trace.json"):
         raise CostInputError(f"{source} is a trace for viewing; save the ledger as .json or .csv for the cost model")
     if source.endswith(".json"):
@@ -35,6 +42,10 @@ def load_ledger(path: str | os.PathLike) -> list[dict[str, Any]]:
         if not isinstance(data, dict) or not isinstance(data.get("records"), list):
             raise CostInputError(f"{source}: not a ledger (expected {{\"nprocs\": P, \"records\": [...]}})")
         records = data["records"]
+        matrix = data.get("bytes_to")
+        if matrix is not None and not (isinstance(matrix, list) and all(
+                isinstance(row, list) and all(isinstance(v, int) and v >= 0 for v in row) for row in matrix)):
+            raise CostInputError(f"{source}: \"bytes_to\" is not a matrix of byte counts")
     elif source.endswith(".csv"):
         try:
             with open(source, newline="") as fh:
@@ -43,7 +54,7 @@ def load_ledger(path: str | os.PathLike) -> list[dict[str, Any]]:
             raise CostInputError(f"cannot read ledger {source}: {exc.strerror or exc}") from None
     else:
         raise CostInputError(f"ledger {source}: use a .json or .csv file written by bsp.ledger.save")
-    return check_records(records, source)
+    return check_records(records, source), matrix
 
 
 def check_records(records: Iterable[Mapping[str, Any]], source: str = "<memory>") -> list[dict[str, Any]]:

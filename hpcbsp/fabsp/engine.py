@@ -168,7 +168,7 @@ class Engine:
         if self.notices.peer_failure is not None:
             return
         window.add(self._comm.Issend([msg.view(np.uint8), MPI.BYTE], dest, box.index), msg)
-        self.traffic.bytes_out += msg.nbytes
+        self.traffic.sent(dest, msg.nbytes)
         self.traffic.msgs_out += box.count(msg)
 
     def after_send(self) -> None:

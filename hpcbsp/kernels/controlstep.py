@@ -11,11 +11,26 @@ no MPI header and no MPI library linked, the functions and handles handed over b
   ``close()`` before the request or communicator is freed.
 - :func:`plain_sync`: a compiled function that stands for a plain context's ``sync`` (the empty
   superstep with no Python frame, everything else handed to the method).
+- :class:`Lateness` ``(rows, rank, threshold, said)``: who arrived last at the last
+  :data:`LATE_WINDOW` control steps; ``RecordStep.watch(lateness)`` makes the record 12 words,
+  with this rank's work packed with its rank (``Lateness.packed``, :data:`RANK_BITS`), and has
+  every step observed (``said`` is called when one rank was late in :data:`LATE_COUNT` of them).
 - :func:`start_wait_loop`: a persistent request started and waited for ``n`` times from C (a
   collective's own latency, for the benchmark).
 """
 from __future__ import annotations
 
-from ._controlstep import DIVERGED, RecordStep, allreduce_step, plain_sync, start_wait_loop
+from ._controlstep import (
+           DIVERGED,
+           LATE_COUNT,
+           LATE_WINDOW,
+           RANK_BITS,
+           Lateness,
+           RecordStep,
+           allreduce_step,
+           plain_sync,
+           start_wait_loop,
+)
 
-__all__ = ["DIVERGED", "RecordStep", "allreduce_step", "plain_sync", "start_wait_loop"]
+__all__ = ["DIVERGED", "LATE_COUNT", "LATE_WINDOW", "RANK_BITS", "Lateness", "RecordStep", "allreduce_step",
+           "plain_sync", "start_wait_loop"]

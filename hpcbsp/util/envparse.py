@@ -18,8 +18,8 @@ from typing import Callable
 
 from .outputs import OutputError, prepare_output
 
-__all__ = ["choice", "emulated", "emulation", "integer", "positive_seconds", "seconds_at_least", "seconds_or_off",
-           "switch", "writable_file"]
+__all__ = ["choice", "emulated", "emulation", "integer", "milliseconds_or_off", "positive_seconds",
+           "seconds_at_least", "seconds_or_off", "switch", "writable_file"]
 
 
 def choice(choices: tuple[str, ...]) -> Callable[[str], str]:
@@ -63,6 +63,16 @@ def seconds_or_off(text: str) -> float:
     if not (math.isfinite(seconds) and (seconds == 0 or seconds >= 0.1)):
         raise ValueError("")
     return seconds
+
+
+def milliseconds_or_off(text: str) -> float:
+    """``off`` (or ``0``: 0.0) or a finite number of milliseconds > 0, returned in seconds."""
+    if text.lower() == "off":
+        return 0.0
+    ms = float(text)
+    if not (math.isfinite(ms) and ms >= 0):
+        raise ValueError("")
+    return ms / 1e3
 
 
 def integer(low: int, high: int) -> Callable[[str], int]:

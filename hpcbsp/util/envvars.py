@@ -17,7 +17,17 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .choices import CONTROL_COLLECTIVES, EXCHANGES, ROUTING_CHOICES, TRANSPORTS, WAIT_MODES, one_of
-from .envparse import choice, emulated, integer, positive_seconds, seconds_at_least, seconds_or_off, switch, writable_file
+from .envparse import (
+    choice,
+    emulated,
+    integer,
+    milliseconds_or_off,
+    positive_seconds,
+    seconds_at_least,
+    seconds_or_off,
+    switch,
+    writable_file,
+)
 
 __all__ = ["SETTINGS", "Setting"]
 
@@ -85,6 +95,16 @@ _PACKAGE: tuple[Setting, ...] = (
             "context is made.",
             "`10000`", "an integer from 1 to 2**40", "`runtime/superstep/ledger.py`",
             integer(1, 2**40), 10_000),
+    Setting("HPCBSP_LATENESS",
+            "Who arrived last, live, as `hpcbsp.BSP(lateness=MS)` sets it for one context: a threshold "
+            "in milliseconds; every control step then carries each rank's work time (one more word in "
+            "its reduction, no new message), and rank 0 writes a line to stderr when one rank arrived "
+            "last, later than the earliest rank by more than the threshold, in 8 of the last 10 "
+            "supersteps (`[hpcbsp] rank 2 (on node4) arrived last in 8 of the last 10 supersteps, +38 ms "
+            "on average`; at most once per 10 supersteps). Give every rank the same value. `hpcbsp report` "
+            "finds the late ranks in a saved ledger afterwards. See `runtime/superstep/lateness.py`.",
+            "`off`", "`off` or a number of milliseconds", "`runtime/superstep/lateness.py`",
+            milliseconds_or_off, 0.0),
     Setting("HPCBSP_DEATHWATCH",
             "`0` turns off the watcher (one process per job and node) that names a rank which died "
             "without a report (SIGKILL, a segfault, the out-of-memory killer), removes the job's "

@@ -1,6 +1,6 @@
 """Empty sync vs Barrier, put throughput vs hand-written Alltoallv, waiting that yields vs spinning.
 
-    mpiexec -n 2 python -m hpcbsp.bench sync [--iters N] [--mib M] [--rounds R] [--nap-ms W]
+    mpiexec -n 2 python -m hpcbsp.bench sync [--iters N] [--mib M] [--rounds R] [--nap-ms W] [--lateness-only]
 
 Both sides of each comparison are measured alternately in the same run (R rounds, medians), since
 shared machines are noisy.  One module per measurement, each stating what it times:
@@ -18,6 +18,8 @@ shared machines are noisy.  One module per measurement, each stating what it tim
 - ``fine``: the same words as single-element puts to random ranks and offsets (one
   ``put_elements`` call) against the vectorised puts, the floor of moving them as messages, and
   one ``put`` call per word;
+- ``lateness``: the empty sync with the lateness watch on against off (``$HPCBSP_LATENESS``);
+  ``--lateness-only`` runs this section alone;
 - ``waits``: ``wait="spin"`` against ``wait="yield"``: the empty sync's latency, and the CPU the
   other ranks use while the last rank arrives W ms late (``--nap-ms``).
 
@@ -37,6 +39,7 @@ from hpcbsp.util.args.vocabulary import add_iters, add_repeats
 from hpcbsp.util.progress import Progress
 
 from . import control, fine, puts, report
+from .lateness import lateness_cost
 from .waits import wait_modes
 
 
@@ -72,12 +75,19 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--nap-ms", type=positive_float, default=20.0,
                         help="how late the last rank arrives in the wait-mode row (default 20 ms)")
     parser.add_argument("--quick", action="store_true", help="a short run (200 iterations, 3 rounds)")
+    parser.add_argument("--lateness-only", action="store_true",
+                        help="only the lateness watch's cost (the empty sync with it on against off)")
     args = parser.parse_args(argv)
     if args.quick:
         args.iters, args.rounds = 200, 3
     if args.iters < 1 or args.rounds < 1 or not args.nap_ms > 0:
         parser.error("--iters and --rounds must be >= 1 and --nap-ms > 0")
     measuring()
+    late = hpcbsp.run(lateness_cost, args.iters, args.rounds)
+    if args.lateness_only:
+        if MPI.COMM_WORLD.Get_rank() == 0:
+            report.lateness(late, args.rounds)
+        return 0
     r = hpcbsp.run(bench, args.iters, args.mib, args.rounds)
     w = hpcbsp.run(wait_modes, args.iters, args.rounds, args.nap_ms / 1e3) if MPI.COMM_WORLD.Get_size() > 1 else None
     if MPI.COMM_WORLD.Get_rank() == 0:
@@ -85,6 +95,7 @@ def main(argv: list[str]) -> int:
         report.control(r, args.rounds, p)
         report.throughput(r, p)
         report.fine(r, args.rounds, fine.SAMPLE)
+        report.lateness(late, args.rounds)
         if w is not None:
             report.waits(w, args.rounds, args.nap_ms)
         if p == 1:

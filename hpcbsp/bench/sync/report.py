@@ -102,3 +102,9 @@ def waits(w: dict[str, Any], rounds: int, nap_ms: float) -> None:
           f"yielding vs {100 * w['spin_cpu']:.0f} % spinning while they wait; the sync ends "
           f"{w['yield_after_us']:.0f} us vs {w['spin_after_us']:.0f} us after the late rank arrives "
           f"(worst rank, medians of {rounds} rounds)")
+
+
+def lateness(r: dict[str, Any], rounds: int) -> None:
+    """The lateness watch on against off: the empty sync's latency."""
+    print(f"lateness watch on vs off: empty sync {r['late_on_us']:8.2f} us vs {r['late_off_us']:8.2f} us = "
+          f"{r['late_ratio']:.3f}x (median of {rounds} interleaved rounds' ratios)")

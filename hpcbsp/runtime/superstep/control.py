@@ -24,6 +24,10 @@ With a deadline (a timeout) the step is the non-blocking one, polled against the
 it passes, the ranks that never came are named after a roll call (:mod:`.rollcall`), so that
 watching a deadline costs no message while it does not pass.
 
+With a lateness watch (:mod:`.lateness`, ``$HPCBSP_LATENESS``) the record has a sixth field, this
+rank's work packed with its rank, whose MAX and negated MAX say who arrived last and by how much
+(12 words instead of 10; whether it is on is agreed when the step is made, with the collective).
+
 h-relation: none (control data, a few words; it is the ``l`` of the superstep).
 """
 from __future__ import annotations
@@ -43,13 +47,14 @@ from ...util.waiting import poll
 from ..environment import setting
 from ..errors import BadInput, BSPError, Divergence, PeerFailed, SyncTimeout
 from ..failure import lines
+from .lateness import LATE_RECORD
 from .native import compiled_allreduce_step, compiled_step
 from .outbox import UNIFORM, Data, Extra, agreed
 from .rollcall import RollCall
 from .waiting import Naps
 
 if TYPE_CHECKING:
-    from ...kernels.controlstep import RecordStep
+    from ...kernels.controlstep import Lateness, RecordStep
     from ...kernels.syncstate import Rows
 
 
@@ -95,8 +100,11 @@ class ControlStep:
     every rank shares (the context's timeout).
     """
 
-    def __init__(self, comm: MPI.Comm):
+    def __init__(self, comm: MPI.Comm, lateness: Lateness | None = None):
         self.comm = comm
+        #: The lateness watch whose field the record carries (:mod:`.lateness`), or None.
+        self.lateness = lateness
+        record = _RECORD if lateness is None else LATE_RECORD
         #: With a timeout, a rank whose deadline passes names the ranks that never came to the
         #: step by a roll call (:mod:`.rollcall`: O(p) messages, once), which every rank waiting
         #: in such a step answers.  A step whose deadline does not pass sends nothing: the
@@ -111,8 +119,8 @@ class ControlStep:
         #: The host of every rank (set by the context when a timeout applies: errors name them).
         self.hosts: Sequence[str] | None = None
         self._roll = RollCall(comm)
-        self._sbuf = bytearray(_RECORD.size)
-        self._rbuf = bytearray(_RECORD.size)
+        self._sbuf = bytearray(record.size)
+        self._rbuf = bytearray(record.size)
         self._sspec = [self._sbuf, MPI.INT64_T]
         self._rspec = [self._rbuf, MPI.INT64_T]
         # The blocking step: a persistent collective (MPI-4), set up once (Start + Wait measured
@@ -120,10 +128,11 @@ class ControlStep:
         # a plain Allreduce where the library runs that faster, or lacks persistent collectives
         # (MPI-3).  Set up collectively, like the context that owns this step.
         # Its own buffer: the non-blocking path replaces _rbuf at every step.
-        self._pbuf = bytearray(_RECORD.size)
+        self._pbuf = bytearray(record.size)
         self._pspec = [self._pbuf, MPI.INT64_T]
+        self._rsize = record.size
         #: ``"persistent"`` or ``"blocking"``: the blocking step's collective (the same on every rank).
-        self.collective = _agreed_collective(comm)
+        self.collective = _agreed_collective(comm, lateness is not None)
         self._persistent: MPI.Prequest | None = None
         if self.collective == "persistent":
             try:
@@ -135,6 +144,8 @@ class ControlStep:
         # sure; the Python path below makes the same collective, so ranks may mix them.
         self._compiled = (compiled_step(self._persistent, self._pbuf) if self._persistent is not None
                           else compiled_allreduce_step(comm, self._pbuf))
+        if self._compiled is not None and lateness is not None:
+            self._compiled.watch(lateness)
         #: The compiled blocking step's ``agree(kind, superstep, sig, data, extra)`` (levels:
         #: :class:`~.outbox.Data`, :class:`~.outbox.Extra`), returning the agreed ``data |
         #: extra << 2`` (each the highest of any rank, ``| UNIFORM`` where all gave the same
@@ -210,27 +221,37 @@ class ControlStep:
         d = int(data)
         g = int(extra)
         persistent = self._persistent
+        late = self.lateness
         if persistent is not None and blocking:  # in place, set up once
             buf = self._pbuf
-            _pack_into(buf, 0, kind, superstep, sig, d, g, -kind, -superstep, -sig, -d, -g)
+            if late is None:
+                _pack_into(buf, 0, kind, superstep, sig, d, g, -kind, -superstep, -sig, -d, -g)
+            else:
+                late.pack(buf, kind, superstep, sig, d, g)
             persistent.Start()
             persistent.Wait()
         elif blocking:  # in place: one buffer, no copy inside MPI (the compiled step's, too)
             buf = self._pbuf
-            _pack_into(buf, 0, kind, superstep, sig, d, g, -kind, -superstep, -sig, -d, -g)
+            if late is None:
+                _pack_into(buf, 0, kind, superstep, sig, d, g, -kind, -superstep, -sig, -d, -g)
+            else:
+                late.pack(buf, kind, superstep, sig, d, g)
             self.comm.Allreduce(_IN_PLACE, self._pspec, _MAX)
         else:
-            _pack_into(self._sbuf, 0, kind, superstep, sig, d, g, -kind, -superstep, -sig, -d, -g)
+            if late is None:
+                _pack_into(self._sbuf, 0, kind, superstep, sig, d, g, -kind, -superstep, -sig, -d, -g)
+            else:
+                late.pack(self._sbuf, kind, superstep, sig, d, g)
             # Fresh buffers: if this wait is abandoned (an exception in a progress hook), MPI may
             # still read and write them, so the next step must not reuse them.
-            self._sbuf, self._rbuf = bytearray(self._sbuf), bytearray(_RECORD.size)
+            self._sbuf, self._rbuf = bytearray(self._sbuf), bytearray(self._rsize)
             self._sspec, self._rspec = [self._sbuf, MPI.INT64_T], [self._rbuf, MPI.INT64_T]
             self._roll.begin_step()
             req = self.comm.Iallreduce(self._sspec, self._rspec, _MAX)
             self._wait(req, progress, deadline, Kind(kind), superstep, self.track_arrivals or timed,
                        self.wait_mode if wait is None else wait)
             buf = self._rbuf
-        r = _unpack_from(buf)
+        r = _unpack_from(buf) if late is None else late.unpack(buf)
         # Every rank gave the same kind, superstep and signature exactly when the maximum of each
         # equals its minimum (the maximum of its negation, negated).  Literal indices: this is
         # the empty sync's hot path (_KIND, _STEP, _SIG = 0, 1, 2; _NFIELDS = 5).
@@ -360,16 +381,19 @@ def requested_collective() -> str:
     return running_flavour().control_collective if wanted == "auto" else wanted
 
 
-def _agreed_collective(comm: MPI.Comm) -> str:
-    """:func:`requested_collective`, checked to be the same on every rank of ``comm``
-    (collective: one ``Allreduce`` of two words)."""
+def _agreed_collective(comm: MPI.Comm, lateness: bool = False) -> str:
+    """:func:`requested_collective`, checked to be the same on every rank of ``comm``, and so is
+    whether the record carries the lateness field (collective: one ``Allreduce`` of four words)."""
     wanted = requested_collective()
     code = 1 if wanted == "blocking" else 0
-    both = np.array([code, -code], dtype=np.int64)
+    both = np.array([code, -code, int(lateness), -int(lateness)], dtype=np.int64)
     if comm.Get_size() > 1:
         comm.Allreduce(_IN_PLACE, both, _MAX)
     if both[0] + both[1]:
         raise BadInput(f"rank {comm.Get_rank()}: HPCBSP_CONTROL_COLLECTIVE gives {wanted} here and the other "
                        "kind on another rank (the two never match): give every rank the same value")
+    if both[2] + both[3]:
+        raise BadInput(f"rank {comm.Get_rank()}: the lateness watch is {'on' if lateness else 'off'} here and "
+                       "not on another rank (HPCBSP_LATENESS or BSP(lateness=)): give every rank the same value")
     return wanted
 

@@ -13,7 +13,8 @@ headers and local copies are not counted), ``msgs_out``/``msgs_in`` count commun
 record).  ``records`` counts the requests the superstep's exchange delivered for this rank, its
 own included: a superstep with records but no bytes between ranks still runs the exchange on the
 ranks that have them, while one with none anywhere is the control step alone.  The h-relation
-of superstep i is ``max over ranks of max(bytes_out, bytes_in)``.
+of superstep i is ``max over ranks of max(bytes_out, bytes_in)``.  ``ledger.bytes_to[d]``: payload
+bytes this rank sent to rank d over all supersteps (saved as a ``.json``'s ``"bytes_to"``).
 """
 from __future__ import annotations
 
@@ -21,14 +22,16 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
+import numpy as np
 from mpi4py import MPI
 
 from ...kernels.syncstate import METRICS, OTHER, Rows
 from ..environment import setting
 from ..errors import UsageError
+from .lateness import late_lines
 from .ledgerfiles import RankStream, merge, streams_of, write_records
 
 
@@ -51,6 +54,14 @@ class Traffic:
     msgs_out: int = 0
     msgs_in: int = 0
     records: int = 0  #: requests the exchange delivered for this rank, its own included
+    #: Payload bytes out by destination (puts, gets' replies, queue records, mailbox messages to
+    #: their next hop; not the collectives'): the ledger adds them to :attr:`Ledger.bytes_to`.
+    to: dict[int, int] = field(default_factory=dict)
+
+    def sent(self, dest: int, nbytes: int) -> None:
+        """``nbytes`` of payload out to rank ``dest``."""
+        self.bytes_out += nbytes
+        self.to[dest] = self.to.get(dest, 0) + nbytes
 
     def add(self, other: "Traffic") -> None:
         self.bytes_out += other.bytes_out
@@ -58,6 +69,8 @@ class Traffic:
         self.msgs_out += other.msgs_out
         self.msgs_in += other.msgs_in
         self.records += other.records
+        for dest, nbytes in other.to.items():
+            self.to[dest] = self.to.get(dest, 0) + nbytes
 
 
 FIELDS = ("index", "label", "work_s", "sync_s", "bytes_out", "bytes_in", "msgs_out", "msgs_in")
@@ -147,6 +160,8 @@ class Ledger:
         #: ``add(row)`` records one superstep, a raw row as above (the store's own append, so
         #: that the sync's finisher makes no Python call).
         self.add: Callable[[tuple], None] = self._rows.append
+        #: Payload bytes this rank sent to each rank over every superstep (:attr:`Traffic.to`; O(p)).
+        self.bytes_to = np.zeros(self._size, np.int64)
         self._stream: RankStream | None = None
         self._keep = True  # whether save keeps the stream (and its folder) going
 
@@ -226,6 +241,7 @@ class Ledger:
         """Write the rows still waiting to the stream's files (nothing when not streaming)."""
         if self._stream is not None:
             self._stream(self._rows)
+            self._stream.totals(self.bytes_to)
             self._stream.flush()
 
     def end_stream(self) -> None:
@@ -292,6 +308,7 @@ class Ledger:
                 shutil.rmtree(directory, ignore_errors=True)
             return path
         dropped = self._comm.allreduce(self._rows.first, op=MPI.SUM)
+        matrix = self._comm.gather(self.bytes_to.tolist(), root=0)
         records = self.gather(root=0)
         if records is None:
             return None
@@ -299,7 +316,7 @@ class Ledger:
             print(f"ledger: {path} holds the last {self._rows.window} supersteps of each rank; {dropped} older "
                   "records had left the window ($HPCBSP_LEDGER_WINDOW): stream them with bsp.ledger.stream(DIR) "
                   "(the apps' --ledger does)", file=sys.stderr)
-        write_records(path, records, self._size)
+        write_records(path, records, self._size, matrix)
         return path
 
     def summary(self, profile: CostModel | None = None, max_rows: int = 12) -> str:
@@ -343,8 +360,9 @@ def summarize(records: list[dict[str, Any]], max_rows: int = 12,
     labelled ``total``: :mod:`.ledgersummary` says ``window`` when the records are a window's).
 
     With a machine ``profile`` (``hpcbsp-cost probe``), each row also shows the BSP prediction
-    w + g·h + l beside the measured time (max over ranks of work + sync), and a last line gives
-    the model's mean and largest error.
+    w + g·h + l beside the measured time (max over ranks of work + sync), and a line gives the
+    model's mean and largest error.  Last, the supersteps where one rank arrived late
+    (:mod:`.lateness`: the first three and how many).
     """
     steps = per_superstep(records)
     if not steps:
@@ -381,9 +399,10 @@ def summarize(records: list[dict[str, Any]], max_rows: int = 12,
         if errs:
             lines.append(f"  BSP model w + g·h + l vs measured: mean error {100 * sum(errs) / len(errs):.1f}%, "
                          f"max {100 * max(errs):.1f}%, total {100 * (sum(pred) - sum(measured)) / sum(measured):+.1f}%")
-        return "\n".join(lines)
-    lines.append(total)
-    return "\n".join(lines)
+    else:
+        lines.append(total)
+    return "\n".join(lines + late_lines(records))
+
 
 
 assert tuple(f.name for f in fields(SuperstepRecord))[: len(FIELDS)] == FIELDS

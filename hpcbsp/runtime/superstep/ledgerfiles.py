@@ -11,7 +11,9 @@ The stream (:class:`RankStream`, started by ``bsp.ledger.stream(DIR)``): each ra
 goes: :data:`ROW_DTYPE`, 80 bytes a row, native byte order) and ``rank-NNNNN.labels`` (JSON lines:
 ``{"id": k, "label": L}`` for each distinct label when it is first written, ``{"row": n,
 "label": L}`` for a row whose label has no number; a label that is no JSON value is written as
-its ``str``).  :func:`merge` (``hpcbsp ledger merge DIR -o OUT``) reads them back, rank by rank in
+its ``str``) and ``rank-NNNNN.to`` (the rank's payload bytes per destination so far, a JSON list,
+replaced at each flush; a merged ``.json`` carries them as ``"bytes_to"``, a p x p matrix).
+:func:`merge` (``hpcbsp ledger merge DIR -o OUT``) reads them back, rank by rank in
 bounded memory, into the records ``bsp.ledger.gather()`` gives (rank 0's first, each rank's in
 superstep order) and writes them as above.
 """
@@ -28,7 +30,8 @@ from ...kernels.syncstate import FIELD_TYPES
 from ...kernels.syncstate import FIELDS as ROW_FIELDS
 from ..errors import BadInput
 
-__all__ = ["FORMAT", "ROW_DTYPE", "RankStream", "merge", "read_stream", "streams_of", "write_records"]
+__all__ = ["FORMAT", "ROW_DTYPE", "RankStream", "merge", "read_stream", "stream_bytes_to", "stream_records",
+           "streams_of", "write_records"]
 
 #: The header's ``format`` of a stream this module writes and reads.
 FORMAT = "hpcbsp ledger stream 1"
@@ -63,6 +66,7 @@ class RankStream:
         self._rows = open(_name(directory, rank, "rows"), "wb")
         self._labels = open(_name(directory, rank, "labels"), "w")
         self._known = 0  # distinct labels written so far
+        self._to = _name(directory, rank, "to")
 
     def __call__(self, rows: Any) -> None:
         start, stop = rows.flushed, len(rows)
@@ -79,6 +83,13 @@ class RankStream:
             self._labels.write("\n".join(lines) + "\n")
         self._rows.write(block.tobytes())
         rows.flushed = stop
+
+    def totals(self, bytes_to: np.ndarray) -> None:
+        """Write the rank's payload bytes per destination so far (``rank-NNNNN.to``, a JSON list,
+        replaced at each call: O(p), whatever the rows)."""
+        with open(self._to + ".tmp", "w") as fh:
+            json.dump(bytes_to.tolist(), fh)
+        os.replace(self._to + ".tmp", self._to)
 
     def flush(self) -> None:
         """Hand what was written to the operating system (so that another process reads it)."""
@@ -137,31 +148,56 @@ def read_stream(directory: str, rank: int) -> Iterator[dict[str, Any]]:
             n += block.size
 
 
-def merge(directory: str, out: str) -> tuple[int, int]:
-    """Write every rank's stream in ``directory`` to ``out`` (``.json``, ``.csv`` or
-    ``.trace.json``); return ``(nprocs, records)``.  :class:`BadInput` for a missing or
-    unreadable stream."""
+def stream_records(directory: str) -> tuple[int, Iterator[dict[str, Any]]]:
+    """``(nprocs, records)``: every rank's streamed records in ``directory``, rank 0's first, each
+    rank's in superstep order, read rank by rank in bounded memory.  :class:`BadInput` for a
+    missing or unreadable stream (every rank's header is checked before the first record)."""
     if not os.path.isdir(directory):
         raise BadInput(f"ledger stream {directory}: no such folder (give the folder bsp.ledger.stream wrote)")
     nprocs = int(_header(directory, 0)["nprocs"])
     for rank in range(1, nprocs):
-        _header(directory, rank)  # all there before the output is written
+        _header(directory, rank)  # all there before any record is read
+    return nprocs, (rec for rank in range(nprocs) for rec in read_stream(directory, rank))
+
+
+def stream_bytes_to(directory: str, nprocs: int) -> list[list[int]] | None:
+    """Every rank's payload bytes per destination in a stream (``rank-NNNNN.to``), or None when
+    a rank's file is missing (a stream of an older hpcbsp) or damaged."""
+    matrix = []
+    for rank in range(nprocs):
+        try:
+            with open(_name(directory, rank, "to")) as fh:
+                row = json.load(fh)
+        except (OSError, ValueError):
+            return None
+        if not (isinstance(row, list) and len(row) == nprocs and all(isinstance(v, int) for v in row)):
+            return None
+        matrix.append(row)
+    return matrix
+
+
+def merge(directory: str, out: str) -> tuple[int, int]:
+    """Write every rank's stream in ``directory`` to ``out`` (``.json``, ``.csv`` or
+    ``.trace.json``); return ``(nprocs, records)``.  :class:`BadInput` for a missing or
+    unreadable stream."""
+    nprocs, stream = stream_records(directory)
     count = 0
 
     def records() -> Iterator[dict[str, Any]]:
         nonlocal count
-        for rank in range(nprocs):
-            for rec in read_stream(directory, rank):
-                count += 1
-                yield rec
+        for rec in stream:
+            count += 1
+            yield rec
 
-    write_records(out, records(), nprocs)
+    write_records(out, records(), nprocs, stream_bytes_to(directory, nprocs))
     return nprocs, count
 
 
-def write_records(path: str, records: Iterable[dict[str, Any]], nprocs: int) -> None:
+def write_records(path: str, records: Iterable[dict[str, Any]], nprocs: int,
+                  bytes_to: list[list[int]] | None = None) -> None:
     """Write ledger records (as gathered: with a ``rank``) in the format of ``path``'s extension,
-    one record at a time, through a temporary file renamed at the end."""
+    one record at a time, through a temporary file renamed at the end.  ``bytes_to`` (``.json``
+    only: ``"bytes_to"``): row r holds the payload bytes rank r sent to each rank over the run."""
     if not path.endswith((".json", ".csv")):
         raise ValueError(f"ledger path {path!r}: use a .json, .csv or .trace.json extension")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -180,7 +216,8 @@ def write_records(path: str, records: Iterable[dict[str, Any]], nprocs: int) -> 
                 for item in (_trace_events(rec) if trace else (rec,)):
                     fh.write(sep + json.dumps(item))
                     sep = ",\n"
-            fh.write('\n], "displayTimeUnit": "ms"}\n' if trace else "\n]}\n")
+            matrix = "" if trace or bytes_to is None else f', "bytes_to": {json.dumps(bytes_to)}'
+            fh.write('\n], "displayTimeUnit": "ms"}\n' if trace else f"\n]{matrix}}}\n")
     os.replace(tmp, path)
 
 

@@ -114,10 +114,10 @@ def _handle_width() -> int | None:
 
 def compiled_step(request: MPI.Prequest, record: bytearray) -> RecordStep | None:
     """A compiled control step on ``request`` (a persistent ``Allreduce`` of ``record`` in place,
-    10 int64 words), or None where the Python path must do (see the module's docstring and
-    :func:`why_not_compiled`)."""
+    10 int64 words, or 12 for a step that watches lateness), or None where the Python path must
+    do (see the module's docstring and :func:`why_not_compiled`)."""
     functions = None if why_not_compiled() else mpi_functions()
-    if functions is None or len(record) != 80:
+    if functions is None or len(record) not in (80, 96):
         return None
     handle = MPI._addressof(request)  # the MPI_Request inside mpi4py's object
     buffer = (ctypes.c_char * len(record)).from_buffer(record)
@@ -127,9 +127,10 @@ def compiled_step(request: MPI.Prequest, record: bytearray) -> RecordStep | None
 
 def compiled_allreduce_step(comm: MPI.Comm, record: bytearray) -> RecordStep | None:
     """A compiled control step that is one blocking ``MPI_Allreduce(MPI_IN_PLACE, record, 10,
-    MPI_INT64_T, MPI_MAX, comm)``, or None where the Python path must do
-    (:func:`why_not_compiled` with ``"blocking"``).  ``close()`` it before ``comm`` is freed."""
-    if why_not_compiled("blocking") or len(record) != 80:
+    MPI_INT64_T, MPI_MAX, comm)`` (12 words for a step that watches lateness), or None where the
+    Python path must do (:func:`why_not_compiled` with ``"blocking"``).  ``close()`` it before
+    ``comm`` is freed."""
+    if why_not_compiled("blocking") or len(record) not in (80, 96):
         return None
     allreduce, width = cast(tuple[int], mpi_symbols(("MPI_Allreduce",)))[0], cast(int, _handle_width())
 

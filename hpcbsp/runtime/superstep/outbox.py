@@ -275,7 +275,7 @@ class Outbox:
                 self.pooled.append(copy)
                 raw = copy
             large.append(raw)
-            self.traffic.bytes_out += payload.nbytes
+            self.traffic.sent(dest, payload.nbytes)
             self.traffic.msgs_out += 1
             self.nrecords += 1
             return
@@ -287,7 +287,7 @@ class Outbox:
             if pad:
                 buf += bytes(pad)
             if dest != self.me:
-                self.traffic.bytes_out += raw.size
+                self.traffic.sent(dest, raw.size)
         if dest != self.me:
             self.traffic.msgs_out += 1
         self.nrecords += 1
@@ -331,7 +331,7 @@ class Outbox:
             buf += HEADER.pack(PUT_ELEMENTS, obj_id, record.nbytes, count)
             buf += record.data
         if dest != self.me:
-            self.traffic.bytes_out += record.nbytes
+            self.traffic.sent(dest, record.nbytes)
             self.traffic.msgs_out += 1
         self.nrecords += 1
 

@@ -41,6 +41,7 @@ from ..errors import BadInput, BSPError, SyncTimeout, UsageError
 from .arena import Arena
 from .control import ControlStep, Kind
 from .exchange import ExchangeTimeout, bulk_exchange, exchange
+from .lateness import watch
 from .ledger import Ledger, Traffic
 from .lifecycle import Lifecycle, abort_grace
 from .nodes import Nodes
@@ -92,10 +93,11 @@ class Supersteps:
     ``shared_elements``: packed element puts may use the node's shared arena (:mod:`.arena`;
     never in a context with a timeout, whose exchanges are bounded).  ``nodes``: which ranks of
     ``comm`` share a node (:class:`~.nodes.Nodes`; learnt here, collectively, when not given).
+    ``lateness``: the live lateness threshold in seconds (0.0: off; :mod:`.lateness`).
     """
 
     def __init__(self, comm: MPI.Comm, timeout: float | None, wait: str = "spin", shared_elements: bool = True,
-                 nodes: Nodes | None = None):
+                 nodes: Nodes | None = None, lateness: float = 0.0):
         self.comm: MPI.Comm = comm
         self.pid: int = comm.Get_rank()
         self.nprocs: int = comm.Get_size()
@@ -108,8 +110,10 @@ class Supersteps:
         self._rows = self.ledger.rows  # (the compiled empty sync appends its row to this store itself)
         self._sync_label: str | None = None
         self._describe_sync = lambda: f"sync(label={self._sync_label!r})"  # only on divergence
+        #: The live lateness threshold in seconds (0.0: off; :mod:`.lateness`).
+        self.lateness = lateness
         try:
-            self._control = ControlStep(comm)
+            self._control = ControlStep(comm, watch(self._rows, self.pid, lateness, lambda: self.hosts))
         except BadInput:  # every rank raises here (they disagree on a setting): nothing uses the copy
             comm.Free()
             raise
@@ -232,6 +236,10 @@ class Supersteps:
         ends here, with one ledger row (raw times: the ledger computes the durations when it is
         read), and the next superstep begins."""
         self._record((self.superstep, label, t0, _perf(), traffic))
+        if traffic is not None and traffic.to:
+            bytes_to = self.ledger.bytes_to
+            for dest, nbytes in traffic.to.items():
+                bytes_to[dest] += nbytes
         self.superstep += 1
 
     def _finish_empty(self, code: int, label: str | None) -> None:

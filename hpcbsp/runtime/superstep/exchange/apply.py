@@ -37,7 +37,7 @@ def read_gets(outbox: Outbox, registry: Sequence[Registered],
         part = np.ascontiguousarray(cast(Target, registry[obj])._read(off, cnt))
         replies[src] += part.reshape(-1).view(np.uint8).data
         if src != me:
-            traffic.bytes_out += part.nbytes
+            traffic.sent(src, part.nbytes)
     return replies
 
 
