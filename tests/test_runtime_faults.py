@@ -135,12 +135,13 @@ def test_info_under_mpiexec_reports_world_and_launcher():
     # persistent collectives are the slower there), compiled; or as the variables say.
     faster = "blocking" if "Open MPI" in info["mpi_library"] else "persistent"
     assert info["control_step"] == (f"{faster} MPI_Allreduce (HPCBSP_CONTROL_COLLECTIVE=auto: the faster "
-                                    f"under {info['mpi']}), compiled"), info["control_step"]
+                                    f"under {info['mpi']}), compiled, lateness watch off (HPCBSP_LATENESS)"), info["control_step"]
     res = run_mpi(2, ["-m", "hpcbsp", "info", "--json"], timeout=60,
                   env={"HPCBSP_CONTROL_COLLECTIVE": "blocking", "HPCBSP_COMPILED_SYNC": "0"})
     assert res.returncode == 0, res.output
     assert json.loads(res.stdout)["control_step"] == \
-        "blocking MPI_Allreduce (HPCBSP_CONTROL_COLLECTIVE), through mpi4py (HPCBSP_COMPILED_SYNC=0)"
+        "blocking MPI_Allreduce (HPCBSP_CONTROL_COLLECTIVE), through mpi4py (HPCBSP_COMPILED_SYNC=0), " \
+        "lateness watch off (HPCBSP_LATENESS)"
 
 
 @pytest.mark.parametrize("nprocs", [2, 3])
