@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .choices import CONTROL_COLLECTIVES, EXCHANGES, ROUTING_CHOICES, TRANSPORTS, WAIT_MODES, one_of
-from .envparse import choice, emulated, integer, positive_seconds, seconds_at_least, seconds_or_off, switch, writable_file
+from .envparse import choice, emulated, fraction, integer, positive_seconds, seconds_at_least, seconds_or_off, switch, writable_file
 
 __all__ = ["SETTINGS", "Setting"]
 
@@ -153,6 +153,12 @@ _PACKAGE: tuple[Setting, ...] = (
             "pieces, also on one node). Ranks that differ get messages. See "
             "`hpcbsp/elastic/transport.py`.",
             TRANSPORTS, "`elastic/transport.py`"),
+    Setting("HPCBSP_SLOT_MEMORY_SHARE",
+            "The largest share of this node's memory the parameter server's shared window may take with "
+            "the workers' gradient slots ((1 + workers) x the model, in the server's dtype): above it "
+            "the gradients travel as messages, and rank 0 says so in one line with the sizes. See "
+            "`hpcbsp/elastic/transport.py`.",
+            "0.25", "a number greater than 0 and at most 1", "`elastic/transport.py`", fraction, 0.25),
     Setting("HPCBSP_FARM_REPORT",
             "A file to which a BSF farm program (`hpcbsp.farm`, e.g. `hpcbsp.apps.bsf.jacobi`) appends "
             "its measured timings, one JSON line per run (missing folders are created); checked before "
