@@ -46,7 +46,8 @@ def _gradient(worker: int, iteration: int, size: int, dtype: type) -> np.ndarray
 
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("transport", ["messages", "auto", "auto, slow chunks", "auto, slow gradient chunks",
-                                       "auto, bfloat16 gradients", "auto, slots over the memory share"])
+                                       "auto, bfloat16 gradients", "auto, slots over the memory share",
+                                       "auto, float64 gradients"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_every_version_a_worker_copies_is_the_numpy_replay_of_the_pushes_bit_for_bit(dtype, transport,
                                                                                      monkeypatch, capfd) -> None:
@@ -56,7 +57,9 @@ def test_every_version_a_worker_copies_is_the_numpy_replay_of_the_pushes_bit_for
     chunks``: each worker naps 3 ms after writing each chunk of its gradient into its slot, so
     that the server surely updates chunks while later ones are still being written.  ``auto,
     slots over the memory share``: ``$HPCBSP_SLOT_MEMORY_SHARE`` so small that the slots do not
-    fit: rank 0 says so in one line, and the gradients travel as messages (no write into a slot)."""
+    fit: rank 0 says so in one line, and the gradients travel as messages (no write into a slot).
+    ``auto, float64 gradients``: the gradient function returns float64 whatever the weights'
+    dtype; the push converts it as it writes the slot (the replay: numpy's conversion)."""
     from mpi4py import MPI
 
     from hpcbsp.elastic.policies import make_policy
@@ -81,6 +84,7 @@ def test_every_version_a_worker_copies_is_the_numpy_replay_of_the_pushes_bit_for
             return out
         monkeypatch.setattr(WindowStores, "__call__", napping_write)
     over_share = "memory share" in transport
+    grad_dtype = np.float64 if "float64 gradients" in transport else dtype
     slot_writes = [0]
     if over_share:
         monkeypatch.setenv("HPCBSP_SLOT_MEMORY_SHARE", "1e-12")
@@ -108,7 +112,7 @@ def test_every_version_a_worker_copies_is_the_numpy_replay_of_the_pushes_bit_for
 
             def grad_fn(weights: np.ndarray) -> np.ndarray:
                 got.append(_digest(weights))
-                g = _gradient(me - 1, it[0], P, dtype)
+                g = _gradient(me - 1, it[0], P, grad_dtype)
                 it[0] += 1
                 return g
 
@@ -122,7 +126,7 @@ def test_every_version_a_worker_copies_is_the_numpy_replay_of_the_pushes_bit_for
         count = [0] * (comm.Get_size() - 1)
         wire = Wire(grad_format or np.dtype(dtype).name)
         for pusher in order[:updates]:
-            w -= dtype(lr) * wire.roundtrip(_gradient(pusher, count[pusher], P, dtype)).astype(dtype)
+            w -= dtype(lr) * wire.roundtrip(_gradient(pusher, count[pusher], P, grad_dtype)).astype(dtype)
             count[pusher] += 1
             replay.append(_digest(w))
         if me == 0:

@@ -232,7 +232,9 @@ class SharedWeights:
     # The worker's side of a push through the window.
     def push(self, worker: int, values: np.ndarray, push: int) -> None:
         """Write ``values`` (push number ``push`` of ``worker``, counted from 0) into the
-        worker's slot a chunk at a time, with :attr:`pushes`' stores, each chunk's word set after
+        worker's slot a chunk at a time, with :attr:`pushes`' stores (values of another float
+        dtype, a float64 gradient for float32 weights, are converted as they are written: one
+        pass, rounded as numpy rounds), each chunk's word set after
         its stores, so that the server updates a chunk while the next is written.  Raises
         :class:`TornWeights` if the server has not yet taken the previous push (the protocol
         broken: it takes each push before it replies)."""
@@ -241,8 +243,12 @@ class SharedWeights:
         if self.taken[worker] != push - 1:  # type: ignore[index]
             raise TornWeights(f"worker {worker}: the server has taken push {int(self.taken[worker])} "  # type: ignore[index]
                               f"out of the shared window, not {push - 1}, before push {push}")
+        convert = values.dtype != slot.dtype  # (a float64 gradient for float32 weights)
         for c, piece in enumerate(self.chunks):
-            self.pushes(slot[piece], values[piece])
+            if convert:  # converted and written in one pass, straight into the slot
+                np.copyto(slot[piece], values[piece], casting="same_kind")
+            else:
+                self.pushes(slot[piece], values[piece])
             self.win.Sync()
             arrived[c] = push
 
