@@ -98,9 +98,11 @@ def run_allreduce(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray] | 
         worker for a send (or the bucketed allreduce) to complete.
     gradients : optional
         On workers, for the bucketed sum: the model whose backward pass ``grad_fn`` runs, with
-        ``sizes``, ``gradient_vector()`` (where ``grad_fn``'s gradient lands) and
-        ``on_gradient(callback)`` (:class:`hpcbsp.elastic.torch.TorchModel`): the buckets then
-        start during the backward pass.  Without it the buckets start after ``grad_fn``.
+        ``sizes``, ``gradient_vector()`` (where ``grad_fn``'s gradient lands),
+        ``weight_vector()`` (its weights, which the steps then update in place) and
+        ``on_gradient(callback)`` (:class:`hpcbsp.elastic.torch.TorchModel` on the CPU): the
+        buckets then start during the backward pass.  Without it (or on another device) the
+        buckets start after ``grad_fn``.
     bucket_bytes : int or None
         The buckets' size (default 25 MiB, the first 1 MiB, as DDP's), or None for the sharded
         step (see the module docstring).  The same on every worker.
@@ -214,7 +216,12 @@ class _Bucketed:
 
     def __init__(self, comm: MPI.Comm, w: np.ndarray, model: Any, bucket_bytes: int, timeout: float):
         self.leader, self.timeout = comm.Get_rank() == 0, timeout
+        if model is not None and str(getattr(model, "device", "cpu")) != "cpu":
+            model = None  # (its vectors are copies off the device: summed after the gradient)
         self.weights = w
+        if model is not None:  # the model's own weights: updated in place, loaded with no copy
+            self.weights = model.weight_vector()
+            self.weights[:] = w
         vector = model.gradient_vector() if model is not None else np.zeros_like(w)
         if vector.dtype != w.dtype:
             raise ValueError(f"rank {comm.Get_rank()}: run_allreduce: the model's gradients are "

@@ -156,6 +156,9 @@ class TorchModel(Model):
         if w.shape != (self.n_params,):
             raise TorchModelError(f"weights of shape {w.shape} for a model of {self.n_params} "
                                   "parameters")
+        if self.device.type == "cpu" and w.dtype == np.float32 and \
+                w.__array_interface__["data"][0] == self.flat.data_ptr():
+            return  # (the model's own weights: weight_vector())
         with torch.no_grad():
             self.flat.copy_(torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32)))
 
@@ -227,8 +230,14 @@ class TorchModel(Model):
         return list(self._sizes)
 
     def gradient_vector(self) -> np.ndarray:
-        """:attr:`flat_grad` as numpy (shared memory on the CPU): what :meth:`grad` returns."""
+        """:attr:`flat_grad` as numpy (shared memory on the CPU, a copy elsewhere): what
+        :meth:`grad` returns."""
         return self._numpy(self.flat_grad)
+
+    def weight_vector(self) -> np.ndarray:
+        """:attr:`flat` as numpy (shared memory on the CPU, a copy elsewhere): weights given to
+        :meth:`grad` or :meth:`set_weights` in this very memory are not copied."""
+        return self._numpy(self.flat)
 
     def on_gradient(self, callback: Callable[[int], None] | None) -> None:
         """During every later backward pass, call ``callback(i)`` as soon as parameter ``i``'s
