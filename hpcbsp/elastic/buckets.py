@@ -113,8 +113,10 @@ class BucketedReduce:
             self._start(int(b))
         self._vote[0] = vote
         self._requests.append(self.comm.Iallreduce(MPI.IN_PLACE, self._vote, op=MPI.SUM))
+        # Polled without naps (``spin``: sched_yield between tests): MPI moves a non-blocking
+        # collective only inside its calls, and a nap of a few ms would stall a transfer of tens.
         wait_all(self._requests, timeout, f"end of the bucketed allreduce on rank {self.comm.Get_rank()} "
-                 f"of the workers ({len(self.buckets)} buckets)")
+                 f"of the workers ({len(self.buckets)} buckets)", mode="spin")
         self._requests.clear()
         self._started[:] = False
         self._left[:] = self._needs
