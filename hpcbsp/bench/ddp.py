@@ -156,7 +156,7 @@ def _gloo(workers: MPI.Comm) -> None:
         with socket.socket() as s:
             s.bind((addr, 0))
             port = s.getsockname()[1]
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = addr, str(workers.bcast(port, root=0))
+    os.environ.update(MASTER_ADDR=addr, MASTER_PORT=str(workers.bcast(port, root=0)))  # (for env://)
     dist.init_process_group("gloo", init_method="env://", rank=workers.Get_rank(),
                             world_size=workers.Get_size())
 
