@@ -26,6 +26,18 @@ def test_buckets_fill_from_the_end_the_first_of_its_own_size() -> None:
         plan_buckets(10, 4, 0)
 
 
+def test_buckets_hold_whole_parameters_and_cut_only_a_parameter_larger_than_a_bucket() -> None:
+    # Parameters [0,3) [3,8) [8,10), buckets of 4 values, the first of 2: [8,10) fills the first;
+    # [3,8) is larger than a bucket: cut from its end into [4,8) and [3,4); [0,3) is what is left.
+    assert plan_buckets(10, 1, 4, 2, sizes=[3, 5, 2]) == [(8, 10), (4, 8), (3, 4), (0, 3)]
+    assert plan_buckets(4, 1, 2, sizes=[1, 1, 1, 1]) == [(2, 4), (0, 2)]
+    # An open bucket is closed before a large parameter is cut: [9,10) alone, then the 8.
+    assert plan_buckets(10, 1, 4, sizes=[1, 8, 1]) == [(9, 10), (5, 9), (1, 5), (0, 1)]
+    assert plan_buckets(10, 1, 100, sizes=[3, 5, 2]) == [(0, 10)]
+    with pytest.raises(ValueError, match="summing to 9, not 10"):
+        plan_buckets(10, 1, 4, sizes=[3, 5, 1])
+
+
 def _vector(seed: int, size: int, dtype) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(size).astype(dtype)
 

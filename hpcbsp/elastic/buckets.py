@@ -4,8 +4,8 @@ The gradient is one flat vector (the torch adapter's ``flat_grad``: parameter ``
 slice ``offsets[i]:offsets[i+1]``).  :func:`plan_buckets` cuts it into *buckets*: contiguous
 ranges of values, taken from the end of the vector backwards (the backward pass produces the
 last parameters' gradients first), the first of ``first_bytes``, each later one of
-``bucket_bytes`` (DDP's defaults: 1 MiB, then 25 MiB).  A bucket may hold many parameters, or
-a part of one (a bucket smaller than a parameter: all its pieces are ready at once).
+``bucket_bytes`` (DDP's defaults: 1 MiB, then 25 MiB).  A bucket holds whole parameters, as
+DDP's do, or a part of one parameter larger than a bucket (all its pieces are ready at once).
 
 :class:`BucketedReduce` sums one such vector over a communicator in place: the backward pass
 calls :meth:`~BucketedReduce.ready` with each parameter whose gradient is complete (the torch
@@ -44,22 +44,43 @@ DEFAULT_BUCKET_BYTES = 25 * 2**20
 FIRST_BUCKET_BYTES = 2**20
 
 
-def plan_buckets(total: int, itemsize: int, bucket_bytes: int,
-                 first_bytes: int | None = None) -> list[tuple[int, int]]:
+def plan_buckets(total: int, itemsize: int, bucket_bytes: int, first_bytes: int | None = None,
+                 sizes: Sequence[int] | None = None) -> list[tuple[int, int]]:
     """The buckets of a vector of ``total`` values of ``itemsize`` bytes, as ``(lo, hi)`` value
-    ranges in the order they fill (from the end backwards): the first of ``first_bytes``
-    (default ``bucket_bytes``), the others of ``bucket_bytes``, the last what is left; at least
-    one value each."""
+    ranges in the order they fill (from the end backwards); the first holds ``first_bytes``
+    (default ``bucket_bytes``), the others ``bucket_bytes``.
+
+    With ``sizes`` (the parameters' values, in the vector's order) the buckets hold whole
+    parameters, as DDP's do: parameters are added from the last backwards and a bucket closes
+    once it holds its size or more; a parameter larger than a bucket is cut into buckets of its
+    own (from its end, the last piece what is left), so no bucket holds a part of one parameter
+    and a part of another.  Without ``sizes`` the vector is one parameter."""
     if total < 0 or itemsize < 1 or bucket_bytes < 1 or (first_bytes is not None and first_bytes < 1):
         raise ValueError(f"plan_buckets: total {total}, itemsize {itemsize}, bucket_bytes "
                          f"{bucket_bytes}, first_bytes {first_bytes}: need total >= 0, sizes >= 1")
-    sizes = [max(1, (first_bytes or bucket_bytes) // itemsize), max(1, bucket_bytes // itemsize)]
+    sizes = [total] if sizes is None else list(sizes)
+    if sum(sizes) != total or min(sizes, default=0) < 0:
+        raise ValueError(f"plan_buckets: parameter sizes summing to {sum(sizes)}, not {total}")
+    caps = [max(1, (first_bytes or bucket_bytes) // itemsize), max(1, bucket_bytes // itemsize)]
     out: list[tuple[int, int]] = []
-    hi = total
-    while hi > 0:
-        lo = max(0, hi - sizes[min(len(out), 1)])
-        out.append((lo, hi))
-        hi = lo
+    hi = phi = total  # the open bucket is [plo, hi) once parameter [plo, phi) is in it
+    for size in reversed(sizes):
+        plo = phi - size
+        cap = caps[min(len(out), 1)]
+        if size > cap:  # cut into buckets of its own, after closing what is open
+            if hi > phi:
+                out.append((phi, hi))
+            hi = phi
+            while hi > plo:
+                lo = max(plo, hi - caps[min(len(out), 1)])
+                out.append((lo, hi))
+                hi = lo
+        elif hi - plo >= cap:
+            out.append((plo, hi))
+            hi = plo
+        phi = plo
+    if hi > 0:
+        out.append((0, hi))
     return out
 
 
@@ -75,7 +96,7 @@ class BucketedReduce:
                              f"is the sum of the parameters' sizes ({int(sum(sizes))})")
         self.comm = comm
         self.vector = vector
-        self.buckets = plan_buckets(vector.size, vector.itemsize, bucket_bytes, first_bytes)
+        self.buckets = plan_buckets(vector.size, vector.itemsize, bucket_bytes, first_bytes, sizes)
         offsets = np.concatenate([[0], np.cumsum(np.asarray(sizes, dtype=np.int64))])
         # Which buckets each parameter overlaps, and how many parameters each bucket waits for.
         self._of_param: list[list[int]] = []
