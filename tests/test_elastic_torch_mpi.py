@@ -108,18 +108,27 @@ def test_bsp_server_with_a_torch_model_equals_sgd_on_averaged_gradients(comm, gr
         assert res_w.iterations == STEPS
 
 
+# The ways to sum: the sharded step (bucket_bytes None), the buckets summed after the gradient
+# (no hooks), and started from the backward pass's hooks, in buckets of 64 bytes (smaller than
+# every weight matrix) and of the default 25 MiB (larger than the model).
+MODES = {"sharded": (None, False), "bucketed": (1 << 25, False), "hooks-tiny": (64, True),
+         "hooks": (25 << 20, True)}
+
+
 @pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("decay", [0.0, 0.5])
-def test_allreduce_baseline_with_a_torch_model_equals_sgd_on_averaged_gradients(comm, decay) -> None:
+def test_allreduce_baseline_with_a_torch_model_equals_sgd_on_averaged_gradients(comm, decay, mode) -> None:
     from hpcbsp.elastic.allreduce import run_allreduce
 
+    bucket_bytes, hooks = MODES[mode]
     model, reference, shape, data = _setup("student")
     n = comm.Get_size() - 1
     w0 = model.get_weights()
     if comm.Get_rank() == 0:
         res = run_allreduce(comm, None, w0, LR, max_updates=STEPS,
                             eval_fn=lambda w: model.evaluate(w, data.X_test, data.y_test),
-                            eval_every=0.0001, timeout=TIMEOUT, lr_decay=decay)
+                            eval_every=0.0001, timeout=TIMEOUT, lr_decay=decay, bucket_bytes=bucket_bytes)
         expected = _oracle(reference, shape, data, n, STEPS, decay=decay)
         np.testing.assert_allclose(res.weights, expected, rtol=2e-5, atol=2e-6)
         log = res.log
@@ -130,8 +139,8 @@ def test_allreduce_baseline_with_a_torch_model_equals_sgd_on_averaged_gradients(
     else:
         res_w = run_allreduce(comm, _grad_fn(model, data, comm.Get_rank() - 1), w0, LR,
                               max_updates=STEPS, eval_every=0.0001, pace=_pace(comm), timeout=TIMEOUT,
-                              lr_decay=decay)
-        assert res_w.iterations == STEPS
+                              lr_decay=decay, bucket_bytes=bucket_bytes, gradients=model if hooks else None)
+        assert res_w.iterations == STEPS and model.packs == 0
 
 
 @pytest.mark.mpi(min_size=2)

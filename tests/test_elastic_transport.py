@@ -46,15 +46,20 @@ def _gradient(worker: int, iteration: int, size: int, dtype: type) -> np.ndarray
 
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("transport", ["messages", "auto", "auto, slow chunks", "auto, slow gradient chunks",
-                                       "auto, bfloat16 gradients"])
+                                       "auto, bfloat16 gradients", "auto, slots over the memory share",
+                                       "auto, float64 gradients"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_every_version_a_worker_copies_is_the_numpy_replay_of_the_pushes_bit_for_bit(dtype, transport,
-                                                                                     monkeypatch) -> None:
+                                                                                     monkeypatch, capfd) -> None:
     """``auto, slow chunks``: the server naps 3 ms after publishing each chunk, so that the
     worker surely copies chunks while later ones are still being updated (the pipelined path,
     which the replies' count of streamed copies must then show).  ``auto, slow gradient
     chunks``: each worker naps 3 ms after writing each chunk of its gradient into its slot, so
-    that the server surely updates chunks while later ones are still being written."""
+    that the server surely updates chunks while later ones are still being written.  ``auto,
+    slots over the memory share``: ``$HPCBSP_SLOT_MEMORY_SHARE`` so small that the slots do not
+    fit: rank 0 says so in one line, and the gradients travel as messages (no write into a slot).
+    ``auto, float64 gradients``: the gradient function returns float64 whatever the weights'
+    dtype; the push converts it as it writes the slot (the replay: numpy's conversion)."""
     from mpi4py import MPI
 
     from hpcbsp.elastic.policies import make_policy
@@ -78,6 +83,17 @@ def test_every_version_a_worker_copies_is_the_numpy_replay_of_the_pushes_bit_for
             time.sleep(0.003)
             return out
         monkeypatch.setattr(WindowStores, "__call__", napping_write)
+    over_share = "memory share" in transport
+    grad_dtype = np.float64 if "float64 gradients" in transport else dtype
+    slot_writes = [0]
+    if over_share:
+        monkeypatch.setenv("HPCBSP_SLOT_MEMORY_SHARE", "1e-12")
+    push = SharedWeights.push
+
+    def counted(self, *args) -> None:
+        slot_writes[0] += 1
+        push(self, *args)
+    monkeypatch.setattr(SharedWeights, "push", counted)
     transport = transport.split(",")[0]
     comm = MPI.COMM_WORLD.Dup()
     try:
@@ -96,7 +112,7 @@ def test_every_version_a_worker_copies_is_the_numpy_replay_of_the_pushes_bit_for
 
             def grad_fn(weights: np.ndarray) -> np.ndarray:
                 got.append(_digest(weights))
-                g = _gradient(me - 1, it[0], P, dtype)
+                g = _gradient(me - 1, it[0], P, grad_dtype)
                 it[0] += 1
                 return g
 
@@ -110,7 +126,7 @@ def test_every_version_a_worker_copies_is_the_numpy_replay_of_the_pushes_bit_for
         count = [0] * (comm.Get_size() - 1)
         wire = Wire(grad_format or np.dtype(dtype).name)
         for pusher in order[:updates]:
-            w -= dtype(lr) * wire.roundtrip(_gradient(pusher, count[pusher], P, dtype)).astype(dtype)
+            w -= dtype(lr) * wire.roundtrip(_gradient(pusher, count[pusher], P, grad_dtype)).astype(dtype)
             count[pusher] += 1
             replay.append(_digest(w))
         if me == 0:
@@ -125,6 +141,16 @@ def test_every_version_a_worker_copies_is_the_numpy_replay_of_the_pushes_bit_for
         # (with the naps, at least half of them: a worker descheduled for the whole update of
         # 3 chunks or more, 9 ms and up, sees the header first and copies the whole).
         applied = comm.bcast(res.log.applied.tolist() if me == 0 else None, root=0)
+        if over_share:
+            assert slot_writes[0] == 0  # the gradients came as messages
+            lines = [x for x in capfd.readouterr().err.splitlines() if "HPCBSP_SLOT_MEMORY_SHARE" in x]
+            if me == 0:
+                assert len(lines) == 1 and "gradients as messages" in lines[0], lines
+                assert f"(1 + {comm.Get_size() - 1} workers) x {P:,} values of {np.dtype(dtype).itemsize} bytes" in lines[0]
+            else:
+                assert lines == []
+        elif me > 0 and transport == "auto" and grad_format is None:
+            assert slot_writes[0] == res_w.iterations  # (the contrast: every push through the slot)
         if me > 0:
             assert transport == "auto" or res_w.streamed == 0
             if slow:

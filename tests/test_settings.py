@@ -44,6 +44,8 @@ CASES: dict[str, tuple[list[tuple[str, object]], list[str]]] = {
     "HPCBSP_WAIT": ([("Yield", "yield"), ("spin", "spin"), ("", "auto")], ["bogus", "nap"]),
     "HPCBSP_ELEMENTS_TRANSPORT": ([(" Messages ", "messages"), ("", "auto")], ["zz", "carrier-pigeon"]),
     "HPCBSP_PS_TRANSPORT": ([("messages", "messages"), ("auto", "auto"), ("", "auto")], ["zz"]),
+    "HPCBSP_SLOT_MEMORY_SHARE": ([("0.5", 0.5), (" 1 ", 1.0), ("1e-12", 1e-12), ("", 0.25)],
+                                 ["half", "0", "1.5", "-0.1", "nan"]),
     "HPCBSP_FARM_EXCHANGE": ([("tree", "tree"), ("linear", "linear"), ("", "linear")], ["ring"]),
     "HPCBSP_FARM_EMULATE": ([("measure", (None, None)), ("t_map=0.5, t_a=1e-6", (0.5, 1e-6)),
                              ("t_map=0", (0.0, None)), ("off", None), ("0", None), ("", None)],

@@ -6,22 +6,36 @@ Every step each worker
 
 1. computes the gradient of its next mini-batch on its own copy of the weights,
 2. sleeps as the pacing asks (``--slowdown``, as a server worker does),
-3. sums the gradients over the workers on their BSP context, sharded as a ZeRO-1 optimiser
-   shards the update (:func:`allreduce_step`): ``bsp.reduce_scatter`` leaves each worker the
-   sum of one block, the worker applies ``weights -= lr * sum / n`` to that block of the weights,
-   and ``bsp.allgather_blocks`` passes the updated blocks around (the last element of the
-   buffer carries worker 0's "stop" vote, so the decision to end the run costs no extra message);
-4. so every worker holds the same weights after every step, which are exactly BSP's (the mean of
-   all ``n`` gradients per update), and each weight is updated once per step, not ``n`` times.
+3. sums the gradients over the workers, in one of two ways:
+
+   * **bucketed** (the default, ``bucket_bytes`` given; :mod:`.buckets`): as DDP does, the
+     gradient is cut into buckets (1 MiB, then 25 MiB by default, from the last parameters
+     backwards) and, with a gradient source that has hooks (a torch model:
+     ``gradients=model``), each bucket's ``MPI.Iallreduce`` starts while the backward pass
+     computes the next; then every worker applies ``weights -= lr * sum / n`` to its own copy
+     (one compiled pass).  Worker 0's "stop" vote is one more 8-byte ``Iallreduce``.
+   * **sharded** (``bucket_bytes=None``): as a ZeRO-1 optimiser shards the update
+     (:func:`allreduce_step`): ``bsp.reduce_scatter`` leaves each worker the sum of one block,
+     the worker applies ``weights -= lr * sum / n`` to that block of the weights, and
+     ``bsp.allgather_blocks`` passes the updated blocks around (the last element of the buffer
+     carries worker 0's vote, so the decision to end the run costs no extra message);
+
+4. so every worker holds the same weights after every step, which are BSP's (the mean of all
+   ``n`` gradients per update).  Both sums are MPI's float sums (``MPI.SUM``: the order of the
+   additions is the library's); neither is the exact sum of ``bsp.allreduce(exact=True)``.  The
+   sharded step gives every worker the same bits by construction; the bucketed one relies on
+   MPI's allreduce giving every rank the same result, as MPICH and Open MPI do (and as DDP
+   relies on its backend).
 
 Evaluation stays off the workers' critical path as in a server run: when an evaluation is due,
 worker 0 sends a copy of its weights to rank 0 (non-blocking: a header of three float64
 ``[command, time, updates]`` and the weights), and rank 0 records the accuracy at worker 0's
 time stamp.
 
-h-relation per step: each worker sends and receives about ``2 (n-1)/n · (P + 1) w`` bytes in
-the reduce-scatter and the allgather (``w`` bytes per value; two MPI collectives,
-``ceil(log2 n)`` rounds each for short buffers); worker 0 also sends ``24 + w P`` bytes to rank 0 per evaluation.
+h-relation per step: each worker sends and receives about ``2 (n-1)/n · (P + 1) w`` bytes
+(``w`` bytes per value): the reduce-scatter and the allgather of the sharded step (two MPI
+collectives, ``ceil(log2 n)`` rounds each for short buffers), or MPI's allreduce of each bucket;
+worker 0 also sends ``24 + w P`` bytes to rank 0 per evaluation.
 """
 from __future__ import annotations
 
@@ -34,6 +48,7 @@ from mpi4py import MPI
 
 from ..kernels.update import sgd_step
 from ..runtime.api.distribution import block_range
+from .buckets import DEFAULT_BUCKET_BYTES, BucketedReduce
 from .protocol import ServerResult, ServerTimeout, WorkerResult, poll_until, wait_request
 from .runlog import RunLog
 
@@ -51,7 +66,8 @@ def run_allreduce(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray] | 
                   eval_every: float | None = None,
                   progress: Callable[[float, RunLog], None] | None = None,
                   pace: Callable[[float, float], float] | None = None,
-                  timeout: float = 60.0, lr_decay: float = 0.0) -> ServerResult | WorkerResult:
+                  timeout: float = 60.0, lr_decay: float = 0.0, gradients: Any = None,
+                  bucket_bytes: int | None = DEFAULT_BUCKET_BYTES) -> ServerResult | WorkerResult:
     """Train with allreduce on ranks ``1..n`` of ``comm``; rank 0 evaluates (collective on ``comm``).
 
     h-relation: see the module docstring.
@@ -79,7 +95,17 @@ def run_allreduce(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray] | 
         :func:`.worker.work`); the worker sleeps for the rest before the allreduce.
     timeout : float
         Longest wait of rank 0 for worker 0's next message beyond the run's duration, and of a
-        worker for a send to complete.
+        worker for a send (or the bucketed allreduce) to complete.
+    gradients : optional
+        On workers, for the bucketed sum: the model whose backward pass ``grad_fn`` runs, with
+        ``sizes``, ``gradient_vector()`` (where ``grad_fn``'s gradient lands),
+        ``weight_vector()`` (its weights, which the steps then update in place) and
+        ``on_gradient(callback)`` (:class:`hpcbsp.elastic.torch.TorchModel` on the CPU): the
+        buckets then start during the backward pass.  Without it (or on another device) the
+        buckets start after ``grad_fn``.
+    bucket_bytes : int or None
+        The buckets' size (default 25 MiB, the first 1 MiB, as DDP's), or None for the sharded
+        step (see the module docstring).  The same on every worker.
 
     Returns
     -------
@@ -115,9 +141,17 @@ def run_allreduce(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray] | 
                             final)
     assert grad_fn is not None
     try:
-        with BSP(workers) as bsp:
-            st = _train(bsp, comm, grad_fn, w, lr, n, duration, max_updates, eval_every, pace,
-                        t0, timeout, lr_decay)
+        if bucket_bytes is None:
+            with BSP(workers) as bsp:
+                st = _train(_Sharded(bsp, w), comm, grad_fn, lr, n, duration, max_updates,
+                            eval_every, pace, t0, timeout, lr_decay)
+        else:
+            stepper = _Bucketed(workers, w, gradients, bucket_bytes, timeout)
+            try:
+                st = _train(stepper, comm, grad_fn, lr, n, duration, max_updates, eval_every, pace,
+                            t0, timeout, lr_decay)
+            finally:
+                stepper.close()
     finally:
         workers.Free()
     comm.gather(st, root=0)
@@ -151,19 +185,75 @@ def allreduce_step(bsp: Any, buf: np.ndarray, w: np.ndarray, nxt: np.ndarray, sc
     return bool(nxt[P] > 0)
 
 
-def _train(bsp: Any, comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray], w: np.ndarray,
+class _Sharded:
+    """The sharded step (:func:`allreduce_step`) on ``bsp``: the weights and the next step's,
+    swapped after every step, each with one spare element, where the stop vote's sum travels."""
+
+    def __init__(self, bsp: Any, w: np.ndarray):
+        self.bsp, self.P = bsp, w.size
+        self.leader = bsp.pid == 0
+        self.buf = np.zeros(w.size + 1, dtype=w.dtype)
+        self.cur, self.nxt = np.zeros_like(self.buf), np.zeros_like(self.buf)
+        self.cur[:w.size] = w
+
+    @property
+    def weights(self) -> np.ndarray:
+        return self.cur[:self.P]
+
+    def step(self, grad: np.ndarray, vote: bool, scale: float) -> bool:
+        self.buf[:self.P] = grad
+        self.buf[self.P] = 1.0 if vote else 0.0
+        stop = allreduce_step(self.bsp, self.buf, self.cur, self.nxt, scale)
+        if not stop:
+            self.cur, self.nxt = self.nxt, self.cur
+        return stop
+
+
+class _Bucketed:
+    """The bucketed step (:class:`.buckets.BucketedReduce` on ``comm``), then every worker's
+    update of its own weights.  With ``model`` (hooks), the sum is of the model's gradient
+    vector, its buckets started from the backward pass; else of a buffer of our own."""
+
+    def __init__(self, comm: MPI.Comm, w: np.ndarray, model: Any, bucket_bytes: int, timeout: float):
+        self.leader, self.timeout = comm.Get_rank() == 0, timeout
+        if model is not None and str(getattr(model, "device", "cpu")) != "cpu":
+            model = None  # (its vectors are copies off the device: summed after the gradient)
+        self.weights = w
+        if model is not None:  # the model's own weights: updated in place, loaded with no copy
+            self.weights = model.weight_vector()
+            self.weights[:] = w
+        vector = model.gradient_vector() if model is not None else np.zeros_like(w)
+        if vector.dtype != w.dtype:
+            raise ValueError(f"rank {comm.Get_rank()}: run_allreduce: the model's gradients are "
+                             f"{vector.dtype}, its weights {w.dtype}")
+        sizes = model.sizes if model is not None else [w.size]
+        self.reduce = BucketedReduce(comm, vector, sizes, bucket_bytes)
+        self.model = model
+        if model is not None:
+            model.on_gradient(self.reduce.ready)
+
+    def step(self, grad: np.ndarray, vote: bool, scale: float) -> bool:
+        vector = self.reduce.vector
+        if not (grad is vector or (grad.shape == vector.shape and
+                                   grad.__array_interface__["data"][0] == vector.__array_interface__["data"][0])):
+            np.copyto(vector, grad)  # (a gradient source without hooks: summed after it returns)
+        stop = self.reduce.finish(int(vote), self.timeout) > 0
+        if not stop:
+            sgd_step(self.weights, vector, scale)
+        return stop
+
+    def close(self) -> None:
+        if self.model is not None:
+            self.model.on_gradient(None)
+
+
+def _train(stepper: Any, comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray],
            lr: float, n: int, duration: float | None, max_updates: int | None,
            eval_every: float | None, pace: Callable[[float, float], float] | None, t0: float,
-           timeout: float, lr_decay: float = 0.0) -> dict[str, Any]:
-    leader = bsp.pid == 0
-    P = w.size
-    buf = np.zeros(P + 1, dtype=w.dtype)
-    # The weights and the next step's, swapped after every step (allreduce_step); one spare
-    # element each, where the stop vote's sum travels.
-    cur, nxt = np.zeros_like(buf), np.zeros_like(buf)
-    cur[:P] = w
+           timeout: float, lr_decay: float) -> dict[str, Any]:
+    leader = stepper.leader
     head = np.zeros(3)
-    snap = np.empty_like(w)
+    snap = np.empty_like(stepper.weights)
     sent: list[MPI.Request] = []
     step = 0
     compute_s = blocked_s = 0.0
@@ -176,7 +266,7 @@ def _train(bsp: Any, comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray]
             wait_request(req, timeout, "delivery of the weights to rank 0 (evaluator)")
         sent.clear()
         head[:] = (command, at, updates)
-        snap[:] = cur[:P]
+        snap[:] = stepper.weights
         sent.extend([comm.Isend(head, dest=0, tag=HEAD_TAG), comm.Isend(snap, dest=0, tag=WEIGHTS_TAG)])
 
     stop_at = t0 + duration if duration is not None else np.inf
@@ -187,7 +277,7 @@ def _train(bsp: Any, comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray]
             while next_eval <= now - t0:
                 next_eval += eval_every  # type: ignore[operator]
         start = time.monotonic()
-        buf[:P] = grad_fn(cur[:P])
+        grad = grad_fn(stepper.weights)
         compute = time.monotonic() - start
         compute_s += compute
         if pace is not None:
@@ -196,12 +286,9 @@ def _train(bsp: Any, comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray]
                 time.sleep(left)
         done = time.monotonic()
         push_times.append(done - t0)
-        buf[P] = 1.0 if leader and done >= stop_at else 0.0
         if lr_decay:
             scale = lr / (1.0 + lr_decay * step) / n
-        voted_stop = allreduce_step(bsp, buf, cur, nxt, scale)
-        if not voted_stop:
-            cur, nxt = nxt, cur
+        voted_stop = stepper.step(grad, leader and done >= stop_at, scale)
         blocked_s += time.monotonic() - done
         step += 1
         if voted_stop:  # worker 0 voted to stop: this step's gradients are not applied

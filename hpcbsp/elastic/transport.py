@@ -58,6 +58,12 @@ measures the two kinds of store on its own updates and uses the faster, trying t
 and then; a worker does the same for its writes of its gradient into its slot, lines the server
 has just read.
 
+Memory: the window is ``(1 + workers) × P × w`` bytes with the gradient slots (``P`` values of
+``w`` bytes: the weights and a slot per worker), ``P × w`` without, on the server's node.  Where
+the slots' window would exceed ``$HPCBSP_SLOT_MEMORY_SHARE`` of the node's memory (default a
+quarter; :func:`.slots.slot_window_fits`), the gradients travel as messages and rank 0 says so in one
+line with the sizes (the weights still use the window).
+
 h-relation: none of its own; a reply becomes a 16-byte header, and each worker returns an
 8-byte acknowledgement; with the gradient slots a push is its 16-byte header alone (the control
 words are loads and stores, not messages).
@@ -75,6 +81,7 @@ from ..kernels.update import copy, sgd_step
 from ..runtime.environment import setting
 from ..runtime.superstep.nodes import Nodes
 from ..util.choices import TRANSPORTS
+from .slots import SLOT_SHARE_ENV, slot_window_fits
 from .wire import PIECE_BYTES, pieces
 
 __all__ = ["TRANSPORTS", "TRANSPORT_ENV", "CHUNK_BYTES", "SharedWeights", "TornWeights", "WindowStores",
@@ -225,7 +232,9 @@ class SharedWeights:
     # The worker's side of a push through the window.
     def push(self, worker: int, values: np.ndarray, push: int) -> None:
         """Write ``values`` (push number ``push`` of ``worker``, counted from 0) into the
-        worker's slot a chunk at a time, with :attr:`pushes`' stores, each chunk's word set after
+        worker's slot a chunk at a time, with :attr:`pushes`' stores (values of another float
+        dtype, a float64 gradient for float32 weights, are converted as they are written: one
+        pass, rounded as numpy rounds), each chunk's word set after
         its stores, so that the server updates a chunk while the next is written.  Raises
         :class:`TornWeights` if the server has not yet taken the previous push (the protocol
         broken: it takes each push before it replies)."""
@@ -234,8 +243,12 @@ class SharedWeights:
         if self.taken[worker] != push - 1:  # type: ignore[index]
             raise TornWeights(f"worker {worker}: the server has taken push {int(self.taken[worker])} "  # type: ignore[index]
                               f"out of the shared window, not {push - 1}, before push {push}")
+        convert = values.dtype != slot.dtype  # (a float64 gradient for float32 weights)
         for c, piece in enumerate(self.chunks):
-            self.pushes(slot[piece], values[piece])
+            if convert:  # converted and written in one pass, straight into the slot
+                np.copyto(slot[piece], values[piece], casting="same_kind")
+            else:
+                self.pushes(slot[piece], values[piece])
             self.win.Sync()
             arrived[c] = push
 
@@ -316,11 +329,12 @@ def open_transport(comm: MPI.Comm, transport: str | None, problem: str | None, c
     itemsize = np.dtype(dtype).itemsize
     # One Allreduce, element-wise: whether every rank can start and wants a window, and the
     # least and the greatest number of values and value size given (they must be the same).
+    fits, why = slot_window_fits(count, itemsize, comm.Get_size() - 1) if gradients else (True, "")
     mine = np.array([problem is None, choice == "auto" and one_node, count, -count, itemsize, -itemsize,
-                     gradients], dtype=np.int64)
+                     gradients, fits], dtype=np.int64)
     agreed = np.empty_like(mine)
     comm.Allreduce(mine, agreed, op=MPI.MIN)
-    ok, shared, slots = bool(agreed[0]), bool(agreed[1]), bool(agreed[6])
+    ok, shared, slots = bool(agreed[0]), bool(agreed[1]), bool(agreed[6]) and bool(agreed[7])
     if ok and (agreed[2] != -agreed[3] or agreed[4] != -agreed[5]):
         problem = (f"the server and its workers were given different models: {agreed[2]} to "
                    f"{-agreed[3]} values of {agreed[4]} to {-agreed[5]} bytes (this rank: {count} of "
@@ -332,6 +346,9 @@ def open_transport(comm: MPI.Comm, transport: str | None, problem: str | None, c
                              f"rank {me}: the parameter server run could not start: rank {first} failed")
     if not shared:
         return None
+    if agreed[6] and not agreed[7] and me == 0:
+        print(why or "[hpcbsp] parameter server: gradients as messages: a worker's node has too little "
+              f"memory for the gradient slots (${SLOT_SHARE_ENV})", file=sys.stderr, flush=True)
     # The weights, the workers' gradient slots, then (each from a cache line's start) a control
     # word per chunk (ready), per worker (expect), per worker and chunk (arrived), per worker (taken).
     workers = comm.Get_size() - 1

@@ -18,7 +18,7 @@ from typing import Callable
 
 from .outputs import OutputError, prepare_output
 
-__all__ = ["choice", "emulated", "emulation", "integer", "milliseconds_or_off", "positive_seconds",
+__all__ = ["choice", "emulated", "emulation", "fraction", "integer", "milliseconds_or_off", "positive_seconds",
            "seconds_at_least", "seconds_or_off", "switch", "writable_file"]
 
 
@@ -83,6 +83,14 @@ def integer(low: int, high: int) -> Callable[[str], int]:
             raise ValueError("")
         return number
     return parse
+
+
+def fraction(text: str) -> float:
+    """A number greater than 0 and at most 1."""
+    share = float(text)
+    if not (math.isfinite(share) and 0 < share <= 1):
+        raise ValueError("")
+    return share
 
 
 _writable: set[str] = set()  # report paths already checked by this process

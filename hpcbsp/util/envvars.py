@@ -20,6 +20,7 @@ from .choices import CONTROL_COLLECTIVES, EXCHANGES, ROUTING_CHOICES, TRANSPORTS
 from .envparse import (
     choice,
     emulated,
+    fraction,
     integer,
     milliseconds_or_off,
     positive_seconds,
@@ -173,6 +174,12 @@ _PACKAGE: tuple[Setting, ...] = (
             "pieces, also on one node). Ranks that differ get messages. See "
             "`hpcbsp/elastic/transport.py`.",
             TRANSPORTS, "`elastic/transport.py`"),
+    Setting("HPCBSP_SLOT_MEMORY_SHARE",
+            "The largest share of this node's memory the parameter server's shared window may take with "
+            "the workers' gradient slots ((1 + workers) x the model, in the server's dtype): above it "
+            "the gradients travel as messages, and rank 0 says so in one line with the sizes. See "
+            "`hpcbsp/elastic/transport.py`.",
+            "0.25", "a number greater than 0 and at most 1", "`elastic/transport.py`", fraction, 0.25),
     Setting("HPCBSP_FARM_REPORT",
             "A file to which a BSF farm program (`hpcbsp.farm`, e.g. `hpcbsp.apps.bsf.jacobi`) appends "
             "its measured timings, one JSON line per run (missing folders are created); checked before "

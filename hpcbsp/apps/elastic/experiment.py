@@ -307,7 +307,8 @@ def _run_mpi(comm: Any, config: TrainConfig, name: str, data: Dataset, repeat: i
     if name == "allreduce":
         run_allreduce(comm, grad, model.init(config.seed), config.lr, duration=config.duration,
                       eval_every=config.eval_every, pace=pace, timeout=config.timeout,
-                      lr_decay=config.lr_decay)
+                      lr_decay=config.lr_decay,  # (a torch model's buckets start during backward)
+                      gradients=model if hasattr(model, "on_gradient") else None)
         return None
     res_w = work(comm, grad, model.n_params, pace=pace, timeout=config.timeout,
                  dtype=model.dtype, grad_format=config.grad_format, servers=servers)

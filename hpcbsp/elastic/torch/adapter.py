@@ -156,6 +156,9 @@ class TorchModel(Model):
         if w.shape != (self.n_params,):
             raise TorchModelError(f"weights of shape {w.shape} for a model of {self.n_params} "
                                   "parameters")
+        if self.device.type == "cpu" and w.dtype == np.float32 and \
+                w.__array_interface__["data"][0] == self.flat.data_ptr():
+            return  # (the model's own weights: weight_vector())
         with torch.no_grad():
             self.flat.copy_(torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32)))
 
@@ -220,6 +223,41 @@ class TorchModel(Model):
         loss.backward()
         self._pack_strays()
         return self._numpy(self.flat_grad), float(loss.detach())
+
+    @property
+    def sizes(self) -> list[int]:
+        """The values of each parameter, in :attr:`flat_grad`'s order."""
+        return list(self._sizes)
+
+    def gradient_vector(self) -> np.ndarray:
+        """:attr:`flat_grad` as numpy (shared memory on the CPU, a copy elsewhere): what
+        :meth:`grad` returns."""
+        return self._numpy(self.flat_grad)
+
+    def weight_vector(self) -> np.ndarray:
+        """:attr:`flat` as numpy (shared memory on the CPU, a copy elsewhere): weights given to
+        :meth:`grad` or :meth:`set_weights` in this very memory are not copied."""
+        return self._numpy(self.flat)
+
+    def on_gradient(self, callback: Callable[[int], None] | None) -> None:
+        """During every later backward pass, call ``callback(i)`` as soon as parameter ``i``'s
+        gradient is complete in :attr:`flat_grad` (torch's post-accumulate-grad hook; a gradient
+        a hook or op gave a tensor of its own is copied into its slice first).  None removes it.
+        So a bucketed allreduce (:mod:`hpcbsp.elastic.buckets`) starts while backward runs."""
+        for handle in getattr(self, "_hook_handles", []):
+            handle.remove()
+        self._hook_handles = []
+        if callback is None:
+            return
+        for i, (p, g) in enumerate(zip(self._params, self._grad_views)):
+            def hook(param: torch.Tensor, i: int = i, g: torch.Tensor = g) -> None:
+                if param.grad is not g:
+                    with torch.no_grad():
+                        g.copy_(param.grad)  # type: ignore[arg-type]
+                    param.grad = g
+                    self.packs += 1
+                callback(i)
+            self._hook_handles.append(p.register_post_accumulate_grad_hook(hook))
 
     def _pack_strays(self) -> None:
         # autograd accumulates into the existing .grad views; a hook or custom op could have
