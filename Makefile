@@ -99,7 +99,7 @@ lint: $(STAMP)
 
 # The serial pass on TEST_JOBS workers, then the tests that look at machine-wide state alone.
 test-serial: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_JOBS) -m "not alone and not long and not cluster" tests
+	$(PY) -m pytest -q -n $(TEST_JOBS) --durations=20 -m "not alone and not long and not cluster" tests
 	$(PY) -m pytest -q -m "alone and not long and not cluster" tests
 
 # The tests across the emulated nodes and of Slurm (slurm/local-cluster.sh start --nodes 4 first;
@@ -108,7 +108,7 @@ test-cluster: $(STAMP)
 	$(PY) -m pytest -q -rs --durations=15 -m cluster tests
 
 test-long: $(STAMP)
-	$(PY) -m pytest -q -m long tests
+	$(PY) -m pytest -q --durations=5 -m long tests
 
 test-mpi: $(STAMP)
 	$(MPIEXEC) -n 2 $(PY) -m pytest -q --only-mpi tests
