@@ -14,7 +14,7 @@ import hpcbsp
 from hpcbsp import UsageError
 from hpcbsp.runtime.api.distribution import block_range, block_sizes
 from hpcbsp.runtime.superstep.control import signature
-from hpcbsp.runtime.superstep.ledger import per_superstep, summarize
+from hpcbsp.runtime.superstep.ledgertext import per_superstep, summarize
 
 
 def test_one_rank_program_and_ledger_files(tmp_path):

@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from ..runtime.superstep.ledger import per_superstep
+from ..runtime.superstep.ledgertext import per_superstep
 from .errors import CostInputError
 from .modelfile import load_json
 from .profile import Profile

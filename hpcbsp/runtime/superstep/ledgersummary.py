@@ -4,7 +4,7 @@ A ledger keeps its last ``$HPCBSP_LEDGER_WINDOW`` rows whole and running aggrega
 them (:mod:`.ledger`).  :func:`gather_summary` (collective) brings both to one rank: each rank's
 window rows (at most ``window`` per rank, as ``ledger.gather``) and each rank's
 :class:`~.ledger.Aggregates` (O(1) per rank: a count, a total and a maximum per metric, and the
-same per label).  :meth:`LedgerSummary.text` is the table of :func:`~.ledger.summarize`; where
+same per label).  :meth:`LedgerSummary.text` is the table of :func:`~.ledgertext.summarize`; where
 older supersteps have left some rank's window, its last row is labelled ``window`` instead of
 ``total`` and a line gives every superstep's figures from the aggregates:
 
@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .ledger import Aggregates, CostModel, Ledger, summarize
+from .ledger import Aggregates, Ledger
+from .ledgertext import CostModel, summarize
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class LedgerSummary:
                 "h_max": max((max(int(a.maxima["bytes_out"]), int(a.maxima["bytes_in"])) for a in ranks), default=0)}
 
     def text(self, profile: CostModel | None = None, max_rows: int = 12) -> str:
-        """The table (:func:`~.ledger.summarize`) and, for a window, the line of all supersteps."""
+        """The table (:func:`~.ledgertext.summarize`) and, for a window, the line of all supersteps."""
         if not self.windowed:
             return summarize(self.records, max_rows=max_rows, profile=profile)
         table = summarize(self.records, max_rows=max_rows, profile=profile, total="window")
