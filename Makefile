@@ -39,7 +39,7 @@ export PYTHONUNBUFFERED := 1
 export PYTHONDONTWRITEBYTECODE :=
 # pytest's workers for the serial pass (pytest-xdist): its tests mostly wait for the MPI jobs they
 # start, so more workers than cores keep the cores busy.
-TEST_JOBS ?= 3
+TEST_JOBS ?= 4
 ifeq ($(MPI),openmpi)
 # Open MPI refuses more ranks than cores unless told (`mpiexec -n 3`, and the tests' own jobs, on
 # a 2-core machine); MPICH and Intel MPI start them when asked.

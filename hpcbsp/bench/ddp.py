@@ -39,6 +39,7 @@ from hpcbsp.bench import measuring
 from hpcbsp.bench.fabsp.links import link_rate
 from hpcbsp.util.args.parser import OneLineParser
 from hpcbsp.util.args.types import positive_int
+from hpcbsp.util.args.vocabulary import add_repeats
 
 FEATURES, CLASSES, SAMPLES = 64, 10, 8000
 
@@ -196,7 +197,7 @@ def bench(comm: MPI.Comm, args: Any) -> dict[str, Any] | None:
 def main(argv: list[str]) -> int:
     parser = OneLineParser(prog="python -m hpcbsp.bench ddp", description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=positive_int, default=200, help="training steps per trainer and round (default 200)")
-    parser.add_argument("--repeats", type=positive_int, default=3, help="alternating rounds (default 3)")
+    add_repeats(parser, "alternating rounds", default=3)
     parser.add_argument("--hidden", type=positive_int, default=1024, help="hidden units per layer (default 1024)")
     parser.add_argument("--depth", type=positive_int, default=2, help="hidden layers (default 2)")
     parser.add_argument("--batch", type=positive_int, default=64, help="samples per step and worker (default 64)")

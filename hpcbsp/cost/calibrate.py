@@ -219,7 +219,9 @@ def calibrate(command: Sequence[str], *, workers: Sequence[int] = (1, 2, 3), rep
                 t_map = float(report["emulated"]["t_map"])
                 emulation = FarmEmulation(t_map, report["emulated"]["t_a"])
                 farm_env[EMULATE_ENV] = emulation.spec()
-                show.note(f"{NOTICE}; t_Map = {1e3 * t_map:.3f} ms measured by the first run, used by every run")
+                if progress is not None:  # what the results are (not progress): said wherever stderr goes
+                    progress.write(f"calibrate: {NOTICE}; t_Map = {1e3 * t_map:.3f} ms measured "
+                                   "by the first run, used by every run\n")
             by_k.setdefault(k, []).append(report)
             rows.append({"workers": k, "seconds": report["seconds_per_iteration"], "repeat": rep,
                          **{c: report[c] for c in RUN_COLUMNS[3:]}})
