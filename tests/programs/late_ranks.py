@@ -38,8 +38,11 @@ def prog(bsp: "hpcbsp.BSP") -> None:
     try:
         bsp.sync()
     except hpcbsp.SyncTimeout:
-        print(json.dumps({"rank": bsp.pid, "before": less(before, start),
-                          "roll_call": less(counts(), before)}), flush=True)
+        # One write per line: unbuffered (PYTHONUNBUFFERED=1, as make test runs), print writes the
+        # text and its newline apart, and the ranks that time out together interleave them.
+        line = json.dumps({"rank": bsp.pid, "before": less(before, start), "roll_call": less(counts(), before)})
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
         raise
 
 
