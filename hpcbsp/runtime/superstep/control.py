@@ -355,8 +355,7 @@ class ControlStep:
         if everyone is not None:  # (the lowest rank)
             failed = [(r, d) for r, (k, _, d) in enumerate(everyone) if k == Kind.FAIL]
             if failed:
-                survivor = next(r for r, (k, _, _) in enumerate(everyone) if k != Kind.FAIL) \
-                    if len(failed) < len(everyone) else -1
+                survivor = next((r for r, (k, _, _) in enumerate(everyone) if k != Kind.FAIL), -1)
                 verdict = ("failed", lines.peers_failed(failed), survivor)
             else:
                 groups: dict[str, list[int]] = {}
