@@ -12,13 +12,13 @@ ranks of one job run on several of them, launched by ``srun -N 4 --mpi=pmi2`` or
 * ``hpcbsp info`` names the hosts and the transport;
 * the MPI test suites of the BSP semantics, the FA-BSP mailboxes and apps, the SNN simulator
   (bsp and async, against the serial spike trains), the farm, checkpoints and the exchange's
-  sparse consensus against the dense one pass across the 4 nodes: one rank a node under
-  ``srun``, and two a node under ``mpiexec`` (8 ranks: ranks that share a node and ranks that do
-  not, in one job). Those tests compare with independent oracles (numpy, serial runs), so
-  passing there means the same results as on one node. The consensus, which a job takes by
-  itself from ``outbox.SPARSE_MIN_RANKS`` (16) ranks, runs in its tests by their lever below that;
-  a 16-rank run of the semantics (4 a node, oversubscribed 8 times on 2 cores) took longer than
-  both launches together and checked nothing the 8-rank run does not;
+  sparse consensus against the dense one pass across the 4 nodes, one rank a node under
+  ``srun``; the semantics' and FA-BSP files also with two ranks a node under ``mpiexec`` (8
+  ranks: ranks that share a node and ranks that do not, in one job). Those tests compare with
+  independent oracles (numpy, serial runs), so passing there means the same results as on one
+  node. The consensus, which a job takes by itself from ``outbox.SPARSE_MIN_RANKS`` (16) ranks,
+  runs in its tests by their lever below that; a 16-rank run of the semantics (4 a node, 8 a
+  core here) took longer than both launches together and checked nothing the 8-rank run does not;
 * whole programs give the same bits on 4 nodes as on one: the BSF Jacobi farm's solution, and
   the heat app checkpointed on 4 nodes and restarted on 2 (which also checks itself against a
   serial numpy run).
@@ -212,11 +212,16 @@ def _pytest_under(launcher: str, n: int, files: list[str], *, timeout: float, ke
 
 
 @pytest.mark.timeout(660)
-@pytest.mark.parametrize("launcher, ranks", [("srun", 4), ("mpiexec", 8)], ids=["srun-4", "mpiexec-8"])
-def test_mpi_suites_pass_on_4_nodes(launcher: str, ranks: int) -> None:
-    """One rank a node (srun), and two a node (mpiexec, placing ranks round-robin over the
-    host file as srun --distribution=cyclic does)."""
-    _pytest_under(launcher, ranks, SUITES, timeout=600, keyword=STRESS)
+def test_mpi_suites_pass_on_4_nodes() -> None:
+    """Every file of :data:`SUITES`, one rank a node, launched by srun."""
+    _pytest_under("srun", 4, SUITES, timeout=600, keyword=STRESS)
+
+
+@pytest.mark.timeout(660)
+def test_bsp_and_fabsp_semantics_with_two_ranks_a_node() -> None:
+    """The semantics' files with 8 ranks, launched by mpiexec (round-robin over the host file, as
+    srun --distribution=cyclic places them): ranks that share a node and ranks that do not."""
+    _pytest_under("mpiexec", 8, SEMANTICS, timeout=600, keyword=STRESS)
 
 
 # --- whole programs: the same bits on 4 nodes as on one --------------------------------------
