@@ -56,9 +56,9 @@ def test_a_handler_sending_to_a_done_mailbox_ends_the_job_with_the_error():
     assert "UNREACHABLE" not in res.stdout
 
 
-@pytest.mark.parametrize("nprocs, routing", [(4, "2d"), (9, "2d"), (16, "3d")])
+@pytest.mark.parametrize("nprocs, routing", [(4, "2d"), (9, "2d"), (12, "3d")])
 def test_routed_mailboxes_at_more_ranks(nprocs, routing):
-    """Oversubscribed (up to 16 ranks on this machine's cores): correctness, not speed."""
+    """Oversubscribed (up to 12 ranks on this machine's cores): correctness, not speed."""
     res = run_mpi(nprocs, [os.path.join(PROGRAMS, "fabsp_routing.py"), routing], timeout=240,
                   env={"HPCBSP_WAIT": "yield"})
     assert res.returncode == 0 and not res.timed_out, res.output

@@ -35,7 +35,7 @@ def _script(path: Path, text: str) -> Path:
 #: A fake ssh (``ssh -o .. -o .. HOST true``): records its start and end (with how many probes
 #: ran at its start, itself included), then answers as HOST's name says: refuse* exits 255,
 #: hang* sleeps, any other host answers after a moment.
-FAKE_SSH = f"""#!{PYTHON}
+FAKE_SSH = f"""#!{PYTHON} -S
 import os, sys, time
 here = os.path.dirname(os.path.abspath(__file__))
 host = sys.argv[-2]
