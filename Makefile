@@ -21,6 +21,8 @@ $(error MPI=$(MPI) is not one this Makefile installs: choose mpich (the default)
 endif
 PY       := $(VENV)/bin/python
 MPIEXEC  := $(VENV)/bin/mpiexec
+# The rank counts of the MPI passes (make test-mpi MPI_RANKS=3: one of them).
+MPI_RANKS ?= 2 3
 # hpcbsp built and what `make run` needs / everything `make test` needs besides.
 RUN_STAMP := $(VENV)/.hpcbsp-built
 STAMP    := $(VENV)/.hpcbsp-installed
@@ -111,8 +113,8 @@ test-long: $(STAMP)
 	$(PY) -m pytest -q --durations=5 -m long tests
 
 test-mpi: $(STAMP)
-	$(MPIEXEC) -n 2 $(PY) -m pytest -q --only-mpi tests
-	$(MPIEXEC) -n 3 $(PY) -m pytest -q --only-mpi tests
+	@for n in $(MPI_RANKS); do echo "$(MPIEXEC) -n $$n $(PY) -m pytest -q --only-mpi tests"; \
+	  $(MPIEXEC) -n $$n $(PY) -m pytest -q --only-mpi tests || exit 1; done
 
 bench: $(STAMP)
 	$(MPIEXEC) -n 2 $(PY) -m hpcbsp.bench sync

@@ -13,8 +13,9 @@ ranks of one job run on several of them, launched by ``srun -N 4 --mpi=pmi2`` or
 * the MPI test suites of the BSP semantics, the FA-BSP mailboxes and apps, the SNN simulator
   (bsp and async, against the serial spike trains), the farm, checkpoints and the exchange's
   sparse consensus against the dense one pass across the 4 nodes, one rank a node under
-  ``srun``; the semantics' and FA-BSP files also with two ranks a node under ``mpiexec`` (8
-  ranks: ranks that share a node and ranks that do not, in one job). Those tests compare with
+  ``srun``; those whose paths differ where ranks share a node (the exchange, queues,
+  collectives, the arena, the mailboxes) also with two ranks a node under ``mpiexec`` (8 ranks:
+  ranks that share a node and ranks that do not, in one job). Those tests compare with
   independent oracles (numpy, serial runs), so passing there means the same results as on one
   node. The consensus, which a job takes by itself from ``outbox.SPARSE_MIN_RANKS`` (16) ranks,
   runs in its tests by their lever below that; a 16-rank run of the semantics (4 a node, 8 a
@@ -217,11 +218,19 @@ def test_mpi_suites_pass_on_4_nodes() -> None:
     _pytest_under("srun", 4, SUITES, timeout=600, keyword=STRESS)
 
 
+#: The files whose paths differ where ranks share a node (shared memory beside the links): the
+#: data exchange, queues and collectives, the node's shared arena, the mailboxes.
+SHARED_NODE = ["tests/test_runtime_drma.py", "tests/test_runtime_queues.py", "tests/test_runtime_collectives.py",
+               "tests/test_runtime_bsplib.py", "tests/test_runtime_arena.py", "tests/test_fabsp_mailbox.py",
+               "tests/test_exchange_sparse.py"]
+
+
 @pytest.mark.timeout(660)
 def test_bsp_and_fabsp_semantics_with_two_ranks_a_node() -> None:
-    """The semantics' files with 8 ranks, launched by mpiexec (round-robin over the host file, as
-    srun --distribution=cyclic places them): ranks that share a node and ranks that do not."""
-    _pytest_under("mpiexec", 8, SEMANTICS, timeout=600, keyword=STRESS)
+    """:data:`SHARED_NODE`'s files with 8 ranks, launched by mpiexec (round-robin over the host
+    file, as srun --distribution=cyclic places them): ranks that share a node and ranks that do
+    not, in one job."""
+    _pytest_under("mpiexec", 8, SHARED_NODE, timeout=600, keyword=STRESS)
 
 
 # --- whole programs: the same bits on 4 nodes as on one --------------------------------------

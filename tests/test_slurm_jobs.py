@@ -438,7 +438,7 @@ def test_long_run_is_requeued_when_preempted_and_resumes(tmp_path: Path) -> None
     # job (exiting instead would end it FAILED), and the requeued run must go on from the last
     # periodic checkpoint to the bit-identical result.
     ckpt = tmp_path / "heat-ckpt"
-    steps = 300_000  # half a minute: the run is preempted long before its end
+    steps = 150_000  # about 15 s: the run is preempted within a few seconds of its first checkpoint
     env = {"HPCBSP_CHECKPOINT": str(ckpt), "HPCBSP_STOP_GRACE": "0"}
     proc = _run(["sbatch", "--parsable", "-p", "debug", "-n", "2", str(SLURM / "long-run.sbatch"),
                  "-m", "hpcbsp.apps.heat", "--n", "200", "--steps", str(steps), "--every", "5000",
