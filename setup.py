@@ -34,6 +34,7 @@ import json
 import os
 import shutil
 import sys
+import sysconfig
 
 import Cython
 import numpy
@@ -66,6 +67,8 @@ extensions = [
 ]
 
 KEY_FILE = os.path.join("hpcbsp", "kernels", ".build-key")
+#: The file name ending of an extension for this interpreter (".cpython-311-x86_64-linux-gnu.so").
+SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
 
 
 def build_key(ext: Extension) -> str:
@@ -76,29 +79,39 @@ def build_key(ext: Extension) -> str:
                       sort_keys=True)
 
 
+def reusable(ext: Extension) -> bool:
+    """Whether the extension left in the package (``hpcbsp/kernels/_NAME.<ABI tag>.so``) serves
+    as it is: built with this build key and newer than its own sources (the ``.pyx`` and the
+    headers, ``.pxi`` and ``.pxd`` of this tree; not the generated ``.c``, which Cython writes again
+    whenever a new virtualenv's numpy headers are newer than it)."""
+    if os.environ.get("HPCBSP_REBUILD_KERNELS") == "1" or {"-f", "--force"} & set(sys.argv):
+        return False
+    in_place = os.path.join("hpcbsp", "kernels", ext.name.rsplit(".", 1)[1] + SUFFIX)
+    if not os.path.exists(in_place):
+        return False
+    try:
+        with open(KEY_FILE, encoding="utf-8") as f:
+            keys = json.load(f)
+    except (OSError, ValueError):
+        return False
+    newest_input = max(os.path.getmtime(p) for p in [*ext.sources, *ext.depends])
+    return keys.get(ext.name) == build_key(ext) and os.path.getmtime(in_place) >= newest_input
+
+
 class ReusingBuildExt(build_ext):
     """``build_ext`` that copies an up-to-date in-place extension of the same build key."""
 
     def build_extension(self, ext: Extension) -> None:
+        if ext.name not in REUSED:
+            super().build_extension(ext)
+            return
         target = self.get_ext_fullpath(ext.name)
         in_place = os.path.join("hpcbsp", "kernels", os.path.basename(target))
-        if os.path.abspath(target) != os.path.abspath(in_place) and self._reusable(ext, in_place):
+        # An editable install (make's) builds in place: the target is the extension itself.
+        if os.path.abspath(target) != os.path.abspath(in_place):
             os.makedirs(os.path.dirname(target), exist_ok=True)
             shutil.copy2(in_place, target)
-            print(f"hpcbsp: reusing {in_place} (up to date, same build key)")
-            return
-        super().build_extension(ext)
-
-    def _reusable(self, ext: Extension, in_place: str) -> bool:
-        if self.force or os.environ.get("HPCBSP_REBUILD_KERNELS") == "1" or not os.path.exists(in_place):
-            return False
-        try:
-            with open(KEY_FILE, encoding="utf-8") as f:
-                keys = json.load(f)
-        except (OSError, ValueError):
-            return False
-        newest_input = max(os.path.getmtime(p) for p in [*ext.sources, *ext.depends])
-        return keys.get(ext.name) == build_key(ext) and os.path.getmtime(in_place) >= newest_input
+        print(f"hpcbsp: reusing {in_place} (up to date, same build key)")
 
     def copy_file(self, infile, outfile, *args, **kwargs):  # type: ignore[no-untyped-def]
         """Into the package, an extension is replaced by a rename, and not at all when unchanged:
@@ -125,5 +138,13 @@ class ReusingBuildExt(build_ext):
 
 
 cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-setup(ext_modules=cythonize(extensions, compiler_directives=directives, quiet=True, nthreads=cores),
+# Decided before Cython runs: a reused extension is neither translated nor compiled again (its
+# sources are named as the .c it was built from, which nothing then reads).
+REUSED = {ext.name for ext in extensions if reusable(ext)}
+for ext in extensions:
+    if ext.name in REUSED:
+        ext.sources = [os.path.splitext(src)[0] + ".c" for src in ext.sources]
+fresh = [ext for ext in extensions if ext.name not in REUSED]
+setup(ext_modules=[*(cythonize(fresh, compiler_directives=directives, quiet=True, nthreads=cores) if fresh else []),
+                   *(ext for ext in extensions if ext.name in REUSED)],
       cmdclass={"build_ext": ReusingBuildExt}, options={"build_ext": {"parallel": cores}})
