@@ -105,16 +105,36 @@ def test_float64_rounds_to_float32_then_to_bfloat16_as_the_wire_does(streaming):
         assert _bits(out) == _bits(want)
 
 
-def test_float32_and_float64_round_to_float16_as_numpy_does():
+def _half_edges(dtype: type) -> np.ndarray:
+    """Values at half's rounding ties and beside them: every float32 sign, exponent and top 10
+    mantissa bits with the 13 bits below at 0, 1, just under, at and just over the tie, and all
+    ones; for float64 the same below the top 10 mantissa bits, for the exponents from 2^-30 to
+    2^20 (half's subnormals to beyond its range), with infinities and NaNs."""
+    if dtype == np.float32:
+        top = np.arange(1 << 19, dtype=np.uint32) << np.uint32(13)
+        lows = np.array([0, 1, 0xFFF, 0x1000, 0x1001, 0x1FFF], dtype=np.uint32)
+        return (top[:, None] | lows[None, :]).ravel().view(np.float32)
+    exps = np.arange(1023 - 30, 1023 + 21, dtype=np.uint64)
+    exps = np.concatenate([exps, [0, 0x7FF]]).astype(np.uint64)  # (zeros and subnormals; inf and NaN)
+    mant = np.arange(1 << 10, dtype=np.uint64) << np.uint64(42)
+    top = ((exps[:, None] << np.uint64(52)) | mant[None, :]).ravel()
+    top = np.concatenate([top, top | np.uint64(1 << 63)])
+    lows = np.array([0, 1, (1 << 41) - 1, 1 << 41, (1 << 41) + 1, (1 << 42) - 1], dtype=np.uint64)
+    return (top[:, None] | lows[None, :]).ravel().view(np.float64)
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_float32_and_float64_round_to_float16_as_numpy_does(dtype, streaming):
+    """Straight from the float64 (no float32 on the way: that would round twice)."""
     rng = np.random.default_rng(5)
-    for dtype in (np.float32, np.float64):
-        with np.errstate(all="ignore"):
-            x = np.concatenate([_edge_float32().astype(dtype)[::3],
-                                rng.standard_normal(5000) * 10.0 ** rng.integers(-9, 6, 5000)]).astype(dtype)
-            out = np.empty(x.size, dtype=np.float16)
-            convert(out, x)
-            want = x.astype(np.float16)
-        assert _bits(out) == _bits(want)
+    with np.errstate(all="ignore"):
+        x = np.concatenate([_half_edges(dtype), _edge_float32().astype(dtype)[::3],
+                            rng.standard_normal(5000) * 10.0 ** rng.integers(-9, 6, 5000)]).astype(dtype)
+        out = np.empty(x.size, dtype=np.float16)
+        convert(out, x, streaming=streaming)
+        want = x.astype(np.float16)
+    assert _bits(out) == _bits(want)
 
 
 @pytest.mark.parametrize("streaming", [False, True])

@@ -89,11 +89,11 @@ def copy(out: np.ndarray, src: np.ndarray, *, streaming: bool = False) -> np.nda
 def convert(out: np.ndarray, src: np.ndarray, *, streaming: bool = False) -> np.ndarray:
     """``out[:] = src`` converted to ``out``'s dtype in one pass; returns ``out``.
 
-    Between float64, float32 and the 16-bit gradients (:data:`WIRE16`): into bfloat16
-    (``out`` uint16) from float32 or float64 by the compiled kernel (a float64 rounded to float32
-    first, then to nearest even: ``wire.bfloat16_bits``'s bits); out of a 16-bit gradient into
-    float32 or float64 by the compiled kernel (exact); any other pair of float dtypes by numpy
-    (its rounding).  Where the dtypes are the same, :func:`copy`.  ``streaming``: non-temporal
+    Between float64, float32 and the 16-bit gradients (:data:`WIRE16`), by the compiled
+    kernels: into bfloat16 (``out`` uint16) from float32 or float64 (a float64 rounded to
+    float32 first, then to nearest even: ``wire.bfloat16_bits``'s bits); into float16 (numpy's
+    bits: to nearest even, straight from the float64 or float32); out of a 16-bit gradient into
+    float32 or float64 (exact).  float64 to float32 by numpy (its rounding).  Where the dtypes are the same, :func:`copy`.  ``streaming``: non-temporal
     stores where a kernel writes (the same bits).  ``out`` and ``src`` as for :func:`copy`."""
     if out.dtype == src.dtype:
         return copy(out, src, streaming=streaming)
@@ -107,8 +107,8 @@ def convert(out: np.ndarray, src: np.ndarray, *, streaming: bool = False) -> np.
         raise ValueError("convert: out and src must be C-contiguous and out writeable")
     if np.may_share_memory(out, src):
         raise ValueError("convert: out and src overlap")
-    if out.dtype == np.uint16:
-        MODULES["_update"].bfloat16_from(out, src, streaming)
+    if out.dtype in WIRE16:
+        MODULES["_update"].narrow(out.view(np.uint16), src, out.dtype == np.uint16, streaming)
     elif src.dtype in WIRE16:
         MODULES["_update"].widen(out, src.view(np.uint16), src.dtype == np.uint16)
     else:
