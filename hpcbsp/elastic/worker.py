@@ -169,7 +169,8 @@ def _work(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray], n_params:
                              f"{type(grad).__name__} {getattr(grad, 'shape', '')}; the model has "
                              f"{n_params} parameters: return a flat array of that length")
         values = out_wire.as_payload(grad)
-        if values is None and shared is not None and shared.grads is not None and grad.dtype.kind == "f":
+        if values is None and shared is not None and shared.grads is not None and grad.dtype.kind == "f" \
+                and (grad.dtype.itemsize >= 4 or grad.dtype == shared.grads.dtype):
             values = grad  # (converted once, as the push writes it into the slot: no payload)
         if values is None:
             if payload is None:

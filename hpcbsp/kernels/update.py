@@ -93,8 +93,9 @@ def convert(out: np.ndarray, src: np.ndarray, *, streaming: bool = False) -> np.
     kernels: into bfloat16 (``out`` uint16) from float32 or float64 (a float64 rounded to
     float32 first, then to nearest even: ``wire.bfloat16_bits``'s bits); into float16 (numpy's
     bits: to nearest even, straight from the float64 or float32); out of a 16-bit gradient into
-    float32 or float64 (exact).  float64 to float32 by numpy (its rounding).  Where the dtypes are the same, :func:`copy`.  ``streaming``: non-temporal
-    stores where a kernel writes (the same bits).  ``out`` and ``src`` as for :func:`copy`."""
+    float32 or float64 (exact).  float64 to float32 by numpy (its rounding).  Where the dtypes
+    are the same, :func:`copy`.  ``streaming``: non-temporal stores where a kernel writes (the
+    same bits).  ``out`` and ``src`` as for :func:`copy`."""
     if out.dtype == src.dtype:
         return copy(out, src, streaming=streaming)
     floats = (np.float32, np.float64)
