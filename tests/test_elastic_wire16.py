@@ -245,7 +245,7 @@ def _run(comm, fmt: str, policy: str, dtype: type, grad_dtype: type, slots: bool
 
 
 @pytest.mark.mpi(min_size=2)
-@pytest.mark.parametrize("grad_dtype", ["weights'", "float64"])
+@pytest.mark.parametrize("grad_dtype", ["weights'", "float64", "float16"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("policy", ["bsp", "asp"])
 @pytest.mark.parametrize("fmt", ["bfloat16", "float16"])
@@ -253,14 +253,15 @@ def test_a_run_through_16_bit_slots_gives_the_message_runs_weights_bit_for_bit(f
                                                                                monkeypatch, capfd):
     """BSP at any number of workers, ASP with one (the schedules that fix every update's
     gradients); the gradient function returns the weights' dtype or float64 (converted into the
-    slot as it is written)."""
+    slot as it is written), or float16 (copied into a float16 slot, encoded first for a
+    bfloat16 one)."""
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD.Dup()
     try:
         if policy == "asp" and comm.Get_size() > 2:
             pytest.skip("ASP's order of updates with two workers or more is the arrivals' (not a fixed schedule)")
-        gdt = np.float64 if grad_dtype == "float64" else dtype
+        gdt = {"float64": np.float64, "float16": np.float16}.get(grad_dtype, dtype)
         through_slots, slot_writes = _run(comm, fmt, policy, dtype, gdt, True, monkeypatch)
         as_messages, message_writes = _run(comm, fmt, policy, dtype, gdt, False, monkeypatch)
         if comm.Get_rank() == 0:
