@@ -42,9 +42,15 @@ def test_the_elastic_bench_on_two_ranks_prints_each_comparison_with_consistent_f
                         f"{ROUNDS} alternating rounds of {ITERS}"
                         + (f"; gradients pushed as {grad_dtype}" if grad_dtype else "")), res.stdout
     rows = {m["name"]: m for m in map(ROW.match, lines) if m}
+    sixteen = {f"{grad_dtype} vs messages": f"{grad_dtype} messages",
+               f"{grad_dtype} vs float32": "float32 slots"} if grad_dtype else {}
     assert {name: rows[name]["base_name"] for name in rows} == {
-        "push+pull via server": "raw Send/Recv", "allreduce step": "bare Allreduce",
+        "push+pull via server": "raw Send/Recv", **sixteen, "allreduce step": "bare Allreduce",
         "bsp.allreduce alone": "bare Allreduce"}, res.stdout
+    if grad_dtype:  # (the 16-bit slots' time is the push+pull's, measured once per round)
+        assert rows[f"{grad_dtype} vs messages"]["ours"] == rows["push+pull via server"]["ours"]
+        assert rows[f"{grad_dtype} vs float32"]["ours"] == rows["push+pull via server"]["ours"]
+        assert "gradients as messages" not in res.stderr, res.stderr  # (the fall-back's line kept out)
     for name, row in rows.items():
         ratio, lo, hi = float(row["ratio"]), float(row["lo"]), float(row["hi"])
         # (lo may print as 0.00 under load: see the module's docstring)
@@ -73,13 +79,13 @@ def test_the_bench_measures_one_figure_per_round_the_same_on_every_rank():
     from hpcbsp.bench.elastic import bench
     from hpcbsp.elastic import launch_world
 
-    r = launch_world(bench, PARAMS, 3, ROUNDS, min_ranks=1)
+    r = launch_world(bench, PARAMS, 3, ROUNDS, "bfloat16", min_ranks=1)
     assert r["bytes"] == 16 + 4 * PARAMS
     assert r["hosts"] == MPI.COMM_WORLD.allgather(MPI.Get_processor_name())  # (rank order)
     two = MPI.COMM_WORLD.Get_size() > 1  # the push+pull comparison needs a server and a worker
-    for key in ("server_s", "raw_s", "step_s", "bare_s", "reduce_s"):
+    for key in ("server_s", "raw_s", "messages_s", "plain_s", "step_s", "bare_s", "reduce_s"):
         figures = r[key]
-        if key in ("server_s", "raw_s") and not two:
+        if key in ("server_s", "raw_s", "messages_s", "plain_s") and not two:
             assert figures == [], key
             continue
         assert len(figures) == ROUNDS and all(math.isfinite(t) and t > 0 for t in figures), (key, figures)

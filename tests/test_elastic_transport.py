@@ -14,8 +14,10 @@ Oracles:
   would show.  On the window the gradients travel through the workers' slots in it (the
   ``auto`` cases); a worker that naps after writing each chunk of its gradient makes the server
   read chunks as they come, and a chunk read before it was written would hold the previous
-  push's values and show in the final weights.  With bfloat16 gradients (no slots: they travel
-  as messages) the replay rounds each gradient as the wire does.
+  push's values and show in the final weights.  With bfloat16 and float16 gradients (in slots of
+  2 bytes a value, encoded as the worker writes them and decoded as the server's update reads
+  them) the replay rounds each gradient as the wire does (``Wire.roundtrip``: wire.py's and
+  numpy's conversions).
 * for the window's layout and the worker's chunk-by-chunk copy (serially, on a fake window): a
   hand-made schedule of a server that writes each chunk only when the worker waits for it, so a
   chunk copied before it is ready holds the old values; the same for the gradient's chunks (a
@@ -46,7 +48,8 @@ def _gradient(worker: int, iteration: int, size: int, dtype: type) -> np.ndarray
 
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("transport", ["messages", "auto", "auto, slow chunks", "auto, slow gradient chunks",
-                                       "auto, bfloat16 gradients", "auto, slots over the memory share",
+                                       "auto, bfloat16 gradients", "auto, float16 gradients",
+                                       "auto, slots over the memory share",
                                        "auto, float64 gradients"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_every_version_a_worker_copies_is_the_numpy_replay_of_the_pushes_bit_for_bit(dtype, transport,
@@ -67,7 +70,7 @@ def test_every_version_a_worker_copies_is_the_numpy_replay_of_the_pushes_bit_for
     from hpcbsp.elastic.worker import work
 
     slow = transport == "auto, slow chunks"
-    grad_format = "bfloat16" if "bfloat16" in transport else None
+    grad_format = next((f for f in ("bfloat16", "float16") if f in transport), None)
     if slow and MPI.COMM_WORLD.Get_rank() == 0:
         publish = SharedWeights.publish
 
@@ -146,10 +149,12 @@ def test_every_version_a_worker_copies_is_the_numpy_replay_of_the_pushes_bit_for
             lines = [x for x in capfd.readouterr().err.splitlines() if "HPCBSP_SLOT_MEMORY_SHARE" in x]
             if me == 0:
                 assert len(lines) == 1 and "gradients as messages" in lines[0], lines
-                assert f"(1 + {comm.Get_size() - 1} workers) x {P:,} values of {np.dtype(dtype).itemsize} bytes" in lines[0]
+                size = np.dtype(dtype).itemsize
+                assert (f"({P:,} weights of {size} bytes + {comm.Get_size() - 1} workers x {P:,} gradient "
+                        f"values of {size} bytes)") in lines[0]
             else:
                 assert lines == []
-        elif me > 0 and transport == "auto" and grad_format is None:
+        elif me > 0 and transport == "auto":
             assert slot_writes[0] == res_w.iterations  # (the contrast: every push through the slot)
         if me > 0:
             assert transport == "auto" or res_w.streamed == 0

@@ -15,7 +15,12 @@ model of ``P`` parameters (default 1,048,576: 4 MiB each way):
   With ``--grad-dtype bfloat16`` (or ``float16``) the gradients travel in 2 bytes a value, as
   ``train.py --grad-dtype`` sends them, while the baseline still moves float32 both ways: the
   ratio then says what the compression gains (at most 4/3 where the link is the bottleneck: 6
-  bytes a parameter per round trip instead of 8) net of its encoding and decoding.
+  bytes a parameter per round trip instead of 8) net of its encoding and decoding.  On one
+  node such gradients go through the shared window's 16-bit slots (:mod:`hpcbsp.elastic.transport`),
+  and two more rows, measured in the same rounds, compare them with the same push+pull with
+  the gradients as messages (``$HPCBSP_SLOT_MEMORY_SHARE`` too small for the slots, so the
+  server's fall-back: the message path of the gradients, the weights still in the window) and
+  with float32 gradients through float32 slots.  Ratio = the other's time / the slots' time.
   Ranks other than 0 and 1 sit the comparison out.
 * **allreduce step**: one step of the allreduce baseline
   (:func:`hpcbsp.elastic.allreduce.allreduce_step`: ``bsp.reduce_scatter`` of ``P + 1`` values,
@@ -39,9 +44,13 @@ meaningful only on a quiet machine with at least as many cores as ranks.
 """
 from __future__ import annotations
 
+import io
+import os
 import statistics
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stderr
 from typing import Any
 
 import numpy as np
@@ -53,6 +62,7 @@ from hpcbsp.bench._elastic_shards import ShardFigures, shard_figures  # noqa: F4
 from hpcbsp.elastic.allreduce import allreduce_step
 from hpcbsp.elastic.policies import make_policy
 from hpcbsp.elastic.server import serve
+from hpcbsp.elastic.slots import SLOT_SHARE_ENV
 from hpcbsp.elastic.transport import open_transport
 from hpcbsp.elastic.wire import FORMATS, HEADER_BYTES
 from hpcbsp.elastic.worker import work
@@ -64,9 +74,32 @@ from hpcbsp.util.args.vocabulary import add_iters, add_repeats
 from hpcbsp.util.progress import Progress
 
 
+@contextmanager
+def _gradients_as_messages() -> Iterator[None]:
+    """The server's fall-back to gradients as messages (a slot share no window fits), its line
+    on stderr kept out of the bench's output."""
+    old = os.environ.get(SLOT_SHARE_ENV)
+    os.environ[SLOT_SHARE_ENV] = "1e-12"
+    said = io.StringIO()
+    try:
+        with redirect_stderr(said):
+            yield
+    finally:
+        if old is None:
+            del os.environ[SLOT_SHARE_ENV]
+        else:
+            os.environ[SLOT_SHARE_ENV] = old
+        sys.stderr.write("".join(line for line in said.getvalue().splitlines(keepends=True)
+                                 if "gradients as messages" not in line))
+
+
 def _server_round(comm: MPI.Comm, grad: np.ndarray, w0: np.ndarray, iters: int,
-                  timeout: float, grad_format: str | None) -> float | None:
-    """Seconds per push+pull through the server, as worker 1 sees it (None on other ranks)."""
+                  timeout: float, grad_format: str | None, slots: bool = True) -> float | None:
+    """Seconds per push+pull through the server, as worker 1 sees it (None on other ranks);
+    ``slots`` False: the gradients as messages even where the window could hold them."""
+    if not slots:
+        with _gradients_as_messages():
+            return _server_round(comm, grad, w0, iters, timeout, grad_format)
     rank = comm.Get_rank()
     pair = comm.Split(0 if rank < 2 else MPI.UNDEFINED, rank)
     if pair == MPI.COMM_NULL:
@@ -162,6 +195,8 @@ def bench(world: World, params: int, iters: int, rounds: int, grad_format: str |
     w0 = np.zeros(params, dtype=np.float32)
     nbytes = HEADER_BYTES + 4 * params
     server, raw, step, bare, reduce_only, ordinary, streaming = [], [], [], [], [], [], []
+    messages, plain = [], []  # (16-bit gradients: as messages, and float32 ones, both via the server)
+    sixteen = grad_format in ("float16", "bfloat16")
     buf = np.zeros(params + 1, dtype=np.float32)
     buf[:params] = grad
     out = np.empty_like(buf)
@@ -179,6 +214,11 @@ def bench(world: World, params: int, iters: int, rounds: int, grad_format: str |
             comm.Barrier()
             server.append(_max(comm, _server_round(comm, grad, w0, iters, world.timeout, grad_format)))
             comm.Barrier()
+            if sixteen:
+                messages.append(_max(comm, _server_round(comm, grad, w0, iters, world.timeout, grad_format, False)))
+                comm.Barrier()
+                plain.append(_max(comm, _server_round(comm, grad, w0, iters, world.timeout, None)))
+                comm.Barrier()
             raw.append(_max(comm, _raw_round(comm, nbytes, iters)))
         comm.Barrier()
         tic = time.perf_counter()
@@ -197,7 +237,8 @@ def bench(world: World, params: int, iters: int, rounds: int, grad_format: str |
             bsp.allreduce(buf, out=total)
         reduce_only.append(_max(comm, (time.perf_counter() - tic) / iters))
     return {"server_s": server, "raw_s": raw, "step_s": step, "bare_s": bare, "reduce_s": reduce_only,
-            "ordinary_s": ordinary, "streaming_s": streaming, "bytes": nbytes, "hosts": comm.allgather(MPI.Get_processor_name())}
+            "ordinary_s": ordinary, "streaming_s": streaming, "bytes": nbytes, "messages_s": messages,
+            "plain_s": plain, "hosts": comm.allgather(MPI.Get_processor_name())}
 
 
 def _row(name: str, ours: list[float], base_name: str, base: list[float], target: str) -> str:
@@ -236,6 +277,12 @@ def main(argv: list[str]) -> int:
               + (f"; gradients pushed as {args.grad_dtype}" if args.grad_dtype else ""))
         if p > 1:
             print(_row("push+pull via server", r["server_s"], "raw Send/Recv ", r["raw_s"], "(target >= 0.8x)"))
+            if r["messages_s"]:
+                fmt = args.grad_dtype
+                print(_row(f"{fmt} vs messages", r["server_s"], f"{fmt} messages", r["messages_s"],
+                           f"(slots: the row above; {fmt} gradients as messages, the weights in the window)"))
+                print(_row(f"{fmt} vs float32", r["server_s"], "float32 slots", r["plain_s"],
+                           "(float32 gradients through float32 slots)"))
             if r["ordinary_s"]:
                 print(f"{'':20s} placement, every round: " + " ".join(
                     f"{placement_class(o, n)} ({1e3 * o:.3f}/{1e3 * n:.3f} ms)"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernels.update import sgd_step
+from ..kernels.update import WIRE16, convert, sgd_step
 from .policies.base import Decision, SyncPolicy
 from .runlog import RunLog
 
@@ -118,7 +118,9 @@ class Coordinator:
 
     def push(self, worker: int, grad: np.ndarray | None, now: float, stream: Stream | None = None,
              tell: Tell | None = None) -> Outcome:
-        """Worker ``worker`` pushed ``grad`` (computed on ``pulled_version[worker]``) at ``now``.
+        """Worker ``worker`` pushed ``grad`` (computed on ``pulled_version[worker]``) at ``now``:
+        values of any float dtype, or a 16-bit gradient's bits (float16, or uint16 for bfloat16:
+        :data:`~hpcbsp.kernels.update.WIRE16`), decoded as the update or the held row reads them.
 
         ``stream``: when the policy applies this gradient alone, now, and releases its worker
         (ASP), the update is made piece by piece into ``stream`` (see :class:`Stream`) and the
@@ -149,16 +151,19 @@ class Coordinator:
         if self.weights is not None:
             if grad is None:
                 raise ProtocolError(f"worker {worker} pushed no gradient to a server that holds weights")
-            if decision.apply == (worker,) and grad.dtype == self.weights.dtype and grad.ndim == 1 \
-                    and grad.flags.c_contiguous:
-                direct = grad  # applied alone, now (ASP): straight from the message, one pass
+            if decision.apply == (worker,) and (grad.dtype == self.weights.dtype or grad.dtype in WIRE16) \
+                    and grad.ndim == 1 and grad.flags.c_contiguous:
+                direct = grad  # applied alone, now (ASP): straight from the message or slot, one pass
         if stream is not None and (direct is None or worker not in decision.release):
             if stream.arrive is not None and grad is not None:  # the whole gradient before any use
                 for piece in stream.pieces:
                     stream.arrive(piece)
             stream = None  # the new weights go out with the replies, whole
         if self.weights is not None and direct is None:
-            self._grads[worker] = grad
+            if grad is not None and grad.dtype in WIRE16:  # (a 16-bit gradient's bits: decoded into the row)
+                convert(self._grads[worker], grad)
+            else:
+                self._grads[worker] = grad
         if decision.apply:
             self._apply(decision.apply, direct, stream)
         for w in decision.drop:

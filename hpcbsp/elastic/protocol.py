@@ -31,7 +31,7 @@ updates in place; a reply is its header alone, after which the worker copies the
 the window and acknowledges (8 bytes).  The server changes the weights only when every reply
 has been acknowledged.  An update streamed to its worker (ASP's, as above) is announced in the
 window chunk by chunk, and the worker copies each chunk while the server updates the next,
-before the header arrives.  A gradient in the weights' own dtype does not travel either there:
+before the header arrives.  A gradient in the weights' own dtype, float16 or bfloat16 does not travel either there:
 the push is its header, and the worker writes the gradient into a slot of its own in the
 window, a chunk at a time, each of which the server reads as soon as it is written
 (:mod:`.transport` has the rules).

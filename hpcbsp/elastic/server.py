@@ -48,7 +48,8 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
     workers, ``16 + w P`` bytes out to each of them (a header, then the weights in pieces; ``w``,
     ``g``: bytes per weight and per gradient value, see the module docstring); with the shared
     window, 16 bytes out and an 8-byte acknowledgement in per reply, and with the workers'
-    gradient slots in it (uncompressed gradients) 16 bytes in per push.
+    gradient slots in it (gradients in the weights' dtype, float16 or bfloat16) 16 bytes in per
+    push.
 
     Parameters
     ----------
@@ -130,12 +131,12 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
     except Exception as exc:  # told to the workers in the collective below, then raised
         problem = exc
         held = None
+    slot = None if held is None or wired is None else wired[1].slot(wired[0])
     shared = open_transport(comm, transport if servers == 1 else "messages",
                             None if problem is None else str(problem),
                             0 if held is None else held.size,
                             np.dtype(np.float64) if held is None else wired[0].storage,  # type: ignore[index]
-                            gradients=servers == 1 and held is not None and wired is not None
-                            and wired[1].storage == wired[0].storage)
+                            gradients=servers == 1 and slot is not None, grad_dtype=slot)
     if problem is not None:
         raise problem
     assert wired is not None

@@ -24,9 +24,11 @@ that could be reading it is acknowledged (as before), ``expect[w]`` and ``ready[
 and a worker copies chunk ``c`` only while ``ready[c]`` is the version it was announced; it
 checks after the copy that no chunk moved past it (:class:`TornWeights` otherwise).
 
-The gradients come the same way, where they travel in the weights' dtype (no ``grad_format``
-compression; every rank asks for ``gradients`` in :func:`open_transport`): the window then holds
-a slot per worker, of the weights' size, and two more kinds of control words: ``arrived[w, c]``,
+The gradients come the same way in the weights' dtype or a 16-bit format (``grad_format``
+float16 or bfloat16, :meth:`.wire.Wire.slot`; every rank asks in :func:`open_transport`): the
+window then holds a slot per worker of ``P`` values of that type (2 bytes a value for the 16-bit
+formats, which the worker rounds as it writes them and the server's update decodes as it reads
+them, :mod:`hpcbsp.kernels.update`: the messages' bits, without their passes), and two more kinds of control words: ``arrived[w, c]``,
 the push (worker ``w``'s count, from 0) whose chunk ``c`` slot ``w`` holds, and ``taken[w]``, the
 last push the server has read out of it.  A worker sends its push header first, then writes its
 gradient into its slot a chunk at a time, ``Win.Sync`` and ``arrived[w, c]`` after each; the
@@ -58,8 +60,9 @@ measures the two kinds of store on its own updates and uses the faster, trying t
 and then; a worker does the same for its writes of its gradient into its slot, lines the server
 has just read.
 
-Memory: the window is ``(1 + workers) × P × w`` bytes with the gradient slots (``P`` values of
-``w`` bytes: the weights and a slot per worker), ``P × w`` without, on the server's node.  Where
+Memory: the window is ``P × (w + workers × g)`` bytes with the gradient slots (``P`` values:
+the weights of ``w`` bytes and a slot per worker of ``g``, the gradients' wire type), ``P × w``
+without, on the server's node.  Where
 the slots' window would exceed ``$HPCBSP_SLOT_MEMORY_SHARE`` of the node's memory (default a
 quarter; :func:`.slots.slot_window_fits`), the gradients travel as messages and rank 0 says so in one
 line with the sizes (the weights still use the window).
@@ -77,7 +80,7 @@ from typing import Callable
 import numpy as np
 from mpi4py import MPI
 
-from ..kernels.update import copy, sgd_step
+from ..kernels.update import convert, sgd_step
 from ..runtime.environment import setting
 from ..runtime.superstep.nodes import Nodes
 from ..util.choices import TRANSPORTS
@@ -113,8 +116,9 @@ class WindowStores:
     with whichever stores its own writes measure faster: ordinary ones, or non-temporal ones (the
     same bits; see the module docstring).  The server's SGD updates of the weights use one
     (``step`` :func:`~hpcbsp.kernels.update.sgd_step`, the default: ``stores(w, g, lr)``), a
-    worker's copies of its gradient into its slot another (``step``
-    :func:`~hpcbsp.kernels.update.copy`: ``stores(slot, gradient)``).
+    worker's writes of its gradient into its slot another (``step``
+    :func:`~hpcbsp.kernels.update.convert`: ``stores(slot, gradient)``, a copy, or the
+    conversion to the slot's type).
 
     The first two writes try one kind each; after that each write uses the kind with the lower
     mean time per value, except every ``EXPLORE``-th, which tries the other so that a change of
@@ -170,7 +174,7 @@ class SharedWeights:
     docstring): ``array`` is rank 0's part, seen by every rank of ``comm``; ``chunks`` its
     chunks, in order; ``ready`` and ``expect`` the control words (views of the window, one per
     chunk and one per worker).  With gradient slots: ``grads[w]`` worker ``w``'s slot (of the
-    weights' dtype and size), ``arrived[w, c]`` the push whose chunk ``c`` the slot holds, and
+    weights' size, the gradients' wire type), ``arrived[w, c]`` the push whose chunk ``c`` the slot holds, and
     ``taken[w]`` the last push the server has read out of it (control words too)."""
 
     def __init__(self, win: MPI.Win, array: np.ndarray, ready: np.ndarray, expect: np.ndarray,
@@ -185,7 +189,7 @@ class SharedWeights:
         self.arrived = arrived
         self.taken = taken
         self.stores = WindowStores()  # the server's updates of ``array``
-        self.pushes = WindowStores(step=copy)  # a worker's copies of its gradient into its slot
+        self.pushes = WindowStores(step=convert)  # a worker's writes of its gradient into its slot
 
     def _chunk(self, piece: slice) -> int:
         return piece.start // max(self.chunks[0].stop, 1)
@@ -233,8 +237,9 @@ class SharedWeights:
     def push(self, worker: int, values: np.ndarray, push: int) -> None:
         """Write ``values`` (push number ``push`` of ``worker``, counted from 0) into the
         worker's slot a chunk at a time, with :attr:`pushes`' stores (values of another float
-        dtype, a float64 gradient for float32 weights, are converted as they are written: one
-        pass, rounded as numpy rounds), each chunk's word set after
+        dtype, a float64 gradient for float32 weights or any gradient for a 16-bit slot, are
+        converted as they are written, straight into the slot: one pass, rounded as the
+        messages' encoding rounds, :func:`~hpcbsp.kernels.update.convert`), each chunk's word set after
         its stores, so that the server updates a chunk while the next is written.  Raises
         :class:`TornWeights` if the server has not yet taken the previous push (the protocol
         broken: it takes each push before it replies)."""
@@ -243,12 +248,8 @@ class SharedWeights:
         if self.taken[worker] != push - 1:  # type: ignore[index]
             raise TornWeights(f"worker {worker}: the server has taken push {int(self.taken[worker])} "  # type: ignore[index]
                               f"out of the shared window, not {push - 1}, before push {push}")
-        convert = values.dtype != slot.dtype  # (a float64 gradient for float32 weights)
         for c, piece in enumerate(self.chunks):
-            if convert:  # converted and written in one pass, straight into the slot
-                np.copyto(slot[piece], values[piece], casting="same_kind")
-            else:
-                self.pushes(slot[piece], values[piece])
+            self.pushes(slot[piece], values[piece])  # (converted to the slot's type as written)
             self.win.Sync()
             arrived[c] = push
 
@@ -310,11 +311,11 @@ def _requested(transport: str | None) -> str:
 
 
 def open_transport(comm: MPI.Comm, transport: str | None, problem: str | None, count: int,
-                   dtype: np.dtype, gradients: bool = False) -> SharedWeights | None:
+                   dtype: np.dtype, gradients: bool = False, grad_dtype: np.dtype | None = None) -> SharedWeights | None:
     """Collective on ``comm`` (the server and every worker, at the start of a run): agree on the
     transport and, for a shared one, make the window of ``count`` values of ``dtype`` on rank 0,
-    with a gradient slot per worker if every rank gives ``gradients`` (the gradients travel in
-    the weights' dtype).
+    with a gradient slot per worker of ``count`` values of ``grad_dtype`` (default ``dtype``: a
+    16-bit gradient's as :meth:`.wire.Wire.slot` gives it) if every rank gives ``gradients``.
 
     ``problem`` is this rank's reason not to start (None when it can): every rank then raises
     :class:`TransportError`, the others naming the rank, instead of one rank leaving the others
@@ -327,11 +328,16 @@ def open_transport(comm: MPI.Comm, transport: str | None, problem: str | None, c
     one_node = Nodes.of(comm).one_node
     me = comm.Get_rank()
     itemsize = np.dtype(dtype).itemsize
+    slot_type = np.dtype(dtype if grad_dtype is None else grad_dtype)
+    g_size = slot_type.itemsize
     # One Allreduce, element-wise: whether every rank can start and wants a window, and the
-    # least and the greatest number of values and value size given (they must be the same).
-    fits, why = slot_window_fits(count, itemsize, comm.Get_size() - 1) if gradients else (True, "")
+    # least and the greatest number of values, value size and slot type given (the same, or
+    # the models or the gradients' formats differ).
+    fits, why = slot_window_fits(count, itemsize, comm.Get_size() - 1, grad_itemsize=g_size) \
+        if gradients else (True, "")
     mine = np.array([problem is None, choice == "auto" and one_node, count, -count, itemsize, -itemsize,
-                     gradients, fits], dtype=np.int64)
+                     gradients, fits, slot_type.num if gradients else -1,
+                     -slot_type.num if gradients else -1000], dtype=np.int64)
     agreed = np.empty_like(mine)
     comm.Allreduce(mine, agreed, op=MPI.MIN)
     ok, shared, slots = bool(agreed[0]), bool(agreed[1]), bool(agreed[6]) and bool(agreed[7])
@@ -340,6 +346,10 @@ def open_transport(comm: MPI.Comm, transport: str | None, problem: str | None, c
                    f"{-agreed[3]} values of {agreed[4]} to {-agreed[5]} bytes (this rank: {count} of "
                    f"{itemsize}); give every worker the server's n_params and dtype")
         raise TransportError(f"rank {me}: {problem}")
+    if ok and agreed[6] and agreed[8] != -agreed[9]:
+        raise TransportError(f"rank {me}: the server and its workers were given different gradient formats "
+                             f"(this rank's slots: {slot_type.name}, uint16 for bfloat16); give every worker "
+                             "the server's grad_format")
     if not ok:
         first = comm.allreduce(me if problem is not None else comm.Get_size(), op=MPI.MIN)
         raise TransportError(f"rank {me}: {problem}" if problem is not None else
@@ -355,14 +365,15 @@ def open_transport(comm: MPI.Comm, transport: str | None, problem: str | None, c
     n_chunks = len(pieces(count, itemsize, CHUNK_BYTES))
     n_words = n_chunks + workers + (workers * n_chunks + workers if slots else 0)
     span = -(-count * itemsize // LINE) * LINE
-    words_at = span * (1 + (workers if slots else 0))
+    g_span = -(-count * g_size // LINE) * LINE  # (a slot's, from a line's start)
+    words_at = span + (workers * g_span if slots else 0)
     win = MPI.Win.Allocate_shared(words_at + n_words * LINE if me == 0 else 0, 1, comm=comm)  # type: ignore[arg-type]
     buf, _ = win.Shared_query(0)
     raw = np.frombuffer(buf, dtype=np.uint8)  # type: ignore[call-overload]
     words = raw[words_at:words_at + n_words * LINE].view(np.int64)[::LINE // 8]
     grads = arrived = taken = None
     if slots:
-        grads = raw[span:span * (1 + workers)].view(dtype).reshape(workers, span // itemsize)[:, :count]
+        grads = raw[span:span + workers * g_span].view(slot_type).reshape(workers, g_span // g_size)[:, :count]
         at = n_chunks + workers
         arrived = words[at:at + workers * n_chunks].reshape(workers, n_chunks)
         taken = words[at + workers * n_chunks:]

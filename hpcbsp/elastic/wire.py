@@ -17,7 +17,10 @@ Value formats (:data:`FORMATS`):
   so the bits travel as uint16): float32's range, 8 significant bits; gradient compression only.
 
 Encoding a float32 vector into a 16-bit payload is the only conversion on the hot path (one pass
-over the vector); decoding on the server is one more pass into its float32 gradient store.
+over the vector); decoding on the server is one more pass into its float32 gradient store.  On
+one node a 16-bit gradient skips both copies: the worker encodes it straight into its slot of
+the shared window and the server's update decodes it as it reads it (:mod:`.transport`,
+:func:`hpcbsp.kernels.update.sgd_step`), with the bits of this module's functions.
 """
 from __future__ import annotations
 
@@ -93,6 +96,15 @@ class Wire:
         """The dtype the values are decoded to (float32 for the 16-bit formats)."""
         return np.dtype(_VALUES[self.format])
 
+    def slot(self, weights: "Wire") -> np.dtype | None:
+        """The dtype of a gradient slot in the shared window (:mod:`.transport`) for gradients
+        of this format beside ``weights``: this format's storage where it is the weights' own
+        or 16-bit (the server's update reads those straight out of the slot), else None (the
+        gradients travel as messages)."""
+        if self.format == weights.format or self.format in ("float16", "bfloat16"):
+            return self.storage
+        return None
+
     def nbytes(self, n_values: int) -> int:
         """Bytes of one push or reply carrying ``n_values`` values (header included)."""
         return HEADER_BYTES + n_values * self.storage.itemsize
@@ -129,8 +141,8 @@ class Wire:
         """``values`` as they arrive after :meth:`encode` and :meth:`decode` (for simulated runs)."""
         if self.format == "bfloat16":
             return bfloat16_values(bfloat16_bits(values))
-        if self.format == "float16":
-            return np.asarray(values, dtype=np.float32).astype(np.float16).astype(np.float32)
+        if self.format == "float16":  # (a float64 rounded once, straight to half, as encode does)
+            return np.asarray(values).astype(np.float16).astype(np.float32)
         return np.asarray(values, dtype=self.values)
 
 

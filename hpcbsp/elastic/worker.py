@@ -32,8 +32,8 @@ def work(comm: MPI.Comm | None, grad_fn: Callable[[np.ndarray], np.ndarray], n_p
     in (the reply: a header, then the weights in pieces; see the module docstring); with the
     shared window, the reply is 16 bytes, 8 more go out (the acknowledgement), and the worker
     copies the ``w P`` bytes of the weights out of the window; with its gradient slot there
-    (uncompressed gradients) the push is 16 bytes, and the worker writes the ``g P`` bytes of
-    its gradient into the window.
+    (gradients in the weights' dtype, float16 or bfloat16) the push is 16 bytes, and the worker
+    writes the ``g P`` bytes of its gradient into the window (converted as it writes them).
 
     Parameters
     ----------
@@ -81,8 +81,9 @@ def work(comm: MPI.Comm | None, grad_fn: Callable[[np.ndarray], np.ndarray], n_p
         wired = wires(dtype, grad_format)
     except ValueError as exc:
         problem = str(exc)
+    slot = None if wired is None else wired[1].slot(wired[0])
     shared = open_transport(comm, transport if servers == 1 else "messages", problem, n_params, np.dtype(dtype),
-                            gradients=servers == 1 and wired is not None and wired[1].storage == np.dtype(dtype))
+                            gradients=servers == 1 and slot is not None, grad_dtype=slot)
     assert wired is not None  # (else open_transport raised, on every rank)
     with shared if shared is not None else nullcontext():
         return _work(comm, grad_fn, n_params, shared, mode, *wired, iteration_time=iteration_time,
@@ -168,8 +169,9 @@ def _work(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray], n_params:
                              f"{type(grad).__name__} {getattr(grad, 'shape', '')}; the model has "
                              f"{n_params} parameters: return a flat array of that length")
         values = out_wire.as_payload(grad)
-        if values is None and shared is not None and shared.grads is not None and grad.dtype.kind == "f":
-            values = grad  # (converted once, as the push writes it into the slot)
+        if values is None and shared is not None and shared.grads is not None and grad.dtype.kind == "f" \
+                and (grad.dtype.itemsize >= 4 or grad.dtype == shared.grads.dtype):
+            values = grad  # (converted once, as the push writes it into the slot: no payload)
         if values is None:
             if payload is None:
                 payload = out_wire.alloc(1, n_params)[0]

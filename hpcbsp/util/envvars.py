@@ -176,7 +176,8 @@ _PACKAGE: tuple[Setting, ...] = (
             TRANSPORTS, "`elastic/transport.py`"),
     Setting("HPCBSP_SLOT_MEMORY_SHARE",
             "The largest share of this node's memory the parameter server's shared window may take with "
-            "the workers' gradient slots ((1 + workers) x the model, in the server's dtype): above it "
+            "the workers' gradient slots (the model, and a slot per worker in the gradients' type: "
+            "(1 + workers) x the model, 2 bytes a value in a float16 or bfloat16 slot): above it "
             "the gradients travel as messages, and rank 0 says so in one line with the sizes. See "
             "`hpcbsp/elastic/transport.py`.",
             "0.25", "a number greater than 0 and at most 1", "`elastic/transport.py`", fraction, 0.25),
