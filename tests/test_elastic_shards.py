@@ -173,6 +173,14 @@ def test_a_sharded_runs_checkpoint_restores_into_the_same_and_another_number_of_
     assert not dead.timed_out and dead.returncode != 0
     # The checkpoint of the sharded run is the whole model's state, as the single server saves it.
     params = int(dead.stdout.split("model softmax: ")[1].split()[0].replace(",", ""))
+    # The start line's memory per server, by hand: the longer key range, float64 weights, and per
+    # worker (2) a held row and a receive buffer of float64 values.
+    keys = -(-params // 2)
+    assert (f"servers: 2 ranks, one key range each (at most {keys:,} parameters), one per node as far as the job "
+            f"has nodes; each holds {8 * keys} B weights + {16 * keys} B held gradients + {16 * keys} B receive "
+            f"buffers = {40 * keys / 1024:.1f} KiB (the leader {8 * params} B more while it gathers") in dead.stdout, \
+        dead.stdout[:2000]
+    assert 1024 <= 40 * keys < 1024 ** 2  # (the KiB above)
     saved = _saved_state(ck)
     assert not saved["done"] and 1.0 <= saved["elapsed"] < 3.0
     assert saved["coord"].weights.size == params and saved["coord"].held().shape == (2, params)

@@ -3,7 +3,8 @@ tests/test_elastic_shards_supervise.py on this machine and tests/test_cluster_su
 across the emulated nodes).
 
     python shards_supervised.py --servers S --updates N --checkpoint DIR --restart --out W.npy
-        [--kill shard:K | worker:K] [--pace SECONDS] [--every SECONDS] [--placement]
+        [--kill shard:K | worker:K] [--pace SECONDS] [--every SECONDS]
+    python shards_supervised.py --placement S,S,...
 
 The job's ranks form one training world (:func:`hpcbsp.elastic.world.launch_world`): S server
 ranks, placed as the trainer places them (:func:`hpcbsp.elastic.shards.placed`), and the other
@@ -21,7 +22,8 @@ server shard or a worker) SIGKILLs itself on the first launch (``$HPCBSP_SUPERVI
 unset or 0) as soon as that file exists: what a rank whose node dies leaves behind, with a held
 gradient to be restored.  Rank 0 prints each role's rank and host (``shard K: rank R on HOST``,
 ``worker K: ...``), the updates, and writes the final weights to ``--out``.  ``--placement``
-prints the roles and ends (nothing trains).  :func:`expected` is the tests' oracle for the weights.
+prints every rank's host (``hosts: HOST,HOST,...``) and, for each S listed, the ranks that serve
+(``servers S: ranks R,R,... on HOST,HOST,...``), and ends (nothing trains).  :func:`expected` is the tests' oracle for the weights.
 """
 from __future__ import annotations
 
@@ -100,14 +102,32 @@ def roles(world: World, part: MPI.Comm, servers: int) -> list[str]:
     return lines
 
 
+def placement(world: World, counts: list[int]) -> None:
+    """Rank 0 prints every rank's host, then for each number of servers the world ranks that
+    serve and their hosts."""
+    hosts = world.comm.gather(MPI.Get_processor_name(), root=0)
+    if hosts is not None:
+        print(f"hosts: {','.join(hosts)}", flush=True)
+    for servers in counts:
+        part = placed(world.comm, servers)
+        mine = (part.Get_rank(), world.rank, MPI.Get_processor_name())
+        part.Free()
+        everyone = world.comm.gather(mine, root=0)
+        if everyone is not None:
+            shards = sorted(everyone)[:servers]
+            print(f"servers {servers}: ranks {','.join(str(r) for _, r, _ in shards)} on "
+                  f"{','.join(h for _, _, h in shards)}", flush=True)
+
+
 def train(world: World, args: argparse.Namespace) -> None:
+    if args.placement:
+        placement(world, args.placement)
+        return
     servers = args.servers
     part = placed(world.comm, servers)
     try:
         for line in roles(world, part, servers):
             print(line, flush=True)
-        if args.placement:
-            return
         me = part.Get_rank()
         role, index = args.kill.split(":") if args.kill else ("", "-1")
         victim = (role == "shard" and me == int(index)) or (role == "worker" and me == servers + int(index))
@@ -122,6 +142,8 @@ def train(world: World, args: argparse.Namespace) -> None:
         plan = CheckpointPlan(args.checkpoint, every=args.every, restart=args.restart, quiet=True)
         settings = {"updates": args.updates, "params": P, "workers": part.Get_size() - servers}
         state = plan.load(args.checkpoint, settings) if me == 0 and args.restart else None
+        resumed = "" if state is None else \
+            f" (resumed at update {state['coord'].version}, held gradients of workers {held(state)})"
 
         def save(now: dict[str, Any]) -> None:
             plan.save(args.checkpoint, settings, now)
@@ -132,8 +154,6 @@ def train(world: World, args: argparse.Namespace) -> None:
                     resume=state, save=save, save_every=args.every, servers=servers)
         if res is not None:
             np.save(args.out, res.weights)
-            resumed = "" if state is None else \
-                f" (resumed at update {state['coord'].version}, held gradients of workers {held(state)})"
             print(f"updates {res.log.updates}{resumed}", flush=True)
     finally:
         part.Free()
@@ -141,15 +161,15 @@ def train(world: World, args: argparse.Namespace) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--servers", type=int, required=True)
+    parser.add_argument("--servers", type=int, default=2)
     parser.add_argument("--updates", type=int, default=40)
-    parser.add_argument("--checkpoint", type=Path, required=True)
+    parser.add_argument("--checkpoint", type=Path, default=Path("ck"))
     parser.add_argument("--restart", action="store_true")
     parser.add_argument("--out", type=Path, default=Path("weights.npy"))
     parser.add_argument("--kill", default=None, help="shard:K or worker:K")
     parser.add_argument("--pace", type=float, default=0.01)
     parser.add_argument("--every", type=float, default=0.2)
-    parser.add_argument("--placement", action="store_true")
+    parser.add_argument("--placement", type=lambda text: [int(s) for s in text.split(",")], default=None)
     launch_world(train, parser.parse_args(), timeout=60)
     return 0
 
