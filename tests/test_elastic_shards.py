@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from mpi_helpers import run_mpi
 
-from hpcbsp.bench.elastic import shard_figures
+from hpcbsp.bench.elastic import shard_figures, shards
 from hpcbsp.elastic.coordinator import Coordinator
 from hpcbsp.elastic.keyranges import key_ranges, server_ranks, servers_problem, worker_pieces
 from hpcbsp.elastic.policies import make_policy
@@ -116,6 +116,18 @@ def test_the_bench_arithmetic_on_a_hand_computed_case() -> None:
     # the busiest of 3 shards of 10 float64 weights holds 4; float16 gradients: 2 bytes in
     odd = shard_figures(3, 2, 10, 1, 1.0, itemsize=8, grad_itemsize=2)
     assert (odd.server_in, odd.server_out, odd.link_bound, odd.rounds_per_s) == (2 * (16 + 8), 2 * (16 + 32), None, 0.5)
+
+
+def test_the_bench_line_ends_with_what_each_server_holds() -> None:
+    # 262144 float32 weights, 4 workers: one server holds 1 MiB of weights and 4 x 1 MiB each of
+    # held rows and receive buffers; each of 4 shards a quarter of each.
+    per = {1: {"runs": [(60, 5.0)], "nic": [None]}, 4: {"runs": [(80, 2.0)], "nic": [None]}}
+    one, four = shards.report(per, 4, 262144, 20, None)
+    assert one.startswith("servers 1: 3.00 rounds per second per worker, 1.00x servers 1;")
+    assert one.endswith("; each server holds 1.0 MiB weights + 4.0 MiB held gradients + 4.0 MiB receive "
+                        "buffers = 9.0 MiB")
+    assert four.endswith("; each server holds 256.0 KiB weights + 1.0 MiB held gradients + 1.0 MiB receive "
+                         "buffers = 2.2 MiB")  # (2.25 MiB)
 
 
 def test_every_policy_at_2_and_3_server_ranks_equals_the_single_server_bit_for_bit() -> None:
