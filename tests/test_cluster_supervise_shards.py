@@ -28,6 +28,7 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -117,6 +118,7 @@ def test_a_lost_shard_node_is_replaced_and_the_run_ends_with_the_oracles_weights
     with stopped_at_exit(proc):
         wait_until(lambda: (tmp_path / "ck.held").exists(), proc, 90, "the training wrote no checkpoint", lines.text)
         kill_node(lost, tag)
+        killed_at = time.monotonic()
         try:
             proc.wait(timeout=120)
         except subprocess.TimeoutExpired:
@@ -135,3 +137,7 @@ def test_a_lost_shard_node_is_replaced_and_the_run_ends_with_the_oracles_weights
     expected = _program().expected(UPDATES, 1)  # type: ignore[attr-defined]
     assert np.array_equal(np.load(out).view(np.int64), expected.view(np.int64))
     assert_none_outlived(tag, NODES[:4])
+    relaunched = lines.first(f"shard 1: rank 1 on {others[1]}")
+    assert relaunched is not None
+    print(f"lost {lost}: restart line {restart[0] - killed_at:.1f} s and the relaunched job's first line "
+          f"{relaunched[0] - killed_at:.1f} s after the kill")
