@@ -43,10 +43,10 @@ from hpcbsp.util.launcher import launcher_size
 from . import measuring
 from .fabsp.links import link_rate, nic_bytes
 
-MIB = 2.0 ** 20
-
 __all__ = ["server_counts", "ShardFigures", "shard_figures", "check", "bench_shards", "report", "add_options",
            "run_servers"]
+
+MIB = 2.0 ** 20
 
 
 
