@@ -25,7 +25,6 @@ instead (see cluster_helpers).
 """
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 import time
@@ -47,7 +46,7 @@ from cluster_helpers import (
     unavailable_marks,
     wait_until,
 )
-from mpi_helpers import MPIEXEC, clean_env, hydra_only
+from mpi_helpers import MPIEXEC, clean_env, hydra_only, program_module
 
 from hpcbsp.util.jobcommand import job_command
 
@@ -97,14 +96,6 @@ def test_the_servers_sit_one_per_node_as_far_as_there_are_nodes(tmp_path: Path, 
         assert f"servers {servers}: ranks {','.join(map(str, ranks))} on {hosts}\n" in res.stdout, res.stdout
 
 
-def _program() -> object:
-    spec = importlib.util.spec_from_file_location("shards_supervised", PROGRAM)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_a_lost_shard_node_is_replaced_and_the_run_ends_with_the_oracles_weights(tmp_path: Path) -> None:
     tag = uuid.uuid4().hex
     ck, out = tmp_path / "ck", tmp_path / "weights.npy"
@@ -134,7 +125,7 @@ def test_a_lost_shard_node_is_replaced_and_the_run_ends_with_the_oracles_weights
     after = [line for t, line in lines.lines if t > restart[0]]
     assert f"shard 0: rank 0 on {others[0]}" in after and f"shard 1: rank 1 on {others[1]}" in after, after
     assert any(line.startswith(f"updates {UPDATES} (resumed at update") for line in after), text[-4000:]
-    expected = _program().expected(UPDATES, 1)  # type: ignore[attr-defined]
+    expected = program_module("shards_supervised").expected(UPDATES, 1)
     assert np.array_equal(np.load(out).view(np.int64), expected.view(np.int64))
     assert_none_outlived(tag, NODES[:4])
     relaunched = lines.first(f"shard 1: rank 1 on {others[1]}")

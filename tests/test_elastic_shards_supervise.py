@@ -15,29 +15,19 @@ gradients, restarted from the initial weights or applied an update twice would d
 """
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pytest
-from mpi_helpers import clean_env, run_mpi
+from mpi_helpers import clean_env, program_module, run_mpi
 
 PROGRAM = Path(__file__).parent / "programs" / "shards_supervised.py"
 TAG = "[hpcbsp supervise]"
 UPDATES = 40
 
 pytestmark = pytest.mark.serial_only
-
-
-def _program() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("shards_supervised", PROGRAM)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
@@ -51,7 +41,7 @@ def test_an_undisturbed_sharded_run_ends_with_the_numpy_oracles_weights(tmp_path
                       str(tmp_path / "ck"), "--restart", "--out", str(out)], timeout=120)
     assert not res.timed_out and res.returncode == 0, res.output[-3000:]
     assert f"updates {UPDATES}\n" in res.stdout
-    assert np.array_equal(_bits(np.load(out)), _bits(_program().expected(UPDATES, ranks - 2)))
+    assert np.array_equal(_bits(np.load(out)), _bits(program_module("shards_supervised").expected(UPDATES, ranks - 2)))
 
 
 @pytest.mark.parametrize("ranks, victim", [(4, "shard:1"), (4, "shard:0"), (3, "worker:0")])
@@ -74,4 +64,4 @@ def test_a_killed_rank_of_a_sharded_run_is_relaunched_and_ends_with_the_undistur
     workers = ranks - 2
     assert len(resumed) == 1 and f"held gradients of workers {[0] if workers > 1 else []}" in resumed[0], \
         res.stdout[-2000:]
-    assert np.array_equal(_bits(np.load(out)), _bits(_program().expected(UPDATES, workers)))
+    assert np.array_equal(_bits(np.load(out)), _bits(program_module("shards_supervised").expected(UPDATES, workers)))
