@@ -4,14 +4,20 @@ arithmetic the trainer's start line and ``bench elastic --servers`` print, and
 :meth:`hpcbsp.elastic.round.ServerRound.memory`, the round's own arrays.
 
 Oracle: bytes computed by hand from the key ranges (10 weights over 2 shards: 5 and 5; over 3: 4,
-3 and 3), the weights' and the gradients' bytes per value and the number of workers.
+3 and 3), the weights' and the gradients' bytes per value and the number of workers.  The update
+of k held gradients (BSP's) is numpy's ``w -= lr * g.mean(axis=0)``, bit for bit, while its
+temporaries, traced by tracemalloc, stay within one row (numpy's expression makes k + 1).
 """
 from __future__ import annotations
+
+import tracemalloc
 
 import numpy as np
 import pytest
 
+from hpcbsp.elastic.coordinator import Coordinator
 from hpcbsp.elastic.keyranges import ShardMemory, shard_memory
+from hpcbsp.elastic.policies import make_policy
 from hpcbsp.util.text import byte_size
 
 #: 10 float64 weights, 3 workers pushing float16 gradients: per key of a shard, 8 bytes of
@@ -39,12 +45,36 @@ def test_sizes_are_said_in_the_largest_binary_unit_below_them() -> None:
         "0 B", "1,023 B", "1.0 KiB", "1.5 KiB", "10.0 MiB", "3.0 GiB"]
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("workers", [2, 3, 5, 64])
+def test_a_mean_update_is_numpys_and_makes_one_rows_temporaries(dtype: type, workers: int) -> None:
+    rng = np.random.default_rng(workers)
+    size = 50_000
+    w0 = rng.standard_normal(size).astype(dtype)
+    grads = (rng.standard_normal((workers, size)) * rng.uniform(0.1, 1e3, (workers, 1))).astype(dtype)
+    coord = Coordinator(make_policy("bsp"), workers, w0, 0.037)
+    for w in range(1, workers):  # (held, in an order other than the workers')
+        coord.push(w, grads[w], 0.0)
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        before = tracemalloc.get_traced_memory()[0]
+        coord.push(0, grads[0], 0.0)  # the last push: the mean of all is applied
+        peak = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    assert coord.version == 1 and coord.weights is not None
+    expect = w0.copy()
+    expect -= 0.037 * grads.mean(axis=0)  # (BSP applies the workers' gradients in worker order)
+    assert np.array_equal(coord.weights.view(np.uint8), expect.view(np.uint8))
+    row = size * np.dtype(dtype).itemsize
+    assert row <= peak < 1.5 * row, f"the update's temporaries: {peak} bytes, {peak / row:.2f} rows"
+
+
 @pytest.mark.mpi(min_size=2)
 def test_each_shards_round_holds_what_the_arithmetic_says(bsp) -> None:
     """Every rank a shard (S = the job's size), for 3 workers that never push: the buffers each
     round allocates, against the hand-computed bytes of its key range."""
-    from hpcbsp.elastic.coordinator import Coordinator
-    from hpcbsp.elastic.policies import make_policy
     from hpcbsp.elastic.round import ServerRound
     from hpcbsp.elastic.wire import wires
 

@@ -21,9 +21,9 @@ sharded run is the single server's, whole, so it restores into any number of sha
 
 Memory per shard: ``P / S`` weights and ``n P / S`` held gradients (the policy's) and, with
 messages, ``n P / S`` receive buffers (:func:`.keyranges.shard_memory`), plus ``P`` on the
-leader while it gathers the weights for an evaluation or a checkpoint.  Transiently, a
-follower also holds its share's message while it takes it (``(1 + n) P / S``), and the leader
-one share at a time while it hands them out.
+leader while it gathers the weights for an evaluation or a checkpoint.  Transiently, an update
+makes one row of temporaries (``P / S``), a follower holds its share's message while it takes it
+(``(1 + n) P / S``), and the leader one share at a time while it hands them out.
 
 With ``S > 1`` the weights travel as messages (the shared-memory window holds one server's
 weights); ``S = 1`` is the single server, unchanged.
