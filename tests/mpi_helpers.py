@@ -7,11 +7,13 @@ MPI's launcher does, naming the flavour in use.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
 import sys
 from dataclasses import dataclass
+from types import ModuleType
 
 import pytest
 
@@ -133,6 +135,17 @@ def run_mpi(nprocs: int, args: list[str], *, timeout: float = 120, env: dict[str
         return MPIResult(-9, out, err, True)
     finally:
         remove_leftover_segments(before)
+
+
+def program_module(name: str) -> ModuleType:
+    """The module of ``tests/programs/NAME.py``, imported here (for its oracle: the program
+    itself runs under mpiexec)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(os.path.dirname(__file__), "programs",
+                                                                     f"{name}.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def shm_segments() -> set[str]:

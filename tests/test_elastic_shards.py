@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from mpi_helpers import run_mpi
 
-from hpcbsp.bench.elastic import shard_figures
+from hpcbsp.bench.elastic import shard_figures, shards
 from hpcbsp.elastic.coordinator import Coordinator
 from hpcbsp.elastic.keyranges import key_ranges, server_ranks, servers_problem, worker_pieces
 from hpcbsp.elastic.policies import make_policy
@@ -118,6 +118,18 @@ def test_the_bench_arithmetic_on_a_hand_computed_case() -> None:
     assert (odd.server_in, odd.server_out, odd.link_bound, odd.rounds_per_s) == (2 * (16 + 8), 2 * (16 + 32), None, 0.5)
 
 
+def test_the_bench_line_ends_with_what_each_server_holds() -> None:
+    # 262144 float32 weights, 4 workers: one server holds 1 MiB of weights and 4 x 1 MiB each of
+    # held rows and receive buffers; each of 4 shards a quarter of each.
+    per = {1: {"runs": [(60, 5.0)], "nic": [None]}, 4: {"runs": [(80, 2.0)], "nic": [None]}}
+    one, four = shards.report(per, 4, 262144, 20, None)
+    assert one.startswith("servers 1: 3.00 rounds per second per worker, 1.00x servers 1;")
+    assert one.endswith("; each server holds 1.0 MiB weights + 4.0 MiB held gradients + 4.0 MiB receive "
+                        "buffers = 9.0 MiB")
+    assert four.endswith("; each server holds 256.0 KiB weights + 1.0 MiB held gradients + 1.0 MiB receive "
+                         "buffers = 2.2 MiB")  # (2.25 MiB)
+
+
 def test_every_policy_at_2_and_3_server_ranks_equals_the_single_server_bit_for_bit() -> None:
     res = run_mpi(5, [str(PROGRAMS / "shards_vs_single.py")], timeout=300)
     assert not res.timed_out and res.returncode == 0, res.output[-3000:]
@@ -173,6 +185,14 @@ def test_a_sharded_runs_checkpoint_restores_into_the_same_and_another_number_of_
     assert not dead.timed_out and dead.returncode != 0
     # The checkpoint of the sharded run is the whole model's state, as the single server saves it.
     params = int(dead.stdout.split("model softmax: ")[1].split()[0].replace(",", ""))
+    # The start line's memory per server, by hand: the longer key range, float64 weights, and per
+    # worker (2) a held row and a receive buffer of float64 values.
+    keys = -(-params // 2)
+    assert (f"servers: 2 ranks, one key range each (at most {keys:,} parameters), one per node as far as the job "
+            f"has nodes; each holds {8 * keys} B weights + {16 * keys} B held gradients + {16 * keys} B receive "
+            f"buffers = {40 * keys / 1024:.1f} KiB (the leader {8 * params} B more while it gathers") in dead.stdout, \
+        dead.stdout[:2000]
+    assert 1024 <= 40 * keys < 1024 ** 2  # (the KiB above)
     saved = _saved_state(ck)
     assert not saved["done"] and 1.0 <= saved["elapsed"] < 3.0
     assert saved["coord"].weights.size == params and saved["coord"].held().shape == (2, params)

@@ -10,13 +10,16 @@ each, the shards one per node where the job spans nodes (the ranks of neither ro
 round out).  The shard counts alternate within each of ``--repeats`` rounds (side by side), and
 the median per S is printed:
 
-    servers S: X rounds per second per worker, Y x servers 1; busiest server link: A MiB in + B MiB out per round (measured C + D)
+    servers S: X rounds per second per worker, Y x servers 1; busiest server link: A MiB in + B MiB out per round (measured C + D);
+        each server holds E weights + F held gradients + G receive buffers = H  (one line)
 
 A round is one push+pull of every worker.  The bytes are counted (:func:`shard_figures`: each
 worker sends every shard a 16-byte header and its slice of the gradient, and receives a header
 and the slice of the weights) and, where ``--iface`` exists (the emulated nodes' eth0), measured
 on the busiest server's interface.  With ``--link-rate`` the rate the links allow is printed
-too: where one server's link is the bottleneck, S shards approach S times its rounds.
+too: where one server's link is the bottleneck, S shards approach S times its rounds.  The line
+ends with the buffers the busiest server holds for the run
+(:func:`~hpcbsp.elastic.keyranges.shard_memory`; ASP holds no gradient, so its rows stay untouched).
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from hpcbsp.elastic.keyranges import key_ranges, server_ranks, servers_problem
+from hpcbsp.elastic.keyranges import key_ranges, server_ranks, servers_problem, shard_memory
 from hpcbsp.elastic.policies import make_policy
 from hpcbsp.elastic.server import serve
 from hpcbsp.elastic.wire import HEADER_BYTES
@@ -44,6 +47,7 @@ __all__ = ["server_counts", "ShardFigures", "shard_figures", "check", "bench_sha
            "run_servers"]
 
 MIB = 2.0 ** 20
+
 
 
 def server_counts(text: str) -> list[int]:
@@ -173,7 +177,7 @@ def report(per: dict[int, dict[str, list[Any]]], workers: int, params: int, iter
             line += f" (measured on its interface: {rx / MIB:.2f} in + {tx / MIB:.2f} out)"
         if f.link_bound is not None:
             line += f"; the links allow {f.link_bound:.2f}"
-        lines.append(line)
+        lines.append(line + f"; each server holds {shard_memory(params, s, workers, 4, 4).text()}")
     return lines
 
 

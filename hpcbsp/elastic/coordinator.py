@@ -265,8 +265,13 @@ class Coordinator:
         self.log.applied[idx] += 1
         if self.weights is not None:
             lr = self._lr_now()
-            if idx.size > 1:
-                self.weights -= lr * self._grads[idx].mean(axis=0)
+            if idx.size > 1:  # numpy's mean of the rows, bit for bit, in one row's memory (not k + 1)
+                mean = self._grads[idx[0]].copy()
+                for w in idx[1:]:
+                    mean += self._grads[w]  # (added in order, as numpy's reduction over rows does)
+                mean /= idx.size
+                mean *= lr
+                self.weights -= mean
             elif stream is not None and direct is not None:  # the same pass, a piece at a time
                 for piece in stream.pieces:
                     if stream.arrive is not None:

@@ -1,19 +1,27 @@
 """The layout of a sharded parameter server, without MPI: which weights each shard holds, which
-ranks serve, and the pieces a worker receives (:mod:`.shards` runs it).
+ranks serve, the pieces a worker receives (:mod:`.shards` runs it), and the memory a shard holds.
 
 The weights ``0..P-1`` are cut into ``S`` contiguous key ranges, the first ``P % S`` one weight
 longer than the others; shard ``s`` holds range ``s``.  The servers sit one per node as far as
 the job has nodes (the first rank of each node, in rank order), then on the lowest ranks left.
+
+A server rank's buffers for the run (:func:`shard_memory`; :meth:`.round.ServerRound.memory`
+counts the arrays themselves): its key range of the weights, a row of held gradients per worker
+(the coordinator's, whatever the policy: a policy that holds none, ASP, never writes them, so
+they stay unresident zero pages) and a receive buffer per worker for its push, in the
+gradients' wire format (none where the gradients come through the single server's shared window).
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
+from ..util.text import byte_size
 from .wire import pieces
 
-__all__ = ["key_ranges", "worker_pieces", "servers_problem", "server_ranks"]
+__all__ = ["key_ranges", "worker_pieces", "servers_problem", "server_ranks", "ShardMemory", "shard_memory"]
 
 
 def key_ranges(size: int, servers: int) -> list[slice]:
@@ -56,3 +64,31 @@ def server_ranks(hosts: Sequence[str], servers: int) -> list[int]:
             chosen.append(rank)
     chosen += [r for r in range(len(hosts)) if r not in chosen][:servers - len(chosen)]
     return chosen
+
+
+@dataclass(frozen=True)
+class ShardMemory:
+    """Bytes a server rank holds for the run (see the module docstring)."""
+
+    weights: int  #: its key range of the weights
+    held: int     #: a row per worker for the gradients the policy holds
+    receive: int  #: a receive buffer per worker for its push
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.held + self.receive
+
+    def text(self) -> str:
+        """``A weights + B held gradients + C receive buffers = D`` (:func:`~hpcbsp.util.text.byte_size`)."""
+        return (f"{byte_size(self.weights)} weights + {byte_size(self.held)} held gradients + "
+                f"{byte_size(self.receive)} receive buffers = {byte_size(self.total)}")
+
+
+def shard_memory(size: int, servers: int, workers: int, itemsize: int, grad_itemsize: int,
+                 window: bool = False) -> ShardMemory:
+    """The buffers of the busiest of ``servers`` shards (the longest key range of ``size``
+    weights of ``itemsize`` bytes) for ``workers`` workers whose gradients travel in
+    ``grad_itemsize`` bytes a value; ``window``: they come through the shared window (no
+    receive buffers)."""
+    keys = max(k.stop - k.start for k in key_ranges(size, servers))
+    return ShardMemory(keys * itemsize, workers * keys * itemsize, 0 if window else workers * keys * grad_itemsize)

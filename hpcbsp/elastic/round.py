@@ -22,6 +22,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .coordinator import Coordinator, Outcome, Stream
+from .keyranges import ShardMemory
 from .protocol import CONTINUE, STOP, Tag, poll_until, wait_all, wait_request
 from .shards import END, GATHER, HEAD, PUSH, STOPPED, Follow, Leader, decode, receive_share
 from .transport import SharedWeights
@@ -86,6 +87,11 @@ class ServerRound:
             finally:
                 if shared is not None:  # the weights leave the window before it goes
                     coord.keep_weights_in(np.empty_like(shared.array))
+
+    def memory(self) -> ShardMemory:
+        """The bytes of this server's buffers for the run: its weights, the held gradients'
+        rows and the push receive buffers (:func:`.keyranges.shard_memory` says what they must be)."""
+        return ShardMemory(self.current.nbytes, self.coord.held().nbytes, self.inbox.nbytes)
 
     @property
     def following(self) -> bool:

@@ -78,7 +78,9 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
         A state that ``save`` was given by an earlier run with the same settings: the run goes
         on from it (its clock continues at the saved elapsed time).  Workers that were computing
         when it was saved lost that iteration; they start again from the current weights.
-        Workers that were held stay held, their gradients still with the server.
+        Workers that were held stay held, their gradients still with the server.  Its
+        ``"coord"`` is taken out of the dict: the run owns it (and a sharded server's leader
+        keeps only its key range of it).
     save, save_every : optional
         ``save(state)`` is called between two pushes every ``save_every`` seconds (the state's
         objects are live: write them out before returning).
@@ -123,7 +125,7 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
         if me == 0:
             coord = Coordinator(policy, n, weights, lr, 0.0, max_updates=max_updates, lr_decay=lr_decay)
             if resume is not None:
-                coord = resume["coord"]
+                coord = resume.pop("coord")  # (the caller's dict lets it go: see resume)
                 if coord.n_workers != n:
                     raise ValueError(f"the saved run had {coord.n_workers} workers, this one has {n}")
         held = np.asarray(weights) if coord is None else coord.weights
@@ -140,7 +142,9 @@ def serve(comm: MPI.Comm | None, policy: SyncPolicy, weights: np.ndarray, lr: fl
     if problem is not None:
         raise problem
     assert wired is not None
-    with ServerRound.open(comm, coord, shared, mode, wired, timeout, servers) as rnd:
+    rounds = ServerRound.open(comm, coord, shared, mode, wired, timeout, servers)
+    coord = held = None  # (a sharded server's leader keeps its key range only, not the whole run's state)
+    with rounds as rnd:
         if rnd.following:
             rnd.follow()
             return None

@@ -19,8 +19,11 @@ The leader also tells the followers when the run stops for its duration, and ask
 their weights (an evaluation, the result) and held gradients (a checkpoint): the checkpoint of a
 sharded run is the single server's, whole, so it restores into any number of shards.
 
-Memory per shard: ``P / S`` weights and ``n P / S`` held gradients (the policy's), plus ``P``
-on the leader while it gathers the weights for an evaluation or a checkpoint.
+Memory per shard: ``P / S`` weights and ``n P / S`` held gradients (the policy's) and, with
+messages, ``n P / S`` receive buffers (:func:`.keyranges.shard_memory`), plus ``P`` on the
+leader while it gathers the weights for an evaluation or a checkpoint.  Transiently, an update
+makes one row of temporaries (``P / S``), a follower holds its share's message while it takes it
+(``(1 + n) P / S``), and the leader one share at a time while it hands them out.
 
 With ``S > 1`` the weights travel as messages (the shared-memory window holds one server's
 weights); ``S = 1`` is the single server, unchanged.
@@ -104,12 +107,13 @@ class Leader:
 
     def hand_out(self, whole: Coordinator) -> Coordinator:
         """Send each follower its key range of ``whole`` (the run's coordinator, fresh or
-        resumed); return the leader's own."""
-        reqs = [self.comm.isend(whole.key_range(keys, Follow()), dest=s, tag=Tag.SHARD)
-                for s, keys in enumerate(self.ranges) if s > 0]
-        mine = whole.key_range(self.ranges[0])
-        wait_all(reqs, self.timeout, "hand-out of the shards' weights", self.mode)
-        return mine
+        resumed), one after the other (a share and its message are let go before the next is
+        made: the leader holds one more share's copies, not S - 1); return the leader's own."""
+        for s, keys in enumerate(self.ranges[1:], start=1):
+            req = self.comm.isend(whole.key_range(keys, Follow()), dest=s, tag=Tag.SHARD)
+            wait_all([req], self.timeout, f"hand-out of shard {s}'s key range", self.mode)
+            del req
+        return whole.key_range(self.ranges[0])
 
     def _send(self, msg: np.ndarray) -> None:
         self._sent = [(r, m) for r, m in self._sent if not r.Test()]

@@ -1,6 +1,7 @@
-"""Wording for people: counted nouns, and docstrings' reStructuredText as plain text.
+"""Wording for people: counted nouns, sizes in bytes, and docstrings' reStructuredText as plain text.
 
 * :func:`plural`: ``1 rank``, ``2 ranks``, ``1,000 ranks`` (thousands separated).
+* :func:`byte_size`: ``512 B``, ``4.2 MiB`` (binary units, one decimal).
 * :func:`ranges`: a set of ranks (or any whole numbers) as runs, ``0-4, 7, 9-12``, or as their
   span less the gaps where that is shorter, ``0-4095 except 17``; :func:`ranks` puts
   ``rank``/``ranks`` before it.  A line about 4,096 ranks stays one short line.
@@ -16,12 +17,22 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
-__all__ = ["plain", "plural", "ranges", "ranks"]
+__all__ = ["byte_size", "plain", "plural", "ranges", "ranks"]
 
 
 def plural(count: int, noun: str, plural_form: str | None = None) -> str:
     """``1 rank``, ``2 ranks`` (``plural_form`` for irregular nouns)."""
     return f"{count:,} {noun if count == 1 else (plural_form or noun + 's')}"
+
+
+def byte_size(n: float) -> str:
+    """``n`` bytes for people, in the largest binary unit below it: ``512 B``, ``1.5 KiB``,
+    ``4.2 MiB``, ``1,536.0 EiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if n < 1024 or unit == "EiB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} EiB"
 
 
 def _runs(numbers: list[int]) -> list[tuple[int, int]]:

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from hpcbsp.elastic.data import Dataset, MinibatchGradient, shard
+from hpcbsp.elastic.keyranges import shard_memory
 from hpcbsp.elastic.models import TORCH_MODELS, Model, make_model
 from hpcbsp.elastic.policies import PolicyOptions, make_policy
 from hpcbsp.elastic.protocol import ServerResult
@@ -30,11 +31,12 @@ from .resume import CheckpointError, CheckpointPlan
 from hpcbsp.elastic.runlog import RunLog
 from hpcbsp.elastic.simulator import Simulation
 from hpcbsp.elastic.timing import TimingModel
-from hpcbsp.elastic.wire import Wire
+from hpcbsp.elastic.wire import Wire, wires
 from hpcbsp.elastic.zipline import zipline
+from hpcbsp.util.text import byte_size
 
 __all__ = ["TrainConfig", "PolicyRun", "resolve_compute", "run_simulated", "run_mpi", "warm_up", "build_model",
-           "model_info", "model_report"]
+           "model_info", "model_report", "servers_report"]
 
 
 def resolve_compute(compute: str, model: str) -> str:
@@ -127,6 +129,18 @@ def model_report(config: TrainConfig, model: Model, simulated: bool = False) -> 
     if config.grad_format:
         line += f"; gradients sent as {config.grad_format}"
     return line
+
+
+def servers_report(config: TrainConfig, model: Model) -> str:
+    """One line for the start of a sharded run (``config.servers`` > 1): the key ranges and the
+    buffers each server rank holds (:func:`~hpcbsp.elastic.keyranges.shard_memory`)."""
+    weights, grads = wires(model.dtype, config.grad_format)
+    memory = shard_memory(model.n_params, config.servers, config.n_workers, weights.storage.itemsize,
+                          grads.storage.itemsize)
+    return (f"servers: {config.servers} ranks, one key range each (at most "
+            f"{memory.weights // weights.storage.itemsize:,} parameters), one per node as far as the job has "
+            f"nodes; each holds {memory.text()} (the leader {byte_size(model.n_params * weights.storage.itemsize)} "
+            "more while it gathers the weights for an evaluation or a checkpoint)")
 
 
 def warm_up(model: Model, data: Dataset) -> None:

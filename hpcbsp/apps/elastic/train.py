@@ -40,7 +40,8 @@ from hpcbsp.util.outputs import OutputError, prepare_dir
 from hpcbsp.util.progress import Progress
 
 from .cli import PROG, build_parser, check_args, check_checkpoint_dir, finish, say, show_progress
-from .experiment import PolicyRun, TrainConfig, build_model, model_report, run_mpi, run_simulated, warm_up
+from .experiment import (PolicyRun, TrainConfig, build_model, model_report, run_mpi, run_simulated,
+                         servers_report, warm_up)
 from .resume import CheckpointError, CheckpointPlan
 
 if TYPE_CHECKING:
@@ -267,6 +268,8 @@ def _train_world(world: World, args: argparse.Namespace, policies: list[str], da
         return str(exc)
     if world.is_server:
         say(args, model_report(config, model))
+        if config.servers > 1:
+            say(args, servers_report(config, model))
     error = None
     if world.is_server and plan is not None:  # the checkpoints live where rank 0 (the server) writes
         try:

@@ -16,6 +16,7 @@ import os
 from typing import Any, Callable
 
 from ..outputs import OutputError, file_in_the_way, prepare_dir, prepare_output, prepare_parent
+from ..text import byte_size
 
 __all__ = ["LEDGER_SUFFIXES", "check_checkpoint", "check_memory", "check_out_dir", "check_outputs", "ledger_output",
            "physical_memory"]
@@ -128,13 +129,6 @@ def check_memory(parser: argparse.ArgumentParser, nbytes: float, what: str, hint
     """
     total = physical_memory()
     if total is not None and nbytes > total:
-        parser.error(f"{what} needs about {_bytes(nbytes)} of memory per process, more than this "
-                     f"node's {_bytes(total)}: {hint}")
+        parser.error(f"{what} needs about {byte_size(nbytes)} of memory per process, more than this "
+                     f"node's {byte_size(total)}: {hint}")
 
-
-def _bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
-        if n < 1024 or unit == "EiB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} EiB"
