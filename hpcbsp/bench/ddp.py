@@ -2,6 +2,7 @@
 
     mpiexec -n 3 python -m hpcbsp.bench ddp [--steps K] [--repeats R] [--hidden H] [--depth D]
                                             [--batch B] [--bucket-mb M] [--sum S] [--link-rate RATE]
+                                            [--phases]
 
 Rank 0 is the allreduce trainer's evaluator (it only waits here); ranks ``1..n`` are the
 workers of both trainers.  The model is the student MLP of ``--dataset teacher`` (64 inputs,
@@ -21,7 +22,10 @@ Each round runs both (in alternating order) and prints steps per second and the 
 hpcbsp / DDP within the round; the medians and every round follow.  Then the ceiling: one bare
 ``MPI.Allreduce`` and one bare gloo ``all_reduce`` of the whole gradient with no compute (steps
 per second at most ``1 / that``), and with ``--link-rate`` the line-rate bound of a ring
-allreduce (:func:`ring_seconds`).  Meaningful only on a quiet machine with a core per rank.
+allreduce (:func:`ring_seconds`).  ``--phases``: then ``K`` more steps of hpcbsp's bucketed
+trainer with a clock read between the phases of each step, and the ceiling of any schedule
+that keeps the result (:mod:`hpcbsp.bench.ddp_phases`).  Meaningful only on a quiet machine
+with a core per rank.
 """
 from __future__ import annotations
 
@@ -128,6 +132,23 @@ def _ddp_round(comm: MPI.Comm, workers: MPI.Comm | None, args: Any) -> float:
     return steps_per_s(args.steps, took)
 
 
+def _phases(comm: MPI.Comm, workers: MPI.Comm | None, args: Any) -> Any:
+    """Every worker's phases of ``--steps`` bucketed steps (:mod:`.ddp_phases`), on rank 0."""
+    from hpcbsp.bench.ddp_phases import measure_phases
+    from hpcbsp.elastic.data import MinibatchGradient
+    from hpcbsp.elastic.torch import TorchModel
+
+    rows = None
+    if workers is not None:
+        X, y, net = _setup(workers, args.hidden, args.depth)
+        model = TorchModel(net, n_features=FEATURES, n_classes=CLASSES)
+        grad = MinibatchGradient(model, X, y, args.batch, seed=workers.Get_rank())
+        rows = measure_phases(workers, model, grad, args.steps, int(args.bucket_mb * 2**20))
+    _idle(comm)
+    got = comm.gather(rows, root=0)
+    return np.concatenate([r for r in got if r is not None]) if got else None
+
+
 def _ceiling(workers: MPI.Comm, params: int, iters: int = 10) -> tuple[float, float]:
     """Seconds of one bare MPI.Allreduce and one bare gloo all_reduce of ``params`` float32."""
     import torch
@@ -185,12 +206,13 @@ def bench(comm: MPI.Comm, args: Any) -> dict[str, Any] | None:
         params = sum(p.numel() for p in _setup(workers, args.hidden, args.depth)[2].parameters())
         bare = _ceiling(workers, params) if workers is not None else (0.0, 0.0)
         bare = (comm.allreduce(bare[0], op=MPI.MAX), comm.allreduce(bare[1], op=MPI.MAX))
+        phases = _phases(comm, workers, args) if args.phases else None
     finally:
         if workers is not None:
             dist.destroy_process_group()
             workers.Free()
     hosts = comm.allgather(MPI.Get_processor_name())
-    return {"ours": ours, "theirs": theirs, "params": params, "bare": bare,
+    return {"ours": ours, "theirs": theirs, "params": params, "bare": bare, "phases": phases,
             "hosts": len(set(hosts[1:]))} if rank == 0 else None
 
 
@@ -206,6 +228,8 @@ def main(argv: list[str]) -> int:
                         help="hpcbsp's sum: bucketed (the default) or the sharded reduce-scatter step")
     parser.add_argument("--link-rate", type=link_rate, default=None, metavar="RATE",
                         help="the rate the workers' links are shaped to (1gbit...): prints the ring's line-rate bound")
+    parser.add_argument("--phases", action="store_true",
+                        help="then --steps more bucketed steps, timed phase by phase, and the ceiling they allow")
     args = parser.parse_args(argv)
     if MPI.COMM_WORLD.Get_size() < 2:
         print("python -m hpcbsp.bench ddp: needs an evaluator and workers: run under mpiexec -n 3 "
@@ -229,6 +253,10 @@ def main(argv: list[str]) -> int:
             s = ring_seconds(nbytes, n, args.link_rate)
             print(f"line-rate bound at {args.link_rate / 1e9:g} Gbit/s: {1e3 * s:.1f} ms per allreduce "
                   f"({steps_per_s(1, s):.1f} steps/s); hpcbsp at {statistics.median(r['ours']) * s:.0%} of it")
+        if r["phases"] is not None:
+            from hpcbsp.bench.ddp_phases import phase_lines
+
+            print("\n".join(phase_lines(r["phases"], mpi_s, statistics.median(r["theirs"]))))
     return 0
 
 
