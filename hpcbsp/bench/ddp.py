@@ -11,7 +11,9 @@ at the defaults 1024 and 2), each worker on its own shard, ``--batch`` samples a
 
 * **hpcbsp**: :func:`hpcbsp.elastic.allreduce.run_allreduce` for ``K`` steps with its default
   bucketed sum (buckets of ``--bucket-mb``, the first 1 MiB, started from the backward pass's
-  hooks, on ``MPI.Iallreduce``; ``--sum sharded``: the sharded reduce-scatter step instead),
+  hooks, on ``MPI.Iallreduce``; ``--sum sharded``: the sharded reduce-scatter step instead;
+  ``--sum factors``: the bucketed sum with the large Linear layers' weights summed from their
+  sufficient factors, :mod:`hpcbsp.elastic.torch.factors`),
   timed by rank 0 from the start barrier to worker 0's last step.
 * **DDP**: ``torch.nn.parallel.DistributedDataParallel`` on the same module, data and batch, on
   a gloo process group of the workers (rendezvous ``env://``, ``MASTER_ADDR`` worker 0's
@@ -103,7 +105,8 @@ def _hpcbsp_round(comm: MPI.Comm, workers: MPI.Comm | None, args: Any) -> float:
     model = TorchModel(net, n_features=FEATURES, n_classes=CLASSES)
     grad = MinibatchGradient(model, X, y, args.batch, seed=workers.Get_rank())
     run_allreduce(comm, grad, model.get_weights(), 0.05, max_updates=args.steps, timeout=120.0,
-                  gradients=model, bucket_bytes=None if args.sum == "sharded" else int(args.bucket_mb * 2**20))
+                  gradients=model, bucket_bytes=None if args.sum == "sharded" else int(args.bucket_mb * 2**20),
+                  factor_rows=args.batch if args.sum == "factors" else 0)
     return 0.0
 
 
@@ -224,8 +227,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--depth", type=positive_int, default=2, help="hidden layers (default 2)")
     parser.add_argument("--batch", type=positive_int, default=64, help="samples per step and worker (default 64)")
     parser.add_argument("--bucket-mb", type=positive_int, default=25, help="bucket size in MiB, both trainers (default 25)")
-    parser.add_argument("--sum", choices=("bucketed", "sharded"), default="bucketed",
-                        help="hpcbsp's sum: bucketed (the default) or the sharded reduce-scatter step")
+    parser.add_argument("--sum", choices=("bucketed", "sharded", "factors"), default="bucketed",
+                        help="hpcbsp's sum: bucketed (the default), the sharded reduce-scatter step, or "
+                             "bucketed with the large layers' sufficient factors allgathered")
     parser.add_argument("--link-rate", type=link_rate, default=None, metavar="RATE",
                         help="the rate the workers' links are shaped to (1gbit...): prints the ring's line-rate bound")
     parser.add_argument("--phases", action="store_true",

@@ -67,7 +67,8 @@ def run_allreduce(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray] | 
                   progress: Callable[[float, RunLog], None] | None = None,
                   pace: Callable[[float, float], float] | None = None,
                   timeout: float = 60.0, lr_decay: float = 0.0, gradients: Any = None,
-                  bucket_bytes: int | None = DEFAULT_BUCKET_BYTES) -> ServerResult | WorkerResult:
+                  bucket_bytes: int | None = DEFAULT_BUCKET_BYTES,
+                  factor_rows: int = 0) -> ServerResult | WorkerResult:
     """Train with allreduce on ranks ``1..n`` of ``comm``; rank 0 evaluates (collective on ``comm``).
 
     h-relation: see the module docstring.
@@ -106,6 +107,13 @@ def run_allreduce(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray] | 
     bucket_bytes : int or None
         The buckets' size (default 25 MiB, the first 1 MiB, as DDP's), or None for the sharded
         step (see the module docstring).  The same on every worker.
+    factor_rows : int
+        With ``gradients`` (a torch model on the CPU) and the bucketed sum: the Linear layers
+        whose weight holds more values than ``factor_rows x (in + out)`` have their gradients'
+        sum made from their sufficient factors (:mod:`hpcbsp.elastic.torch.factors`: each
+        worker's mini-batch rows of output gradient and input, allgathered) instead of an
+        allreduce; ``factor_rows`` is the largest batch a step may have, the same batch on
+        every worker.  0 (the default): no factors.
 
     Returns
     -------
@@ -146,7 +154,7 @@ def run_allreduce(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray] | 
                 st = _train(_Sharded(bsp, w), comm, grad_fn, lr, n, duration, max_updates,
                             eval_every, pace, t0, timeout, lr_decay)
         else:
-            stepper = _Bucketed(workers, w, gradients, bucket_bytes, timeout)
+            stepper = _Bucketed(workers, w, gradients, bucket_bytes, timeout, factor_rows)
             try:
                 st = _train(stepper, comm, grad_fn, lr, n, duration, max_updates, eval_every, pace,
                             t0, timeout, lr_decay)
@@ -212,9 +220,11 @@ class _Sharded:
 class _Bucketed:
     """The bucketed step (:class:`.buckets.BucketedReduce` on ``comm``), then every worker's
     update of its own weights.  With ``model`` (hooks), the sum is of the model's gradient
-    vector, its buckets started from the backward pass; else of a buffer of our own."""
+    vector, its buckets started from the backward pass, its large Linear layers' weights summed
+    from their sufficient factors with ``factor_rows``; else of a buffer of our own."""
 
-    def __init__(self, comm: MPI.Comm, w: np.ndarray, model: Any, bucket_bytes: int, timeout: float):
+    def __init__(self, comm: MPI.Comm, w: np.ndarray, model: Any, bucket_bytes: int, timeout: float,
+                 factor_rows: int = 0):
         self.leader, self.timeout = comm.Get_rank() == 0, timeout
         if model is not None and str(getattr(model, "device", "cpu")) != "cpu":
             model = None  # (its vectors are copies off the device: summed after the gradient)
@@ -227,7 +237,13 @@ class _Bucketed:
             raise ValueError(f"rank {comm.Get_rank()}: run_allreduce: the model's gradients are "
                              f"{vector.dtype}, its weights {w.dtype}")
         sizes = model.sizes if model is not None else [w.size]
-        self.reduce = BucketedReduce(comm, vector, sizes, bucket_bytes)
+        self.factors = None
+        if model is not None and factor_rows:
+            from .torch.factors import LinearFactors
+
+            self.factors = LinearFactors(comm, model, factor_rows)
+        self.reduce = BucketedReduce(comm, vector, sizes, bucket_bytes,
+                                     skip=self.factors.params if self.factors is not None else ())
         self.model = model
         if model is not None:
             model.on_gradient(self.reduce.ready)
@@ -237,6 +253,8 @@ class _Bucketed:
         if not (grad is vector or (grad.shape == vector.shape and
                                    grad.__array_interface__["data"][0] == vector.__array_interface__["data"][0])):
             np.copyto(vector, grad)  # (a gradient source without hooks: summed after it returns)
+        if self.factors is not None:
+            self.factors.finish(self.timeout)
         stop = self.reduce.finish(int(vote), self.timeout) > 0
         if not stop:
             sgd_step(self.weights, vector, scale)
@@ -245,6 +263,8 @@ class _Bucketed:
     def close(self) -> None:
         if self.model is not None:
             self.model.on_gradient(None)
+        if self.factors is not None:
+            self.factors.close()
 
 
 def _train(stepper: Any, comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray],
