@@ -13,7 +13,10 @@ Every step each worker
      backwards) and, with a gradient source that has hooks (a torch model:
      ``gradients=model``), each bucket's ``MPI.Iallreduce`` starts while the backward pass
      computes the next; then every worker applies ``weights -= lr * sum / n`` to its own copy
-     (one compiled pass).  Worker 0's "stop" vote is one more 8-byte ``Iallreduce``.
+     (one compiled pass).  Worker 0's "stop" vote is one more 8-byte ``Iallreduce``.  With
+     ``factor_rows``, the large Linear layers' weights are summed from their sufficient factors
+     instead (:mod:`.torch.factors`: each worker's batch rows of output gradient and input,
+     allgathered, multiplied on every worker).
    * **sharded** (``bucket_bytes=None``): as a ZeRO-1 optimiser shards the update
      (:func:`allreduce_step`): ``bsp.reduce_scatter`` leaves each worker the sum of one block,
      the worker applies ``weights -= lr * sum / n`` to that block of the weights, and
@@ -34,7 +37,8 @@ time stamp.
 
 h-relation per step: each worker sends and receives about ``2 (n-1)/n · (P + 1) w`` bytes
 (``w`` bytes per value): the reduce-scatter and the allgather of the sharded step (two MPI
-collectives, ``ceil(log2 n)`` rounds each for short buffers), or MPI's allreduce of each bucket;
+collectives, ``ceil(log2 n)`` rounds each for short buffers), or MPI's allreduce of each bucket
+(a factored layer: an allgather of ``B (in + out) w`` bytes from every worker instead);
 worker 0 also sends ``24 + w P`` bytes to rank 0 per evaluation.
 """
 from __future__ import annotations
