@@ -44,7 +44,7 @@ def test_one_rank_is_refused_with_one_line() -> None:
 
 
 def test_the_ceiling_is_the_forward_the_backward_until_the_largest_gradient_and_the_bare_allreduce() -> None:
-    from hpcbsp.bench.ddp_phases import PHASES, ceiling_s, phase_lines
+    from hpcbsp.bench.ddp import PHASES, ceiling_s, phase_lines
 
     assert ceiling_s(0.0025, 0.004, 0.040) == pytest.approx(0.0465)
     # Two steps of (1 + 1.5) ms forward, 4 ms to the largest gradient, 1 + 39 + 0.5 after: 47 ms a
@@ -63,7 +63,7 @@ def test_the_timed_steps_are_the_trainers_sgd_steps() -> None:
     torch = pytest.importorskip("torch")
     from mpi4py import MPI
 
-    from hpcbsp.bench.ddp_phases import PHASES, measure_phases
+    from hpcbsp.bench.ddp import PHASES, measure_phases
     from hpcbsp.elastic.data import MinibatchGradient, make_teacher
     from hpcbsp.elastic.torch import TorchModel, build_net
 

@@ -26,7 +26,7 @@ hpcbsp / DDP within the round; the medians and every round follow.  Then the cei
 per second at most ``1 / that``), and with ``--link-rate`` the line-rate bound of a ring
 allreduce (:func:`ring_seconds`).  ``--phases``: then ``K`` more steps of hpcbsp's bucketed
 trainer with a clock read between the phases of each step, and the ceiling of any schedule
-that keeps the result (:mod:`hpcbsp.bench.ddp_phases`).  Meaningful only on a quiet machine
+that keeps the result (``hpcbsp/bench/_ddp_phases.py``).  Meaningful only on a quiet machine
 with a core per rank.
 """
 from __future__ import annotations
@@ -42,6 +42,7 @@ import numpy as np
 from mpi4py import MPI
 
 from hpcbsp.bench import measuring
+from hpcbsp.bench._ddp_phases import PHASES, ceiling_s, measure_phases, phase_lines  # noqa: F401  (--phases)
 from hpcbsp.bench.fabsp.links import link_rate
 from hpcbsp.util.args.parser import OneLineParser
 from hpcbsp.util.args.types import positive_int
@@ -136,8 +137,7 @@ def _ddp_round(comm: MPI.Comm, workers: MPI.Comm | None, args: Any) -> float:
 
 
 def _phases(comm: MPI.Comm, workers: MPI.Comm | None, args: Any) -> Any:
-    """Every worker's phases of ``--steps`` bucketed steps (:mod:`.ddp_phases`), on rank 0."""
-    from hpcbsp.bench.ddp_phases import measure_phases
+    """Every worker's phases of ``--steps`` bucketed steps (``_ddp_phases.py``), on rank 0."""
     from hpcbsp.elastic.data import MinibatchGradient
     from hpcbsp.elastic.torch import TorchModel
 
@@ -258,8 +258,6 @@ def main(argv: list[str]) -> int:
             print(f"line-rate bound at {args.link_rate / 1e9:g} Gbit/s: {1e3 * s:.1f} ms per allreduce "
                   f"({steps_per_s(1, s):.1f} steps/s); hpcbsp at {statistics.median(r['ours']) * s:.0%} of it")
         if r["phases"] is not None:
-            from hpcbsp.bench.ddp_phases import phase_lines
-
             print("\n".join(phase_lines(r["phases"], mpi_s, statistics.median(r["theirs"]))))
     return 0
 
