@@ -22,7 +22,7 @@ at the defaults 1024 and 2), each worker on its own shard, ``--batch`` samples a
 
 Each round runs both (in alternating order) and prints steps per second and the ratio
 hpcbsp / DDP within the round; the medians and every round follow.  Then the ceiling: one bare
-``MPI.Allreduce`` and one bare gloo ``all_reduce`` of the whole gradient with no compute (steps
+``MPI.Allreduce`` and one bare gloo ``all_reduce`` of the whole gradient with no compute (medians of 10) (steps
 per second at most ``1 / that``), and with ``--link-rate`` the line-rate bound of a ring
 allreduce (:func:`ring_seconds`).  ``--phases``: then ``K`` more steps of hpcbsp's bucketed
 trainer with a clock read between the phases of each step, and the ceiling of any schedule
@@ -153,7 +153,8 @@ def _phases(comm: MPI.Comm, workers: MPI.Comm | None, args: Any) -> Any:
 
 
 def _ceiling(workers: MPI.Comm, params: int, iters: int = 10) -> tuple[float, float]:
-    """Seconds of one bare MPI.Allreduce and one bare gloo all_reduce of ``params`` float32."""
+    """Seconds of one bare MPI.Allreduce and one bare gloo all_reduce of ``params`` float32 (the
+    median of ``iters``, the slowest worker's: a spike of the shared machine is not the link)."""
     import torch
     import torch.distributed as dist
 
@@ -163,10 +164,12 @@ def _ceiling(workers: MPI.Comm, params: int, iters: int = 10) -> tuple[float, fl
     for run in (lambda: workers.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM), lambda: dist.all_reduce(t)):
         run()
         workers.Barrier()
-        tic = time.perf_counter()
+        took = []
         for _ in range(iters):
+            tic = time.perf_counter()
             run()
-        out.append(workers.allreduce((time.perf_counter() - tic) / iters, op=MPI.MAX))
+            took.append(time.perf_counter() - tic)
+        out.append(workers.allreduce(statistics.median(took), op=MPI.MAX))
     return out[0], out[1]
 
 
@@ -256,7 +259,8 @@ def main(argv: list[str]) -> int:
         if args.link_rate:
             s = ring_seconds(nbytes, n, args.link_rate)
             print(f"line-rate bound at {args.link_rate / 1e9:g} Gbit/s: {1e3 * s:.1f} ms per allreduce "
-                  f"({steps_per_s(1, s):.1f} steps/s); hpcbsp at {statistics.median(r['ours']) * s:.0%} of it")
+                  f"({steps_per_s(1, s):.1f} steps/s); hpcbsp at {statistics.median(r['ours']) * s:.0%} of it"
+                  + (" (the whole gradient's bytes: --sum factors sends fewer)" if args.sum == "factors" else ""))
         if r["phases"] is not None:
             print("\n".join(phase_lines(r["phases"], mpi_s, statistics.median(r["theirs"]))))
     return 0
