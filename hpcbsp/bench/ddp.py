@@ -22,8 +22,8 @@ at the defaults 1024 and 2), each worker on its own shard, ``--batch`` samples a
 
 Each round runs both (in alternating order) and prints steps per second and the ratio
 hpcbsp / DDP within the round; the medians and every round follow.  Then the ceiling: one bare
-``MPI.Allreduce`` and one bare gloo ``all_reduce`` of the whole gradient with no compute (medians of 10) (steps
-per second at most ``1 / that``), and with ``--link-rate`` the line-rate bound of a ring
+``MPI.Allreduce`` and one bare gloo ``all_reduce`` of the whole gradient with no compute
+(medians of 10; steps per second at most ``1 / that``), and with ``--link-rate`` the line-rate bound of a ring
 allreduce (:func:`ring_seconds`).  ``--phases``: then ``K`` more steps of hpcbsp's bucketed
 trainer with a clock read between the phases of each step, and the ceiling of any schedule
 that keeps the result (``hpcbsp/bench/_ddp_phases.py``).  Meaningful only on a quiet machine
