@@ -111,3 +111,38 @@ def test_the_torch_models_hook_calls_each_parameter_once_its_gradient_is_final()
     seen.clear()
     model.grad(w, data.X_train[:8], data.y_train[:8])
     assert seen == {}
+
+
+def test_parameters_alone_get_buckets_of_their_own_and_skipped_ones_none() -> None:
+    from mpi4py import MPI
+
+    # Parameters [0,3) [3,8) [8,10), buckets of 100 values: one bucket, unless [3,8) is alone.
+    assert plan_buckets(10, 1, 100, sizes=[3, 5, 2], alone={1}) == [(8, 10), (3, 8), (0, 3)]
+    assert plan_buckets(4, 1, 2, sizes=[1, 1, 1, 1], alone={2}) == [(3, 4), (2, 3), (0, 2)]
+    reduce = BucketedReduce(MPI.COMM_SELF, np.zeros(10), [3, 5, 2], 400, skip={1})
+    assert reduce.buckets == [(8, 10), (0, 3)]
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("bucket_bytes", [16, 1 << 20])
+def test_skipped_parameters_are_left_as_they_are_and_the_rest_is_summed(bucket_bytes) -> None:
+    """Oracle: numpy's sum of every rank's vector outside parameter 1 and 3, this rank's own
+    values inside them (what a sum by other means then overwrites)."""
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD.Dup()
+    try:
+        p, me = comm.Get_size(), comm.Get_rank()
+        reduce = BucketedReduce(comm, np.zeros(sum(SIZES)), SIZES, bucket_bytes, 8, skip={1, 3})
+        mine = _vector(me, sum(SIZES), np.float64)
+        reduce.vector[:] = mine
+        for i in reversed(range(len(SIZES))):
+            reduce.ready(i)
+        assert reduce.finish(vote=1, timeout=60.0) == p
+        want = np.sum([_vector(r, sum(SIZES), np.float64) for r in range(p)], axis=0)
+        offsets = np.cumsum([0] + SIZES)
+        for i in (1, 3):
+            want[offsets[i]:offsets[i + 1]] = mine[offsets[i]:offsets[i + 1]]
+        np.testing.assert_allclose(reduce.vector, want, rtol=1e-13, atol=1e-13)
+    finally:
+        comm.Free()

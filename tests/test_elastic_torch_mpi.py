@@ -38,9 +38,9 @@ def comm():
     c.Free()
 
 
-def _setup(name: str = "cnn"):
+def _setup(name: str = "cnn", hidden: int = 12):
     torch.manual_seed(0)
-    net, shape = build_net(name, 16, 4, hidden=12, depth=2)
+    net, shape = build_net(name, 16, 4, hidden=hidden, depth=2)
     reference = copy.deepcopy(net)
     model = TorchModel(net, input_shape=shape, n_classes=4)
     data = make_teacher(n_samples=160, n_features=16, n_classes=4, teacher_hidden=8, seed=3)
@@ -141,6 +141,27 @@ def test_allreduce_baseline_with_a_torch_model_equals_sgd_on_averaged_gradients(
                               max_updates=STEPS, eval_every=0.0001, pace=_pace(comm), timeout=TIMEOUT,
                               lr_decay=decay, bucket_bytes=bucket_bytes, gradients=model if hooks else None)
         assert res_w.iterations == STEPS and model.packs == 0
+
+
+@pytest.mark.mpi(min_size=2)
+def test_allreduce_baseline_with_sufficient_factors_equals_sgd_on_averaged_gradients(comm) -> None:
+    """The 32 x 32 layer's weight (1,024 values) is summed from 8 x (32 + 32) factors; the
+    other parameters by the buckets."""
+    from hpcbsp.elastic.allreduce import run_allreduce
+
+    model, reference, shape, data = _setup("student", hidden=32)
+    n = comm.Get_size() - 1
+    w0 = model.get_weights()
+    if comm.Get_rank() == 0:
+        res = run_allreduce(comm, None, w0, LR, max_updates=STEPS, timeout=TIMEOUT)
+        expected = _oracle(reference, shape, data, n, STEPS)
+        np.testing.assert_allclose(res.weights, expected, rtol=2e-5, atol=2e-6)
+        assert res.log.updates == STEPS
+    else:
+        res_w = run_allreduce(comm, _grad_fn(model, data, comm.Get_rank() - 1), w0, LR, max_updates=STEPS,
+                              timeout=TIMEOUT, gradients=model, factor_rows=BATCH)
+        assert res_w.iterations == STEPS and model.packs == 0
+        assert all(p.requires_grad for p in model.module.parameters())  # (restored at the end)
 
 
 @pytest.mark.mpi(min_size=2)

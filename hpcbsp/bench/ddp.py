@@ -2,6 +2,7 @@
 
     mpiexec -n 3 python -m hpcbsp.bench ddp [--steps K] [--repeats R] [--hidden H] [--depth D]
                                             [--batch B] [--bucket-mb M] [--sum S] [--link-rate RATE]
+                                            [--phases]
 
 Rank 0 is the allreduce trainer's evaluator (it only waits here); ranks ``1..n`` are the
 workers of both trainers.  The model is the student MLP of ``--dataset teacher`` (64 inputs,
@@ -10,7 +11,9 @@ at the defaults 1024 and 2), each worker on its own shard, ``--batch`` samples a
 
 * **hpcbsp**: :func:`hpcbsp.elastic.allreduce.run_allreduce` for ``K`` steps with its default
   bucketed sum (buckets of ``--bucket-mb``, the first 1 MiB, started from the backward pass's
-  hooks, on ``MPI.Iallreduce``; ``--sum sharded``: the sharded reduce-scatter step instead),
+  hooks, on ``MPI.Iallreduce``; ``--sum sharded``: the sharded reduce-scatter step instead;
+  ``--sum factors``: the bucketed sum with the large Linear layers' weights summed from their
+  sufficient factors, :mod:`hpcbsp.elastic.torch.factors`),
   timed by rank 0 from the start barrier to worker 0's last step.
 * **DDP**: ``torch.nn.parallel.DistributedDataParallel`` on the same module, data and batch, on
   a gloo process group of the workers (rendezvous ``env://``, ``MASTER_ADDR`` worker 0's
@@ -19,9 +22,12 @@ at the defaults 1024 and 2), each worker on its own shard, ``--batch`` samples a
 
 Each round runs both (in alternating order) and prints steps per second and the ratio
 hpcbsp / DDP within the round; the medians and every round follow.  Then the ceiling: one bare
-``MPI.Allreduce`` and one bare gloo ``all_reduce`` of the whole gradient with no compute (steps
-per second at most ``1 / that``), and with ``--link-rate`` the line-rate bound of a ring
-allreduce (:func:`ring_seconds`).  Meaningful only on a quiet machine with a core per rank.
+``MPI.Allreduce`` and one bare gloo ``all_reduce`` of the whole gradient with no compute
+(medians of 10; steps per second at most ``1 / that``), and with ``--link-rate`` the line-rate bound of a ring
+allreduce (:func:`ring_seconds`).  ``--phases``: then ``K`` more steps of hpcbsp's bucketed
+trainer with a clock read between the phases of each step, and the ceiling of any schedule
+that keeps the result (``hpcbsp/bench/_ddp_phases.py``).  Meaningful only on a quiet machine
+with a core per rank.
 """
 from __future__ import annotations
 
@@ -36,6 +42,7 @@ import numpy as np
 from mpi4py import MPI
 
 from hpcbsp.bench import measuring
+from hpcbsp.bench._ddp_phases import PHASES, ceiling_s, measure_phases, phase_lines  # noqa: F401  (--phases)
 from hpcbsp.bench.fabsp.links import link_rate
 from hpcbsp.util.args.parser import OneLineParser
 from hpcbsp.util.args.types import positive_int
@@ -99,7 +106,8 @@ def _hpcbsp_round(comm: MPI.Comm, workers: MPI.Comm | None, args: Any) -> float:
     model = TorchModel(net, n_features=FEATURES, n_classes=CLASSES)
     grad = MinibatchGradient(model, X, y, args.batch, seed=workers.Get_rank())
     run_allreduce(comm, grad, model.get_weights(), 0.05, max_updates=args.steps, timeout=120.0,
-                  gradients=model, bucket_bytes=None if args.sum == "sharded" else int(args.bucket_mb * 2**20))
+                  gradients=model, bucket_bytes=None if args.sum == "sharded" else int(args.bucket_mb * 2**20),
+                  factor_rows=args.batch if args.sum == "factors" else 0)
     return 0.0
 
 
@@ -128,8 +136,25 @@ def _ddp_round(comm: MPI.Comm, workers: MPI.Comm | None, args: Any) -> float:
     return steps_per_s(args.steps, took)
 
 
+def _phases(comm: MPI.Comm, workers: MPI.Comm | None, args: Any) -> Any:
+    """Every worker's phases of ``--steps`` bucketed steps (``_ddp_phases.py``), on rank 0."""
+    from hpcbsp.elastic.data import MinibatchGradient
+    from hpcbsp.elastic.torch import TorchModel
+
+    rows = None
+    if workers is not None:
+        X, y, net = _setup(workers, args.hidden, args.depth)
+        model = TorchModel(net, n_features=FEATURES, n_classes=CLASSES)
+        grad = MinibatchGradient(model, X, y, args.batch, seed=workers.Get_rank())
+        rows = measure_phases(workers, model, grad, args.steps, int(args.bucket_mb * 2**20))
+    _idle(comm)
+    got = comm.gather(rows, root=0)
+    return np.concatenate([r for r in got if r is not None]) if got else None
+
+
 def _ceiling(workers: MPI.Comm, params: int, iters: int = 10) -> tuple[float, float]:
-    """Seconds of one bare MPI.Allreduce and one bare gloo all_reduce of ``params`` float32."""
+    """Seconds of one bare MPI.Allreduce and one bare gloo all_reduce of ``params`` float32 (the
+    median of ``iters``, the slowest worker's: a spike of the shared machine is not the link)."""
     import torch
     import torch.distributed as dist
 
@@ -139,10 +164,12 @@ def _ceiling(workers: MPI.Comm, params: int, iters: int = 10) -> tuple[float, fl
     for run in (lambda: workers.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM), lambda: dist.all_reduce(t)):
         run()
         workers.Barrier()
-        tic = time.perf_counter()
+        took = []
         for _ in range(iters):
+            tic = time.perf_counter()
             run()
-        out.append(workers.allreduce((time.perf_counter() - tic) / iters, op=MPI.MAX))
+            took.append(time.perf_counter() - tic)
+        out.append(workers.allreduce(statistics.median(took), op=MPI.MAX))
     return out[0], out[1]
 
 
@@ -185,12 +212,13 @@ def bench(comm: MPI.Comm, args: Any) -> dict[str, Any] | None:
         params = sum(p.numel() for p in _setup(workers, args.hidden, args.depth)[2].parameters())
         bare = _ceiling(workers, params) if workers is not None else (0.0, 0.0)
         bare = (comm.allreduce(bare[0], op=MPI.MAX), comm.allreduce(bare[1], op=MPI.MAX))
+        phases = _phases(comm, workers, args) if args.phases else None
     finally:
         if workers is not None:
             dist.destroy_process_group()
             workers.Free()
     hosts = comm.allgather(MPI.Get_processor_name())
-    return {"ours": ours, "theirs": theirs, "params": params, "bare": bare,
+    return {"ours": ours, "theirs": theirs, "params": params, "bare": bare, "phases": phases,
             "hosts": len(set(hosts[1:]))} if rank == 0 else None
 
 
@@ -202,10 +230,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--depth", type=positive_int, default=2, help="hidden layers (default 2)")
     parser.add_argument("--batch", type=positive_int, default=64, help="samples per step and worker (default 64)")
     parser.add_argument("--bucket-mb", type=positive_int, default=25, help="bucket size in MiB, both trainers (default 25)")
-    parser.add_argument("--sum", choices=("bucketed", "sharded"), default="bucketed",
-                        help="hpcbsp's sum: bucketed (the default) or the sharded reduce-scatter step")
+    parser.add_argument("--sum", choices=("bucketed", "sharded", "factors"), default="bucketed",
+                        help="hpcbsp's sum: bucketed (the default), the sharded reduce-scatter step, or "
+                             "bucketed with the large layers' sufficient factors allgathered")
     parser.add_argument("--link-rate", type=link_rate, default=None, metavar="RATE",
                         help="the rate the workers' links are shaped to (1gbit...): prints the ring's line-rate bound")
+    parser.add_argument("--phases", action="store_true",
+                        help="then --steps more bucketed steps, timed phase by phase, and the ceiling they allow")
     args = parser.parse_args(argv)
     if MPI.COMM_WORLD.Get_size() < 2:
         print("python -m hpcbsp.bench ddp: needs an evaluator and workers: run under mpiexec -n 3 "
@@ -228,7 +259,10 @@ def main(argv: list[str]) -> int:
         if args.link_rate:
             s = ring_seconds(nbytes, n, args.link_rate)
             print(f"line-rate bound at {args.link_rate / 1e9:g} Gbit/s: {1e3 * s:.1f} ms per allreduce "
-                  f"({steps_per_s(1, s):.1f} steps/s); hpcbsp at {statistics.median(r['ours']) * s:.0%} of it")
+                  f"({steps_per_s(1, s):.1f} steps/s); hpcbsp at {statistics.median(r['ours']) * s:.0%} of it"
+                  + (" (the whole gradient's bytes: --sum factors sends fewer)" if args.sum == "factors" else ""))
+        if r["phases"] is not None:
+            print("\n".join(phase_lines(r["phases"], mpi_s, statistics.median(r["theirs"]))))
     return 0
 
 

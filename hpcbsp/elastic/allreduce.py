@@ -13,7 +13,10 @@ Every step each worker
      backwards) and, with a gradient source that has hooks (a torch model:
      ``gradients=model``), each bucket's ``MPI.Iallreduce`` starts while the backward pass
      computes the next; then every worker applies ``weights -= lr * sum / n`` to its own copy
-     (one compiled pass).  Worker 0's "stop" vote is one more 8-byte ``Iallreduce``.
+     (one compiled pass).  Worker 0's "stop" vote is one more 8-byte ``Iallreduce``.  With
+     ``factor_rows``, the large Linear layers' weights are summed from their sufficient factors
+     instead (:mod:`.torch.factors`: each worker's batch rows of output gradient and input,
+     allgathered, multiplied on every worker).
    * **sharded** (``bucket_bytes=None``): as a ZeRO-1 optimiser shards the update
      (:func:`allreduce_step`): ``bsp.reduce_scatter`` leaves each worker the sum of one block,
      the worker applies ``weights -= lr * sum / n`` to that block of the weights, and
@@ -34,7 +37,8 @@ time stamp.
 
 h-relation per step: each worker sends and receives about ``2 (n-1)/n · (P + 1) w`` bytes
 (``w`` bytes per value): the reduce-scatter and the allgather of the sharded step (two MPI
-collectives, ``ceil(log2 n)`` rounds each for short buffers), or MPI's allreduce of each bucket;
+collectives, ``ceil(log2 n)`` rounds each for short buffers), or MPI's allreduce of each bucket
+(a factored layer: an allgather of ``B (in + out) w`` bytes from every worker instead);
 worker 0 also sends ``24 + w P`` bytes to rank 0 per evaluation.
 """
 from __future__ import annotations
@@ -67,7 +71,8 @@ def run_allreduce(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray] | 
                   progress: Callable[[float, RunLog], None] | None = None,
                   pace: Callable[[float, float], float] | None = None,
                   timeout: float = 60.0, lr_decay: float = 0.0, gradients: Any = None,
-                  bucket_bytes: int | None = DEFAULT_BUCKET_BYTES) -> ServerResult | WorkerResult:
+                  bucket_bytes: int | None = DEFAULT_BUCKET_BYTES,
+                  factor_rows: int = 0) -> ServerResult | WorkerResult:
     """Train with allreduce on ranks ``1..n`` of ``comm``; rank 0 evaluates (collective on ``comm``).
 
     h-relation: see the module docstring.
@@ -106,6 +111,13 @@ def run_allreduce(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray] | 
     bucket_bytes : int or None
         The buckets' size (default 25 MiB, the first 1 MiB, as DDP's), or None for the sharded
         step (see the module docstring).  The same on every worker.
+    factor_rows : int
+        With ``gradients`` (a torch model on the CPU) and the bucketed sum: the Linear layers
+        whose weight holds more values than ``factor_rows x (in + out)`` have their gradients'
+        sum made from their sufficient factors (:mod:`hpcbsp.elastic.torch.factors`: each
+        worker's mini-batch rows of output gradient and input, allgathered) instead of an
+        allreduce; ``factor_rows`` is the largest batch a step may have, the same batch on
+        every worker.  0 (the default): no factors.
 
     Returns
     -------
@@ -146,7 +158,7 @@ def run_allreduce(comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray] | 
                 st = _train(_Sharded(bsp, w), comm, grad_fn, lr, n, duration, max_updates,
                             eval_every, pace, t0, timeout, lr_decay)
         else:
-            stepper = _Bucketed(workers, w, gradients, bucket_bytes, timeout)
+            stepper = _Bucketed(workers, w, gradients, bucket_bytes, timeout, factor_rows)
             try:
                 st = _train(stepper, comm, grad_fn, lr, n, duration, max_updates, eval_every, pace,
                             t0, timeout, lr_decay)
@@ -212,9 +224,11 @@ class _Sharded:
 class _Bucketed:
     """The bucketed step (:class:`.buckets.BucketedReduce` on ``comm``), then every worker's
     update of its own weights.  With ``model`` (hooks), the sum is of the model's gradient
-    vector, its buckets started from the backward pass; else of a buffer of our own."""
+    vector, its buckets started from the backward pass, its large Linear layers' weights summed
+    from their sufficient factors with ``factor_rows``; else of a buffer of our own."""
 
-    def __init__(self, comm: MPI.Comm, w: np.ndarray, model: Any, bucket_bytes: int, timeout: float):
+    def __init__(self, comm: MPI.Comm, w: np.ndarray, model: Any, bucket_bytes: int, timeout: float,
+                 factor_rows: int = 0):
         self.leader, self.timeout = comm.Get_rank() == 0, timeout
         if model is not None and str(getattr(model, "device", "cpu")) != "cpu":
             model = None  # (its vectors are copies off the device: summed after the gradient)
@@ -227,7 +241,13 @@ class _Bucketed:
             raise ValueError(f"rank {comm.Get_rank()}: run_allreduce: the model's gradients are "
                              f"{vector.dtype}, its weights {w.dtype}")
         sizes = model.sizes if model is not None else [w.size]
-        self.reduce = BucketedReduce(comm, vector, sizes, bucket_bytes)
+        self.factors = None
+        if model is not None and factor_rows:
+            from .torch.factors import LinearFactors
+
+            self.factors = LinearFactors(comm, model, factor_rows)
+        self.reduce = BucketedReduce(comm, vector, sizes, bucket_bytes,
+                                     skip=self.factors.params if self.factors is not None else ())
         self.model = model
         if model is not None:
             model.on_gradient(self.reduce.ready)
@@ -237,6 +257,8 @@ class _Bucketed:
         if not (grad is vector or (grad.shape == vector.shape and
                                    grad.__array_interface__["data"][0] == vector.__array_interface__["data"][0])):
             np.copyto(vector, grad)  # (a gradient source without hooks: summed after it returns)
+        if self.factors is not None:
+            self.factors.finish(self.timeout)
         stop = self.reduce.finish(int(vote), self.timeout) > 0
         if not stop:
             sgd_step(self.weights, vector, scale)
@@ -245,6 +267,8 @@ class _Bucketed:
     def close(self) -> None:
         if self.model is not None:
             self.model.on_gradient(None)
+        if self.factors is not None:
+            self.factors.close()
 
 
 def _train(stepper: Any, comm: MPI.Comm, grad_fn: Callable[[np.ndarray], np.ndarray],

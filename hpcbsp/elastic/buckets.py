@@ -30,7 +30,7 @@ plus one 8-byte allreduce for the vote.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 
 import numpy as np
 from mpi4py import MPI
@@ -45,7 +45,7 @@ FIRST_BUCKET_BYTES = 2**20
 
 
 def plan_buckets(total: int, itemsize: int, bucket_bytes: int, first_bytes: int | None = None,
-                 sizes: Sequence[int] | None = None) -> list[tuple[int, int]]:
+                 sizes: Sequence[int] | None = None, alone: Container[int] = ()) -> list[tuple[int, int]]:
     """The buckets of a vector of ``total`` values of ``itemsize`` bytes, as ``(lo, hi)`` value
     ranges in the order they fill (from the end backwards); the first holds ``first_bytes``
     (default ``bucket_bytes``), the others ``bucket_bytes``.
@@ -54,7 +54,8 @@ def plan_buckets(total: int, itemsize: int, bucket_bytes: int, first_bytes: int 
     parameters, as DDP's do: parameters are added from the last backwards and a bucket closes
     once it holds its size or more; a parameter larger than a bucket is cut into buckets of its
     own (from its end, the last piece what is left), so no bucket holds a part of one parameter
-    and a part of another.  Without ``sizes`` the vector is one parameter."""
+    and a part of another.  The parameters in ``alone`` (indices into ``sizes``) are cut into
+    buckets of their own at any size.  Without ``sizes`` the vector is one parameter."""
     if total < 0 or itemsize < 1 or bucket_bytes < 1 or (first_bytes is not None and first_bytes < 1):
         raise ValueError(f"plan_buckets: total {total}, itemsize {itemsize}, bucket_bytes "
                          f"{bucket_bytes}, first_bytes {first_bytes}: need total >= 0, sizes >= 1")
@@ -64,10 +65,11 @@ def plan_buckets(total: int, itemsize: int, bucket_bytes: int, first_bytes: int 
     caps = [max(1, (first_bytes or bucket_bytes) // itemsize), max(1, bucket_bytes // itemsize)]
     out: list[tuple[int, int]] = []
     hi = phi = total  # the open bucket is [plo, hi) once parameter [plo, phi) is in it
-    for size in reversed(sizes):
+    for index in reversed(range(len(sizes))):
+        size = sizes[index]
         plo = phi - size
         cap = caps[min(len(out), 1)]
-        if size > cap:  # cut into buckets of its own, after closing what is open
+        if size > cap or (index in alone and size):  # buckets of its own, after closing what is open
             if hi > phi:
                 out.append((phi, hi))
             hi = phi
@@ -87,22 +89,26 @@ def plan_buckets(total: int, itemsize: int, bucket_bytes: int, first_bytes: int 
 class BucketedReduce:
     """Sum ``vector`` over ``comm`` in place, bucket by bucket as its parameters become ready
     (see the module docstring).  ``sizes``: the values of each parameter, in the vector's order.
-    One step: :meth:`ready` for each parameter (any order, optional), then :meth:`finish`."""
+    One step: :meth:`ready` for each parameter (any order, optional), then :meth:`finish`.
+    ``skip``: parameters summed by other means (:mod:`hpcbsp.elastic.torch.factors`): in
+    buckets of their own, never started, their values left as they are."""
 
     def __init__(self, comm: MPI.Comm, vector: np.ndarray, sizes: Sequence[int], bucket_bytes: int,
-                 first_bytes: int | None = FIRST_BUCKET_BYTES):
+                 first_bytes: int | None = FIRST_BUCKET_BYTES, skip: Container[int] = ()):
         if vector.ndim != 1 or not vector.flags.c_contiguous or int(sum(sizes)) != vector.size:
             raise ValueError(f"BucketedReduce: a C-contiguous 1-D vector whose size ({vector.size}) "
                              f"is the sum of the parameters' sizes ({int(sum(sizes))})")
         self.comm = comm
         self.vector = vector
-        self.buckets = plan_buckets(vector.size, vector.itemsize, bucket_bytes, first_bytes, sizes)
+        planned = plan_buckets(vector.size, vector.itemsize, bucket_bytes, first_bytes, sizes, skip)
         offsets = np.concatenate([[0], np.cumsum(np.asarray(sizes, dtype=np.int64))])
+        skipped = [(int(offsets[i]), int(offsets[i + 1])) for i in range(len(sizes)) if i in skip]
+        self.buckets = [b for b in planned if not any(lo <= b[0] and b[1] <= hi for lo, hi in skipped)]
         # Which buckets each parameter overlaps, and how many parameters each bucket waits for.
         self._of_param: list[list[int]] = []
         self._needs = np.zeros(len(self.buckets), dtype=np.int64)
         for i in range(len(sizes)):
-            lo, hi = int(offsets[i]), int(offsets[i + 1])
+            lo, hi = (int(offsets[i]), int(offsets[i + 1])) if i not in skip else (0, 0)
             mine = [b for b, (blo, bhi) in enumerate(self.buckets) if blo < hi and lo < bhi]
             self._of_param.append(mine)
             self._needs[mine] += 1

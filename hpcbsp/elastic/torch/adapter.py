@@ -243,13 +243,17 @@ class TorchModel(Model):
         """During every later backward pass, call ``callback(i)`` as soon as parameter ``i``'s
         gradient is complete in :attr:`flat_grad` (torch's post-accumulate-grad hook; a gradient
         a hook or op gave a tensor of its own is copied into its slice first).  None removes it.
-        So a bucketed allreduce (:mod:`hpcbsp.elastic.buckets`) starts while backward runs."""
+        So a bucketed allreduce (:mod:`hpcbsp.elastic.buckets`) starts while backward runs.
+        Parameters that do not require a gradient get no call."""
         for handle in getattr(self, "_hook_handles", []):
             handle.remove()
         self._hook_handles = []
         if callback is None:
             return
         for i, (p, g) in enumerate(zip(self._params, self._grad_views)):
+            if not p.requires_grad:
+                continue  # (no gradient comes: summed by other means, hpcbsp.elastic.torch.factors)
+
             def hook(param: torch.Tensor, i: int = i, g: torch.Tensor = g) -> None:
                 if param.grad is not g:
                     with torch.no_grad():
