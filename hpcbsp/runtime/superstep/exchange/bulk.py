@@ -6,10 +6,11 @@ docs/notes/performance-journal.md, "Where issue 30's item 4 stands").  Where eve
 go where they went in the last bulk exchange (an iterative program's halo exchange, superstep
 after superstep), the control step says so (:attr:`~..outbox.Data.REPEAT`, granted only where
 every rank offers it) and the payloads alone move the superstep: what came from whom is what
-came then, and each lands where it landed then (:class:`Landing`, worked out once).  They move in one ``Alltoallv``, or, where every rank of that last bulk exchange sent
-to at most :attr:`~..outbox.Outbox.repeat_messages_max` ranks (a quarter of them, none below 4
-ranks; each rank's number of destinations rides in its ``Alltoall`` rows, so all of them learn
-the largest), as messages to and from those ranks only: a repeated halo exchange costs the
+came then, and each lands where it landed then (:class:`Landing`, worked out once).  They
+move in one ``Alltoallv``, or, where every rank of that last bulk exchange sent to at most
+:attr:`~..outbox.Outbox.repeat_messages_max` ranks (a quarter of them, none below 4 ranks; each
+rank's number of destinations rides in its ``Alltoall`` rows, so all of them learn the
+largest), as messages to and from those ranks only: a repeated halo exchange costs the
 control step and its messages, its Python work per neighbour, not per rank.
 
 h-relation: the puts' bytes, out of and into every rank, plus ``4 (p - 1)`` words each way for
