@@ -64,6 +64,13 @@ def test_the_sync_bench_runs_on_two_ranks_with_its_fine_grained_rows():
     assert ratio_of(ratio, a2a, put, 0.01), (put, a2a, ratio)
     median, low, high = figures(rf"the same ratio within each round .*?: median {NUM}x, {NUM}-{NUM} over the rounds", out)
     assert low <= median <= high, (low, median, high)
+    # the baseline with the control step's meeting: both ratios are quotients of the printed figures
+    agreed, ratio_a2a, ratio_put, median, low, high = figures(
+        rf"pack \+ the control step's meeting \(an 80-byte Allreduce\) \+ Alltoallv, the floor of a put that lands "
+        rf"only once the ranks agreed, {NUM} ms = {NUM}x pack\+Alltoallv's throughput; the put reaches {NUM}x of "
+        rf"it \(within each round: median {NUM}x, {NUM}-{NUM}\)", out)
+    assert ratio_of(ratio_a2a, a2a, agreed, 0.01) and ratio_of(ratio_put, agreed, put, 0.01), (agreed, a2a, put)
+    assert low <= median <= high, (low, median, high)
     warm, first_put, first_a2a, ratio = figures(
         rf"each block timed after {NUM} untimed supersteps; its first, just after the other side's: put {NUM} ms, "
         rf"pack\+Alltoallv {NUM} ms = {NUM}x", out)

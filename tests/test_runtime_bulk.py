@@ -172,6 +172,45 @@ def test_overlapping_bulk_puts_land_in_ascending_source_order(bsp, monkeypatch, 
 
 
 @mpi
+def test_repeated_bulk_exchanges_land_each_superstep_where_the_first_one_worked_out(bsp, monkeypatch):
+    """Every other rank puts a block into overlapping places of one target rank (at 3 ranks, the
+    middle one: its two sources overlap), and the target a block into rank 0, with new values each
+    superstep (so that every rank offers to repeat), and a general superstep
+    (a get) between the second and the third: the repetitions reuse where the first bulk
+    exchange's payloads landed (temporaries applied in ascending source rank, at 2 ranks the
+    target itself), also after the general exchange, and each superstep ends as BSPlib's order
+    says.  Oracle: the numpy model, every superstep."""
+    paths = _spy(monkeypatch)
+    with _context(bsp, monkeypatch) as ctx:
+        p, me, n = ctx.nprocs, ctx.pid, 20
+        target = min(1, p - 1)
+        x = ctx.coarray(3 * p + n + 5, dtype=np.int64)
+        x.local[:] = -7
+        ctx.sync()
+        sources = [s for s in range(p) if s != target]
+        model = np.full(x.local.size, -7)
+        back = np.full(x.local.size, -7)  # rank 0's part: the target puts there (so it repeats too)
+        for k in range(4):
+            if me in sources:
+                x.put(target, np.full(n, 1000 * k + me), offset=3 * me)
+            else:
+                x.put(0, np.full(n, -1000 * k - 1), offset=2)
+            ctx.sync()
+            for s in sources:
+                model[3 * s:3 * s + n] = 1000 * k + s
+            back[2:2 + n] = -1000 * k - 1
+            if me == target:
+                np.testing.assert_array_equal(x.local, model)
+            if me == 0:
+                np.testing.assert_array_equal(x.local, back)
+            if k == 1:
+                got = x.get(target, 0, 4)
+                ctx.sync()
+                np.testing.assert_array_equal(got.value, model[:4])
+    assert paths == ["bulk", "repeat", "general", "repeat", "repeat"], paths
+
+
+@mpi
 def test_other_supersteps_take_the_general_exchange(bsp, monkeypatch):
     """Two large puts to one destination, or a small put beside a large one, anywhere: every rank
     takes the general exchange, with the same values as the bulk one would give."""

@@ -11,9 +11,14 @@ side: docs/notes/performance-journal.md, "The put under Intel MPI").  Each block
 first supersteps after the other's run up to twice as long, decaying over about four, and the
 put's more than the pack's (docs/notes/performance-journal.md, "The put's warm-up"); a program repeating its
 superstep meets the steady state.  The first call of each block is timed on its own and reported
-beside.  The small superstep: an ``hpput`` of 64 KiB to every other rank and its sync (one large
-put per destination: the bulk exchange) against a bare ``Alltoallv`` of the same bytes, no pack
-on either side, alternating.
+beside.  A third side, taking its turn after the baseline, is the baseline with one meeting
+more: pack, an ``Allreduce`` of the control step's 80-byte record, then the ``Alltoallv``.  A
+put cannot land before every rank agreed on what the superstep moves (the control step), so
+this is the floor of any put with BSP's semantics; the put's gap to it is the runtime's own
+work, the rest of its gap to the baseline is that one meeting (docs/notes/performance-journal.md,
+"Issue 44 item 2: where the 8 MiB put's time goes").  The small superstep: an ``hpput`` of 64
+KiB to every other rank and its sync (one large put per destination: the bulk exchange) against
+a bare ``Alltoallv`` of the same bytes, no pack on either side, alternating.
 """
 from __future__ import annotations
 
@@ -50,6 +55,7 @@ class Puts:
         self.displs = _displacements(self.counts)
         self.sendbuf = np.empty(per_dest * len(self.others))
         self.recvbuf = np.empty(per_dest * len(self.others))
+        self.record = np.zeros(10, dtype=np.int64)  # the size of the control step's record
         self.small = small = min(SMALL_BYTES // 8, per_dest)
         self.small_counts = np.array([0 if q == me else small for q in range(p)], dtype=np.int64)
         self.small_displs = _displacements(self.small_counts)
@@ -81,6 +87,13 @@ class Puts:
         self.comm.Alltoallv([self.sendbuf, (self.counts, self.displs), MPI.DOUBLE],
                             [self.recvbuf, (self.counts, self.displs), MPI.DOUBLE])
 
+    def alltoallv_agreed(self) -> None:
+        """The baseline with the control step's meeting before its ``Alltoallv``."""
+        self.sendbuf[:] = self.src
+        self.comm.Allreduce(MPI.IN_PLACE, self.record, op=MPI.MAX)
+        self.comm.Alltoallv([self.sendbuf, (self.counts, self.displs), MPI.DOUBLE],
+                            [self.recvbuf, (self.counts, self.displs), MPI.DOUBLE])
+
     def hpput_small(self) -> None:
         for q in self.others:
             self.target.hpput(q, self.small_src, offset=self.slot[q] * self.per_dest)
@@ -104,22 +117,24 @@ class Puts:
 
 
 def throughput(puts: Puts, iters: int, rounds: int) -> dict[str, Any]:
-    """The put and hpput against pack + ``Alltoallv`` in rounds of put, pack + ``Alltoallv``,
-    hpput, pack + ``Alltoallv``: seconds per superstep (medians), each round's ratio, the first
-    superstep of the blocks and the warm-up's length."""
+    """The put and hpput against pack + ``Alltoallv`` in rounds of put, pack + ``Alltoallv``, pack
+    + ``Allreduce`` + ``Alltoallv``, hpput, pack + ``Alltoallv``: seconds per superstep
+    (medians), each round's ratios, the first superstep of the blocks and the warm-up's length."""
     n, comm = put_iters(iters), puts.comm
     warm = max(1, int(n * WARMUP_FRACTION))
-    out: dict[str, list[float]] = {k: [] for k in ("put", "alltoallv", "hpput", "alltoallv_h",
+    out: dict[str, list[float]] = {k: [] for k in ("put", "alltoallv", "agreed", "hpput", "alltoallv_h",
                                                    "put_first", "alltoallv_first")}
     for _ in range(rounds):
         out["put_first"].append(per_call(puts.put, 1, comm))
         out["put"].append(per_call(puts.put, n, comm, warm - 1))
         out["alltoallv_first"].append(per_call(puts.alltoallv, 1, comm))
         out["alltoallv"].append(per_call(puts.alltoallv, n, comm, warm - 1))
+        out["agreed"].append(per_call(puts.alltoallv_agreed, n, comm, warm))
         out["hpput"].append(per_call(puts.hpput, n, comm, warm))
         out["alltoallv_h"].append(per_call(puts.alltoallv, n, comm, warm))
     return {**{f"{k}_s": median(v) for k, v in out.items()}, "warmup": warm, "bytes": puts.nbytes,
-            "put_ratios": [a / q for a, q in zip(out["alltoallv"], out["put"])]}
+            "put_ratios": [a / q for a, q in zip(out["alltoallv"], out["put"])],
+            "agreed_ratios": [a / q for a, q in zip(out["agreed"], out["put"])]}
 
 
 def small_superstep(puts: Puts, iters: int, rounds: int) -> dict[str, Any]:

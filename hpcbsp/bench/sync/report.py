@@ -54,6 +54,12 @@ def throughput(r: dict[str, Any], p: int) -> None:
     pr = r["put_ratios"]
     print(f"  the same ratio within each round (put, then pack+Alltoallv, back to back): median "
           f"{statistics.median(pr):.2f}x, {min(pr):.2f}-{max(pr):.2f} over the rounds")
+    ar = r["agreed_ratios"]
+    print(f"  pack + the control step's meeting (an 80-byte Allreduce) + Alltoallv, the floor of a put that "
+          f"lands only once the ranks agreed, {1e3 * r['agreed_s']:.2f} ms = "
+          f"{r['alltoallv_s'] / r['agreed_s']:.2f}x pack+Alltoallv's throughput; the put reaches "
+          f"{r['agreed_s'] / r['put_s']:.2f}x of it (within each round: median {statistics.median(ar):.2f}x, "
+          f"{min(ar):.2f}-{max(ar):.2f})")
     print(f"  each block timed after {r['warmup']} untimed supersteps; its first, just after the other "
           f"side's: put {1e3 * r['put_first_s']:.2f} ms, pack+Alltoallv {1e3 * r['alltoallv_first_s']:.2f} ms "
           f"= {r['alltoallv_first_s'] / r['put_first_s']:.2f}x")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 import struct
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -182,15 +182,19 @@ class Outbox:
     arena: Arena | None = None
     #: Puts of at least this many bytes travel on their own after the headers (``$HPCBSP_LARGE_PUT_BYTES``).
     large_bytes: int = field(init=False)
-    #: Per destination, this superstep's first large put: ``(object id + 1, offset, element
-    #: count)``, zeros where there is none (what a bulk exchange sends, :mod:`.exchange`).
-    heads: np.ndarray = field(init=False)
+    #: Per destination with one, this superstep's first large put: ``(object id + 1, offset,
+    #: element count)`` (what a bulk exchange sends, :mod:`.exchange`; Python tuples: a superstep's
+    #: bookkeeping on caches its copies have just flushed costs about 25 us per numpy call).
+    firsts: dict[int, tuple[int, int, int]] = field(init=False)
     #: How many of this superstep's records are such first large puts.
     bulk_puts: int = field(init=False)
     #: What the last bulk exchange learnt: per destination the head this rank sent (None where
     #: it sent nothing), and per source rank that sent one the head it received.
     sent: list[tuple[int, int, int] | None] = field(init=False)
     received: dict[int, tuple[int, int, int]] = field(init=False)
+    #: The receiving side the last bulk exchange worked out from :attr:`received` (where each
+    #: source's payload lands), which its repetitions reuse (:mod:`.exchange.bulk`).
+    plan: Any = field(init=False)
     #: Whether the ranks of the last bulk exchange each sent to at most
     #: :attr:`repeat_messages_max` ranks (the same on every rank): its repetitions move as
     #: messages to and from those ranks only.
@@ -213,10 +217,11 @@ class Outbox:
     def __post_init__(self) -> None:
         self.large_bytes = int(setting(LARGE_PUT_ENV))
         self.pooled = []
-        self.heads = np.zeros((self.nprocs, 3), dtype=np.int64)
+        self.firsts = {}
         self.bulk_puts = 0
         self.sent = [None] * self.nprocs
         self.received = {}
+        self.plan = None
         self.repeat_sparse = False
         self.repeat_messages_max = self.nprocs // 4
         self.sent_count = 0
@@ -241,8 +246,8 @@ class Outbox:
             self.gets_count = 0
         self.traffic = Traffic()
         self.nrecords = 0
-        if self.bulk_puts:  # (the rows used only: a memset of p rows is not free at large p)
-            self.heads[list(self.large)] = 0
+        if self.bulk_puts:
+            self.firsts = {}
             self.bulk_puts = 0
         self.large = {}
         self.same = True
@@ -265,7 +270,7 @@ class Outbox:
                 large = self.large[dest] = []
             if not large and raw.size <= BULK_MAX:
                 head = (obj_id + 1, offset, count)
-                self.heads[dest] = head
+                self.firsts[dest] = head
                 self.bulk_puts += 1
                 if head != self.sent[dest]:
                     self.same = False
@@ -366,10 +371,21 @@ class Outbox:
         """A bulk exchange's ``Alltoall`` is over: keep what this rank sent and ``received``
         (per source rank that sent a put: object id + 1, offset, count) for the exchanges that
         repeat it, and whether every rank sent to few ranks (``sparse``, agreed by all)."""
-        self.sent = [(h[0], h[1], h[2]) if h[0] else None for h in self.heads.tolist()]
+        sent: list[tuple[int, int, int] | None] = [None] * self.nprocs
+        for d, head in self.firsts.items():
+            sent[d] = head
+        self.sent = sent
         self.sent_count = self.bulk_puts
         self.received = received
         self.repeat_sparse = sparse
+
+    @property
+    def heads(self) -> np.ndarray:
+        """:attr:`firsts` as ``p`` rows of int64, zeros where there is none."""
+        rows = np.zeros((self.nprocs, 3), dtype=np.int64)
+        for d, head in self.firsts.items():
+            rows[d] = head
+        return rows
 
     def keep_until_sent(self, buf: np.ndarray) -> None:
         """Give ``buf`` (from :attr:`pool`) back to the pool once this superstep's exchange is done."""

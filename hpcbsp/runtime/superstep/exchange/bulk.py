@@ -6,10 +6,11 @@ docs/notes/performance-journal.md, "Where issue 30's item 4 stands").  Where eve
 go where they went in the last bulk exchange (an iterative program's halo exchange, superstep
 after superstep), the control step says so (:attr:`~..outbox.Data.REPEAT`, granted only where
 every rank offers it) and the payloads alone move the superstep: what came from whom is what
-came then.  They move in one ``Alltoallv``, or, where every rank of that last bulk exchange sent
-to at most :attr:`~..outbox.Outbox.repeat_messages_max` ranks (a quarter of them, none below 4
-ranks; each rank's number of destinations rides in its ``Alltoall`` rows, so all of them learn
-the largest), as messages to and from those ranks only: a repeated halo exchange costs the
+came then, and each lands where it landed then (:class:`Landing`, worked out once).  They
+move in one ``Alltoallv``, or, where every rank of that last bulk exchange sent to at most
+:attr:`~..outbox.Outbox.repeat_messages_max` ranks (a quarter of them, none below 4 ranks; each
+rank's number of destinations rides in its ``Alltoall`` rows, so all of them learn the
+largest), as messages to and from those ranks only: a repeated halo exchange costs the
 control step and its messages, its Python work per neighbour, not per rank.
 
 h-relation: the puts' bytes, out of and into every rank, plus ``4 (p - 1)`` words each way for
@@ -17,6 +18,7 @@ the ``Alltoall`` (none when repeated).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Collection, Sequence, cast
 
 import numpy as np
@@ -26,8 +28,49 @@ from ..ledger import Traffic
 from ..outbox import Outbox
 from .completion import TAG_LARGE
 from .large import unshared
-from .regions import alltoallv
+from .regions import Region, alltoallv, regions
 from .targets import Registered, Target
+
+
+@dataclass
+class Landing:
+    """Where a bulk exchange's payloads land, worked out from what comes from whom (the same
+    for its repetitions, which reuse it: :attr:`~..outbox.Outbox.plan`)."""
+
+    back: dict[int, np.ndarray]  #: per source, the bytes its payload lands in
+    later: list[tuple[Target, int, np.ndarray]]  #: overlapping puts' temporaries, by source rank
+    nbytes: int  #: the bytes that come
+    into: list[np.ndarray | None]  #: ``back`` per rank (None where nothing comes) ...
+    side: Region  #: ... as the receiving side of one ``Alltoallv`` (:func:`.regions.regions`)
+
+
+def landing(received: dict[int, tuple[int, int, int]], registry: Sequence[Registered], p: int) -> Landing:
+    """Where each source's put (``received[s]``: object id + 1, offset, element count) lands:
+    straight in its target where no other source's put overlaps it, else in a temporary that is
+    applied in ascending source rank, as BSPlib prescribes."""
+    sources = sorted(received)
+    alone: Collection[int] = sources
+    if len(sources) > 1:  # which puts overlap another source's (per object: its id + 1)
+        spans: dict[int, list[tuple[int, int, int]]] = {}
+        for s in sources:
+            obj, off, cnt = received[s]
+            spans.setdefault(obj, []).append((off, off + cnt, s))
+        alone = unshared(spans)
+    back: dict[int, np.ndarray] = {}
+    later: list[tuple[Target, int, np.ndarray]] = []
+    nbytes = 0
+    for s in sources:
+        obj, off, cnt = received[s]
+        target = cast(Target, registry[obj - 1])
+        if s in alone:
+            back[s] = target._view(off, cnt).view(np.uint8)
+        else:
+            tmp = np.empty(cnt, dtype=target.dtype)
+            later.append((target, off, tmp))
+            back[s] = tmp.view(np.uint8)
+        nbytes += cnt * target.itemsize
+    into = [back.get(s) for s in range(p)]
+    return Landing(back, later, nbytes, into, regions(into))
 
 
 def bulk_exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered], repeat: bool = False) -> Traffic:
@@ -48,38 +91,23 @@ def bulk_exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered]
     p, me = outbox.nprocs, outbox.me
     traffic = outbox.traffic
     traffic.records = outbox.nrecords
-    if repeat:
-        received = outbox.received
-    else:
-        rows = np.empty((p, 4), dtype=np.int64)
-        rows[:, :3] = outbox.heads
-        rows[:, 3] = len(outbox.large)  # (every rank learns every rank's number of destinations)
-        got = np.empty((p, 4), dtype=np.int64)
-        comm.Alltoall(rows, got)
-        # (Python lists from here: at a few ranks, numpy's per-call cost would be most of the work.)
-        received = {s: (row[0], row[1], row[2]) for s, row in enumerate(got[:, :3].tolist()) if row[0]}
-        outbox.remember(received, sparse=int(got[:, 3].max()) <= outbox.repeat_messages_max)
-    sources = sorted(received)
-    alone: Collection[int] = sources
-    if len(sources) > 1:  # which puts overlap another source's (per object: its id + 1)
-        spans: dict[int, list[tuple[int, int, int]]] = {}
-        for s in sources:
-            obj, off, cnt = received[s]
-            spans.setdefault(obj, []).append((off, off + cnt, s))
-        alone = unshared(spans)
-    back: dict[int, np.ndarray] = {}
-    later: list[tuple[Target, int, np.ndarray]] = []  # (target, offset, received), by source rank
-    for s in sources:
-        obj, off, cnt = received[s]
-        target = cast(Target, registry[obj - 1])
-        if s in alone:
-            back[s] = target._view(off, cnt).view(np.uint8)
+    plan: Landing | None = outbox.plan if repeat else None
+    if plan is None:
+        if repeat:
+            received = outbox.received
         else:
-            tmp = np.empty(cnt, dtype=target.dtype)
-            later.append((target, off, tmp))
-            back[s] = tmp.view(np.uint8)
-        traffic.bytes_in += cnt * target.itemsize
-    traffic.msgs_in += len(sources)
+            rows = np.empty((p, 4), dtype=np.int64)
+            rows[:, :3] = outbox.heads
+            rows[:, 3] = len(outbox.large)  # (every rank learns every rank's number of destinations)
+            got = np.empty((p, 4), dtype=np.int64)
+            comm.Alltoall(rows, got)
+            # (Python lists from here: at a few ranks, numpy's per-call cost would be most of the work.)
+            received = {s: (row[0], row[1], row[2]) for s, row in enumerate(got[:, :3].tolist()) if row[0]}
+            outbox.remember(received, sparse=int(got[:, 3].max()) <= outbox.repeat_messages_max)
+        plan = outbox.plan = landing(received, registry, p)
+    traffic.bytes_in += plan.nbytes
+    traffic.msgs_in += len(plan.back)
+    back = plan.back
     large = outbox.large
     if repeat and outbox.repeat_sparse:
         reqs = [comm.Irecv([into, MPI.BYTE], s, TAG_LARGE) for s, into in back.items()]
@@ -87,7 +115,7 @@ def bulk_exchange(comm: MPI.Comm, outbox: Outbox, registry: Sequence[Registered]
         MPI.Request.Waitall(reqs)
     else:
         alltoallv(comm, [large[d][0] if d in large and d != me else None for d in range(p)],
-                  [back.get(s) for s in range(p)])
-    for target, off, values in later:
+                  plan.into, plan.side)
+    for target, off, values in plan.later:
         target._write(off, values)
     return traffic

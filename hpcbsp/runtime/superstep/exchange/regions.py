@@ -30,7 +30,12 @@ COUNT_MAX = 2**31 - 1
 SPAN = 2**31 - 1
 
 
-def regions(arrays: list[np.ndarray | None]) -> tuple[Any, list[int], list[int], np.ndarray | None]:
+#: One side of an ``Alltoallv`` as :func:`regions` lays it out: ``(buffer, counts, displacements,
+#: staging)``.
+Region = tuple[Any, list[int], list[int], "np.ndarray | None"]
+
+
+def regions(arrays: list[np.ndarray | None]) -> Region:
     """One ``Alltoallv`` side for ``arrays[r]`` (uint8 arrays, None for nothing) as ``(buffer,
     counts, displacements, staging)``, laid out as the module docstring says: ``staging`` is
     None, or the new buffer (then also ``buffer``) that the caller fills before a send or copies
@@ -52,16 +57,18 @@ def regions(arrays: list[np.ndarray | None]) -> tuple[Any, list[int], list[int],
     return staging, counts, displs, staging
 
 
-def alltoallv(comm: MPI.Comm, out: list[np.ndarray | None], back: list[np.ndarray | None]) -> None:
+def alltoallv(comm: MPI.Comm, out: list[np.ndarray | None], back: list[np.ndarray | None],
+              side: Region | None = None) -> None:
     """One ``Alltoallv`` (collective) that sends ``out[d]`` to rank ``d`` and receives from rank
     ``s`` into ``back[s]`` (uint8 arrays, None for nothing), each side as :func:`regions` lays
-    it out (staged through one buffer only where its regions lie too far apart)."""
+    it out (staged through one buffer only where its regions lie too far apart); ``side``:
+    ``regions(back)`` where the caller has it already (a repeated bulk exchange)."""
     sbuf, scounts, sdispls, staged = regions(out)
     if staged is not None:
         for a, at in zip(out, sdispls):
             if a is not None and a.nbytes:
                 staged[at:at + a.nbytes] = a
-    rbuf, rcounts, rdispls, landed = regions(back)
+    rbuf, rcounts, rdispls, landed = regions(back) if side is None else side
     comm.Alltoallv([sbuf, (scounts, sdispls), MPI.BYTE], [rbuf, (rcounts, rdispls), MPI.BYTE])
     if landed is not None:
         for a, at in zip(back, rdispls):
