@@ -14,12 +14,13 @@ ranks of one job run on several of them, launched by ``srun -N 4 --mpi=pmi2`` or
   (bsp and async, against the serial spike trains), the farm, checkpoints and the exchange's
   sparse consensus against the dense one pass across the 4 nodes, one rank a node under
   ``srun``; those whose paths differ where ranks share a node (the exchange, queues,
-  collectives, the arena, the mailboxes) also with two ranks a node under ``mpiexec`` (8 ranks:
-  ranks that share a node and ranks that do not, in one job). Those tests compare with
-  independent oracles (numpy, serial runs), so passing there means the same results as on one
-  node. The consensus, which a job takes by itself from ``outbox.SPARSE_MIN_RANKS`` (16) ranks,
-  runs in its tests by their lever below that; a 16-rank run of the semantics (4 a node, 8 a
-  core here) took longer than both launches together and checked nothing the 8-rank run does not;
+  collectives, the arena, the mailboxes) also with 6 ranks under ``mpiexec`` (two on the first
+  two nodes, one on the others: ranks that share a node and ranks that do not, in one job).
+  Those tests compare with independent oracles (numpy, serial runs), so passing there means the
+  same results as on one node. The consensus, which a job takes by itself from
+  ``outbox.SPARSE_MIN_RANKS`` (16) ranks, runs in its tests by their lever below that; a 16-rank
+  run of the semantics (4 a node, 8 a core here) took longer than both launches together and
+  checked nothing the smaller run does not;
 * whole programs give the same bits on 4 nodes as on one: the BSF Jacobi farm's solution, and
   the heat app checkpointed on 4 nodes and restarted on 2 (which also checks itself against a
   serial numpy run).
@@ -226,11 +227,11 @@ SHARED_NODE = ["tests/test_runtime_drma.py", "tests/test_runtime_queues.py", "te
 
 
 @pytest.mark.timeout(660)
-def test_bsp_and_fabsp_semantics_with_two_ranks_a_node() -> None:
-    """:data:`SHARED_NODE`'s files with 8 ranks, launched by mpiexec (round-robin over the host
-    file, as srun --distribution=cyclic places them): ranks that share a node and ranks that do
-    not, in one job."""
-    _pytest_under("mpiexec", 8, SHARED_NODE, timeout=600, keyword=STRESS)
+def test_bsp_and_fabsp_semantics_with_ranks_sharing_nodes() -> None:
+    """:data:`SHARED_NODE`'s files with 6 ranks, launched by mpiexec (round-robin over the host
+    file, as srun --distribution=cyclic places them: two on the first two nodes, one on the
+    others): ranks that share a node and ranks that do not, in one job."""
+    _pytest_under("mpiexec", 6, SHARED_NODE, timeout=600, keyword=STRESS)
 
 
 # --- whole programs: the same bits on 4 nodes as on one --------------------------------------

@@ -179,7 +179,9 @@ def test_allreduce_baseline_stops_on_worker_zeros_clock(comm) -> None:
         # Every worker computed one gradient more than was applied: the step that voted stop.
         assert np.all(log.pushes == log.applied + 1) and np.all(log.applied == log.updates)
         times = [t for t, *_ in log.curve]
-        assert len(times) >= 3 and times == sorted(times) and times[-1] == log.duration_s
+        # The start's evaluation and the end's at least (a rank starved of its core, as beside
+        # other jobs, may take the whole half second for one step), in the clock's order.
+        assert len(times) >= 2 and times == sorted(times) and times[-1] == log.duration_s
     else:
         run_allreduce(comm, _grad_fn(model, data, comm.Get_rank() - 1), w0, LR, duration=0.5,
                       eval_every=0.1, pace=_pace(comm), timeout=TIMEOUT)
