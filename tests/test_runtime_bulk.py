@@ -139,6 +139,17 @@ def test_one_large_put_per_destination_travels_in_a_bulk_exchange(bsp, monkeypat
     assert paths == ["bulk", "repeat", "repeat"]  # the same places each time: learnt once
 
 
+def _overlap_scene(ctx):
+    """The scene of the overlapping puts: rank ``s`` puts ``n`` = 20 values at ``3 s`` of the
+    target (rank 1, rank 0 alone), whose coarray ``x`` holds -7 everywhere, synchronised.
+    Returns ``(p, me, n, target, x)``."""
+    p, n = ctx.nprocs, 20
+    x = ctx.coarray(3 * p + n + 5, dtype=np.int64)
+    x.local[:] = -7
+    ctx.sync()
+    return p, ctx.pid, n, min(1, p - 1), x
+
+
 @mpi
 @pytest.mark.parametrize("own", [False, True], ids=["others only", "with the target's own records"])
 def test_overlapping_bulk_puts_land_in_ascending_source_order(bsp, monkeypatch, own):
@@ -149,11 +160,7 @@ def test_overlapping_bulk_puts_land_in_ascending_source_order(bsp, monkeypatch, 
     any put.  Oracle: the numpy model."""
     paths = _spy(monkeypatch)
     with _context(bsp, monkeypatch) as ctx:
-        p, me, n = ctx.nprocs, ctx.pid, 20
-        target = min(1, p - 1)
-        x = ctx.coarray(3 * p + n + 5, dtype=np.int64)
-        x.local[:] = -7
-        ctx.sync()
+        p, me, n, target, x = _overlap_scene(ctx)
         sources = [s for s in range(p) if s != target or own]
         got = None
         if me in sources:
@@ -182,11 +189,7 @@ def test_repeated_bulk_exchanges_land_each_superstep_where_the_first_one_worked_
     says.  Oracle: the numpy model, every superstep."""
     paths = _spy(monkeypatch)
     with _context(bsp, monkeypatch) as ctx:
-        p, me, n = ctx.nprocs, ctx.pid, 20
-        target = min(1, p - 1)
-        x = ctx.coarray(3 * p + n + 5, dtype=np.int64)
-        x.local[:] = -7
-        ctx.sync()
+        p, me, n, target, x = _overlap_scene(ctx)
         sources = [s for s in range(p) if s != target]
         model = np.full(x.local.size, -7)
         back = np.full(x.local.size, -7)  # rank 0's part: the target puts there (so it repeats too)
