@@ -228,6 +228,32 @@ def stopped_at_exit(proc: subprocess.Popen[str]) -> Iterator[subprocess.Popen[st
                 proc.kill()
 
 
+def supervise_with_a_lost_node(cmd: list[str], env: dict[str, str], cwd: Path, *, ready: Callable[[], bool],
+                                what: str, node: str | None, tag: str, end_within: float,
+                                settle: float = 0.0) -> tuple[TimedLines, float | None, int]:
+    """Run the supervisor ``cmd`` (its output read as it comes); once ``ready()`` holds (within
+    90 s, else the test fails saying ``what`` did not happen) and ``settle`` seconds more, SIGKILL
+    every process of the job (``tag``) on ``node`` (``None``: no kill); then wait up to
+    ``end_within`` seconds for the supervisor to end.  Returns its output, the time of the kill
+    (``None`` without one) and its exit status."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd,
+                            stdin=subprocess.DEVNULL)
+    lines = TimedLines(proc)
+    killed_at = None
+    with stopped_at_exit(proc):
+        if node is not None:
+            wait_until(ready, proc, 90, what, lines.text)
+            time.sleep(settle)
+            kill_node(node, tag)
+            killed_at = time.monotonic()
+        try:
+            proc.wait(timeout=end_within)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the supervisor still ran {end_within} s after {'the kill' if node else 'its start'}:\n"
+                        f"{lines.text()[-4000:]}")
+    return lines, killed_at, proc.returncode
+
+
 @pytest.fixture(autouse=True)
 def no_leftover_shared_memory() -> Iterator[None]:
     """The MPI's shared-memory files that a test's killed ranks left in /dev/shm are removed

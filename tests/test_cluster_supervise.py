@@ -20,9 +20,7 @@ instead (see cluster_helpers).
 """
 from __future__ import annotations
 
-import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -30,16 +28,13 @@ import numpy as np
 import pytest
 from cluster_helpers import (
     HOSTFILE,
-    TimedLines,
     assert_none_outlived,
     cluster_nodes,
     cluster_required,  # noqa: F401  (the fixture behind unavailable_marks)
     cluster_unavailable,
-    kill_node,
     no_leftover_shared_memory,  # noqa: F401  (autouse: the killed ranks' /dev/shm files go)
-    stopped_at_exit,
+    supervise_with_a_lost_node,
     unavailable_marks,
-    wait_until,
 )
 from mpi_helpers import clean_env
 
@@ -76,20 +71,13 @@ def test_a_lost_node_is_left_out_and_the_job_resumes_from_its_checkpoint(tmp_pat
     supervise, named_by = LAUNCHES[launch]
     cmd = [*supervise, "--", PYTHON, "-m", "hpcbsp.apps.heat", "--n", str(N), "--steps", str(STEPS),
            "--checkpoint", str(ck), "--every", str(EVERY), "--restart", "--out", str(out)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            cwd=tmp_path, stdin=subprocess.DEVNULL)
-    lines = TimedLines(proc)
     lost = NODES[2]  # rank 2's node
-    with stopped_at_exit(proc):
-        wait_until((ck / "meta.json").exists, proc, 90, "the job wrote no checkpoint", lines.text)
-        kill_node(lost, tag)
-        killed_at = time.monotonic()
-        try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"the supervised job still ran 120 s after the kill:\n{lines.text()[-4000:]}")
+    lines, killed_at, code = supervise_with_a_lost_node(cmd, env, tmp_path, ready=(ck / "meta.json").exists,
+                                                        what="the job wrote no checkpoint", node=lost, tag=tag,
+                                                        end_within=120)
+    assert killed_at is not None
     text = lines.text()
-    assert proc.returncode == 0, text[-4000:]
+    assert code == 0, text[-4000:]
 
     restart = lines.first("[hpcbsp supervise] restart 1 of 3")
     assert restart is not None, text[-4000:]

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -35,16 +34,13 @@ import numpy as np
 import pytest
 from cluster_helpers import (
     HOSTFILE,
-    TimedLines,
     assert_none_outlived,
     cluster_nodes,
     cluster_required,  # noqa: F401  (the fixture behind unavailable_marks)
     cluster_unavailable,
-    kill_node,
     no_leftover_shared_memory,  # noqa: F401  (autouse: the killed ranks' /dev/shm files go)
-    stopped_at_exit,
+    supervise_with_a_lost_node,
     unavailable_marks,
-    wait_until,
 )
 from mpi_helpers import MPIEXEC, clean_env, hydra_only, program_module
 
@@ -102,20 +98,13 @@ def test_a_lost_shard_node_is_replaced_and_the_run_ends_with_the_oracles_weights
     cmd = [PYTHON, "-m", "hpcbsp", "supervise", "--hosts", str(HOSTFILE), "-n", "3", "--", PYTHON, str(PROGRAM),
            "--servers", "2", "--updates", str(UPDATES), "--pace", "0.02", "--checkpoint", str(ck), "--restart",
            "--out", str(out)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(tag),
-                            cwd=tmp_path, stdin=subprocess.DEVNULL)
-    lines = TimedLines(proc)
     lost = NODES[1]  # rank 1's: the follower shard's (rank 0, the leader, is on the first node)
-    with stopped_at_exit(proc):
-        wait_until(lambda: (tmp_path / "ck.held").exists(), proc, 90, "the training wrote no checkpoint", lines.text)
-        kill_node(lost, tag)
-        killed_at = time.monotonic()
-        try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"the supervised run still ran after 120 s:\n{lines.text()[-4000:]}")
+    lines, killed_at, code = supervise_with_a_lost_node(cmd, _env(tag), tmp_path, ready=(tmp_path / "ck.held").exists,
+                                                        what="the training wrote no checkpoint", node=lost, tag=tag,
+                                                        end_within=120)
+    assert killed_at is not None
     text = lines.text()
-    assert proc.returncode == 0, text[-4000:]
+    assert code == 0, text[-4000:]
     assert f"shard 1: rank 1 on {lost}" in text, text[-4000:]  # (where the kill hit, on the first launch)
     restart = lines.first("[hpcbsp supervise] restart 1 of 3")
     assert restart is not None, text[-4000:]

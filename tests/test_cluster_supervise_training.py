@@ -28,9 +28,7 @@ instead (see cluster_helpers).  Without torch it skips.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -42,11 +40,9 @@ from cluster_helpers import (
     cluster_nodes,
     cluster_required,  # noqa: F401  (the fixture behind unavailable_marks)
     cluster_unavailable,
-    kill_node,
     no_leftover_shared_memory,  # noqa: F401  (autouse: the killed ranks' /dev/shm files go)
-    stopped_at_exit,
+    supervise_with_a_lost_node,
     unavailable_marks,
-    wait_until,
 )
 from mpi_helpers import clean_env
 
@@ -75,25 +71,13 @@ def _train(tmp: Path, tag: str, kill: str | None) -> tuple[TimedLines, float | N
            "--policy", "asp", "--slowdown", "1,1", "--compute", "sleep", "--base-delay", "0.02",
            "--duration", str(DURATION), "--eval-every", "0.5", "--checkpoint", str(ck),
            "--checkpoint-every", str(EVERY), "--restart", "--out-dir", str(out)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            cwd=tmp, stdin=subprocess.DEVNULL)
-    lines = TimedLines(proc)
-    killed_at = None
-    with stopped_at_exit(proc):
-        if kill is not None:
-            wait_until(lambda: any(ck.glob("*/meta.json")), proc, 90, "the training wrote no checkpoint",
-                       lines.text)
-            time.sleep(2 * EVERY)  # mid-run: a checkpoint or two behind, the run half done
-            kill_node(kill, tag)
-            killed_at = time.monotonic()
-        try:
-            proc.wait(timeout=180)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"the supervised training still ran after 180 s:\n{lines.text()[-4000:]}")
-    text = lines.text()
-    assert proc.returncode == 0, text[-4000:]
+    # The kill mid-run: a checkpoint or two behind, the run half done.
+    lines, killed_at, code = supervise_with_a_lost_node(cmd, env, tmp, ready=lambda: any(ck.glob("*/meta.json")),
+                                                        what="the training wrote no checkpoint", node=kill, tag=tag,
+                                                        end_within=180, settle=2 * EVERY)
+    assert code == 0, lines.text()[-4000:]
     summary = json.loads((out / "summary.json").read_text())
-    return lines, killed_at, proc.returncode, float(summary["comparison"]["mpi"]["asp"]["final_accuracy"])
+    return lines, killed_at, code, float(summary["comparison"]["mpi"]["asp"]["final_accuracy"])
 
 
 def test_a_lost_worker_node_is_replaced_and_the_training_ends_as_an_undisturbed_one(tmp_path: Path) -> None:
