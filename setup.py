@@ -79,23 +79,24 @@ def build_key(ext: Extension) -> str:
                       sort_keys=True)
 
 
-def reusable(ext: Extension) -> bool:
-    """Whether the extension left in the package (``hpcbsp/kernels/_NAME.<ABI tag>.so``) serves
-    as it is: built with this build key and newer than its own sources (the ``.pyx`` and the
-    headers, ``.pxi`` and ``.pxd`` of this tree; not the generated ``.c``, which Cython writes again
-    whenever a new virtualenv's numpy headers are newer than it)."""
-    if os.environ.get("HPCBSP_REBUILD_KERNELS") == "1" or {"-f", "--force"} & set(sys.argv):
-        return False
-    in_place = os.path.join("hpcbsp", "kernels", ext.name.rsplit(".", 1)[1] + SUFFIX)
-    if not os.path.exists(in_place):
-        return False
+def built_keys() -> dict[str, str]:
+    """The build key of each extension left in the package by the last build ({} where none)."""
     try:
         with open(KEY_FILE, encoding="utf-8") as f:
-            keys = json.load(f)
-    except (OSError, ValueError):
+            return dict(json.load(f))
+    except (OSError, ValueError, TypeError):
+        return {}
+
+
+def reusable(ext: Extension, keys: dict[str, str]) -> bool:
+    """Whether the extension left in the package (``hpcbsp/kernels/_NAME.<ABI tag>.so``) serves
+    as it is: built with this build key (``keys``: :func:`built_keys`) and newer than its own
+    sources (the ``.pyx`` and the headers, ``.pxi`` and ``.pxd`` of this tree; not the generated
+    ``.c``, which Cython writes again whenever a new virtualenv's numpy headers are newer than it)."""
+    in_place = os.path.join("hpcbsp", "kernels", ext.name.rsplit(".", 1)[1] + SUFFIX)
+    if keys.get(ext.name) != build_key(ext) or not os.path.exists(in_place):
         return False
-    newest_input = max(os.path.getmtime(p) for p in [*ext.sources, *ext.depends])
-    return keys.get(ext.name) == build_key(ext) and os.path.getmtime(in_place) >= newest_input
+    return os.path.getmtime(in_place) >= max(os.path.getmtime(p) for p in [*ext.sources, *ext.depends])
 
 
 class ReusingBuildExt(build_ext):
@@ -140,7 +141,9 @@ class ReusingBuildExt(build_ext):
 cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 # Decided before Cython runs: a reused extension is neither translated nor compiled again (its
 # sources are named as the .c it was built from, which nothing then reads).
-REUSED = {ext.name for ext in extensions if reusable(ext)}
+forced = os.environ.get("HPCBSP_REBUILD_KERNELS") == "1" or bool({"-f", "--force"} & set(sys.argv))
+keys = {} if forced else built_keys()
+REUSED = {ext.name for ext in extensions if reusable(ext, keys)}
 for ext in extensions:
     if ext.name in REUSED:
         ext.sources = [os.path.splitext(src)[0] + ".c" for src in ext.sources]
