@@ -225,7 +225,9 @@ _KNOWN_KILL = pytest.mark.skipif(KILLED_EXIT is None, reason=f"how {FLAVOUR.titl
 #: on the first FAILS launches rank 1 ends as MODE says (kill: SIGKILL, as every process of a lost
 #: node is; lost: the launcher's line for a lost node, then exit 1; raise: exit 1 after the
 #: runtime's failure report; usage: exit 2; sleep: both ranks wait); with --checkpoint, the first
-#: launch writes a checkpoint's meta.json (superstep 120) and a progress line (step 157) first.
+#: launch writes a checkpoint's meta.json (superstep 120) and a progress line (step 157) first;
+#: with --per-run too, the checkpoint is one of a run's inside DIR, as the trainer keeps them
+#: (DIR/mpi-asp-r0, written by a one-rank context: superstep 0, 1 rank).
 FAKE = """\
 import json, os, signal, sys, time
 mode, fails = sys.argv[1], int(sys.argv[2])
@@ -234,10 +236,13 @@ launch = int(os.environ["HPCBSP_SUPERVISE_RESTART"])
 print(f"rank {rank} launch {launch}", flush=True)
 ck = sys.argv[sys.argv.index("--checkpoint") + 1] if "--checkpoint" in sys.argv else None
 if ck and rank == 0 and launch == 0:
+    superstep, nprocs = (0, 1) if "--per-run" in sys.argv else (120, 2)
+    if "--per-run" in sys.argv:
+        ck = os.path.join(ck, "mpi-asp-r0")
     os.makedirs(ck)
     open(os.path.join(ck, ".hpcbsp-checkpoint"), "w").close()
-    json.dump({"format": "hpcbsp-checkpoint", "version": 1, "program": "fake", "superstep": 120, "nprocs": 2,
-               "coarrays": {}, "state": {}, "checksums": {}}, open(os.path.join(ck, "meta.json"), "w"))
+    json.dump({"format": "hpcbsp-checkpoint", "version": 1, "program": "fake", "superstep": superstep,
+               "nprocs": nprocs, "coarrays": {}, "state": {}, "checksums": {}}, open(os.path.join(ck, "meta.json"), "w"))
     print("[fake] step 157/400 (39%, 2.0 s elapsed, ~3.1 s left)", file=sys.stderr, flush=True)
 if mode == "sleep":
     open(f"pid{rank}", "w").write(str(os.getpid()))
@@ -290,6 +295,18 @@ def test_a_rank_killed_from_outside_is_relaunched_with_the_same_arguments(tmp_pa
     assert restart.endswith("about 37 steps lost (the job's last progress line said step 157/400)"), restart
     # the job's own output passed through
     assert "[fake] step 157/400" in out.stderr and KILLED_SAID in out.stdout + out.stderr
+
+
+@_KNOWN_KILL
+def test_a_programs_own_checkpoints_inside_the_folder_are_named_without_steps(tmp_path):
+    # The trainer keeps one checkpoint per run inside --checkpoint DIR, each written by a
+    # one-rank context: the restart line names the newest, and no steps lost from its superstep.
+    out = _supervise(tmp_path, "-n", "2", "--", "python", "fake.py", "kill", "1", "--checkpoint", "ck", "--restart",
+                     "--per-run")
+    assert out.returncode == 0, out.stderr
+    restart = _said(out)[1]
+    assert "relaunching from the checkpoints in ck (the newest, mpi-asp-r0, saved on 1 rank, " in restart, restart
+    assert restart.endswith("s before the failure); the job's last progress line said step 157/400"), restart
 
 
 def test_a_lost_node_named_by_the_launcher_is_restarted(tmp_path):

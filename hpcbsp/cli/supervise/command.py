@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-from ...runtime.api.checkpoint import describe
+from ...runtime.api.checkpoint import describe_newest
 from ...runtime.launch import find_mpiexec
 from ...util.jobcommand import job_command
 from ...util.mpiflavour import mpiexec_flavour
@@ -181,22 +181,30 @@ class Supervisor:
 
     def resume_words(self, ended: Ended, failed_at: float) -> str:
         """``from checkpoint DIR at superstep S (...)`` and the steps lost."""
-        saved = describe(self.checkpoint) if self.checkpoint is not None else None
+        saved = describe_newest(self.checkpoint) if self.checkpoint is not None else None
         reported = ended.signs.progress
+        at: int | None = 0
         if self.checkpoint is None:
-            start, at = "from the start (the command gives no --checkpoint DIR)", 0
+            start = "from the start (the command gives no --checkpoint DIR)"
         elif saved is None:
-            start, at = f"from the start (no checkpoint in {self.checkpoint} yet)", 0
+            start = f"from the start (no checkpoint in {self.checkpoint} yet)"
         else:
-            age = time.time() - saved.written - (time.monotonic() - failed_at)
-            start = (f"from checkpoint {self.checkpoint} at superstep {saved.superstep} (saved on "
-                     f"{plural(saved.nprocs, 'rank')}, {max(age, 0.0):.1f} s before the failure)")
-            at = saved.superstep
+            age = f"{max(time.time() - saved.written - (time.monotonic() - failed_at), 0.0):.1f} s before the failure"
+            if os.path.dirname(saved.path) == os.path.abspath(self.checkpoint):
+                # one of the program's own checkpoints inside DIR (one per run): its supersteps
+                # are not the job's steps
+                start = (f"from the checkpoints in {self.checkpoint} (the newest, {os.path.basename(saved.path)}, "
+                         f"saved on {plural(saved.nprocs, 'rank')}, {age})")
+                at = None
+            else:
+                start = (f"from checkpoint {self.checkpoint} at superstep {saved.superstep} (saved on "
+                         f"{plural(saved.nprocs, 'rank')}, {age})")
+                at = saved.superstep
         if reported is None:
             return f"{start}; steps lost: not known (the job printed no progress line)"
         unit = reported.unit or "step"
         done = f"{reported.done:,.0f}" + (f"/{reported.total:,.0f}" if reported.total else "")
-        if unit not in ("step", "superstep"):
+        if unit not in ("step", "superstep") or at is None:
             return f"{start}; the job's last progress line said {unit} {done}"
         if reported.done < at:
             return f"{start}; steps lost: not known (the job's last progress line, {unit} {done}, came before it)"

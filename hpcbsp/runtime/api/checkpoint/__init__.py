@@ -39,7 +39,7 @@ Assumes a file system that all ranks see (one node, or a cluster's shared file s
 
 :func:`save` and :func:`restore` are collective (``bsp.checkpoint``, ``bsp.restore``): an error on
 any rank is raised on every rank, naming the first rank that had it.  :func:`check_target`,
-:func:`exists` and :func:`describe` are local.
+:func:`exists`, :func:`describe` and :func:`describe_newest` are local.
 """
 from __future__ import annotations
 
@@ -61,6 +61,7 @@ from .format import (
     data_file,
     default_program,
     describe,
+    describe_newest,
     make_meta,
     read_meta,
     read_state,
@@ -76,7 +77,7 @@ if TYPE_CHECKING:
     from ..coarray import Coarray
     from ..context import BSP
 
-__all__ = ["Checkpoint", "MARKER", "Saved", "check_target", "default_program", "describe", "exists",
+__all__ = ["Checkpoint", "MARKER", "Saved", "check_target", "default_program", "describe", "describe_newest", "exists",
            "restore", "save"]
 
 

@@ -77,6 +77,22 @@ def describe(path: str | os.PathLike[str]) -> Saved | None:
         return None
 
 
+def describe_newest(path: str | os.PathLike[str]) -> Saved | None:
+    """The checkpoint at ``path`` (:func:`describe`), or, where ``path`` is a folder that holds
+    none itself, the newest of the checkpoints directly inside it (a program that keeps one per
+    run under one folder: ``python -m hpcbsp.apps.elastic.train --checkpoint DIR``), or None.
+    Reads ``meta.json`` files only."""
+    saved = describe(path)
+    if saved is not None:
+        return saved
+    try:
+        inside = [entry.path for entry in os.scandir(path)
+                  if entry.is_dir(follow_symlinks=False) and not entry.name.endswith(".old")]
+    except OSError:
+        return None
+    return max((s for s in map(describe, inside) if s is not None), key=lambda s: s.written, default=None)
+
+
 def default_program() -> str:
     """The name a checkpoint is tagged with when none is given: the main script's file name."""
     main = sys.modules.get("__main__")
