@@ -42,6 +42,8 @@ export PYTHONDONTWRITEBYTECODE :=
 # pytest's workers for the serial pass (pytest-xdist): its tests mostly wait for the MPI jobs they
 # start, so more workers than cores keep the cores busy.
 TEST_JOBS ?= 4
+# ... and for the tests across the emulated nodes that may share them (make test-cluster).
+CLUSTER_JOBS ?= 2
 ifeq ($(MPI),openmpi)
 # Open MPI refuses more ranks than cores unless told (`mpiexec -n 3`, and the tests' own jobs, on
 # a 2-core machine); MPICH and Intel MPI start them when asked.
@@ -105,9 +107,13 @@ test-serial: $(STAMP)
 	$(PY) -m pytest -q -m "alone and not long and not cluster" tests
 
 # The tests across the emulated nodes and of Slurm (slurm/local-cluster.sh start --nodes 4 first;
-# they skip, saying so, where no cluster runs, and fail under CI=true), one after another.
+# they skip, saying so, where no cluster runs, and fail under CI=true): those marked alone (they
+# cut, shape or count the links' bytes, or set a node down) one after another, then the others
+# on CLUSTER_JOBS workers (each job touches only its own processes, by its tag, and mostly
+# waits: for a fault to be named, a job to be requeued).
 test-cluster: $(STAMP)
-	$(PY) -m pytest -q -rs --durations=15 -m cluster tests
+	$(PY) -m pytest -q -rs --durations=10 -m "cluster and alone" tests
+	$(PY) -m pytest -q -rs -n $(CLUSTER_JOBS) --dist worksteal --durations=15 -m "cluster and not alone" tests
 
 test-long: $(STAMP)
 	$(PY) -m pytest -q --durations=5 -m long tests

@@ -64,14 +64,27 @@ if [[ $wait -eq 0 ]]; then
   exit 0
 fi
 echo "sweep.sh: waiting for the sweep and its fit job; results will be in $dir"
-status=0
-fit_id=$("${fit[@]}" --parsable --wait "$here/sweep-fit.sbatch") || status=$?
+fit_id=$("${fit[@]}" --parsable "$here/sweep-fit.sbatch")
 fit_id=${fit_id%%;*}
-# sbatch --wait returns 0 for a job that Slurm cancelled because a point failed: ask for its state.
-state=$(scontrol -o show job "$fit_id" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2 || true)
-if [[ $status -ne 0 || ( -n $state && $state != COMPLETED ) ]]; then
-  echo "sweep.sh: fit job $fit_id ended ${state:-with status $status}; see $PWD/hpcbsp-sweep-fit-$fit_id.out" \
-       "or, if it never ran, the points' logs $PWD/hpcbsp-sweep-${array_id}_<K>.out" >&2
-  exit $((status == 0 ? 1 : status))
+# Wait by asking Slurm for the fit job's state, every second for the first half minute, then
+# every 10 s (sbatch --wait asks at 2, 10, 42 s ... after submission: a sweep of short points
+# waited half a minute longer than it ran). A job that Slurm cancelled because a point failed
+# ends CANCELLED; a state that cannot be read for a minute (slurmctld down) ends the wait.
+state="" waited=0 unread=0
+while :; do
+  state=$(scontrol -o show job "$fit_id" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2 || true)
+  case $state in
+    COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|PREEMPTED|BOOT_FAIL|DEADLINE|OUT_OF_MEMORY) break ;;
+    "") ((unread += (waited < 30 ? 1 : 10), unread < 60)) || break ;;
+    *) unread=0 ;;
+  esac
+  pause=$((waited < 30 ? 1 : 10))
+  sleep "$pause"
+  waited=$((waited + pause))
+done
+if [[ $state != COMPLETED ]]; then
+  echo "sweep.sh: fit job $fit_id ended ${state:-in a state scontrol could not read for a minute}; see" \
+       "$PWD/hpcbsp-sweep-fit-$fit_id.out or, if it never ran, the points' logs $PWD/hpcbsp-sweep-${array_id}_<K>.out" >&2
+  exit 1
 fi
 echo "sweep.sh: done: $dir"

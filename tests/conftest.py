@@ -111,9 +111,10 @@ def bsp():
 
 #: Tests that use the one emulated cluster (slurm/local-cluster.sh) or its Slurm: they freeze its
 #: nodes, cut its links, time its links' rates and fill its queue, so they run on their own
-#: (`make test-cluster`), one after another with no other test beside them: under the load of
-#: the parallel pass their bounds in seconds (a fault named within 30 s, a link at its line rate)
-#: measured the load, not hpcbsp.
+#: (`make test-cluster`), not beside the parallel pass: under its load their bounds in seconds (a
+#: fault named within 30 s, a link at its line rate) measured the load, not hpcbsp.  Those that
+#: cut, shape or count the links or set a node down are also marked ``alone`` and run one after
+#: another; the others, two at a time (each job touches only its own processes, by its tag).
 CLUSTER = pytest.mark.cluster
 
 

@@ -153,6 +153,7 @@ def test_a_killed_node_ends_a_plain_srun_job(tmp_path: Path) -> None:
     assert proc.returncode != 0, out
 
 
+@pytest.mark.alone  # it takes a node's link down: every other job through that node would fail
 def test_a_cut_link_ends_a_plain_srun_job(tmp_path: Path) -> None:
     proc, tag = _start(tmp_path)
     link, cut = f"{LINK_PREFIX}3", NODES[2]

@@ -152,6 +152,7 @@ def test_a_node_whose_processes_are_all_killed_ends_the_job(tmp_path: Path) -> N
     assert f"lost node {lost}" in out, out[-4000:]
 
 
+@pytest.mark.alone  # it takes a node's link down: every other job through that node would fail
 def test_a_node_whose_link_goes_down_ends_the_job_naming_its_rank(tmp_path: Path) -> None:
     # Rank 2 is held in local work at superstep 20 while the others wait for it in the sync, and
     # its link goes down then: the others' sync timeout must end the job.
@@ -193,6 +194,7 @@ def test_a_frozen_node_ends_the_job_with_no_setting(tmp_path: Path) -> None:
     assert elapsed < DETECTOR_BOUND
 
 
+@pytest.mark.alone  # it takes a node's link down: every other job through that node would fail
 def test_a_cut_link_ends_the_job_with_no_setting(tmp_path: Path) -> None:
     # The ranks wait for each other in their syncs when rank 2's link goes down; no timeout.
     proc, tag, _ = _start(tmp_path, timeout="none")
@@ -228,6 +230,7 @@ def _shape_links(rate: str | None, saved: dict[str, list[str]] | None = None) ->
     return before
 
 
+@pytest.mark.alone  # it slows every node's link: other jobs' bounds in seconds would measure it
 def test_a_node_whose_link_goes_down_inside_the_data_exchange_is_named(tmp_path: Path) -> None:
     # Before the runtime bounded the exchange, ranks cut off here waited in MPI for ever.
     link, cut = f"{LINK_PREFIX}3", NODES[2]  # rank 2 on hpcbsp-node3

@@ -57,7 +57,8 @@ def _unavailable() -> str | None:
     return cluster_unavailable(2, launch=False, root_for="the test enters the emulated nodes' namespaces and reshapes their links")
 
 
-pytestmark = [pytest.mark.slurm, pytest.mark.serial_only, *unavailable_marks(_unavailable())]
+# alone: it reshapes every node's link, and its oracle is one transfer's time and the links' drops.
+pytestmark = [pytest.mark.slurm, pytest.mark.serial_only, pytest.mark.alone, *unavailable_marks(_unavailable())]
 
 
 def _script(*args: str) -> subprocess.CompletedProcess:

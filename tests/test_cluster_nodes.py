@@ -139,6 +139,7 @@ def _exchange(tmp_path: Path, launcher: str, **env: str) -> tuple[dict[int, str]
     return dict(enumerate(line.split())), _delta(before, after)
 
 
+@pytest.mark.alone  # the links' byte counters are its oracle: another job's traffic would count
 @pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
 def test_ranks_on_separate_nodes_exchange_over_the_links(tmp_path: Path, launcher: str) -> None:
     placed, moved = _exchange(tmp_path, launcher)
@@ -150,6 +151,7 @@ def test_ranks_on_separate_nodes_exchange_over_the_links(tmp_path: Path, launche
             f"the messages did not cross the network (shared memory?); all links: {moved}")
 
 
+@pytest.mark.alone  # the links' byte counters are its oracle: another job's traffic would count
 def test_the_link_counters_catch_shared_memory(tmp_path: Path) -> None:
     # The same exchange with MPICH left to choose its transport (the launcher then sets none):
     # UCX sees one machine and uses shared memory between the namespaces. The check above would
@@ -213,6 +215,7 @@ def _pytest_under(launcher: str, n: int, files: list[str], *, timeout: float, ke
     assert all(sent > MIB and received > MIB for sent, received in moved.values()), moved
 
 
+@pytest.mark.alone  # the links' byte counters are its oracle: another job's traffic would count
 @pytest.mark.timeout(660)
 def test_mpi_suites_pass_on_4_nodes() -> None:
     """Every file of :data:`SUITES`, one rank a node, launched by srun."""
@@ -226,6 +229,7 @@ SHARED_NODE = ["tests/test_runtime_drma.py", "tests/test_runtime_queues.py", "te
                "tests/test_exchange_sparse.py"]
 
 
+@pytest.mark.alone  # the links' byte counters are its oracle: another job's traffic would count
 @pytest.mark.timeout(660)
 def test_bsp_and_fabsp_semantics_with_ranks_sharing_nodes() -> None:
     """:data:`SHARED_NODE`'s files with 6 ranks, launched by mpiexec (round-robin over the host
@@ -269,6 +273,7 @@ def test_heat_checkpointed_on_4_nodes_restarts_on_2_bit_identical(tmp_path: Path
 
 # --- the benchmark across nodes runs (its figures are measured on a quiet machine) ----------
 
+@pytest.mark.alone  # the links' byte counters are its oracle: another job's traffic would count
 def test_the_nodes_benchmark_runs_across_the_nodes() -> None:
     proc = mpiexec_nodes(4, ["-m", "hpcbsp.bench", "nodes", "--quick", "--mib", "0.25", "--rounds", "1"],
                          timeout=300)
@@ -284,6 +289,7 @@ def test_the_nodes_benchmark_runs_across_the_nodes() -> None:
 
 # --- a Slurm node failure under long-run.sbatch ------------------------------------------------
 
+@pytest.mark.alone  # it sets a node DOWN in Slurm: other jobs on that node would be requeued
 def test_a_node_failure_requeues_the_long_run_onto_the_remaining_nodes(tmp_path: Path) -> None:
     # The heat app on 4 nodes (sbatch -N 3-4: one task per node) saves a checkpoint every 1000
     # steps. Once the first one is on disk a node other than the batch host is set DOWN: Slurm
