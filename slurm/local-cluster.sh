@@ -351,8 +351,11 @@ $MARK: the rsh launcher of the local cluster (MPICH's and Intel MPI's hydra, Ope
 # MPICH's and Intel MPI's libfabric tcp provider unless the caller set UCX_TLS,
 # MPIR_CVAR_CH4_NETMOD, FI_PROVIDER, I_MPI_FABRICS or I_MPI_OFI_PROVIDER; Open MPI's ob1 PML with
 # the tcp BTL unless the caller set OMPI_MCA_pml or OMPI_MCA_btl
-# (HPCBSP_CLUSTER_TRANSPORT=any leaves every MPI's choice alone).
+# (HPCBSP_CLUSTER_TRANSPORT=any leaves every MPI's choice alone). The nodes share this machine's
+# cores, which hpcbsp's HPCBSP_WAIT=auto cannot see (each node shows it all of them): its ranks
+# wait by yielding the core unless the caller set HPCBSP_WAIT.
 while [ \$# -gt 0 ]; do case \$1 in -*) shift ;; *) break ;; esac; done
+[ -n "\${HPCBSP_WAIT:-}" ] || export HPCBSP_WAIT=yield
 host=\${1:-}
 [ \$# -gt 0 ] && shift
 case \$host in
@@ -412,9 +415,11 @@ EOF
   cat >"$TASK_PROLOG" <<EOF
 #!/bin/sh
 $MARK: Slurm's TaskProlog; "export NAME=VALUE" lines set the task's environment.
-# Each MPI's TCP transport between the emulated nodes, unless the job chose one (the same
-# variables and conditions as the rsh launcher; HPCBSP_CLUSTER_TRANSPORT=any leaves every MPI's
-# choice alone).
+# hpcbsp's ranks wait by yielding the core unless the job set HPCBSP_WAIT (the nodes share this
+# machine's cores), and each MPI's TCP transport between the emulated nodes, unless the job chose
+# one (the same variables and conditions as the rsh launcher; HPCBSP_CLUSTER_TRANSPORT=any leaves
+# every MPI's choice alone).
+[ -n "\${HPCBSP_WAIT:-}" ] || echo "export HPCBSP_WAIT=yield"
 [ "\${HPCBSP_CLUSTER_TRANSPORT:-tcp}" = tcp ] || exit 0
 if [ -z "\${UCX_TLS:-}\${MPIR_CVAR_CH4_NETMOD:-}\${FI_PROVIDER:-}\${I_MPI_FABRICS:-}\${I_MPI_OFI_PROVIDER:-}" ]; then
   for v in $CLUSTER_TCP_HYDRA; do echo "export \$v"; done

@@ -173,6 +173,29 @@ def test_hpcbsp_info_names_the_hosts_and_the_transport(launcher: str) -> None:
     assert info["launcher"] == launcher
 
 
+WAITS = """\
+import hpcbsp
+with hpcbsp.BSP() as bsp:
+    print(f"wait {bsp.pid} {bsp.wait}", flush=True)
+"""
+
+
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_ranks_wait_by_yielding_on_the_emulated_nodes_unless_the_job_says(tmp_path: Path, launcher: str,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # The nodes share this machine's cores, which HPCBSP_WAIT=auto cannot see (one rank a node
+    # looks like a core each): the launcher and the task prolog set HPCBSP_WAIT=yield unless the
+    # job set it. Oracle: the mode each rank's context agreed on (BSP.wait).
+    (tmp_path / "waits.py").write_text(WAITS)
+    monkeypatch.delenv("HPCBSP_WAIT", raising=False)
+    for asked, expect in ((None, "yield"), ("spin", "spin")):
+        proc = LAUNCHERS[launcher](4, [str(tmp_path / "waits.py")], cwd=tmp_path,
+                                   **({"HPCBSP_WAIT": asked} if asked else {}))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        said = sorted(re.findall(r"wait (\d) (spin|yield)", proc.stdout))  # (the ranks' lines may interleave)
+        assert said == [(str(r), expect) for r in range(4)], (asked, proc.stdout + proc.stderr)
+
+
 def test_hpcbsp_info_advises_tcp_when_nodes_share_a_machine() -> None:
     proc = mpiexec_nodes(2, ["-m", "hpcbsp", "info", "--json"], HPCBSP_CLUSTER_TRANSPORT="any")
     assert proc.returncode == 0, proc.stdout + proc.stderr
