@@ -72,13 +72,13 @@ fit_id=${fit_id%%;*}
 # ends CANCELLED; a state that cannot be read for a minute (slurmctld down) ends the wait.
 state="" waited=0 unread=0
 while :; do
+  pause=$((waited < 30 ? 1 : 10))
   state=$(scontrol -o show job "$fit_id" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2 || true)
   case $state in
     COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|PREEMPTED|BOOT_FAIL|DEADLINE|OUT_OF_MEMORY) break ;;
-    "") ((unread += (waited < 30 ? 1 : 10), unread < 60)) || break ;;
+    "") ((unread += pause, unread < 60)) || break ;;
     *) unread=0 ;;
   esac
-  pause=$((waited < 30 ? 1 : 10))
   sleep "$pause"
   waited=$((waited + pause))
 done
