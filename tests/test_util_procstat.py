@@ -62,3 +62,38 @@ def test_an_ended_process_before_and_after_it_is_reaped(sig):
     assert procstat.stat(child.pid) == [] and procstat.probe(child.pid) == ("gone", None)
     assert procstat.ppid(child.pid) == 0 and procstat.start_time(child.pid) is None
     assert child.pid not in procstat.processes()
+
+
+#: Whether this kernel (Linux 6.15 and later) answers ``PIDFD_GET_INFO`` with a reaped process's status.
+KEEPS_REAPED_STATUS = tuple(int(x) for x in os.uname().release.split(".")[:2]) >= (6, 15)
+
+
+@pytest.mark.skipif(not KEEPS_REAPED_STATUS, reason="the kernel (before Linux 6.15) keeps no status of a reaped process")
+@pytest.mark.parametrize("end, status", [("import os; os.kill(os.getpid(), 9)", signal.SIGKILL),
+                                         ("import os; os._exit(14)", 14 << 8)])
+def test_a_pidfd_keeps_the_status_of_a_process_that_another_parent_reaped(end, status):
+    # The process is the child of a middle process, which reaps it: this test is not its parent
+    # (as the node's watcher is not its ranks'), and /proc forgets it once reaped.
+    middle = subprocess.Popen([sys.executable, "-c",
+                               "import subprocess, sys\n"
+                               f"p = subprocess.Popen([sys.executable, '-c', 'input(); {end}'], stdin=subprocess.PIPE)\n"
+                               "print(p.pid, flush=True); input(); p.stdin.write(b'\\n'); p.stdin.flush(); p.wait()\n"
+                               "print('reaped', flush=True); input()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(middle.stdout.readline())
+        fd = procstat.pidfd(pid)
+        assert fd >= 0
+        try:
+            assert procstat.probe(pid, fd) == (procstat.stat(pid)[0], 0) and procstat.running(pid)
+            middle.stdin.write("\n")
+            middle.stdin.flush()
+            assert middle.stdout.readline().strip() == "reaped"
+            assert procstat.stat(pid) == [] and procstat.probe(pid) == ("gone", None)
+            assert procstat.probe(pid, fd) == ("gone", status)
+        finally:
+            os.close(fd)
+    finally:
+        middle.kill()
+        middle.wait()
+    assert procstat.pidfd(pid) == -1  # a process that has ended gives none

@@ -11,13 +11,20 @@ is one that has ended (nothing raises for it, and it is left out).
 A job started by ``mpiexec`` is a tree: the launcher, its proxies (hydra's ``hydra_pmi_proxy``,
 Open MPI's ``prted``), the ranks, and what the ranks start (hpcbsp's node watcher)
 (:func:`descendants`, :func:`in_group`, :func:`job_processes`).
+
+A process that its parent has reaped leaves ``/proc``, and its wait status with it.  Someone who
+is not the parent (the node's watcher, of ranks that ``srun``'s step daemon or hydra's proxy reaps)
+keeps it by holding a pidfd opened while the process ran (:func:`pidfd`): from Linux 6.15 the
+kernel answers for the reaped process through it (``PIDFD_GET_INFO``), and :func:`probe` asks.
 """
 from __future__ import annotations
 
+import fcntl
 import os
+import struct
 from typing import Iterable
 
-__all__ = ["stat", "processes", "ppid", "start_time", "probe", "running", "descendants", "in_group",
+__all__ = ["stat", "processes", "ppid", "start_time", "pidfd", "probe", "running", "descendants", "in_group",
            "job_processes", "mapped", "open_files", "program"]
 
 
@@ -55,13 +62,45 @@ def start_time(pid: int | str) -> str | None:
     return fields[19] if len(fields) > 19 else None
 
 
-def probe(pid: int) -> tuple[str, int | None]:
-    """``(state, exit code)`` of process ``pid``: ``("gone", None)`` once it has been reaped; the
-    exit code is 0 while it lives and, for a zombie, the wait status (its low 7 bits the signal
-    that ended it)."""
+#: ``ioctl(pidfd, PIDFD_GET_INFO, struct pidfd_info)`` (Linux 6.15): ``_IOWR(0xFF, 11, 64 bytes)``.
+_PIDFD_GET_INFO = (3 << 30) | (64 << 16) | (0xFF << 8) | 11
+#: ``pidfd_info.mask``'s bit for the exit status (at byte 60 of the struct's first 64 bytes).
+_PIDFD_INFO_EXIT = 8
+
+
+def pidfd(pid: int) -> int:
+    """A pidfd for process ``pid``, opened now (while it runs), for :func:`probe` to read its wait
+    status after its parent has reaped it; -1 where none can be opened (the process has ended, or
+    a kernel before Linux 5.3).  The caller closes it."""
+    try:
+        return os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        return -1
+
+
+def _reaped_status(fd: int) -> int | None:
+    """The wait status of the reaped process of pidfd ``fd``; None without ``fd`` or where the
+    kernel does not keep it (before Linux 6.15)."""
+    if fd < 0:
+        return None
+    info = bytearray(64)
+    struct.pack_into("Q", info, 0, _PIDFD_INFO_EXIT)
+    try:
+        fcntl.ioctl(fd, _PIDFD_GET_INFO, info)
+    except OSError:
+        return None
+    mask, = struct.unpack_from("Q", info, 0)
+    return struct.unpack_from("i", info, 60)[0] if mask & _PIDFD_INFO_EXIT else None
+
+
+def probe(pid: int, fd: int = -1) -> tuple[str, int | None]:
+    """``(state, exit code)`` of process ``pid``: the exit code is 0 while it lives and, for a
+    zombie, the wait status (its low 7 bits the signal that ended it).  Once it has been reaped the
+    state is ``"gone"`` and the code None, or the wait status where ``fd`` is a pidfd of the process
+    (:func:`pidfd`) and the kernel keeps it."""
     fields = stat(pid)
     if not fields:
-        return "gone", None
+        return "gone", _reaped_status(fd)
     try:
         return fields[0], int(fields[-1])
     except ValueError:

@@ -4,7 +4,8 @@
 context does (:func:`hpcbsp.runtime.failure.deathwatch.start`), first mapping the file ``SHM`` when
 given (as MPICH maps its ``/dev/shm`` segment), prints ``ready`` and waits for a line on stdin:
 ``exit`` ends it normally (its ``bye``), ``claim`` says it reports its own failure first
-(:func:`~hpcbsp.runtime.failure.deathwatch.claim`) and then dies with SIGKILL.
+(:func:`~hpcbsp.runtime.failure.deathwatch.claim`) and then dies with SIGKILL, ``abort N`` ends
+it with exit code N and no word (as an MPI library aborts a rank for a lost peer: ``_exit``).
 Its siblings under one parent (the test) are one job."""
 import mmap
 import os
@@ -27,4 +28,6 @@ line = sys.stdin.readline().strip()
 if line == "claim":
     deathwatch.claim()
     os.kill(os.getpid(), signal.SIGKILL)
+if line.startswith("abort "):
+    os._exit(int(line.split()[1]))
 sys.exit(0)

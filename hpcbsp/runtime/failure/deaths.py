@@ -7,7 +7,8 @@ follow are no news) or ``owner`` (it was interrupted and said so itself, taking 
 marker; see :func:`.deathwatch.claim_report`) or ``stopped`` (SIGTERM ended it: the job is being
 stopped).  A pipe that closes without a word is a rank that
 died silently.  For the first one only (the rest follow from it) the watcher reads how it ended
-from ``/proc/PID/stat`` while the launcher has not reaped it (:func:`verdict`): HUP, INT, TERM and
+from ``/proc/PID/stat`` while the launcher has not reaped it, and after that through the pidfd it
+holds (Linux 6.15 and later keep the status; :func:`hpcbsp.util.procstat.probe`) (:func:`verdict`): HUP, INT, TERM and
 plain exits are a job being stopped, not a death, and stay quiet; a crash (SEGV, BUS, ABRT, ...)
 is named; SIGKILL (the out-of-memory killer, a kill from outside) is named plainly when every rank
 of the job is on this node (the order is then the job's order); on a job spread over nodes a rank
@@ -66,7 +67,7 @@ def judge(r: Rank, seen: float, others: list[Rank], ever: int, detector: Detecto
     """The line that names rank ``r``, whose pipe closed first on this node (at wall-clock time
     ``seen``; ``others`` the node's ranks still registered, ``ever`` how many registered), or
     None when its end was no death or another node saw one earlier (the module docstring)."""
-    _, code = procstat.probe(r.pid)
+    _, code = procstat.probe(r.pid, r.pidfd)
     all_here = ever >= r.size  # every rank of the job registered on this node
     kind, how = verdict(code, all_here)
     if kind != "quiet" and not how.startswith("crashed"):
@@ -97,7 +98,7 @@ def _others_stopping(others: list[Rank]) -> bool:
     """Whether another rank of the node ended by HUP, INT or TERM (the job is being stopped;
     a launcher ends ranks for a failure with SIGKILL)."""
     for o in others:
-        state, code = procstat.probe(o.pid)
+        state, code = procstat.probe(o.pid, o.pidfd)
         if state in ("Z", "X", "x") and code is not None and (code & 0x7F) in _STOPS:
             return True
     return False

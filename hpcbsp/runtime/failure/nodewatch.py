@@ -182,6 +182,7 @@ class Watch:
                             b"ok %d %s\n" % (self.detector.port, self.detector.address.encode()))
         if r is None:
             return
+        r = r._replace(pidfd=procstat.pidfd(r.pid))  # (the rank waits for its answer: it runs)
         self.ranks[r.fd] = r
         self.ever += 1
         self.poll.register(r.fd, select.EPOLLIN)
@@ -199,7 +200,14 @@ class Watch:
         self.poll.unregister(r.fd)
         os.close(r.fd)
         del self.ranks[r.fd]
-        words = data.split()
+        try:
+            self.judge_end(r, seen, data.split())
+        finally:
+            if r.pidfd >= 0:
+                os.close(r.pidfd)
+
+    def judge_end(self, r: Rank, seen: float, words: list[bytes]) -> None:
+        """What rank ``r``'s pipe said as it closed (``words``) at wall-clock time ``seen``."""
         if b"bye" in words:
             return
         self.abnormal = True

@@ -23,13 +23,15 @@ __all__ = ["Rank", "accept"]
 
 
 class Rank(NamedTuple):
-    """A registered rank of this node: its number in the job of ``size``, its pid, and the read
-    end of its pipe (``fd``; -1 for none)."""
+    """A registered rank of this node: its number in the job of ``size``, its pid, the read end
+    of its pipe (``fd``; -1 for none) and a pidfd of the process (-1 for none), by which its wait
+    status outlives its reaping (:func:`hpcbsp.util.procstat.probe`)."""
 
     rank: int
     size: int
     pid: int
     fd: int
+    pidfd: int = -1
 
 
 def accept(listener: socket.socket, meet: Callable[[bytes], None], answer: bytes) -> Rank | None:
