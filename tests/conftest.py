@@ -36,6 +36,10 @@ _VENV_BIN = os.path.dirname(sys.executable)
 if os.environ.get("PATH", "").split(os.pathsep)[0] != _VENV_BIN:
     os.environ["PATH"] = os.pathsep.join([_VENV_BIN, os.environ.get("PATH", "")])
 os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(os.path.dirname(__file__), "..", ".hpcbsp-cache", "numba"))
+# numpy's OpenBLAS starts a thread per core in every process that imports numpy, and each spins
+# about 0.1 s before it sleeps: 45 ms of CPU in each of the suite's thousand-odd ranks and programs
+# (2 cores).  Ranks, not BLAS threads, are the tests' parallelism, and no test measures BLAS.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def _mpi_rank() -> int:
