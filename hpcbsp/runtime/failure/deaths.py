@@ -7,8 +7,8 @@ follow are no news) or ``owner`` (it was interrupted and said so itself, taking 
 marker; see :func:`.deathwatch.claim_report`) or ``stopped`` (SIGTERM ended it: the job is being
 stopped).  A pipe that closes without a word is a rank that
 died silently.  For the first one only (the rest follow from it) the watcher reads how it ended
-from ``/proc/PID/stat`` while the launcher has not reaped it, and after that through the pidfd it
-holds (Linux 6.15 and later keep the status; :func:`hpcbsp.util.procstat.probe`) (:func:`verdict`): HUP, INT, TERM and
+(:func:`verdict`) from ``/proc/PID/stat`` while the launcher has not reaped it, and after that
+through the pidfd it holds (Linux 6.15 and later keep the status: :func:`.procstat.probe`): HUP, INT, TERM and
 plain exits are a job being stopped, not a death, and stay quiet; a crash (SEGV, BUS, ABRT, ...)
 is named; SIGKILL (the out-of-memory killer, a kill from outside) is named plainly when every rank
 of the job is on this node (the order is then the job's order); on a job spread over nodes a rank

@@ -182,7 +182,6 @@ class Watch:
                             b"ok %d %s\n" % (self.detector.port, self.detector.address.encode()))
         if r is None:
             return
-        r = r._replace(pidfd=procstat.pidfd(r.pid))  # (the rank waits for its answer: it runs)
         self.ranks[r.fd] = r
         self.ever += 1
         self.poll.register(r.fd, select.EPOLLIN)

@@ -19,6 +19,11 @@ import socket
 import struct
 from typing import Callable, NamedTuple
 
+if __package__:
+    from ...util import procstat
+else:  # loaded by the watcher's script (python -I -S nodewatch.py), which puts util/ on the path
+    import procstat  # type: ignore[no-redef]
+
 __all__ = ["Rank", "accept"]
 
 
@@ -63,8 +68,9 @@ def accept(listener: socket.socket, meet: Callable[[bytes], None], answer: bytes
         except ValueError:
             os.close(fds[0])
             return None
+        held = procstat.pidfd(pid)  # now, while the rank waits for its answer: it runs
         try:
             conn.sendall(answer)
         except OSError:
             pass
-        return Rank(rank, size, pid, fds[0])
+        return Rank(rank, size, pid, fds[0], held)
