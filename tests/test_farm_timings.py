@@ -36,6 +36,23 @@ def test_exact_iterations_give_back_the_parameters(k, length):
     assert model.time([k])[0] == pytest.approx(t.seconds_per_iteration, rel=1e-9)
 
 
+@pytest.mark.parametrize("k", [1, 3])
+def test_a_disturbed_latency_measurement_is_held_to_what_the_iterations_exchanged(k):
+    # The one-byte supersteps timed for L were disturbed: they say 5 times the true L, more than
+    # the iterations' whole exchange 2K·L + K·t_c.  Then L is that exchange / 2K (by hand:
+    # (2K·L + K·t_c) / 2K = L + t_c / 2), t_c is 0, and the model still gives the measured T at K.
+    p = BSFParams(latency=2e-5, t_c=1e-5, t_map=0.02, t_a=1e-7, t_p=5e-5, list_length=100)
+    samples = synthetic_samples(p, k, 9)
+    t = summarise(samples, workers=k, list_length=100, iterations=9, total_s=1.0, superstep_s=5 * k * p.latency)
+    assert t.superstep_s == 5 * k * p.latency
+    assert t.latency == pytest.approx(p.latency + p.t_c / 2, rel=1e-9) and t.t_c == 0.0
+    model = model_from_farm(t.as_dict(), n_boot=0, granularity="ceil").model
+    assert model.time([k])[0] == pytest.approx(t.seconds_per_iteration, rel=1e-9)
+    # An undisturbed measurement is taken as it is.
+    assert summarise(samples, workers=k, list_length=100, iterations=9, total_s=1.0,
+                     superstep_s=k * p.latency).latency == pytest.approx(p.latency, rel=1e-12)
+
+
 def test_time_below_the_work_clips_the_exchange_at_zero():
     p = BSFParams(latency=1e-5, t_c=0.0, t_map=0.01, t_a=0.0, t_p=0.0, list_length=10)
     samples = synthetic_samples(p, 2, 4)

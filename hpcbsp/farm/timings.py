@@ -8,7 +8,9 @@ master-worker exchange: ``λ(K)·L + v(K)·t_c`` in the model of :mod:`hpcbsp.fa
 :func:`~hpcbsp.farm.terms.basis` and :func:`~hpcbsp.farm.terms.latency_count` give every term
 here (linear: λ = 2K, v = K; tree: λ = 2·D·K, v = φ·D + (1 − φ)·K).
 L is measured separately: a one-byte put and sync (``superstep_s``), per worker it spans
-(L = superstep_s / K), so t_c = (exchange − λ(K)·L) / v(K).  A run at one K cannot tell a
+(L = superstep_s / K), so t_c = (exchange − λ(K)·L) / v(K).  Where that one measurement says
+more than the iterations allow (λ(K)·L above their median exchange: the few supersteps it times
+were disturbed), L is the iterations' median exchange / λ(K) and t_c is 0.  A run at one K cannot tell a
 constant t_0 from t_c; the calibration over several K can (:mod:`hpcbsp.cost.farmmodel`).
 
 Taking the model's terms (rather than, say, the slowest worker's clock) means the calibrated
@@ -74,7 +76,9 @@ class FarmTimings:
     list_length: int
     iterations: int
     total_s: float                  #: the whole iteration loop, exit message included
-    latency: float                  #: L: median one-byte put + sync, per worker (superstep_s / K)
+    #: L: median one-byte put + sync, per worker (superstep_s / K), at most the iterations'
+    #: median exchange / λ(K)
+    latency: float
     t_c: float                      #: exchange − 2L, clipped at 0
     t_map: float
     t_a: float
@@ -135,9 +139,14 @@ def summarise(samples: dict[str, list[float]], *, workers: int, list_length: int
               total_s: float, superstep_s: float, exchange_measured: bool = True, exchange: str = "linear",
               emulated: dict[str, Any] | None = None, order_share: float = 0.5) -> FarmTimings:
     """Medians over iterations of the per-iteration parameters (``exchange_measured``: see
-    :class:`FarmTimings`); ``superstep_s`` the one-byte superstep measured, L = superstep_s / K."""
+    :class:`FarmTimings`); ``superstep_s`` the one-byte superstep measured, L = superstep_s / K
+    unless the iterations' median exchange is less than λ(K)·L (then it is that / λ(K))."""
     arrays = {k: np.asarray(v, dtype=float) for k, v in samples.items()}
     latency = superstep_s / max(workers, 1)
+    if iterations > 0 and arrays["seconds"].size > 0 and exchange_measured:
+        whole = per_iteration_params(arrays, workers, list_length, 0.0, exchange, order_share)["transfers"]
+        lam = float(latency_count(np.array([float(workers)]), exchange)[0])
+        latency = min(latency, float(np.median(whole)) / lam)
     if iterations == 0 or arrays["seconds"].size == 0:
         return FarmTimings(workers, list_length, 0, total_s, latency, 0.0, 0.0, 0.0, 0.0, 0.0, samples,
                            exchange_measured=exchange_measured, exchange=exchange, emulated=emulated,
