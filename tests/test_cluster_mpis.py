@@ -269,19 +269,18 @@ def test_a_rank_killed_on_one_node_is_named_with_its_node(tmp_path: Path, name: 
     assert proc.returncode != 0, out
     assert elapsed < KILL_BOUND, (elapsed, out[-4000:])
     named = [line for line in out.splitlines() if "died without a report" in line]
-    if not named and name == "openmpi" and launch == "srun":
-        # A known race, not yet fixed: Open MPI's other ranks exit (code 14) at once on the lost
-        # peer, srun -K then SIGKILLs the whole step, node watchers included, and node 4's watcher
-        # may still be listening (0.3 s, deaths.judge) for the other nodes' deaths.
-        pytest.xfail("srun -K killed the step, its node watchers with it, before node 4's watcher spoke")
     assert named, out[-4000:]
-    # Rank 3 (on the fourth node) is named first: alone, or with a rank that died within the
-    # same few milliseconds (under Open MPI a rank that loses a peer's connection aborts at once;
-    # the nodes cannot tell which of the two went first, and the line says so).
-    alone = re.search(rf"\[hpcbsp\] rank 3/4 \(pid \d+ on {NODES[3]}\) died without a report", named[0])
-    together = re.search(rf" ms of (rank \d+/4 \(on [\w-]+\), )*rank 3/4 \(on {NODES[3]}\)(, |: either may have died first$)",
-                         named[0])
-    assert alone or together, named
+    # Rank 3 (on the fourth node) is named: alone, or with a rank that died within the same few
+    # milliseconds (the nodes cannot tell which of the two went first, and the line says so).
+    # Only one node speaks, unless a watcher was held off the CPU longer than SAME_MOMENT (this
+    # machine's 2 cores run the 4 nodes and more): then each line says that another rank may have
+    # died first (hpcbsp/runtime/failure/deaths.py).
+    alone = [re.search(rf"\[hpcbsp\] rank 3/4 \(pid \d+ on {NODES[3]}\) died without a report", line)
+             for line in named]
+    together = [re.search(rf" ms of (rank \d+/4 \(on [\w-]+\), )*rank 3/4 \(on {NODES[3]}\)"
+                          r"(, |: either may have died first$)", line) for line in named]
+    assert any(alone) or any(together), named
+    assert len(named) == 1 or all("may have died first" in line for line in named), named
     assert "UNREACHABLE" not in proc.stdout
 
 

@@ -179,6 +179,24 @@ def test_a_job_being_stopped_is_not_a_silent_death():
     assert job.lines() == []
 
 
+def test_the_watcher_is_out_of_the_ranks_process_tree():
+    # A launcher that kills its job's process tree (srun -K under Slurm's proctrack/linuxproc)
+    # must not take the watcher with a dying rank, whose children stay its own until its last
+    # thread has exited.  Oracle: /proc (the watcher's parent; the ranks' children, none left as a
+    # zombie by the process that forked the watcher).
+    from hpcbsp.util.procstat import descendants, ppid, processes
+    job = Job([0, 1], 2)
+    try:
+        ranks = {p.pid for p in job.procs}
+        assert ppid(job.watcher) not in ranks | {os.getpid()}
+        assert not any(job.watcher in descendants(pid) for pid in ranks | {os.getpid()})
+        assert [pid for pid, f in processes().items() if int(f[1]) in ranks] == []
+    finally:
+        for i in range(2):
+            job.tell(i, "exit")
+        assert job.lines() == []
+
+
 def test_across_nodes_the_doubt_is_said_only_when_it_exists():
     # Two of the job's four ranks are here: another node's rank may have died first.
     job = Job([0, 1], 4)
@@ -352,6 +370,34 @@ def test_forged_datagrams_neither_end_the_job_nor_keep_a_silent_node(tmp_path):
             out.sendto(b"hb b", ("127.0.0.1", a.port))
             _period(watches, t + 0.1 * step, beating=("a",))
     assert len(said["a"]) == 1 and "node b (rank 1) has not been heard from" in said["a"][0]
+
+
+@pytest.mark.parametrize("abnormal", [True, False])
+def test_after_an_abnormal_end_a_watcher_relays_the_deaths_other_nodes_announce(tmp_path, abnormal):
+    # Nodes a, b, c, d.  The ranks of a and b have ended (under Open MPI they exit at once when a
+    # peer dies); then d announces its rank's death.  Announcements are flooded +1, +2 places on:
+    # d's reaches c only through a or b.  After an abnormal end they linger and relay it, and c
+    # learns that d's death came first; after a normal end they do not.  Oracle: c's record of
+    # the deaths announced, against the time and rank d announced.
+    import threading
+    watches, _, _ = _job(tmp_path, hosts=("a", "b", "c", "d"))
+    for host in ("a", "b"):
+        watches[host].abnormal = abnormal
+    lingering = [threading.Thread(target=watches[h].linger) for h in ("a", "b")]
+    started = time.monotonic()
+    for th in lingering:
+        th.start()
+    seen = time.time()
+    watches["d"].detector.announce(seen, 3)
+    time.sleep(0.05)
+    watches["c"].detector.hear()
+    for th in lingering:
+        th.join(timeout=10)
+    earlier, _ = watches["c"].detector.deaths_elsewhere(seen + 1.0)
+    assert earlier is abnormal
+    assert watches["c"].detector.member.deaths == ({3: (seen, 3)} if abnormal else {})
+    # The relay lingers one heartbeat period (0.1 s here), not until a verdict that never comes.
+    assert time.monotonic() - started < 1.0
 
 
 @pytest.mark.parametrize("sig, named", [(signal.SIGTERM, False), (signal.SIGKILL, True)])

@@ -13,8 +13,18 @@ plain exits are a job being stopped, not a death, and stay quiet; a crash (SEGV,
 is named; SIGKILL (the out-of-memory killer, a kill from outside) is named plainly when every rank
 of the job is on this node (the order is then the job's order); on a job spread over nodes a rank
 of another node may have died first and the launcher killed this one for it, so unless another
-rank of this node still runs 0.3 s later, the line says that doubt.  Across nodes only the first
-death is named: the watchers announce their deaths to each other (:mod:`.detector`).
+rank of this node still runs :data:`LOCAL_WAIT` later, the line says that doubt.  Across nodes
+only the first death is named: the watchers announce their deaths to each other
+(:mod:`.detector`) and listen :data:`LISTEN` for the others' before they speak.  A watcher held
+off the CPU for longer than :data:`~.detector.SAME_MOMENT` (a badly overloaded node) announces
+late, and a second node may then name its rank too, each line with the doubt said.
+
+**Speaking before the launcher ends the job.**  A launcher that ends a job for a failed rank
+(``srun -K``, ``mpiexec``) stops forwarding the job's output once the ranks' ends have reached it,
+tens of milliseconds later, and may kill the watchers with the ranks: a line said later is lost.
+So the watcher waits no longer than its evidence needs: :data:`LISTEN` for the other nodes, and
+for this node's other ranks only until they have all ended (a launcher ending them ends them
+together) or :data:`LOCAL_WAIT` has passed.
 
 Standard library only (loaded by path by the watcher's script).
 """
@@ -27,15 +37,24 @@ import time
 if __package__:
     from ...util import procstat
     from . import lines
-    from .detector import Detector
+    from .detector import SAME_MOMENT, Detector
     from .registry import Rank
 else:  # loaded by the watcher's script (python -I -S nodewatch.py), which puts util/ on the path
     import lines  # type: ignore[no-redef]
     import procstat  # type: ignore[no-redef]
-    from detector import Detector  # type: ignore[no-redef]
+    from detector import SAME_MOMENT, Detector  # type: ignore[no-redef]
     from registry import Rank  # type: ignore[no-redef]
 
-__all__ = ["verdict", "judge"]
+__all__ = ["LISTEN", "LOCAL_WAIT", "verdict", "judge"]
+
+#: Seconds a watcher in doubt listens for the other nodes' deaths before it speaks: one
+#: :data:`~.detector.SAME_MOMENT`, for two watchers that judge at the same moment to hear each
+#: other (a datagram takes well under a millisecond; a busy node holds a watcher off the CPU for
+#: a few) and agree on the one line; short against the launcher's ending of the job.
+LISTEN = SAME_MOMENT
+#: Seconds it waits at most to see whether another rank of this node goes on (then this one died
+#: first here); it stops waiting once all of them have ended.
+LOCAL_WAIT = 0.3
 
 _STOPS = {signal.SIGHUP, signal.SIGINT, signal.SIGTERM}
 
@@ -78,10 +97,8 @@ def judge(r: Rank, seen: float, others: list[Rank], ever: int, detector: Detecto
     if kind == "quiet":
         return None
     detector.announce(seen, r.rank)
-    if kind == "maybe":
-        detector.listen(0.3)  # for the other nodes' deaths, and to see whether this node's go on
-        if any(procstat.running(o.pid) for o in others):
-            kind = "sure"  # another rank of this node goes on: this one died first here
+    if kind == "maybe" and _one_goes_on(others, detector):
+        kind = "sure"  # another rank of this node goes on: this one died first here
     earlier, together = detector.deaths_elsewhere(seen)
     if earlier:
         return None  # that node names its rank: this one was ended for it
@@ -92,6 +109,19 @@ def judge(r: Rank, seen: float, others: list[Rank], ever: int, detector: Detecto
     elif kind == "maybe":
         how += " (the launcher was ending the job: a rank on another node may have died first)"
     return lines.rank_died(r.rank, r.size, r.pid, socket.gethostname(), how)
+
+
+def _one_goes_on(others: list[Rank], detector: Detector) -> bool:
+    """Whether one of this node's ranks ``others`` still runs :data:`LOCAL_WAIT` from now
+    (False as soon as all have ended); the other nodes' deaths heard meanwhile, :data:`LISTEN`
+    at least."""
+    deadline = time.monotonic() + LOCAL_WAIT
+    detector.listen(LISTEN)
+    while True:
+        going = [o for o in others if procstat.running(o.pid)]
+        if not going or time.monotonic() >= deadline:
+            return bool(going)
+        detector.listen(min(0.005, max(0.0, deadline - time.monotonic())))
 
 
 def _others_stopping(others: list[Rank]) -> bool:

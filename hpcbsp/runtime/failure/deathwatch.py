@@ -49,6 +49,7 @@ REGISTER_TIMEOUT = 60.0
 
 _pipe: int | None = None
 _marker: str | None = None
+_detaching: subprocess.Popen | None = None  # the watcher's parent, until it has exited
 _name: str | None = None  # the watcher's socket
 _port = 0  # the watcher's heartbeat port (0: none)
 _address = ""  # the address its socket is bound to
@@ -141,6 +142,7 @@ def _register(name: str, argv: list[str], hello: bytes, fd: int) -> bool:
                 if word != "ok":
                     continue  # it closed without an answer (it was ending): a new one is started
                 _port, _address = int(port or 0), address
+                _reap_detaching()
                 return True
         except (ConnectionRefusedError, FileNotFoundError, ConnectionResetError, BrokenPipeError):
             spawned = _spawn(name, argv)
@@ -169,17 +171,29 @@ def _spawn(name: str, argv: list[str]) -> bool | None:
         listener.close()
         return False
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nodewatch.py")
+    global _detaching
     try:
-        proc = subprocess.Popen([sys.executable, "-I", "-S", script, argv[0], str(listener.fileno()),
-                                 *argv[1:]],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                pass_fds=[listener.fileno()], start_new_session=True)
-        proc.returncode = 0  # never waited for: it outlives this process by design
+        # (the process started here forks the watcher and exits: see nodewatch.main)
+        _detaching = subprocess.Popen([sys.executable, "-I", "-S", script, argv[0], str(listener.fileno()),
+                                       *argv[1:]],
+                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                      pass_fds=[listener.fileno()], start_new_session=True)
     except OSError:
         return None
     finally:
         listener.close()
     return True
+
+
+def _reap_detaching() -> None:
+    """Wait for the process that forked the watcher (it exited before the watcher answered)."""
+    global _detaching
+    if _detaching is not None:
+        try:
+            _detaching.wait(timeout=REGISTER_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            pass
+        _detaching = None
 
 
 def _forget() -> None:

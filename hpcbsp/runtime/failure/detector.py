@@ -108,6 +108,10 @@ class Detector:
     def fileno(self) -> int | None:
         return self.udp.fileno() if self.udp is not None else None
 
+    def has_peers(self) -> bool:
+        """Whether this node hears the job's other nodes (the detector is on, the job spans nodes)."""
+        return self.udp is not None and self.member is not None
+
     # -- the job's nodes --------------------------------------------------------------------
     def meet(self, table: bytes) -> None:
         """Learn the job's nodes and secret from a rank's table (``peers``, ``key HEX``, then lines

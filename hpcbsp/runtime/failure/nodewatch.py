@@ -4,9 +4,9 @@ Started by :mod:`.deathwatch` (the first rank of the job on this node to open a 
 spawns it; every rank then registers), it runs as ``python -I -S nodewatch.py MARKER FD PERIOD
 TIMEOUT``, with the standard library only (its siblings :mod:`.registry`, :mod:`.deaths`,
 :mod:`.detector`, :mod:`.protocol`, :mod:`.ending` and :mod:`.nodeclean`, and
-``hpcbsp/util/procstat.py``, loaded by path), in a session of its own: Ctrl-C at the terminal
-and the launcher's kills of the ranks do not reach it, and it ends by itself once every
-registered rank has ended.
+``hpcbsp/util/procstat.py``, loaded by path), in a session of its own and out of the ranks'
+process tree: Ctrl-C at the terminal and the launcher's kills of the ranks do not reach it, and
+it ends by itself once every registered rank has ended.
 
 **Registration** (:mod:`.registry`): a rank hands the watcher the read end of a pipe whose write
 end only it holds, over the UNIX socket ``FD``.
@@ -25,20 +25,22 @@ which the watch used before, says nothing).
 watchers send each other authenticated heartbeats on a ring; a node not heard from, or a rank of
 this node stopped, for ``TIMEOUT`` seconds ends the job: the verdict reaches every node, whose
 watcher SIGKILLs its ranks; the node that speaks for it says why and, under Slurm, cancels the
-job's step (:mod:`.ending`); once its ranks have ended it lingers a few periods to send the
-verdict again (:meth:`Watch.linger`).  ``PERIOD`` and ``TIMEOUT`` are the rank's ``$HPCBSP_HEARTBEAT_PERIOD`` and
-``$HPCBSP_HEARTBEAT_TIMEOUT`` (a timeout of 0 turns the detector off).
+job's step (:mod:`.ending`).  Once its ranks have ended the watcher lingers to send the
+verdict again, or after an abnormal end to relay the deaths other nodes announce
+(:meth:`Watch.linger`).  ``PERIOD`` and ``TIMEOUT`` are the rank's ``$HPCBSP_HEARTBEAT_PERIOD``
+and ``$HPCBSP_HEARTBEAT_TIMEOUT`` (a timeout of 0 turns the detector off).
 
 **One line per node.**  Before it prints, the watcher takes the node's failure marker (an atomic
 ``mkdir``, the same one :func:`.deathwatch.claim_report` takes): whoever has it speaks for the
 node.  The watcher removes the marker when the node's last rank has ended, and the ``/dev/shm``
 files the ranks had mapped when the job ended abnormally (MPICH leaves its ``mpich_shm_*`` files
-behind when its ranks are killed).  Once the first rank is registered it removes the markers and MPICH segments of this
-user's earlier jobs on this node that are provably dead (their launcher is gone; no process maps
-the segment, and it is older than a minute; :mod:`.nodeclean`).
+behind when its ranks are killed).  Once the first rank is registered it removes the markers
+and MPICH segments of this user's earlier jobs on this node that are provably dead (their
+launcher is gone; no process maps the segment, and it is older than a minute; :mod:`.nodeclean`).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -67,6 +69,9 @@ __all__ = ["Watch", "main"]
 
 #: Seconds without any registered rank after which a watcher that got none gives up.
 IDLE_LIMIT = 30.0
+#: Seconds a watcher that said a line keeps the job's output open (a launcher ending the job,
+#: ``srun -K``, drops a line its task's process wrote just before letting go of the output).
+FORWARD = 0.5
 #: Seconds between the scans of the ranks' mapped ``/dev/shm`` files.
 SCAN_PERIOD = 2.0
 
@@ -91,6 +96,7 @@ class Watch:
         self.decided = False  # the first silent death has been dealt with
         self.abnormal = False  # some rank ended without "bye"
         self.remove_marker = False  # this watcher, or a rank it watches, made the marker
+        self.spoke: float | None = None  # when this watcher said its line (monotonic clock)
         self.shm: set[str] = set()
         self.launchers: set[int] = set()
 
@@ -117,10 +123,8 @@ class Watch:
                         self.fail(*ends)  # another node's verdict: the whole job ends
             if self.ever and not self.tidied:  # (after the first rank's answer: it waits for it)
                 self.tidied = True
-                try:
+                with contextlib.suppress(OSError):
                     nodeclean.remove_stale(self.marker)
-                except OSError:
-                    pass
             now = time.monotonic()
             if detector.timeout > 0 and self.ranks and now - last_beat >= detector.period:
                 self.beat(now)
@@ -129,23 +133,29 @@ class Watch:
                 self.scan_shm()
                 last_scan = now
         self.listener.close()  # a rank still knocking starts a watcher of its own
+        if self.spoke is not None:  # holding the job's output, the launcher forwards the line
+            self.linger(until=self.spoke + FORWARD)
+        _silence()  # nothing more to say: the launcher need not wait for this watcher's output
         self.linger()
         detector.leave()  # (none after a verdict) the peers stop expecting this node
         self.finish()
 
-    def linger(self) -> None:
-        """After a verdict, go on sending it (and answering the nodes that have not heard it) for
-        the protocol's relay periods, although this node's ranks have ended."""
+    def linger(self, until: float = 0.0) -> None:
+        """After the ranks have ended, hear the other nodes, saying nothing more: until ``until``
+        (monotonic clock), while the verdict is to be sent again, and after an abnormal end for a
+        period, relaying the deaths announced (flooded node to node: a node whose first death
+        comes later learns it was not the first)."""
         detector = self.detector
         last = time.monotonic()
-        while detector.relaying():
+        end = max(until, last + (detector.period if self.abnormal and detector.has_peers() else 0.0))
+        while (relaying := detector.relaying()) or (left := end - time.monotonic()) > 0:
             try:
-                events = self.poll.poll(detector.period / 4)
+                events = self.poll.poll(detector.period / 4 if relaying else min(detector.period / 4, left))
             except InterruptedError:
                 continue
-            if any(fd == detector.fileno() for fd, _ in events):
+            if detector.has_peers() and any(fd == detector.fileno() for fd, _ in events):
                 detector.hear()
-            if (now := time.monotonic()) - last >= detector.period:
+            if detector.relaying() and (now := time.monotonic()) - last >= detector.period:
                 detector.tick(now, [])
                 last = now
 
@@ -171,6 +181,7 @@ class Watch:
             pass
         if speak:
             self.say(line)
+            self.spoke = time.monotonic()
             time.sleep(0.2)  # let the launcher forward the line before the kills end its job
         ending.kill([r.pid for r in self.ranks.values()])
         if speak:
@@ -232,6 +243,7 @@ class Watch:
             return  # a rank of this node has said why the job ends (or cannot be helped)
         self.remove_marker = True
         self.say(line)
+        self.spoke = time.monotonic()
 
     # -- clean-up ---------------------------------------------------------------------------
     def scan_shm(self, pid: int | None = None) -> None:
@@ -240,22 +252,21 @@ class Watch:
             self.shm.update(nodeclean.mapped_shm(p))
 
     def finish(self) -> None:
-        try:
-            os.close(2)  # nothing more to say: nobody reading the job's output waits for this
-        except OSError:
-            pass
         if self.abnormal and self.shm:
             mapped = set().union(*(nodeclean.mapped_shm(p) for p in nodeclean.children(self.launchers)))
             for path in self.shm - mapped:
-                try:
+                with contextlib.suppress(OSError):
                     os.unlink(path)
-                except OSError:
-                    pass
         if self.remove_marker:
-            try:
+            with contextlib.suppress(OSError):
                 os.rmdir(self.marker)
-            except OSError:
-                pass
+
+
+def _silence() -> None:
+    """Let go of the job's output (the launcher waits for every process that holds it)."""
+    with contextlib.suppress(OSError):
+        os.dup2(null := os.open(os.devnull, os.O_WRONLY), 2)
+        os.close(null)
 
 
 def _to_stderr(line: str) -> None:
@@ -275,6 +286,10 @@ def main(argv: list[str]) -> int:
     # says why if it must.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, signal.SIG_IGN)
+    # Out of the ranks' process tree (this process forks the watcher and exits): a launcher killing
+    # the job's tree (srun -K, proctrack/linuxproc) spares the watcher about to name the first death.
+    if os.fork() > 0:
+        os._exit(0)
     listener = socket.socket(fileno=fd)
     Watch(listener, marker, period, timeout).serve()
     return 0
