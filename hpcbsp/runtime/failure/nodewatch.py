@@ -69,9 +69,10 @@ __all__ = ["Watch", "main"]
 
 #: Seconds without any registered rank after which a watcher that got none gives up.
 IDLE_LIMIT = 30.0
-#: Seconds a watcher that said a line keeps the job's output open (a launcher ending the job,
-#: ``srun -K``, drops a line its task's process wrote just before letting go of the output).
-FORWARD = 0.5
+#: Seconds a watcher that said a line keeps the job's output open: a launcher ending the job
+#: (``srun -K``) drops a line written just before its writer let go of the output (5 times the
+#: hold that sufficed for it here).
+FORWARD = 0.25
 #: Seconds between the scans of the ranks' mapped ``/dev/shm`` files.
 SCAN_PERIOD = 2.0
 
@@ -133,24 +134,29 @@ class Watch:
                 self.scan_shm()
                 last_scan = now
         self.listener.close()  # a rank still knocking starts a watcher of its own
-        if self.spoke is not None:  # holding the job's output, the launcher forwards the line
-            self.linger(until=self.spoke + FORWARD)
-        _silence()  # nothing more to say: the launcher need not wait for this watcher's output
-        self.linger()
+        # (the job's output let go FORWARD after a line: the launcher waits for whoever holds it)
+        self.linger(hold=self.spoke + FORWARD if self.spoke is not None else 0.0, release=_silence)
         detector.leave()  # (none after a verdict) the peers stop expecting this node
         self.finish()
 
-    def linger(self, until: float = 0.0) -> None:
-        """After the ranks have ended, hear the other nodes, saying nothing more: until ``until``
-        (monotonic clock), while the verdict is to be sent again, and after an abnormal end for a
-        period, relaying the deaths announced (flooded node to node: a node whose first death
-        comes later learns it was not the first)."""
+    def linger(self, hold: float = 0.0, release: Callable[[], object] | None = None) -> None:
+        """After the ranks have ended, hear the other nodes, saying nothing more: while the verdict
+        is to be sent again, and after an abnormal end for a period, relaying the deaths announced
+        (flooded node to node: a node whose first death comes later learns it was not the first).
+        ``release()`` is called once the monotonic clock reads ``hold`` (at the latest, at the end)."""
         detector = self.detector
         last = time.monotonic()
-        end = max(until, last + (detector.period if self.abnormal and detector.has_peers() else 0.0))
-        while (relaying := detector.relaying()) or (left := end - time.monotonic()) > 0:
+        end = max(hold, last + (detector.period if self.abnormal and detector.has_peers() else 0.0))
+        while True:
+            now = time.monotonic()
+            if release is not None and now >= hold:
+                release()
+                release = None
+            if not (relaying := detector.relaying()) and now >= end:
+                break
+            wait = detector.period / 4 if relaying else min(detector.period / 4, end - now)
             try:
-                events = self.poll.poll(detector.period / 4 if relaying else min(detector.period / 4, left))
+                events = self.poll.poll(max(0.0, min(wait, hold - now) if release else wait))
             except InterruptedError:
                 continue
             if detector.has_peers() and any(fd == detector.fileno() for fd, _ in events):
@@ -158,11 +164,12 @@ class Watch:
             if detector.relaying() and (now := time.monotonic()) - last >= detector.period:
                 detector.tick(now, [])
                 last = now
+        if release is not None:
+            release()
 
     # -- ending the job for the failure detector ---------------------------------------------
     def beat(self, now: float) -> None:
-        """One period: the detector's heartbeats and looks (:meth:`.detector.Detector.tick`); end
-        the job when it says so."""
+        """One period: the detector's beats and looks (:meth:`.detector.Detector.tick`), its verdict."""
         ends = self.detector.tick(now, [(r.rank, r.size, r.pid) for r in self.ranks.values()])
         if ends is not None and not self.failed:
             self.fail(*ends)
@@ -174,11 +181,9 @@ class Watch:
         be killed from here, and plain ``srun`` waits for them).  The deaths that follow are the
         verdict's doing and stay unnamed."""
         self.failed = self.quiet = True
-        try:
+        with contextlib.suppress(OSError):
             os.mkdir(self.marker)
             self.remove_marker = True
-        except OSError:
-            pass
         if speak:
             self.say(line)
             self.spoke = time.monotonic()
@@ -270,20 +275,16 @@ def _silence() -> None:
 
 
 def _to_stderr(line: str) -> None:
-    try:
+    with contextlib.suppress(OSError):  # (an error: the job's output is gone, nobody to tell)
         os.write(2, line.encode() + b"\n")
-    except OSError:
-        pass  # the job's output is gone (its node's launcher was killed too): nobody to tell
 
 
 def main(argv: list[str]) -> int:
     """``nodewatch.py MARKER FD PERIOD TIMEOUT`` (a timeout of 0: no failure detection)."""
     marker, fd, period, timeout = argv[1], int(argv[2]), float(argv[3]), float(argv[4])
-    # Ctrl-C, Slurm signalling every process of a step (scancel --signal, a time-limit warning:
-    # SIGUSR1/2 would end this process by default; SIGTERM to all of a step that srun ends
-    # because a task failed, while this watcher may still be about to name it) and a request for
-    # the ranks' stacks (SIGUSR1) are for the ranks: this watcher ends when they have ended, and
-    # says why if it must.
+    # Ctrl-C, Slurm signalling a step's processes (scancel --signal, a time-limit warning; SIGTERM
+    # to a step srun ends for a failed task, which this watcher may be about to name) and a request
+    # for the ranks' stacks (SIGUSR1) are for the ranks: this watcher ends when they have ended.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, signal.SIG_IGN)
     # Out of the ranks' process tree (this process forks the watcher and exits): a launcher killing
