@@ -183,5 +183,8 @@ def test_a_bench_prints_parseable_lines_and_the_same_stdout():
     reported = [progress_mod.parse(line) for line in lines]
     assert all(r is not None and r.label == "bench detector" and r.unit == "case" and r.total == 8 for r in reported), lines
     assert [r.done for r in reported if r] == sorted(r.done for r in reported if r)
-    if took > 4.0:  # the first line comes after 2 s
+    # The first line comes 2 s after the bench's progress helper is made, at a case's end; the
+    # process's time adds Python's start and the imports (over 2 s on a loaded 2-core runner: CI
+    # saw a run of 4.0 s with none), and the last case may end just short of the 2 s.
+    if took > 7.0:
         assert lines, f"no progress line in {took:.1f} s"
