@@ -143,14 +143,14 @@ def summarise(samples: dict[str, list[float]], *, workers: int, list_length: int
     unless the iterations' median exchange is less than λ(K)·L (then it is that / λ(K))."""
     arrays = {k: np.asarray(v, dtype=float) for k, v in samples.items()}
     latency = superstep_s / max(workers, 1)
-    if iterations > 0 and arrays["seconds"].size > 0 and exchange_measured:
-        whole = per_iteration_params(arrays, workers, list_length, 0.0, exchange, order_share)["transfers"]
-        lam = float(latency_count(np.array([float(workers)]), exchange)[0])
-        latency = min(latency, float(np.median(whole)) / lam)
     if iterations == 0 or arrays["seconds"].size == 0:
         return FarmTimings(workers, list_length, 0, total_s, latency, 0.0, 0.0, 0.0, 0.0, 0.0, samples,
                            exchange_measured=exchange_measured, exchange=exchange, emulated=emulated,
                            superstep_s=superstep_s, order_share=order_share)
+    if exchange_measured:
+        whole = per_iteration_params(arrays, workers, list_length, 0.0, exchange, order_share)["transfers"]
+        lam = float(latency_count(np.array([float(workers)]), exchange)[0])
+        latency = min(latency, float(np.median(whole)) / lam)
     per = per_iteration_params(arrays, workers, list_length, latency, exchange, order_share)
     return FarmTimings(
         workers=workers, list_length=list_length, iterations=iterations, total_s=total_s,

@@ -163,6 +163,7 @@ def _register(name: str, argv: list[str], hello: bytes, fd: int) -> bool:
 def _spawn(name: str, argv: list[str]) -> bool | None:
     """Bind ``name`` (atomic: one rank of the node wins) and start the watcher on it: True when
     this rank started it, False when another rank holds the name, None when it cannot start."""
+    global _detaching
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         listener.bind(name)
@@ -171,7 +172,6 @@ def _spawn(name: str, argv: list[str]) -> bool | None:
         listener.close()
         return False
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nodewatch.py")
-    global _detaching
     try:
         # (the process started here forks the watcher and exits: see nodewatch.main)
         _detaching = subprocess.Popen([sys.executable, "-I", "-S", script, argv[0], str(listener.fileno()),

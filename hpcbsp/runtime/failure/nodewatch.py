@@ -69,9 +69,8 @@ __all__ = ["Watch", "main"]
 
 #: Seconds without any registered rank after which a watcher that got none gives up.
 IDLE_LIMIT = 30.0
-#: Seconds a watcher that said a line keeps the job's output open: a launcher ending the job
-#: (``srun -K``) drops a line written just before its writer let go of the output (5 times the
-#: hold that sufficed for it here).
+#: Seconds a watcher that said a line keeps the job's output open: ``srun -K`` drops a line written
+#: just before its writer let go of the output (5 times the hold that sufficed for it here).
 FORWARD = 0.25
 #: Seconds between the scans of the ranks' mapped ``/dev/shm`` files.
 SCAN_PERIOD = 2.0
@@ -134,7 +133,6 @@ class Watch:
                 self.scan_shm()
                 last_scan = now
         self.listener.close()  # a rank still knocking starts a watcher of its own
-        # (the job's output let go FORWARD after a line: the launcher waits for whoever holds it)
         self.linger(hold=self.spoke + FORWARD if self.spoke is not None else 0.0, release=_silence)
         detector.leave()  # (none after a verdict) the peers stop expecting this node
         self.finish()
@@ -143,7 +141,7 @@ class Watch:
         """After the ranks have ended, hear the other nodes, saying nothing more: while the verdict
         is to be sent again, and after an abnormal end for a period, relaying the deaths announced
         (flooded node to node: a node whose first death comes later learns it was not the first).
-        ``release()`` is called once the monotonic clock reads ``hold`` (at the latest, at the end)."""
+        ``release()`` (letting go of the job's output) is called at ``hold`` (monotonic), or at the end."""
         detector = self.detector
         last = time.monotonic()
         end = max(hold, last + (detector.period if self.abnormal and detector.has_peers() else 0.0))
@@ -159,7 +157,7 @@ class Watch:
                 events = self.poll.poll(max(0.0, min(wait, hold - now) if release else wait))
             except InterruptedError:
                 continue
-            if detector.has_peers() and any(fd == detector.fileno() for fd, _ in events):
+            if any(fd == detector.fileno() for fd, _ in events):
                 detector.hear()
             if detector.relaying() and (now := time.monotonic()) - last >= detector.period:
                 detector.tick(now, [])
@@ -175,18 +173,16 @@ class Watch:
             self.fail(*ends)
 
     def fail(self, line: str, speak: bool = True) -> None:
-        """End the job for a verdict: say ``line`` when this node speaks for it, SIGKILL every
-        rank of this node (every node that learns the verdict does), and have Slurm cancel the
-        job's step when this node speaks (:func:`.ending.cancel_step`: a frozen node's ranks cannot
-        be killed from here, and plain ``srun`` waits for them).  The deaths that follow are the
-        verdict's doing and stay unnamed."""
+        """End the job for a verdict: say ``line`` when this node speaks for it, SIGKILL every rank
+        of this node (every node that learns the verdict does), and have Slurm cancel the job's step
+        when this node speaks (:func:`.ending.cancel_step`: a frozen node's ranks cannot be killed
+        from here, and plain ``srun`` waits for them).  The deaths that follow stay unnamed."""
         self.failed = self.quiet = True
         with contextlib.suppress(OSError):
             os.mkdir(self.marker)
             self.remove_marker = True
         if speak:
-            self.say(line)
-            self.spoke = time.monotonic()
+            self.speak(line)
             time.sleep(0.2)  # let the launcher forward the line before the kills end its job
         ending.kill([r.pid for r in self.ranks.values()])
         if speak:
@@ -247,6 +243,10 @@ class Watch:
         except OSError:
             return  # a rank of this node has said why the job ends (or cannot be helped)
         self.remove_marker = True
+        self.speak(line)
+
+    def speak(self, line: str) -> None:
+        """Say ``line`` for the user, and note when (the job's output is held :data:`FORWARD`)."""
         self.say(line)
         self.spoke = time.monotonic()
 
